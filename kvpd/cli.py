@@ -1,0 +1,55 @@
+"""The `kvpd` console script.
+
+Each subcommand lives in its own module under `kvpd.commands` and exposes
+`register(subparsers)`, which adds its parser and sets `func(args) -> int`.
+Command modules keep heavy imports (torch, simpy, matplotlib) inside their
+`run` functions so that `kvpd --help` stays fast and works without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Order is the order shown by `kvpd --help`.
+COMMAND_MODULES: list[str] = [
+    "kvpd.commands.version",
+]
+
+
+class UserError(Exception):
+    """An error caused by user input; printed without a traceback, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvpd",
+        description=(
+            "kvpd: simulate LLM serving (TTFT, TPOT, throughput) for a model, hardware, "
+            "scheduler and traffic, and run the same scheduler for real with PyTorch."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValueError, FileNotFoundError) as exc:
+        print(f"kvpd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `kvpd` subcommand; see `kvpd.cli`."""

@@ -1,0 +1,1 @@
+"""Real PyTorch executor driven by the shared core scheduler (see simulator.core)."""

@@ -1,0 +1,1 @@
+"""Request traces: loaders, synthetic traffic and transforms. Imports nothing from simulator/ or realexec/."""
