@@ -1,0 +1,199 @@
+"""Paged attention over the block pool, for a flattened batch of many requests (ORCA).
+
+All new tokens of a step, prompt chunks and decodes of many requests, are one flat batch
+`[num_tokens, heads, head_dim]` for the linear layers; attention is then done per request
+over its block table:
+
+- decodes (one query token): one batched call. Each request's keys are gathered from its
+  blocks into a padded `[B, kv_heads, L_max, head_dim]` tensor (padding and unwritten slots
+  point at the zero null block and are masked); GQA is folded into the query rows
+  (`[B, kv_heads, group, head_dim]`), so K/V are never repeated.
+- prefill chunks: one call per request. A chunk at position `p0` with `q` tokens sees keys
+  `0 .. p0 + i` for its query `i`; SDPA's `is_causal` assumes equal query and key lengths
+  (top-left aligned), so it is only used when the request has no cached context; otherwise
+  the bottom-right-aligned mask is built explicitly. Sliding-window layers (Mistral, Qwen2)
+  further hide keys at or before `pos - window` (HF: `kv_idx > q_idx - sliding_window`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from realexec.kv_cache import PagedKVCache
+
+
+class AttentionBackend(Protocol):
+    """What the model walk calls per layer; `q`: `[T, heads, d]`, `k`/`v`: `[T, kv_heads, d]`."""
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+        window: int | None,
+    ) -> torch.Tensor:
+        """Attention output `[T, heads, d]` for the flat batch (after storing k, v)."""
+        ...
+
+
+@dataclass
+class _Prefill:
+    q_start: int  # offset of the chunk's first token in the flat batch
+    q_len: int
+    ctx_before: int  # tokens already in the cache before this chunk
+    slots: torch.Tensor | None  # [ctx_before + q_len] slots to gather; None if ctx_before == 0
+    masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)
+
+
+@dataclass
+class PagedAttentionMetadata:
+    """Per-step indices for `PagedAttention`, built once and shared by every layer."""
+
+    slot_mapping: torch.Tensor  # [T] where each new token's K/V is written
+    positions: torch.Tensor  # [T] absolute position of each new token
+    decode_idx: torch.Tensor | None  # [B_d] flat indices of decode tokens
+    decode_slots: torch.Tensor | None  # [B_d, L_max] gather slots (null slot where masked)
+    decode_pos: torch.Tensor | None  # [B_d] position of each decode query
+    decode_key_pos: torch.Tensor | None  # [L_max]
+    decode_valid: torch.Tensor | None  # [B_d, L_max] key is in the context
+    prefills: list[_Prefill]
+    _decode_masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
+
+    def decode_mask(self, window: int | None) -> torch.Tensor:
+        """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window."""
+        m = self._decode_masks.get(window)
+        if m is None:
+            m = self.decode_valid
+            if window is not None:
+                m = m & (self.decode_key_pos[None, :] > (self.decode_pos[:, None] - window))
+            m = m[:, None, None, :]
+            self._decode_masks[window] = m
+        return m
+
+
+def build_metadata(
+    query_lens: list[int],
+    context_lens: list[int],
+    block_tables: list[list[int]],
+    block_size: int,
+    null_block: int,
+    device: torch.device,
+) -> PagedAttentionMetadata:
+    """Metadata for requests computing `query_lens[i]` tokens after `context_lens[i]` cached ones.
+
+    `block_tables[i]` must cover positions `0 .. context_lens[i] + query_lens[i] - 1`;
+    `null_block` is the zero block id padded gathers use.
+    """
+    slot_list: list[int] = []
+    pos_list: list[int] = []
+    decode_rows: list[int] = []
+    prefill_rows: list[int] = []
+    q_starts: list[int] = []
+    start = 0
+    for i, (q, c, bt) in enumerate(zip(query_lens, context_lens, block_tables)):
+        end = c + q
+        if (end + block_size - 1) // block_size > len(bt):
+            raise ValueError(
+                f"request {i}: block table of {len(bt)} blocks cannot hold {end} tokens "
+                f"(block_size {block_size})"
+            )
+        for p in range(c, end):
+            slot_list.append(bt[p // block_size] * block_size + p % block_size)
+        pos_list.extend(range(c, end))
+        (decode_rows if q == 1 else prefill_rows).append(i)
+        q_starts.append(start)
+        start += q
+    slot_mapping = torch.tensor(slot_list, dtype=torch.long, device=device)
+    positions = torch.tensor(pos_list, dtype=torch.long, device=device)
+    meta = PagedAttentionMetadata(slot_mapping, positions, None, None, None, None, None, [])
+    if decode_rows:
+        seq_lens = [context_lens[i] + 1 for i in decode_rows]
+        max_len = max(seq_lens)
+        max_blocks = (max_len + block_size - 1) // block_size
+        bt = torch.full((len(decode_rows), max_blocks), null_block, dtype=torch.long)
+        for r, i in enumerate(decode_rows):
+            n = (seq_lens[r] + block_size - 1) // block_size
+            bt[r, :n] = torch.tensor(block_tables[i][:n], dtype=torch.long)
+        bt = bt.to(device)
+        offs = torch.arange(block_size, device=device)
+        slots = (bt[:, :, None] * block_size + offs).reshape(len(decode_rows), -1)[:, :max_len]
+        lens = torch.tensor(seq_lens, dtype=torch.long, device=device)
+        key_pos = torch.arange(max_len, device=device)
+        valid = key_pos[None, :] < lens[:, None]
+        meta.decode_slots = torch.where(valid, slots, null_block * block_size)
+        meta.decode_valid = valid
+        meta.decode_key_pos = key_pos
+        meta.decode_pos = lens - 1
+        meta.decode_idx = torch.tensor([q_starts[i] for i in decode_rows], device=device)
+    for i in prefill_rows:
+        c, q = context_lens[i], query_lens[i]
+        s0 = q_starts[i]
+        slots = None
+        if c > 0:
+            # the chunk's own slots are slot_mapping[s0:s0+q]; the context's are recomputed
+            bt = torch.tensor(block_tables[i][: (c + block_size - 1) // block_size])
+            ctx = (bt[:, None] * block_size + torch.arange(block_size)).reshape(-1)[:c]
+            slots = torch.cat([ctx.to(device), slot_mapping[s0 : s0 + q]])
+        meta.prefills.append(_Prefill(s0, q, c, slots))
+    return meta
+
+
+def _prefill_mask(p: _Prefill, window: int | None, device: torch.device) -> torch.Tensor | None:
+    """`[q, ctx_before + q]` mask (True = attend), or None when plain `is_causal` is right."""
+    if p.ctx_before == 0 and window is None:
+        return None
+    if window in p.masks:
+        return p.masks[window]
+    q_pos = torch.arange(p.ctx_before, p.ctx_before + p.q_len, device=device)[:, None]
+    k_pos = torch.arange(p.ctx_before + p.q_len, device=device)[None, :]
+    m = k_pos <= q_pos
+    if window is not None:
+        m = m & (k_pos > q_pos - window)
+    p.masks[window] = m
+    return m
+
+
+class PagedAttention:
+    """`AttentionBackend` over a `PagedKVCache`, for one step's `PagedAttentionMetadata`."""
+
+    def __init__(self, cache: PagedKVCache, meta: PagedAttentionMetadata) -> None:
+        self.cache = cache
+        self.meta = meta
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+        window: int | None,
+    ) -> torch.Tensor:
+        meta = self.meta
+        self.cache.write(layer, meta.slot_mapping, k, v)
+        k_cache = self.cache.key_cache(layer)
+        v_cache = self.cache.value_cache(layer)
+        out = torch.empty_like(q)
+        num_heads, head_dim = q.shape[1], q.shape[2]
+        kv_heads = k.shape[1]
+        if meta.decode_idx is not None:
+            b = meta.decode_idx.shape[0]
+            qd = q.index_select(0, meta.decode_idx).view(b, kv_heads, num_heads // kv_heads, head_dim)
+            kd = k_cache[meta.decode_slots].transpose(1, 2)  # [B, kvh, L, d]
+            vd = v_cache[meta.decode_slots].transpose(1, 2)
+            od = F.scaled_dot_product_attention(
+                qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
+            )
+            out.index_copy_(0, meta.decode_idx, od.reshape(b, num_heads, head_dim))
+        gqa = kv_heads != num_heads
+        for p in meta.prefills:
+            s, e = p.q_start, p.q_start + p.q_len
+            qp = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, h, q, d]
+            if p.slots is None:
+                kp, vp = k[s:e], v[s:e]
+            else:
+                kp, vp = k_cache[p.slots], v_cache[p.slots]
+            kp = kp.transpose(0, 1).unsqueeze(0)
+            vp = vp.transpose(0, 1).unsqueeze(0)
+            mask = _prefill_mask(p, window, q.device)
+            op = F.scaled_dot_product_attention(
+                qp, kp, vp, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
+            )
+            out[s:e] = op[0].transpose(0, 1)
+        return out

@@ -1,0 +1,99 @@
+"""Built-in model shapes (configs only; weights are seeded random), selectable by name.
+
+Timing does not depend on weight values, so a config with random weights is enough to
+measure a model's speed; the large `initializer_range` keeps logits far apart so that
+greedy decoding is not decided by float noise (see `model_loader.build_model`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# ~51.7M parameters, Llama-shaped: 6 layers x (attention 0.79M + MLP 2.36M) + embeddings and an
+# untied lm_head of 32000 x 512 each (the Llama-2 vocabulary size, see
+# /work/shared/reference/hardware-and-models.md section 2). GQA with 2 query heads per KV head.
+LLAMA_50M: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "intermediate_size": 1536,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.1,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+# Llama-3-8B shape (config.json of meta-llama/Meta-Llama-3-8B; table in
+# /work/shared/reference/hardware-and-models.md section 2).
+LLAMA_3_8B: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.02,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+}
+
+_TINY_COMMON: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+
+# Tiny models of each supported family, for tests and quick tries (a few hundred thousand
+# parameters; a large initializer_range so greedy argmaxes are never near-ties).
+TINY: dict[str, dict[str, Any]] = {
+    "tiny-llama": {"model_type": "llama", **_TINY_COMMON},
+    "tiny-mistral": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": None},
+    "tiny-qwen2": {"model_type": "qwen2", **_TINY_COMMON},
+    "tiny-gpt2": {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 4,
+        "vocab_size": 256,
+        "n_positions": 512,
+        "initializer_range": 0.5,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+}
+
+BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama-50m": LLAMA_50M,
+    "llama-3-8b": LLAMA_3_8B,
+    **TINY,
+}
+DEFAULT_MODEL = "llama-50m"
+
+
+def builtin_config(name: str) -> dict[str, Any]:
+    """A copy of the built-in config `name`; ValueError listing the names if unknown."""
+    try:
+        return dict(BUILTIN_CONFIGS[name])
+    except KeyError:
+        raise ValueError(
+            f"unknown built-in model {name!r}; built-in: {', '.join(sorted(BUILTIN_CONFIGS))} "
+            "(or pass a model directory, a config.json path or a config dict)"
+        ) from None

@@ -1,0 +1,190 @@
+"""Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2) for the real executor.
+
+A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
+(a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
+`realexec.configs`) with seeded random weights. The hub is never contacted
+(`local_files_only=True`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+
+from realexec.configs import BUILTIN_CONFIGS, builtin_config
+from realexec.device import resolve_device
+
+# model_type (config.json) -> family name shown to users.
+SUPPORTED_MODEL_TYPES: dict[str, str] = {
+    "llama": "Llama",
+    "mistral": "Mistral",
+    "qwen2": "Qwen2",
+    "gpt2": "GPT-2",
+}
+
+_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+}
+
+ModelSpec = str | Path | dict | PretrainedConfig
+
+
+@dataclass
+class LoadedModel:
+    """An HF causal LM ready for inference, and where it came from."""
+
+    model: torch.nn.Module
+    config: PretrainedConfig
+    dtype: torch.dtype
+    device: torch.device
+    source: str  # directory, config path or built-in name; "config" for a dict/config object
+    random_weights: bool
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest context (tokens) the model's position encoding supports."""
+        return max_position_embeddings(self.config)
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """fp32 / bf16 / fp16 (or the torch dtype) -> torch dtype; ValueError for anything else."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float32, torch.bfloat16, torch.float16):
+            return dtype
+    elif isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return _DTYPES[dtype.lower()]
+    raise ValueError(f"dtype {dtype!r} is not supported; expected one of fp32, bf16, fp16")
+
+
+def max_position_embeddings(config: PretrainedConfig) -> int:
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    raise ValueError(f"config of model_type {config.model_type!r} names no maximum context length")
+
+
+def check_supported(config: PretrainedConfig, where: str) -> None:
+    """ValueError naming the supported families when `config` is of another architecture."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        supported = ", ".join(f"{v} ({k})" for k, v in SUPPORTED_MODEL_TYPES.items())
+        raise ValueError(
+            f"{where}: model_type {model_type!r} is not supported; supported architectures: "
+            f"{supported}"
+        )
+    if model_type == "gpt2" and getattr(config, "add_cross_attention", False):
+        raise ValueError(f"{where}: GPT-2 with cross-attention is not a causal LM we can run")
+
+
+def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
+    d = dict(d)
+    model_type = d.pop("model_type", None)
+    if model_type is None:
+        raise ValueError(f"{where}: config has no 'model_type' (expected one of "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)})")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        check_supported(PretrainedConfig(model_type=model_type), where)  # raises
+    return AutoConfig.for_model(model_type, **d)
+
+
+def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str]:
+    """(config, weights directory or None for random weights, source description)."""
+    if isinstance(model, PretrainedConfig):
+        check_supported(model, "config")
+        return model, None, "config"
+    if isinstance(model, dict):
+        cfg = _config_from_dict(model, "config dict")
+        check_supported(cfg, "config dict")
+        return cfg, None, "config"
+    if isinstance(model, str) and model in BUILTIN_CONFIGS:
+        return _config_from_dict(builtin_config(model), model), None, model
+    path = Path(model).expanduser()
+    if path.is_file():
+        if path.suffix != ".json":
+            raise ValueError(f"{path}: expected a model directory or a config.json file")
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        cfg = _config_from_dict(d, str(path))
+        check_supported(cfg, str(path))
+        return cfg, None, str(path)
+    if path.is_dir():
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise ValueError(f"{path}: model directory has no config.json")
+        d = json.loads(cfg_path.read_text())
+        cfg = _config_from_dict(d, str(cfg_path))
+        check_supported(cfg, str(cfg_path))
+        if not any(path.glob("*.safetensors")):
+            raise ValueError(
+                f"{path}: no *.safetensors weights; pass {cfg_path} itself to run this "
+                "architecture with seeded random weights"
+            )
+        return cfg, path, str(path)
+    raise ValueError(
+        f"model {str(model)!r} is neither an existing directory/config.json nor a built-in "
+        f"model ({', '.join(sorted(BUILTIN_CONFIGS))})"
+    )
+
+
+def load_model(
+    model: ModelSpec,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device | None = None,
+    seed: int = 0,
+    initializer_range: float | None = None,
+) -> LoadedModel:
+    """Load `model` in eval mode on `device` (auto: cuda, mps, cpu).
+
+    Random weights are drawn after `torch.manual_seed(seed)`, so the same seed gives the same
+    model; `initializer_range` (std of the normal init) overrides the config's.
+    """
+    torch_dtype = parse_dtype(dtype)
+    dev = resolve_device(device)
+    config, weights_dir, source = resolve_config(model)
+    config._attn_implementation = "sdpa"
+    if weights_dir is not None:
+        hf = AutoModelForCausalLM.from_pretrained(
+            weights_dir, local_files_only=True, dtype=torch_dtype, attn_implementation="sdpa"
+        ).to(dev)
+    else:
+        if initializer_range is not None:
+            config.initializer_range = float(initializer_range)
+        torch.manual_seed(seed)
+        with torch.device(dev):
+            hf = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
+    hf.eval()
+    hf.requires_grad_(False)
+    return LoadedModel(hf, hf.config, torch_dtype, dev, source, weights_dir is None)
+
+
+def eos_token_id(config: PretrainedConfig) -> int | None:
+    """The model's end-of-sequence id (the first if several), or None if absent/outside vocab."""
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, list | tuple):
+        eos = eos[0] if eos else None
+    if eos is None or not 0 <= int(eos) < config.vocab_size:
+        return None
+    return int(eos)

@@ -1,0 +1,124 @@
+"""Run an HF causal LM's own weights over a flat token batch with a pluggable attention.
+
+We walk the HF modules ourselves (embeddings, norms, rotary, projections, MLP, lm_head are
+the model's own submodules, called as HF calls them) and replace only the attention core, so
+logits match HF's forward while K/V live in our paged cache. Tokens are flat
+(`[num_tokens, hidden]`, no batch dimension): requests of different lengths share the
+linear layers without padding (ORCA's selective batching).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from realexec.attention import AttentionBackend
+from realexec.model_loader import SUPPORTED_MODEL_TYPES, check_supported
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def layer_windows(config: PretrainedConfig) -> list[int | None]:
+    """Sliding window (tokens) of each layer, None for full attention (HF's rules)."""
+    n = config.num_hidden_layers
+    window = getattr(config, "sliding_window", None)
+    if config.model_type == "mistral":
+        return [window] * n
+    layer_types = getattr(config, "layer_types", None)
+    if config.model_type == "qwen2" and layer_types is not None:
+        return [window if t == "sliding_attention" else None for t in layer_types[:n]]
+    return [None] * n
+
+
+class PagedCausalLM:
+    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM."""
+
+    def __init__(self, hf_model: nn.Module) -> None:
+        config = hf_model.config
+        check_supported(config, "model")
+        self.hf = hf_model
+        self.config = config
+        self.family = config.model_type
+        self.windows = layer_windows(config)
+        if self.family == "gpt2":
+            base = hf_model.transformer
+            self.layers = list(base.h)
+            self.final_norm = base.ln_f
+            self.num_heads = config.n_head
+            self.head_dim = config.n_embd // config.n_head
+            self.num_kv_heads = self.num_heads
+            self.scales = [blk.attn.scaling for blk in self.layers]
+        else:
+            base = hf_model.model
+            self.layers = list(base.layers)
+            self.final_norm = base.norm
+            self.num_heads = config.num_attention_heads
+            self.head_dim = self.layers[0].self_attn.head_dim
+            self.num_kv_heads = config.num_key_value_heads
+            self.scales = [layer.self_attn.scaling for layer in self.layers]
+        self.base = base
+        self.lm_head = hf_model.lm_head
+        assert self.family in SUPPORTED_MODEL_TYPES
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @torch.inference_mode()
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend
+    ) -> torch.Tensor:
+        """Final hidden states `[T, hidden]` (before the last norm) for flat `input_ids` `[T]`."""
+        if self.family == "gpt2":
+            return self._forward_gpt2(input_ids, positions, attn)
+        return self._forward_llama(input_ids, positions, attn)
+
+    def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
+        h = self.base.embed_tokens(ids)
+        cos, sin = self.base.rotary_emb(h, pos[None, :])
+        cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [T, 1, d]
+        t = ids.shape[0]
+        for i, layer in enumerate(self.layers):
+            sa = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
+            k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
+            h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return h
+
+    def _forward_gpt2(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
+        h = self.base.wte(ids) + self.base.wpe(pos)
+        t = ids.shape[0]
+        d = self.num_heads * self.head_dim
+        for i, blk in enumerate(self.layers):
+            qkv = blk.attn.c_attn(blk.ln_1(h))
+            q, k, v = qkv.split(d, dim=-1)
+            shape = (t, self.num_heads, self.head_dim)
+            o = attn.attend(i, q.view(shape), k.view(shape), v.view(shape), self.scales[i], None)
+            h = blk.attn.c_proj(o.reshape(t, d)) + h
+            h = h + blk.mlp(blk.ln_2(h))
+        return h
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
+        """fp32 logits `[n, vocab]` of the rows `indices` of `hidden` (all rows if None)."""
+        if indices is not None:
+            hidden = hidden.index_select(0, indices)
+        return self.lm_head(self.final_norm(hidden)).float()

@@ -1,0 +1,115 @@
+"""Token sampling for a step: greedy, temperature, top-k, top-p, per-request seeds.
+
+One row of fp32 logits per request that samples this step. Greedy when temperature is 0
+(below `_GREEDY_EPS`, as vLLM). Random rows draw with the exponential race
+(`argmax(p / q)`, `q ~ Exp(1)`, as vLLM's sampler): one `[vocab]` draw per sampled token from
+the request's own `torch.Generator` when it has a seed, so its tokens do not depend on what
+else is in the batch; unseeded rows share one generator seeded from the engine seed.
+`min_tokens` hides EOS and the stop ids until that many tokens are out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: temperatures below are greedy
+
+
+@dataclass
+class SamplingRow:
+    """What the sampler needs of one request (the core's SamplingParams + state)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 (or -1) = off
+    generator: torch.Generator | None = None
+    num_output_tokens: int = 0
+    min_tokens: int = 0
+    banned_until_min: tuple[int, ...] = ()  # EOS + stop ids while num_output < min_tokens
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < _GREEDY_EPS
+
+
+def row_from_params(params: Any, num_output_tokens: int, eos_token_id: int | None,
+                    generator: torch.Generator | None) -> SamplingRow:
+    """A `SamplingRow` from a core `SamplingParams`-like object."""
+    banned: tuple[int, ...] = ()
+    if num_output_tokens < params.min_tokens:
+        ids = list(params.stop_token_ids)
+        if eos_token_id is not None and not params.ignore_eos:
+            ids.append(eos_token_id)
+        banned = tuple(ids)
+    return SamplingRow(
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        generator=generator, num_output_tokens=num_output_tokens,
+        min_tokens=params.min_tokens, banned_until_min=banned,
+    )
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None,
+                      top_p: torch.Tensor | None) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p nucleus to -inf (vLLM's algorithm).
+
+    `top_k`: `[n]` long (vocab size = off); `top_p`: `[n]` float (1.0 = off).
+    """
+    sorted_logits, idx = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    if top_k is not None:
+        kth = sorted_logits.gather(-1, (vocab - top_k).clamp(0, vocab - 1).unsqueeze(-1))
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    if top_p is not None:
+        probs = sorted_logits.softmax(dim=-1)
+        cum = probs.cumsum(dim=-1)
+        drop = cum <= (1.0 - top_p).unsqueeze(-1)
+        drop[:, -1] = False  # keep at least the most likely token
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+class Sampler:
+    """Samples one token per row; owns the generator of unseeded requests."""
+
+    def __init__(self, device: torch.device, seed: int = 0) -> None:
+        self.device = device
+        self.global_generator = torch.Generator(device=device)
+        self.global_generator.manual_seed(seed)
+
+    def make_generator(self, seed: int) -> torch.Generator:
+        g = torch.Generator(device=self.device)
+        g.manual_seed(int(seed))
+        return g
+
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> list[int]:
+        """Token ids, one per row of `logits` `[n, vocab]` (fp32)."""
+        if len(rows) != logits.shape[0]:
+            raise ValueError(f"{len(rows)} sampling rows for {logits.shape[0]} logit rows")
+        if not rows:
+            return []
+        vocab = logits.shape[-1]
+        for r, row in enumerate(rows):
+            if row.banned_until_min:
+                logits[r, list(row.banned_until_min)] = float("-inf")
+        out = logits.argmax(dim=-1)
+        rand = [r for r, row in enumerate(rows) if not row.greedy]
+        if rand:
+            sel = torch.tensor(rand, device=logits.device)
+            x = logits.index_select(0, sel)
+            temps = torch.tensor([rows[r].temperature for r in rand], device=x.device)
+            x = x / temps.unsqueeze(-1)
+            ks = [rows[r].top_k if 0 < rows[r].top_k < vocab else vocab for r in rand]
+            ps = [rows[r].top_p for r in rand]
+            top_k = torch.tensor(ks, device=x.device) if any(k < vocab for k in ks) else None
+            top_p = torch.tensor(ps, device=x.device) if any(p < 1.0 for p in ps) else None
+            if top_k is not None or top_p is not None:
+                x = apply_top_k_top_p(x, top_k, top_p)
+            probs = x.softmax(dim=-1)
+            q = torch.empty_like(probs)
+            for j, r in enumerate(rand):
+                q[j].exponential_(generator=rows[r].generator or self.global_generator)
+            out[sel] = probs.div(q).argmax(dim=-1)
+        return out.tolist()
