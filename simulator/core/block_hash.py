@@ -1,0 +1,61 @@
+"""Chained content hashes of full KV blocks, from token ids or from trace block hashes.
+
+Block i's hash covers the whole prefix up to and including block i (it chains the
+parent's hash), so equal hashes mean equal prefixes, as in vLLM's prefix cache.
+Python hashes of ints and tuples of ints do not depend on PYTHONHASHSEED, so the
+hashes are identical across runs.
+
+Traces such as Mooncake give one content hash per `hash_block_size` tokens
+(512). Pool block i spans tokens [i*B, (i+1)*B) and its derived hash chains the
+ids of every trace block that span overlaps plus i itself, so a 512-token trace
+block maps onto 512/B distinct pool-block hashes, for any pool block size B.
+"""
+
+from __future__ import annotations
+
+from simulator.core.request import Request
+
+# Seed of the hash chain (any fixed int; hash(None) is not stable across runs).
+_ROOT_HASH = 0x6B7670645F726F6F  # "kvpd_roo"
+
+
+def hash_token_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
+    return hash((_ROOT_HASH if parent_hash is None else parent_hash, token_ids))
+
+
+def num_hashable_tokens(request: Request) -> int:
+    """How many leading tokens of the request have known content."""
+    if request.prompt_token_ids is not None:
+        return request.num_prompt_tokens + len(request.output_token_ids)
+    if request.prompt_hash_ids is not None:
+        return min(
+            request.num_prompt_tokens, len(request.prompt_hash_ids) * request.hash_block_size
+        )
+    return 0
+
+
+def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> list[int]:
+    """Extend `request.block_hashes` to cover up to `num_blocks` full blocks (fewer if the
+    content of later blocks is unknown) and return it."""
+    hashes = request.block_hashes
+    have = len(hashes)
+    if have >= num_blocks:
+        return hashes
+    num_blocks = min(num_blocks, num_hashable_tokens(request) // block_size)
+    if have >= num_blocks:
+        return hashes
+    parent = hashes[-1] if hashes else None
+    if request.prompt_token_ids is not None:
+        for i in range(have, num_blocks):
+            tokens = tuple(request.token_ids_slice(i * block_size, (i + 1) * block_size))
+            parent = hash_token_block(parent, tokens)
+            hashes.append(parent)
+    else:
+        trace_ids = request.prompt_hash_ids
+        tb = request.hash_block_size
+        for i in range(have, num_blocks):
+            first = (i * block_size) // tb
+            last = ((i + 1) * block_size - 1) // tb
+            parent = hash((_ROOT_HASH if parent is None else parent, i, *trace_ids[first : last + 1]))
+            hashes.append(parent)
+    return hashes

@@ -1,0 +1,114 @@
+"""`BlockPool`: fixed-size KV blocks, ref counts, an LRU free queue and the prefix-cache map.
+
+A freed block keeps its content hash and stays findable in the prefix cache until
+it is handed out again (then it is evicted). Allocation pops the least recently
+freed block; all operations are O(1) per block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class KVCacheBlock:
+    """One block of `block_size` token slots in the device KV pool."""
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: int | None = None  # set once the block is full and cached
+        self.token_ids: tuple[int, ...] | None = None  # kept for the collision guard
+
+    def __repr__(self) -> str:
+        return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
+
+
+class BlockPool:
+    """The device block pool shared by all requests of one replica."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        # head = least recently freed = next to reuse
+        self.free_queue: OrderedDict[int, KVCacheBlock] = OrderedDict(
+            (b.block_id, b) for b in self.blocks
+        )
+        self.cached_hash_to_block: dict[int, KVCacheBlock] = {}
+        self.num_evictions = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks referenced by at least one request (0..1)."""
+        return 1.0 - len(self.free_queue) / self.num_blocks
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take `num_blocks` free blocks (LRU first), evicting their cached hashes."""
+        if num_blocks > len(self.free_queue):
+            raise ValueError(
+                f"cannot allocate {num_blocks} blocks: only {len(self.free_queue)} free"
+            )
+        popitem = self.free_queue.popitem
+        out = []
+        for _ in range(num_blocks):
+            block = popitem(last=False)[1]
+            if block.block_hash is not None:
+                self._evict(block)
+            block.ref_cnt = 1
+            out.append(block)
+        return out
+
+    def _evict(self, block: KVCacheBlock) -> None:
+        if self.cached_hash_to_block.get(block.block_hash) is block:
+            del self.cached_hash_to_block[block.block_hash]
+        block.block_hash = None
+        block.token_ids = None
+        self.num_evictions += 1
+
+    def touch(self, blocks: list[KVCacheBlock]) -> None:
+        """Take a reference on cached blocks (prefix hits or sharing), reviving free ones."""
+        free_queue = self.free_queue
+        for block in blocks:
+            if block.ref_cnt == 0:
+                del free_queue[block.block_id]
+            block.ref_cnt += 1
+
+    def free_blocks(self, blocks_in_eviction_order: list[KVCacheBlock]) -> None:
+        """Drop one reference from each block; unreferenced blocks join the free queue's tail."""
+        free_queue = self.free_queue
+        for block in blocks_in_eviction_order:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                free_queue[block.block_id] = block
+            elif block.ref_cnt < 0:
+                raise RuntimeError(f"ref count of block {block.block_id} went negative")
+
+    def cache_block(
+        self, block: KVCacheBlock, block_hash: int, token_ids: tuple[int, ...] | None
+    ) -> None:
+        """Register a full block under its hash (first one wins when content is duplicated)."""
+        if block.block_hash is not None or block_hash in self.cached_hash_to_block:
+            return
+        block.block_hash = block_hash
+        block.token_ids = token_ids
+        self.cached_hash_to_block[block_hash] = block
+
+    def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
+        return self.cached_hash_to_block.get(block_hash)
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached hash of unreferenced blocks; returns how many were dropped."""
+        dropped = 0
+        for block in self.free_queue.values():
+            if block.block_hash is not None:
+                self._evict(block)
+                dropped += 1
+        return dropped

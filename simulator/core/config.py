@@ -1,0 +1,82 @@
+"""Scheduler and KV-cache knobs, validated on construction (names follow vLLM)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BATCHING_MODES = ("continuous", "static")
+PREEMPTION_MODES = ("recompute", "swap")
+POLICIES = ("fcfs", "priority")
+ROLES = ("colocated", "prefill", "decode")
+
+
+def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
+
+
+def _check_min(field: str, value: int, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The replica's KV pool: `num_gpu_blocks` device blocks of `block_size` tokens and
+    `num_cpu_blocks` host blocks for swapping; `block_bytes` = one block's KV bytes."""
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    num_cpu_blocks: int = 0
+    enable_prefix_caching: bool = True
+    block_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        _check_min("cache.block_size", self.block_size, 1)
+        _check_min("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
+        _check_min("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
+        _check_min("cache.block_bytes", self.block_bytes, 0)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Iteration-level scheduling knobs.
+
+    max_num_batched_tokens: token budget of one step (prompt chunks + decodes).
+    long_prefill_token_threshold: cap on one request's prompt chunk per step (0 = off).
+    batching: "continuous" (ORCA) or "static" (request-level: admit a new batch only
+    when the previous one has fully finished).
+    role: "colocated", or "prefill" / "decode" for PD disaggregation.
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    preemption_mode: str = "recompute"
+    policy: str = "fcfs"
+    batching: str = "continuous"
+    role: str = "colocated"
+
+    def __post_init__(self) -> None:
+        _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)
+        _check_min("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _check_min("scheduler.max_model_len", self.max_model_len, 1)
+        _check_min("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _check_choice("scheduler.preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        _check_choice("scheduler.policy", self.policy, POLICIES)
+        _check_choice("scheduler.batching", self.batching, BATCHING_MODES)
+        _check_choice("scheduler.role", self.role, ROLES)
+
+    def validate_with(self, cache: CacheConfig) -> None:
+        """Checks that involve both configs."""
+        if self.max_num_batched_tokens < cache.block_size:
+            raise ValueError(
+                f"scheduler.max_num_batched_tokens ({self.max_num_batched_tokens}) must be at "
+                f"least one block (cache.block_size = {cache.block_size} tokens)"
+            )
+        if self.preemption_mode == "swap" and cache.num_cpu_blocks == 0:
+            raise ValueError(
+                "scheduler.preemption_mode 'swap' needs cache.num_cpu_blocks > 0 (a host pool)"
+            )

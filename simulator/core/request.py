@@ -1,0 +1,214 @@
+"""`Request`, its status and its sampling parameters: the one object both backends share.
+
+Times are seconds on the driving backend's clock (simulated time or wall time
+since the engine started). Every metric is derived from the timestamps kept here.
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered status; every value from FINISHED_STOPPED on is final."""
+
+    WAITING = 0
+    WAITING_FOR_REMOTE_KV = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    FINISHED_STOPPED = 4
+    FINISHED_LENGTH = 5
+    FINISHED_ABORTED = 6
+    FINISHED_REJECTED = 7
+
+    @property
+    def is_finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_REJECTED: "rejected",
+}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling options (names and defaults follow vLLM).
+
+    temperature 0 means greedy; top_k 0 means off; top_p 1.0 means off.
+    `n` > 1 forks n-1 children that share the prompt's KV blocks.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    n: int = 1
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        self.validate()
+
+    def validate(self, where: str = "sampling_params") -> None:
+        """Raise ValueError naming the field and its allowed range."""
+        if not self.temperature >= 0.0:
+            raise ValueError(f"{where}.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"{where}.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"{where}.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.n < 1:
+            raise ValueError(f"{where}.n must be >= 1, got {self.n}")
+        if self.max_tokens < 1:
+            raise ValueError(f"{where}.max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(
+                f"{where}.min_tokens must be in [0, max_tokens={self.max_tokens}], "
+                f"got {self.min_tokens}"
+            )
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any], where: str = "sampling_params") -> SamplingParams:
+        """Build from a plain dict; an unknown option is a ValueError that lists the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown sampling option(s) {unknown}; known: {sorted(known)}"
+            )
+        try:
+            return cls(**options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(eq=False)
+class Request:
+    """One inference request.
+
+    The prompt is either token ids, or only a length (`num_prompt_tokens`) with
+    optional content hashes per `hash_block_size`-token block, as traces give them.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int] | None = None
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    arrival_time: float = 0.0  # s
+    num_prompt_tokens: int = -1  # set from prompt_token_ids when given
+    prompt_hash_ids: list[int] | None = None  # content hashes of the prompt's trace blocks
+    hash_block_size: int = 0  # tokens per entry of prompt_hash_ids
+    eos_token_id: int | None = None
+    priority: int = 0  # lower is served first under the priority policy
+    parent_request_id: str | None = None  # set on n > 1 children
+
+    status: RequestStatus = RequestStatus.WAITING
+    finish_reason: str | None = None  # "stop", "length", "abort", "rejected"
+    stop_reason: str | None = None  # human-readable detail (why rejected / aborted)
+    num_computed_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    num_output_tokens: int = 0  # also counted when the backend gives no token ids
+    # timestamps (s)
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    token_times: array = field(default_factory=lambda: array("d"))  # one per output token
+    # counters
+    num_preemptions: int = 0
+    num_cached_tokens: int = -1  # prompt tokens served from the prefix cache (-1: not yet)
+    # backend annotations (replica ids, KV transfer time, ...); never read by the core
+    annotations: dict[str, Any] = field(default_factory=dict)
+    # core-internal
+    block_hashes: list[int] = field(default_factory=list, repr=False)
+    is_swapped: bool = field(default=False, repr=False)
+    num_forked: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prompt_token_ids is not None:
+            n = len(self.prompt_token_ids)
+            if self.num_prompt_tokens not in (-1, n):
+                raise ValueError(
+                    f"request {self.request_id}: num_prompt_tokens={self.num_prompt_tokens} "
+                    f"disagrees with len(prompt_token_ids)={n}"
+                )
+            self.num_prompt_tokens = n
+        if self.num_prompt_tokens < 1:
+            raise ValueError(
+                f"request {self.request_id}: the prompt must have at least 1 token, "
+                f"got {max(self.num_prompt_tokens, 0)}"
+            )
+        if self.prompt_hash_ids is not None and self.hash_block_size <= 0:
+            raise ValueError(
+                f"request {self.request_id}: prompt_hash_ids need hash_block_size > 0"
+            )
+
+    # ---- derived ----
+    @property
+    def max_tokens(self) -> int:
+        return self.sampling_params.max_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status >= RequestStatus.FINISHED_STOPPED
+
+    @property
+    def has_token_ids(self) -> bool:
+        return self.prompt_token_ids is not None
+
+    def token_ids_slice(self, start: int, end: int) -> list[int]:
+        """Token ids at positions [start, end) over prompt + output."""
+        prompt = self.prompt_token_ids
+        if prompt is None:
+            raise ValueError(f"request {self.request_id} has no token ids (length-only prompt)")
+        p = self.num_prompt_tokens
+        if end <= p:
+            return prompt[start:end]
+        if start >= p:
+            return self.output_token_ids[start - p : end - p]
+        return prompt[start:] + self.output_token_ids[: end - p]
+
+    # ---- transitions used by the scheduler ----
+    def append_output_token(self, token_id: int | None, now: float) -> None:
+        """Record one new output token produced at time `now` (s)."""
+        if token_id is not None:
+            self.output_token_ids.append(token_id)
+        self.num_output_tokens += 1
+        self.token_times.append(now)
+        if self.first_token_time is None:
+            self.first_token_time = now
+
+    def finish(self, status: RequestStatus, now: float, reason: str | None = None) -> None:
+        self.status = status
+        self.finish_reason = FINISH_REASONS[status]
+        if reason is not None:
+            self.stop_reason = reason
+        self.finish_time = now
+
+    def check_stop(self, token_id: int | None) -> RequestStatus | None:
+        """The finished status this request reaches after its newest token, if any."""
+        if self.num_output_tokens >= self.sampling_params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if token_id is None or self.num_output_tokens < self.sampling_params.min_tokens:
+            return None
+        sp = self.sampling_params
+        if (not sp.ignore_eos and token_id == self.eos_token_id) or token_id in sp.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        return None

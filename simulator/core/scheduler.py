@@ -1,0 +1,452 @@
+"""`Scheduler`: iteration-level (ORCA) continuous batching with vLLM v1's token budget.
+
+Each step serves RUNNING requests first (decodes and unfinished prompt chunks), then
+admits WAITING ones, within `max_num_batched_tokens` and `max_num_seqs`. When a
+running request needs a block and none is free, the lowest-priority running request
+is preempted (recompute or swap). `batching="static"` admits a new batch only when
+the previous one has fully finished (the request-level baseline). Roles `prefill`
+and `decode` split a request across two schedulers for PD disaggregation.
+
+Time is a number passed in; this module imports neither simpy nor torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simulator.core.config import CacheConfig, SchedulerConfig
+from simulator.core.kv_cache_manager import KVCacheManager
+from simulator.core.request import Request, RequestStatus
+from simulator.core.request_queue import make_queue
+from simulator.core.scheduler_output import SchedulerOutput, StepResult
+
+RUNNING = RequestStatus.RUNNING
+REMOTE = RequestStatus.WAITING_FOR_REMOTE_KV
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, cache_config: CacheConfig) -> None:
+        config.validate_with(cache_config)
+        self.config = config
+        self.cache_config = cache_config
+        self.kv_cache_manager = KVCacheManager(
+            num_gpu_blocks=cache_config.num_gpu_blocks,
+            block_size=cache_config.block_size,
+            enable_prefix_caching=cache_config.enable_prefix_caching,
+            num_cpu_blocks=cache_config.num_cpu_blocks,
+            block_bytes=cache_config.block_bytes,
+        )
+        self.block_size = cache_config.block_size
+        self.waiting = make_queue(config.policy)
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.finished_req_ids: list[str] = []  # freed since the last schedule()
+        self._finished_pending: list[Request] = []  # finished outside update()
+        self._pending_copies: list[tuple[int, int]] = []
+        self.waiting_for_kv: dict[str, Request] = {}  # decode role: blocks held, KV in flight
+        self.transferring: dict[str, Request] = {}  # prefill role: handed off, blocks held
+        self._kv_ready: list[Request] = []
+        self.step_id = 0
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ intake
+    def add_request(self, req: Request, now: float | None = None) -> None:
+        """Queue a request, or finish it as REJECTED (reported by the next update()) when it
+        could never be served."""
+        if req.request_id in self.requests:
+            raise ValueError(f"request id {req.request_id!r} is already in the scheduler")
+        if req.is_finished:
+            raise ValueError(f"request {req.request_id!r} is already finished")
+        reason = self._rejection_reason(req)
+        if reason is not None:
+            req.finish(RequestStatus.FINISHED_REJECTED, now if now is not None else req.arrival_time, reason)
+            self._finished_pending.append(req)
+            return
+        if req.status != REMOTE:
+            req.status = RequestStatus.WAITING
+        self.requests[req.request_id] = req
+        if req.sampling_params.n > 1 and req.num_prompt_tokens == 1 and not req.num_forked:
+            for child in self._make_children(req):  # nothing to share: independent requests
+                self.requests[child.request_id] = child
+                self.waiting.add(child)
+        self.waiting.add(req)
+
+    def _rejection_reason(self, req: Request) -> str | None:
+        cfg = self.config
+        total = req.num_prompt_tokens + req.max_tokens
+        if total > cfg.max_model_len:
+            return (
+                f"prompt ({req.num_prompt_tokens} tokens) + max_tokens ({req.max_tokens}) = "
+                f"{total} exceeds max_model_len ({cfg.max_model_len})"
+            )
+        need = total if cfg.role != "prefill" else req.num_prompt_tokens + 1
+        blocks = self.kv_cache_manager.blocks_needed(need)
+        if blocks > self.kv_cache_manager.num_gpu_blocks:
+            return (
+                f"needs {blocks} KV blocks for {need} tokens but the whole pool has "
+                f"{self.kv_cache_manager.num_gpu_blocks}"
+            )
+        if not cfg.enable_chunked_prefill and req.num_prompt_tokens > cfg.max_num_batched_tokens:
+            return (
+                f"prompt ({req.num_prompt_tokens} tokens) exceeds max_num_batched_tokens "
+                f"({cfg.max_num_batched_tokens}) and chunked prefill is off"
+            )
+        return None
+
+    def abort_request(self, request_id: str, now: float, reason: str = "aborted") -> bool:
+        """Finish a request as ABORTED and free its blocks; False if it is unknown."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return False
+        if req.status == RUNNING:
+            self.running.remove(req)
+        elif request_id in self.waiting_for_kv:
+            del self.waiting_for_kv[request_id]
+        elif request_id in self.transferring:
+            del self.transferring[request_id]
+        else:
+            self.waiting.remove(req)
+        req.finish(RequestStatus.FINISHED_ABORTED, now, reason)
+        self._free(req)
+        self._finished_pending.append(req)
+        return True
+
+    # ---------------------------------------------------------------- schedule
+    def schedule(self, now: float) -> SchedulerOutput:
+        cfg = self.config
+        kvm = self.kv_cache_manager
+        out = SchedulerOutput(step_id=self.step_id)
+        out.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
+        out.blocks_to_copy, self._pending_copies = self._pending_copies, []
+        budget = cfg.max_num_batched_tokens
+        threshold = cfg.long_prefill_token_threshold
+
+        # 1. running requests: decodes and unfinished prompt chunks
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new = req.num_tokens - req.num_computed_tokens
+            if num_new > 1:
+                num_new = self._cap_prefill(req, num_new, threshold)
+            if num_new > budget:
+                num_new = budget
+            scheduled = True
+            while not kvm.allocate_slots(req, num_new):
+                victim = self._pick_victim()
+                budget += self._preempt(victim, out)
+                if victim is req:
+                    scheduled = False
+                    break
+            if scheduled:
+                out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
+                budget -= num_new
+            # running[:i] are exactly the requests scheduled so far (victims left both)
+            i = len(out.reqs)
+
+        # 2. waiting requests (none while preempting, none mid-batch when static)
+        if out.preempted_req_ids or (cfg.batching == "static" and running):
+            return out
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            req = waiting.peek()
+            if req.status == REMOTE:
+                if not self._admit_remote(req, out):
+                    break
+                continue
+            if req.is_swapped:
+                num_new = req.num_tokens - req.num_computed_tokens
+                need = kvm.blocks_needed(req.num_computed_tokens + num_new)
+                if num_new > budget or need > kvm.num_free_blocks:
+                    break
+                mapping = kvm.swap_in(req)
+                req.is_swapped = False
+                out.blocks_to_swap_in.extend(mapping)
+                out.swap_in_bytes += len(mapping) * kvm.block_bytes
+                hits, num_hit = [], 0
+            else:
+                hits, num_hit = kvm.get_computed_blocks(req)
+                if num_hit and req.sampling_params.n > 1 and not req.num_forked:
+                    # an unforked parent must compute >= 1 prompt token before its fork point
+                    while hits and num_hit >= req.num_prompt_tokens - 1:
+                        hits = hits[:-1]
+                        num_hit -= self.block_size
+                num_new = req.num_tokens - req.num_computed_tokens - num_hit
+                if num_new > 1:
+                    num_new = self._cap_prefill(req, num_new, threshold, req.num_computed_tokens + num_hit)
+                if num_new > budget:
+                    if not cfg.enable_chunked_prefill and num_new <= cfg.max_num_batched_tokens:
+                        break  # the whole prompt must fit one step's budget
+                    num_new = budget
+            if not kvm.allocate_slots(req, num_new, hits):
+                break
+            waiting.pop()
+            req.num_computed_tokens += num_hit
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = num_hit
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            req.status = RUNNING
+            running.append(req)
+            out.new_req_ids.append(req.request_id)
+            out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
+            budget -= num_new
+        return out
+
+    def _cap_prefill(self, req: Request, num_new: int, threshold: int, computed: int | None = None) -> int:
+        if threshold and num_new > threshold:
+            num_new = threshold
+        if req.sampling_params.n > 1 and not req.num_forked and req.parent_request_id is None:
+            computed = req.num_computed_tokens if computed is None else computed
+            fork_point = req.num_prompt_tokens - 1
+            if computed < fork_point:
+                num_new = min(num_new, fork_point - computed)
+        return num_new
+
+    def _admit_remote(self, req: Request, out: SchedulerOutput) -> bool:
+        """Decode role: allocate blocks for a request whose KV comes from a prefill worker."""
+        kvm = self.kv_cache_manager
+        hits, num_hit = kvm.get_computed_blocks(req)
+        if not kvm.allocate_slots(req, req.num_prompt_tokens - num_hit, hits, cache=False):
+            return False  # back-pressure: the KV waits on the prefill side
+        self.waiting.pop()
+        req.num_computed_tokens = num_hit
+        req.num_cached_tokens = num_hit
+        self.waiting_for_kv[req.request_id] = req
+        out.kv_to_receive.append((req, num_hit))
+        return True
+
+    def _pick_victim(self) -> Request:
+        if self.config.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> int:
+        """Preempt `victim`; returns the budget it gave back if it was already scheduled."""
+        kvm = self.kv_cache_manager
+        self.running.remove(victim)
+        returned = out.remove(victim) if victim in out.reqs else 0
+        mapping = kvm.swap_out(victim) if self.config.preemption_mode == "swap" else None
+        if mapping is not None:
+            victim.is_swapped = True
+            out.blocks_to_swap_out.extend(mapping)
+            out.swap_out_bytes += len(mapping) * kvm.block_bytes
+        else:
+            kvm.free(victim)
+            victim.num_computed_tokens = 0
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend(victim)
+        out.preempted_req_ids.append(victim.request_id)
+        return returned
+
+    # ------------------------------------------------------------------ update
+    def update(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]:
+        """Apply a finished step at time `now` (s); returns the requests that finished
+        (including those rejected or aborted since the last update)."""
+        finished, self._finished_pending = self._finished_pending, []
+        if result.step_end_times is not None and len(result.step_end_times) > 1:
+            self._update_burst(out, result.step_end_times, finished)
+        else:
+            self._update_step(out, result.sampled_token_ids, now, finished)
+        self.step_id += 1
+        return finished
+
+    def _update_step(self, out: SchedulerOutput, sampled, now: float, finished: list[Request]) -> None:
+        prefill_role = self.config.role == "prefill"
+        removed = False
+        for i, req in enumerate(out.reqs):
+            if req.status != RUNNING:
+                continue
+            num_computed = out.num_computed_before[i] + out.num_new_tokens[i]
+            req.num_computed_tokens = num_computed
+            if num_computed < req.num_tokens:
+                if (
+                    req.sampling_params.n > 1
+                    and not req.num_forked
+                    and req.parent_request_id is None
+                    and num_computed == req.num_prompt_tokens - 1
+                ):
+                    self._fork(req)
+                continue
+            token = sampled[i] if sampled is not None else None
+            req.append_output_token(token, now)
+            stop = req.check_stop(token)
+            if stop is not None:
+                req.finish(stop, now)
+                self._free(req)
+                finished.append(req)
+                removed = True
+            elif prefill_role:
+                req.status = REMOTE
+                self.transferring[req.request_id] = req
+                self._kv_ready.append(req)
+                removed = True
+        if removed:
+            self.running = [r for r in self.running if r.status == RUNNING]
+
+    def _update_burst(self, out: SchedulerOutput, times, finished: list[Request]) -> None:
+        kvm = self.kv_cache_manager
+        k = len(times)
+        last = times[-1]
+        removed = False
+        for i, req in enumerate(out.reqs):
+            req.num_computed_tokens = out.num_computed_before[i] + 1
+            if not kvm.allocate_slots(req, k - 1):
+                raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
+            req.num_computed_tokens += k - 1
+            if req.first_token_time is None:
+                req.first_token_time = times[0]
+            req.num_output_tokens += k
+            req.token_times.extend(times)
+            stop = req.check_stop(None)
+            if stop is not None:
+                req.finish(stop, last)
+                self._free(req)
+                finished.append(req)
+                removed = True
+        if removed:
+            self.running = [r for r in self.running if r.status == RUNNING]
+
+    def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
+        """How many consecutive steps identical in membership to `out` (all decodes) the
+        core would schedule if no request arrived, no KV landed and no token id stopped a
+        request: bounded by the nearest `max_tokens` and by free blocks. A backend without
+        token ids (the simulator) may run that many steps at once and pass their end times
+        in `StepResult.step_end_times`. 1 means "one step only"."""
+        if (
+            max_steps <= 1
+            or out.shape.num_prefill_reqs
+            or len(out.reqs) != len(self.running)
+            or out.preempted_req_ids
+            or out.blocks_to_swap_in
+            or out.blocks_to_copy
+            or out.kv_to_receive
+            or self.config.role == "prefill"
+        ):
+            return 1
+        k = max_steps
+        for req, before in zip(out.reqs, out.num_computed_before):
+            if before + 1 != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
+                return 1  # this step does not sample, or a fork is due
+            remaining = req.sampling_params.max_tokens - req.num_output_tokens
+            if remaining < k:
+                k = remaining
+        if k <= 1:
+            return 1
+        kvm = self.kv_cache_manager
+        bs = self.block_size
+        free = kvm.num_free_blocks
+        slack = [
+            len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, out.num_computed_before)
+        ]
+        if len(slack) * (-(-(k - 1) // bs)) <= free:
+            return k
+
+        def blocks_needed(steps: int) -> int:
+            extra = steps - 1
+            return sum(-(-(extra - s) // bs) for s in slack if extra > s)
+
+        lo, hi = 1, k  # blocks_needed(lo) == 0 <= free
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks_needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # ----------------------------------------------------------------- helpers
+    def _free(self, req: Request) -> None:
+        self.kv_cache_manager.free(req)
+        self.requests.pop(req.request_id, None)
+        self.finished_req_ids.append(req.request_id)
+
+    def _make_children(self, parent: Request) -> list[Request]:
+        sp = parent.sampling_params
+        n = sp.n
+        parent.num_forked = n - 1
+        children = []
+        for i in range(1, n):
+            child_sp = dataclasses.replace(
+                sp, n=1, seed=None if sp.seed is None else sp.seed + i
+            )
+            children.append(
+                Request(
+                    request_id=f"{i}_{parent.request_id}",
+                    prompt_token_ids=parent.prompt_token_ids,
+                    sampling_params=child_sp,
+                    arrival_time=parent.arrival_time,
+                    num_prompt_tokens=parent.num_prompt_tokens,
+                    prompt_hash_ids=parent.prompt_hash_ids,
+                    hash_block_size=parent.hash_block_size,
+                    eos_token_id=parent.eos_token_id,
+                    priority=parent.priority,
+                    parent_request_id=parent.request_id,
+                )
+            )
+        return children
+
+    def _fork(self, parent: Request) -> None:
+        """Parent computed all but its last prompt token: start n-1 children sharing its KV."""
+        kvm = self.kv_cache_manager
+        for child in self._make_children(parent):
+            child.first_scheduled_time = parent.first_scheduled_time
+            child.num_cached_tokens = parent.num_cached_tokens
+            self.requests[child.request_id] = child
+            child.num_computed_tokens = parent.num_computed_tokens
+            copies = kvm.fork(parent, child)
+            if copies is None:  # no block for the copy: recompute the child later
+                child.num_computed_tokens = 0
+                self.waiting.add(child)
+                continue
+            self._pending_copies.extend(copies)
+            child.status = RUNNING
+            self.running.append(child)
+
+    # ------------------------------------------------------------ PD hand-off
+    def pop_kv_ready(self) -> list[Request]:
+        """Prefill role: requests whose prompt is done and whose KV may now be sent."""
+        ready, self._kv_ready = self._kv_ready, []
+        return ready
+
+    def release_transferred(self, request_id: str) -> None:
+        """Prefill role: the decode side has the KV; free the blocks held for it."""
+        req = self.transferring.pop(request_id)
+        self.kv_cache_manager.free(req)
+        self.requests.pop(request_id, None)
+        self.finished_req_ids.append(request_id)
+
+    def on_kv_received(self, request_id: str) -> None:
+        """Decode role: the request's prompt KV is in its blocks; start decoding it."""
+        req = self.waiting_for_kv.pop(request_id)
+        req.num_computed_tokens = req.num_prompt_tokens
+        self.kv_cache_manager.cache_full_blocks(req, req.num_prompt_tokens)
+        req.status = RUNNING
+        self.running.append(req)
+
+    def on_kv_failed(self, request_id: str) -> None:
+        """Decode role: the transfer was lost; recompute the prompt here (keeping the
+        locally cached prefix and the blocks already allocated)."""
+        req = self.waiting_for_kv.pop(request_id)
+        req.status = RUNNING
+        self.running.append(req)
+
+    # ------------------------------------------------------------------ status
+    def has_unfinished_requests(self) -> bool:
+        return bool(
+            self.running or self.waiting or self.waiting_for_kv or self._finished_pending
+        )
+
+    def get_stats(self) -> dict[str, float]:
+        kvm = self.kv_cache_manager
+        return {
+            "num_running": len(self.running),
+            "num_waiting": len(self.waiting),
+            "num_waiting_for_kv": len(self.waiting_for_kv),
+            "num_transferring": len(self.transferring),
+            "kv_usage": kvm.usage,
+            "num_free_blocks": kvm.num_free_blocks,
+            "num_preemptions": self.num_preemptions,
+        }
