@@ -1,0 +1,291 @@
+"""`LLM`: vLLM-style offline API over the shared core (scheduler, KV manager, engine step)
+driving the real `ModelRunner`, plus the step-level API the serving layer uses.
+
+Times are seconds on the engine clock: `time.perf_counter()` since the `LLM` was created.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from realexec.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
+from realexec.model_loader import ModelSpec, eos_token_id, load_model
+from realexec.outputs import CompletionOutput, RequestOutput
+from realexec.paged_model import PagedCausalLM
+from realexec.runner import ModelRunner
+from realexec.simple_attention import NoCacheAttention
+from simulator.core.config import CacheConfig, SchedulerConfig
+from simulator.core.engine import EngineCore, EngineStepOutput
+from simulator.core.request import Request, SamplingParams
+from simulator.core.scheduler import Scheduler
+
+# vLLM v1's default token budget for online serving on GPUs (EngineArgs: 2048 when chunked
+# prefill is on); a step of 2048 tokens of the default model is ~0.6 s on 2 CPU cores.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# vLLM's default cap on concurrently running sequences.
+DEFAULT_MAX_NUM_SEQS = 256
+
+SamplingArg = SamplingParams | dict[str, Any] | None
+
+
+def validate_prompt(index: int, prompt: Any, vocab_size: int) -> list[int]:
+    """The prompt as a list of ints; ValueError naming the request index and field."""
+    if isinstance(prompt, torch.Tensor):
+        prompt = prompt.tolist()
+    if not isinstance(prompt, Sequence) or isinstance(prompt, str | bytes):
+        raise ValueError(
+            f"request {index}: prompt_token_ids must be a list of token ids, got {type(prompt).__name__}"
+        )
+    if len(prompt) == 0:
+        raise ValueError(f"request {index}: prompt_token_ids is empty (need at least 1 token)")
+    out = []
+    for j, t in enumerate(prompt):
+        if isinstance(t, bool) or not isinstance(t, int):
+            try:
+                ok = int(t) == t
+            except (TypeError, ValueError):
+                ok = False
+            if not ok or isinstance(t, bool):
+                raise ValueError(
+                    f"request {index}: prompt_token_ids[{j}] = {t!r} is not an integer token id"
+                )
+        t = int(t)
+        if not 0 <= t < vocab_size:
+            raise ValueError(
+                f"request {index}: prompt_token_ids[{j}] = {t} is outside the vocabulary "
+                f"[0, {vocab_size})"
+            )
+        out.append(t)
+    return out
+
+
+def validate_sampling(index: int, params: SamplingArg) -> SamplingParams:
+    """SamplingParams from an object, a dict of options or None; errors name the request."""
+    where = f"request {index}: sampling_params"
+    if params is None:
+        return SamplingParams()
+    if isinstance(params, dict):
+        return SamplingParams.from_dict(params, where)
+    if isinstance(params, SamplingParams):
+        params.validate(where)
+        return params
+    raise ValueError(f"{where} must be a SamplingParams or a dict, got {type(params).__name__}")
+
+
+class LLM:
+    """A real model served by the shared core with a paged KV cache.
+
+    `model`: a model directory (config.json + safetensors), a config.json path, a config dict or
+    `PretrainedConfig` (seeded random weights), or a built-in name (`realexec.configs`).
+    The KV pool has `num_gpu_blocks` blocks, or as many as fit in `gpu_memory_utilization` of
+    the device's memory (capped at 4 GiB on CPU). `num_cpu_blocks` is the host pool for
+    swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec | Path = "llama-50m",
+        dtype: str | torch.dtype = "fp32",
+        device: str | torch.device | None = None,
+        block_size: int = 16,
+        num_gpu_blocks: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        num_cpu_blocks: int | None = None,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        enable_chunked_prefill: bool = True,
+        long_prefill_token_threshold: int = 0,
+        enable_prefix_caching: bool = True,
+        preemption_mode: str = "recompute",
+        policy: str = "fcfs",
+        batching: str = "continuous",
+        max_model_len: int | None = None,
+        seed: int = 0,
+        initializer_range: float | None = None,
+        record_steps: bool = False,
+    ) -> None:
+        self.loaded = load_model(model, dtype, device, seed, initializer_range)
+        self.device = self.loaded.device
+        self.model = PagedCausalLM(self.loaded.model)
+        self.vocab_size = int(self.loaded.config.vocab_size)
+        self.eos_token_id = eos_token_id(self.loaded.config)
+        model_max = self.loaded.max_model_len
+        if max_model_len is None:
+            max_model_len = model_max
+        elif max_model_len > model_max:
+            raise ValueError(
+                f"max_model_len {max_model_len} exceeds the model's context ({model_max} tokens)"
+            )
+        sched_cfg = SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=enable_chunked_prefill,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            preemption_mode=preemption_mode,
+            policy=policy,
+            batching=batching,
+        )
+        spec = KVCacheSpec(self.model.num_layers, self.model.num_kv_heads, self.model.head_dim,
+                           block_size, self.loaded.dtype)
+        if num_gpu_blocks is None:
+            used = self.loaded.weight_bytes + self._profile_activation_bytes(
+                min(max_num_batched_tokens, max_model_len))
+            num_gpu_blocks = num_blocks_from_budget(spec, self.device, gpu_memory_utilization, used)
+        if num_cpu_blocks is None:
+            num_cpu_blocks = num_gpu_blocks if preemption_mode == "swap" else 0
+        cache_cfg = CacheConfig(
+            num_gpu_blocks=num_gpu_blocks, block_size=block_size, num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=enable_prefix_caching, block_bytes=spec.bytes_per_block,
+        )
+        self.scheduler = Scheduler(sched_cfg, cache_cfg)
+        self.kv_cache = PagedKVCache(spec, num_gpu_blocks, self.device, num_cpu_blocks)
+        self._t0 = time.perf_counter()
+        self.runner = ModelRunner(self.model, self.kv_cache, seed, clock=self.clock,
+                                  record_steps=record_steps)
+        self.engine = EngineCore(self.scheduler, self.runner)
+        self._next_id = 0
+        self.finished: dict[str, Request] = {}  # every finished request, by id
+
+    # ------------------------------------------------------------------ setup
+    def _profile_activation_bytes(self, num_tokens: int) -> int:
+        """Peak activation bytes of a `num_tokens` forward (measured on CUDA; 0 elsewhere,
+        where the CPU KV cap leaves ample room)."""
+        if self.device.type != "cuda":
+            return 0
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        pos = torch.arange(num_tokens, device=self.device)
+        hidden = self.model.forward(ids, pos, NoCacheAttention())
+        self.model.compute_logits(hidden, pos[-1:])
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        del hidden
+        torch.cuda.empty_cache()
+        return int(peak)
+
+    def clock(self) -> float:
+        """Seconds since this engine was created."""
+        return time.perf_counter() - self._t0
+
+    @property
+    def kv_cache_manager(self):
+        return self.scheduler.kv_cache_manager
+
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.config.max_model_len
+
+    # ------------------------------------------------------- step-level API
+    def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                     sampling_params: SamplingArg = None, arrival_time: float | None = None,
+                     priority: int = 0, index: int = 0) -> Request:
+        """A validated core `Request` (ValueError naming `index` and the field if bad)."""
+        prompt = validate_prompt(index, prompt_token_ids, self.vocab_size)
+        sp = validate_sampling(index, sampling_params)
+        return Request(
+            request_id=str(request_id), prompt_token_ids=prompt, sampling_params=sp,
+            arrival_time=self.clock() if arrival_time is None else float(arrival_time),
+            eos_token_id=self.eos_token_id, priority=priority,
+        )
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                    sampling_params: SamplingArg = None, arrival_time: float | None = None,
+                    priority: int = 0) -> Request:
+        """Queue a request now; returns the core `Request` whose fields fill as it runs. A
+        request the engine can never serve (too long) comes back finished as "rejected"."""
+        req = self.make_request(request_id, prompt_token_ids, sampling_params, arrival_time,
+                                priority)
+        self.engine.add_request(req, self.clock())
+        return req
+
+    def abort_request(self, request_id: str, reason: str = "aborted") -> bool:
+        """Finish a queued or running request as aborted; False if it is unknown."""
+        return self.engine.abort_request(str(request_id), self.clock(), reason)
+
+    def step(self) -> EngineStepOutput:
+        """Run one engine step now; `.finished` lists requests that finished in it."""
+        now = self.clock()
+        self.runner.step_start = now
+        out = self.engine.step(now)
+        for req in out.finished:
+            self.runner.drop_request(req.request_id)
+            self.finished[req.request_id] = req
+        return out
+
+    def has_unfinished_requests(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    # ---------------------------------------------------------- offline API
+    def generate(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling_params: SamplingArg | Sequence[SamplingArg] = None,
+        arrival_times: Sequence[float] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt; outputs in prompt order.
+
+        `sampling_params`: one for all prompts or one per prompt (SamplingParams or a dict of
+        options). `arrival_times`: optional offsets (s) from the call at which each request
+        arrives (staggered traffic); by default all arrive at once. All inputs are validated
+        before anything runs.
+        """
+        if isinstance(prompt_token_ids, torch.Tensor):
+            prompt_token_ids = prompt_token_ids.tolist()
+        if not isinstance(prompt_token_ids, Sequence) or (
+            prompt_token_ids and not isinstance(prompt_token_ids[0], Sequence | torch.Tensor)
+        ):
+            raise ValueError("prompt_token_ids must be a list of prompts, each a list of token ids")
+        n = len(prompt_token_ids)
+        if isinstance(sampling_params, Sequence) and not isinstance(sampling_params, str):
+            if len(sampling_params) != n:
+                raise ValueError(
+                    f"{len(sampling_params)} sampling_params for {n} prompts; give one or one per prompt"
+                )
+            params_list = list(sampling_params)
+        else:
+            params_list = [sampling_params] * n
+        if arrival_times is not None:
+            if len(arrival_times) != n:
+                raise ValueError(f"{len(arrival_times)} arrival_times for {n} prompts")
+            for i, a in enumerate(arrival_times):
+                if not a >= 0:
+                    raise ValueError(f"request {i}: arrival_times[{i}] must be >= 0 s, got {a}")
+        start = self.clock()
+        offsets = [0.0] * n if arrival_times is None else [float(a) for a in arrival_times]
+        reqs = []
+        for i in range(n):
+            rid = str(self._next_id + i)
+            reqs.append(self.make_request(rid, prompt_token_ids[i], params_list[i],
+                                          start + offsets[i], index=i))
+        self._next_id += n
+        pending = sorted(range(n), key=lambda i: (offsets[i], i))
+        k = 0
+        while k < len(pending) or self.has_unfinished_requests():
+            now = self.clock()
+            while k < len(pending) and reqs[pending[k]].arrival_time <= now:
+                self.engine.add_request(reqs[pending[k]], now)
+                k += 1
+            if self.has_unfinished_requests():
+                self.step()
+            elif k < len(pending):
+                time.sleep(max(0.0, reqs[pending[k]].arrival_time - self.clock()))
+        return [self._output(req) for req in reqs]
+
+    def _output(self, parent: Request) -> RequestOutput:
+        n = parent.sampling_params.n
+        group = [parent] + [self.finished[f"{i}_{parent.request_id}"] for i in range(1, n)
+                            if f"{i}_{parent.request_id}" in self.finished]
+        return RequestOutput(
+            request_id=parent.request_id,
+            prompt_token_ids=list(parent.prompt_token_ids or []),
+            arrival_time=parent.arrival_time,
+            outputs=[CompletionOutput.from_request(i, r) for i, r in enumerate(group)],
+            requests=group,
+        )

@@ -1,0 +1,66 @@
+"""What `LLM.generate` returns (names follow vLLM's `RequestOutput` / `CompletionOutput`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulator.core.request import Request
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence. Times are seconds on the engine clock (since `LLM` creation)."""
+
+    index: int  # 0 for the parent, i for the i-th child of an n > 1 request
+    request_id: str
+    token_ids: list[int]
+    finish_reason: str | None  # "stop", "length", "abort" or "rejected"
+    stop_reason: str | None  # detail, e.g. why a request was rejected
+    token_times: list[float]  # time each output token was produced (s)
+    first_token_time: float | None
+    finish_time: float | None
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+    num_preemptions: int
+
+    @classmethod
+    def from_request(cls, index: int, req: Request) -> CompletionOutput:
+        return cls(
+            index=index,
+            request_id=req.request_id,
+            token_ids=list(req.output_token_ids),
+            finish_reason=req.finish_reason,
+            stop_reason=req.stop_reason,
+            token_times=list(req.token_times),
+            first_token_time=req.first_token_time,
+            finish_time=req.finish_time,
+            num_cached_tokens=max(req.num_cached_tokens, 0),
+            num_preemptions=req.num_preemptions,
+        )
+
+
+@dataclass
+class RequestOutput:
+    """The outputs of one prompt: `outputs[0]` is the parent, then the n-1 children."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    arrival_time: float  # s, engine clock
+    outputs: list[CompletionOutput]
+    requests: list[Request] = field(repr=False)  # the core's Request objects, same order
+
+    @property
+    def finished(self) -> bool:
+        return all(r.is_finished for r in self.requests)
+
+    # conveniences for n == 1
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def token_times(self) -> list[float]:
+        return self.outputs[0].token_times

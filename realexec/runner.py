@@ -1,0 +1,121 @@
+"""`ModelRunner`: the real executor of the core's `SchedulerOutput`s (the core's `Executor`).
+
+Per step, in the order `SchedulerOutput` prescribes: device block copies (copy-on-write
+after an n > 1 fork), swap-out copies to the host pool, swap-in copies back, then one
+forward pass over the flat batch of all scheduled tokens, then one sampled token per
+request whose computed range reaches its `num_tokens`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from realexec.attention import PagedAttention, build_metadata
+from realexec.device import synchronize
+from realexec.kv_cache import PagedKVCache
+from realexec.paged_model import PagedCausalLM
+from realexec.sampler import Sampler, row_from_params
+from simulator.core.batch_shape import BatchShape
+from simulator.core.request import Request
+from simulator.core.scheduler_output import SchedulerOutput, StepResult
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One executed step, for profiling: its shape and measured times (s)."""
+
+    shape: BatchShape
+    execute_s: float  # copies + forward + sampling, synchronized
+    duration_s: float  # what was reported to the core (includes scheduling when clocked)
+    num_swapped_blocks: int
+
+
+class ModelRunner:
+    """Runs `SchedulerOutput`s on a `PagedCausalLM` with a `PagedKVCache`.
+
+    `clock` (s) and `step_start` let the engine make `duration_s` cover the whole step
+    (scheduling included) so that token timestamps are wall-clock times; without a clock,
+    `duration_s` is the execution time alone.
+    """
+
+    def __init__(self, model: PagedCausalLM, cache: PagedKVCache, seed: int = 0,
+                 clock: Callable[[], float] | None = None, record_steps: bool = False) -> None:
+        self.model = model
+        self.cache = cache
+        self.device = model.device
+        self.sampler = Sampler(self.device, seed)
+        self.generators: dict[str, torch.Generator] = {}
+        self.clock = clock
+        self.step_start: float | None = None
+        self.record_steps = record_steps
+        self.steps: list[StepRecord] = []
+
+    def drop_request(self, request_id: str) -> None:
+        """Forget per-request state (its RNG) of a finished request."""
+        self.generators.pop(request_id, None)
+
+    def _generator(self, req: Request) -> torch.Generator | None:
+        seed = req.sampling_params.seed
+        if seed is None or req.sampling_params.greedy:
+            return None
+        g = self.generators.get(req.request_id)
+        if g is None:
+            g = self.generators[req.request_id] = self.sampler.make_generator(seed)
+        return g
+
+    def execute(self, output: SchedulerOutput) -> StepResult:
+        t0 = time.perf_counter()
+        for rid in output.finished_req_ids:
+            self.drop_request(rid)
+        cache = self.cache
+        cache.copy_blocks(output.blocks_to_copy)
+        cache.swap_out(output.blocks_to_swap_out)
+        cache.swap_in(output.blocks_to_swap_in)
+        sampled: list[int] | None = None
+        if output.reqs:
+            sampled = self._forward_and_sample(output)
+        synchronize(self.device)
+        execute_s = time.perf_counter() - t0
+        duration = execute_s
+        if self.clock is not None and self.step_start is not None:
+            duration = self.clock() - self.step_start
+        if self.record_steps:
+            n = len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out)
+            self.steps.append(StepRecord(output.shape, execute_s, duration, n))
+        return StepResult(duration_s=duration, sampled_token_ids=sampled)
+
+    def _forward_and_sample(self, output: SchedulerOutput) -> list[int]:
+        ids: list[int] = []
+        sample_rows: list[int] = []
+        logit_idx: list[int] = []
+        offset = 0
+        for i, (req, n, before) in enumerate(
+            zip(output.reqs, output.num_new_tokens, output.num_computed_before)
+        ):
+            ids.extend(req.token_ids_slice(before, before + n))
+            offset += n
+            if before + n == req.num_tokens:
+                sample_rows.append(i)
+                logit_idx.append(offset - 1)
+        dev = self.device
+        meta = build_metadata(
+            output.num_new_tokens, output.num_computed_before, output.block_ids,
+            self.cache.block_size, self.cache.num_blocks, dev,
+        )
+        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        hidden = self.model.forward(input_ids, meta.positions, PagedAttention(self.cache, meta))
+        sampled = [-1] * len(output.reqs)
+        if sample_rows:
+            logits = self.model.compute_logits(hidden, torch.tensor(logit_idx, device=dev))
+            rows = []
+            for i in sample_rows:
+                req = output.reqs[i]
+                rows.append(row_from_params(req.sampling_params, req.num_output_tokens,
+                                            req.eos_token_id, self._generator(req)))
+            for i, tok in zip(sample_rows, self.sampler.sample(logits, rows)):
+                sampled[i] = tok
+        return sampled

@@ -1,0 +1,77 @@
+"""Attention backends without paging, for one request at a time: the ladder's baselines.
+
+- `NoCacheAttention`: plain causal attention over the tokens of this forward only; used to
+  recompute the whole sequence every token (ladder rung 1) and to profile peak activation
+  memory without a cache.
+- `ContiguousKVAttention`: one preallocated `[max_len, kv_heads, head_dim]` K and V tensor per
+  layer for a single request (ladder rung 2, the classic HF-style cache); decode reads a
+  contiguous slice, no gather.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+          mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """q `[Tq, h, d]`, k/v `[Tk, kvh, d]` -> `[Tq, h, d]`."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0), attn_mask=mask, is_causal=causal, scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+    return out[0].transpose(0, 1)
+
+
+def _window_causal_mask(q_start: int, q_len: int, k_len: int, window: int | None,
+                        device: torch.device) -> torch.Tensor:
+    q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    m = k_pos <= q_pos
+    if window is not None:
+        m = m & (k_pos > q_pos - window)
+    return m
+
+
+class NoCacheAttention:
+    """Causal attention over one sequence's tokens in this forward (no KV kept)."""
+
+    def attend(self, layer: int, q, k, v, scale: float, window: int | None) -> torch.Tensor:
+        if window is None:
+            return _sdpa(q, k, v, scale, None, True)
+        return _sdpa(q, k, v, scale, _window_causal_mask(0, q.shape[0], k.shape[0], window,
+                                                         q.device), False)
+
+
+class ContiguousKVAttention:
+    """A contiguous per-request KV cache of `max_len` tokens; call `advance()` after a forward."""
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        shape = (num_layers, 2, max_len, num_kv_heads, head_dim)
+        self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.length = 0  # tokens cached before the current forward
+        self._new = 0
+
+    def attend(self, layer: int, q, k, v, scale: float, window: int | None) -> torch.Tensor:
+        n = q.shape[0]
+        start, end = self.length, self.length + n
+        if end > self.max_len:
+            raise ValueError(f"contiguous cache of {self.max_len} tokens cannot hold {end}")
+        self.kv[layer, 0, start:end] = k
+        self.kv[layer, 1, start:end] = v
+        self._new = n
+        kc, vc = self.kv[layer, 0, :end], self.kv[layer, 1, :end]
+        if start == 0 and window is None:
+            return _sdpa(q, kc, vc, scale, None, True)
+        if n == 1 and (window is None or end <= window):
+            return _sdpa(q, kc, vc, scale, None, False)
+        return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device), False)
+
+    def advance(self) -> None:
+        """Commit the tokens of the forward just run."""
+        self.length += self._new
+        self._new = 0
