@@ -1,0 +1,48 @@
+"""Shared helpers for the realexec tests: tiny seeded models and HF `generate` references."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import torch
+
+from realexec.model_loader import load_model
+
+FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2"]
+VOCAB = 256  # vocab_size of the tiny configs (realexec.configs.TINY)
+
+
+@functools.lru_cache(maxsize=8)
+def hf_model(name: str):
+    """The same seeded random model `LLM(name, seed=0)` builds, as a plain HF module."""
+    return load_model(name, dtype="fp32", device="cpu", seed=0).model
+
+
+@functools.lru_cache(maxsize=4096)
+def _reference(name: str, prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
+    model = hf_model(name)
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False, max_new_tokens=max_tokens, pad_token_id=0,
+        )
+    return tuple(out[0, len(prompt):].tolist())
+
+
+def reference(name: str, prompt: list[int], max_tokens: int) -> list[int]:
+    """HF's own greedy `generate` for one prompt (stops at the model's EOS like ours)."""
+    return list(_reference(name, tuple(prompt), max_tokens))
+
+
+def random_prompts(seed: int, lengths: list[int]) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, VOCAB) for _ in range(n)] for n in lengths]
+
+
+def assert_pool_whole(llm) -> None:
+    """After a generate, every device and host block is free again."""
+    kvm = llm.kv_cache_manager
+    assert kvm.num_free_blocks == kvm.num_gpu_blocks
+    assert len(kvm.free_cpu_blocks) == kvm.num_cpu_blocks
+    assert not llm.has_unfinished_requests()

@@ -1,0 +1,98 @@
+"""Greedy output of the real engine equals HF `generate(do_sample=False)` token for token
+(fp32, CPU, seeded tiny models of every supported family), across batching, chunked
+prefill, prefix caching, preemption (recompute and swap) and n > 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from realexec import LLM, SamplingParams
+from tests.realexec_reference import FAMILIES, assert_pool_whole, random_prompts, reference
+
+
+def _greedy(max_tokens: int, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+def _check(name, llm, prompts, params):
+    outs = llm.generate(prompts, params)
+    for p, sp, o in zip(prompts, params, outs):
+        ref = reference(name, p, sp.max_tokens)
+        assert o.token_ids == ref, f"prompt of {len(p)} tokens"
+        assert o.finish_reason == ("length" if len(ref) == sp.max_tokens else "stop")
+        assert len(o.token_times) == len(o.token_ids)
+    assert_pool_whole(llm)
+    return outs
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_large_batch_of_mixed_lengths(name):
+    lengths = [1, 2, 3, 5, 8, 13, 16, 17, 31, 32, 47, 64, 90]
+    prompts = random_prompts(1, lengths)
+    params = [_greedy(1 + (7 * i) % 20) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=256, block_size=4, record_steps=True)
+    _check(name, llm, prompts, params)
+    # all prompts were prefilled together in the first step
+    assert llm.runner.steps[0].shape.num_reqs == len(prompts)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_tiny_token_budget_chunks_and_mixes(name):
+    prompts = random_prompts(2, [3, 9, 22, 40, 7])
+    params = [_greedy(12) for _ in prompts]
+    llm = LLM(name, num_gpu_blocks=128, block_size=4, max_num_batched_tokens=8,
+              record_steps=True)
+    _check(name, llm, prompts, params)
+    shapes = [s.shape for s in llm.runner.steps]
+    assert all(s.num_tokens <= 8 for s in shapes)
+    assert any(s.num_prefill_reqs and s.num_decode_reqs for s in shapes)  # mixed steps
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_shared_prefixes_and_full_prompt_hits(name):
+    bs = 4
+    (base,) = random_prompts(3, [21])
+    aligned = base[:16]  # exactly 4 blocks
+    prompts = [base, aligned, base[:18] + [5, 6, 7], aligned + [9], base[:5]]
+    params = [_greedy(10) for _ in prompts]
+    llm = LLM(name, num_gpu_blocks=128, block_size=bs, enable_prefix_caching=True)
+    _check(name, llm, [base], params[:1])
+    outs = _check(name, llm, prompts, params)  # all hit base's cached blocks
+    assert [o.outputs[0].num_cached_tokens for o in outs] == [20, 12, 16, 16, 4]
+    again = _check(name, llm, prompts, params)  # full-prompt hits (minus the last token)
+    assert again[1].outputs[0].num_cached_tokens == 12  # block-aligned: last block recomputed
+    assert again[3].outputs[0].num_cached_tokens == 16
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_tiny_pool_forces_preemption(name, mode):
+    prompts = random_prompts(4, [10, 14, 9, 12, 11, 13])
+    params = [_greedy(20) for _ in prompts]
+    llm = LLM(name, num_gpu_blocks=20, block_size=4, preemption_mode=mode,
+              num_cpu_blocks=40 if mode == "swap" else 0, enable_prefix_caching=False)
+    outs = _check(name, llm, prompts, params)
+    assert sum(o.outputs[0].num_preemptions for o in outs) > 0
+    if mode == "swap":
+        assert llm.kv_cache_manager.num_swapped_in_blocks > 0
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_parallel_sampling_children(name):
+    prompts = random_prompts(5, [6, 13, 16])
+    llm = LLM(name, num_gpu_blocks=128, block_size=4)
+    outs = llm.generate(prompts, _greedy(9, n=3))
+    for p, o in zip(prompts, outs):
+        assert len(o.outputs) == 3
+        ref = reference(name, p, 9)
+        assert [c.token_ids for c in o.outputs] == [ref] * 3
+    assert_pool_whole(llm)
+    # seeded sampling: child i uses seed + i, like an independent request with that seed
+    sp = SamplingParams(temperature=1.0, top_k=50, seed=11, n=3, max_tokens=12, ignore_eos=True)
+    forked = llm.generate(prompts, sp)
+    for k in range(3):
+        alone = LLM(name, num_gpu_blocks=128, block_size=4).generate(
+            prompts, SamplingParams(temperature=1.0, top_k=50, seed=11 + k, max_tokens=12,
+                                    ignore_eos=True))
+        assert [o.outputs[k].token_ids for o in forked] == [o.token_ids for o in alone]
+    assert_pool_whole(llm)
