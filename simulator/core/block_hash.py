@@ -37,6 +37,9 @@ def num_hashable_tokens(request: Request) -> int:
 def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> list[int]:
     """Extend `request.block_hashes` to cover up to `num_blocks` full blocks (fewer if the
     content of later blocks is unknown) and return it."""
+    if request.block_hashes_block_size != block_size:  # e.g. P and D pools differ
+        request.block_hashes = []
+        request.block_hashes_block_size = block_size
     hashes = request.block_hashes
     have = len(hashes)
     if have >= num_blocks:

@@ -82,5 +82,12 @@ class EngineCore:
         for _ in range(max_steps):
             if not self.has_unfinished_requests():
                 return now
-            now = self.step(now).end_time
+            step = self.step(now)
+            out = step.scheduler_output
+            if out.is_empty and not step.finished and not out.kv_to_receive:
+                raise RuntimeError(
+                    "no progress: nothing can be scheduled "
+                    f"({len(self.scheduler.waiting_for_kv)} requests wait for remote KV)"
+                )
+            now = step.end_time
         raise RuntimeError(f"requests still unfinished after {max_steps} steps")

@@ -223,6 +223,7 @@ class KVCacheManager:
         self.req_to_block_ids[cid] = [b.block_id for b in blocks]
         self.num_cached_blocks[cid] = min(self.num_cached_blocks.get(pid, 0), num_full)
         child.block_hashes = list(parent.block_hashes[:num_full])
+        child.block_hashes_block_size = parent.block_hashes_block_size
         return copy
 
     # ---- swapping ----

@@ -133,6 +133,7 @@ class Request:
     annotations: dict[str, Any] = field(default_factory=dict)
     # core-internal
     block_hashes: list[int] = field(default_factory=list, repr=False)
+    block_hashes_block_size: int = field(default=0, repr=False)  # pool block size of block_hashes
     is_swapped: bool = field(default=False, repr=False)
     num_forked: int = field(default=0, repr=False)
 

@@ -62,7 +62,9 @@ class Scheduler:
             req.finish(RequestStatus.FINISHED_REJECTED, now if now is not None else req.arrival_time, reason)
             self._finished_pending.append(req)
             return
-        if req.status != REMOTE:
+        if req.status == REMOTE:
+            req.num_computed_tokens = 0  # nothing of it is in this replica's pool yet
+        else:
             req.status = RequestStatus.WAITING
         self.requests[req.request_id] = req
         if req.sampling_params.n > 1 and req.num_prompt_tokens == 1 and not req.num_forked:
@@ -317,6 +319,7 @@ class Scheduler:
         in `StepResult.step_end_times`. 1 means "one step only"."""
         if (
             max_steps <= 1
+            or not out.reqs
             or out.shape.num_prefill_reqs
             or len(out.reqs) != len(self.running)
             or out.preempted_req_ids

@@ -1,0 +1,188 @@
+"""Property-based tests of the core over random workloads and tiny random pools."""
+
+from __future__ import annotations
+
+import random
+from itertools import accumulate
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.core import (
+    CacheConfig,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerOutput,
+    StepResult,
+)
+
+knobs = st.fixed_dictionaries(
+    {
+        "block_size": st.sampled_from([1, 2, 4, 8]),
+        "num_gpu_blocks": st.integers(4, 40),
+        "num_cpu_blocks": st.integers(0, 40),
+        "budget_blocks": st.integers(1, 8),
+        "max_num_seqs": st.integers(1, 6),
+        "chunked": st.booleans(),
+        "threshold": st.sampled_from([0, 0, 3, 7]),
+        "swap": st.booleans(),
+        "policy": st.sampled_from(["fcfs", "priority"]),
+        "batching": st.sampled_from(["continuous", "continuous", "static"]),
+        "caching": st.booleans(),
+    }
+)
+workload = st.lists(
+    st.tuples(
+        st.integers(1, 40),  # prompt length
+        st.integers(1, 12),  # max tokens
+        st.integers(0, 3),  # shared-prefix family
+        st.floats(0, 0.2),  # arrival gap (s)
+        st.sampled_from([1, 1, 1, 2, 3]),  # n
+        st.integers(0, 2),  # priority
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def build(k, wl, seed):
+    cache = CacheConfig(
+        num_gpu_blocks=k["num_gpu_blocks"],
+        block_size=k["block_size"],
+        num_cpu_blocks=k["num_cpu_blocks"] if k["swap"] else 0,
+        enable_prefix_caching=k["caching"],
+    )
+    cfg = SchedulerConfig(
+        max_num_seqs=k["max_num_seqs"],
+        max_num_batched_tokens=k["budget_blocks"] * 8 + k["block_size"],
+        max_model_len=64,
+        enable_chunked_prefill=k["chunked"],
+        long_prefill_token_threshold=k["threshold"],
+        preemption_mode="swap" if k["swap"] and k["num_cpu_blocks"] else "recompute",
+        policy=k["policy"],
+        batching=k["batching"],
+    )
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(5) for _ in range(30)] for _ in range(4)]
+    reqs, t = [], 0.0
+    for i, (plen, max_tokens, fam, gap, n, prio) in enumerate(wl):
+        t += gap
+        prompt = (prefixes[fam] + [rng.randrange(5) for _ in range(plen)])[:plen]
+        sp = SamplingParams(max_tokens=max_tokens, n=n, stop_token_ids=(4,), seed=i)
+        r = Request(f"r{i}", prompt_token_ids=prompt, sampling_params=sp, arrival_time=t, priority=prio)
+        reqs.append(r)
+    return Scheduler(cfg, cache), reqs
+
+
+class TokenExecutor:
+    """Deterministic pseudo-random tokens (so stop tokens happen), fixed step time."""
+
+    def __init__(self, seed: int, ids: bool) -> None:
+        self.rng = random.Random(seed)
+        self.ids = ids
+
+    def execute(self, out: SchedulerOutput) -> StepResult:
+        toks = [self.rng.randrange(6) for _ in out.reqs] if self.ids else None
+        return StepResult(0.01 + 0.001 * out.shape.num_tokens, toks)
+
+
+def run(sched, reqs, executor, max_burst=1, check=True):
+    """Drive the scheduler with virtual time; returns the schedule trace."""
+    kvm = sched.kv_cache_manager
+    cfg = sched.config
+    pending = list(reqs)
+    now, trace, all_reqs = 0.0, [], {}
+    admitted_order = []
+    for _ in range(20000):
+        while pending and pending[0].arrival_time <= now:
+            r = pending.pop(0)
+            sched.add_request(r, now)
+        if not sched.has_unfinished_requests():
+            if not pending:
+                break
+            now = pending[0].arrival_time
+            continue
+        out = sched.schedule(now)
+        for r in out.reqs:
+            all_reqs[r.request_id] = r
+        admitted_order += [rid for rid in out.new_req_ids if "_" not in rid and rid not in admitted_order]
+        if check:
+            assert out.shape.num_tokens <= cfg.max_num_batched_tokens
+            assert len(out.reqs) <= cfg.max_num_seqs or any("_" in r.request_id for r in out.reqs)
+            assert all(b.ref_cnt >= 0 for b in kvm.block_pool.blocks)
+            bs = kvm.block_size
+            for r, ids, before, q in zip(out.reqs, out.block_ids, out.num_computed_before, out.num_new_tokens):
+                assert len(ids) * bs >= before + q
+                for j in range((before + q) // bs):  # every cached block holds this request's tokens
+                    blk = kvm.block_pool.blocks[ids[j]]
+                    if blk.token_ids is not None:
+                        assert list(blk.token_ids) == r.token_ids_slice(j * bs, (j + 1) * bs)
+        result = executor.execute(out)
+        k = sched.max_decode_burst(out, max_burst) if max_burst > 1 else 1
+        if k > 1 and pending:  # an arrival ends the burst at the step it lands in
+            ends = list(accumulate([result.duration_s] * k, initial=now))[1:]
+            k = next((j + 1 for j, e in enumerate(ends) if e >= pending[0].arrival_time), k)
+        if k > 1:
+            ends = list(accumulate([result.duration_s] * k, initial=now))[1:]
+            result = StepResult(ends[-1] - now, None, ends)
+            end = ends[-1]
+        else:
+            end = now + result.duration_s
+        finished = sched.update(out, result, end)
+        trace.append((tuple(r.request_id for r in out.reqs), tuple(out.num_new_tokens), len(finished)))
+        now = end
+    else:
+        raise AssertionError("did not finish")
+    return trace, admitted_order
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000), st.booleans())
+def test_every_request_finishes_and_pool_is_whole_again(k, wl, seed, ids):
+    sched, reqs = build(k, wl, seed)
+    run(sched, reqs, TokenExecutor(seed, ids))
+    kvm = sched.kv_cache_manager
+    assert kvm.num_free_blocks == kvm.num_gpu_blocks
+    assert len(kvm.free_cpu_blocks) == kvm.num_cpu_blocks
+    for r in reqs:
+        assert r.status.is_finished, r
+        assert r.num_output_tokens <= r.max_tokens
+        if r.status != RequestStatus.FINISHED_REJECTED:
+            assert r.num_output_tokens >= 1 and len(r.token_times) == r.num_output_tokens
+            assert r.first_token_time >= r.arrival_time
+    assert not sched.running and not sched.waiting and not sched.requests
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000))
+def test_same_seed_gives_the_same_schedule_step_for_step(k, wl, seed):
+    t1 = run(*build(k, wl, seed), TokenExecutor(seed, True))
+    t2 = run(*build(k, wl, seed), TokenExecutor(seed, True))
+    assert t1 == t2
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000))
+def test_fcfs_admits_in_arrival_order(k, wl, seed):
+    k = dict(k, policy="fcfs")
+    sched, reqs = build(k, wl, seed)
+    _, admitted = run(sched, reqs, TokenExecutor(seed, False))
+    served = [r.request_id for r in reqs if r.status != RequestStatus.FINISHED_REJECTED]
+    assert admitted == served
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000))
+def test_decode_bursts_give_identical_timestamps(k, wl, seed):
+    s1, r1 = build(k, wl, seed)
+    run(s1, r1, TokenExecutor(seed, False), max_burst=1)
+    s2, r2 = build(k, wl, seed)
+    run(s2, r2, TokenExecutor(seed, False), max_burst=64, check=False)
+    for a, b in zip(r1, r2):
+        assert a.status == b.status and a.num_output_tokens == b.num_output_tokens
+        assert list(a.token_times) == list(b.token_times)
+        assert a.num_preemptions == b.num_preemptions
+    assert s2.kv_cache_manager.num_free_blocks == s2.kv_cache_manager.num_gpu_blocks
