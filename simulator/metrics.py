@@ -1,0 +1,193 @@
+"""Per-request records and the run summary (`summary.json`), computed from `Request`
+timestamps only, so simulated and real runs produce the same files.
+
+Definitions (seconds): TTFT = first token - arrival; TPOT = (last token - first
+token) / (output tokens - 1); ITL = gaps between consecutive tokens; E2E = last
+token - arrival; queueing = first scheduled - arrival. SLO attainment follows
+DistServe: the fraction of all requests whose TTFT and TPOT both meet their
+targets; goodput = such requests per second of the run's span.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator.core.request import Request, RequestStatus
+
+PERCENTILES = (50, 90, 99)
+COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets (s); None = no target on that metric."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def request_records(requests: Iterable[Request]) -> dict[str, np.ndarray]:
+    """One row per request, as numpy columns (NaN where a metric does not apply)."""
+    rows = list(requests)
+    n = len(rows)
+    cols: dict[str, np.ndarray] = {
+        "request_id": np.array([r.request_id for r in rows], dtype=object),
+        "arrival_s": np.empty(n),
+        "queueing_s": np.empty(n),
+        "ttft_s": np.empty(n),
+        "tpot_s": np.empty(n),
+        "itl_mean_s": np.empty(n),
+        "itl_p99_s": np.empty(n),
+        "itl_max_s": np.empty(n),
+        "e2e_s": np.empty(n),
+        "prompt_tokens": np.empty(n, dtype=np.int64),
+        "output_tokens": np.empty(n, dtype=np.int64),
+        "cached_prompt_tokens": np.empty(n, dtype=np.int64),
+        "preemptions": np.empty(n, dtype=np.int64),
+        "finish_reason": np.array([r.finish_reason or "unfinished" for r in rows], dtype=object),
+        "replica": np.array([str(r.annotations.get("replica", "")) for r in rows], dtype=object),
+        "kv_transfer_s": np.empty(n),
+    }
+    for i, r in enumerate(rows):
+        a = r.arrival_time
+        cols["arrival_s"][i] = a
+        cols["queueing_s"][i] = _nan(None if r.first_scheduled_time is None else r.first_scheduled_time - a)
+        cols["ttft_s"][i] = _nan(None if r.first_token_time is None else r.first_token_time - a)
+        times = r.token_times
+        k = len(times)
+        if k > 1:
+            gaps = np.diff(np.frombuffer(times, dtype=np.float64))
+            cols["tpot_s"][i] = (times[-1] - times[0]) / (k - 1)
+            cols["itl_mean_s"][i] = gaps.mean()
+            cols["itl_p99_s"][i] = np.percentile(gaps, 99)
+            cols["itl_max_s"][i] = gaps.max()
+        else:
+            cols["tpot_s"][i] = cols["itl_mean_s"][i] = cols["itl_p99_s"][i] = cols["itl_max_s"][i] = np.nan
+        cols["e2e_s"][i] = times[-1] - a if k else np.nan
+        cols["prompt_tokens"][i] = r.num_prompt_tokens
+        cols["output_tokens"][i] = r.num_output_tokens
+        cols["cached_prompt_tokens"][i] = max(r.num_cached_tokens, 0)
+        cols["preemptions"][i] = r.num_preemptions
+        cols["kv_transfer_s"][i] = _nan(r.annotations.get("kv_transfer_s"))
+    return cols
+
+
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    v = values[~np.isnan(values)]
+    if v.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p = np.percentile(v, PERCENTILES)
+    return {
+        "mean": float(v.mean()),
+        "p50": float(p[0]),
+        "p90": float(p[1]),
+        "p99": float(p[2]),
+        "max": float(v.max()),
+    }
+
+
+def all_itls(requests: Iterable[Request]) -> np.ndarray:
+    """Every inter-token gap of every request (s), for exact ITL percentiles."""
+    parts = [
+        np.diff(np.frombuffer(r.token_times, dtype=np.float64))
+        for r in requests
+        if len(r.token_times) > 1
+    ]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def summarize(
+    requests: list[Request],
+    *,
+    slo: SLO | None = None,
+    kv_peak_usage: float = 0.0,
+    prefix_hit_rate: float = 0.0,
+    wall_s: float = 0.0,
+    records: dict[str, np.ndarray] | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """The run summary; keys are a contract (see the README)."""
+    rec = records if records is not None else request_records(requests)
+    status = np.array([int(r.status) for r in requests], dtype=np.int64)
+    completed = (status == RequestStatus.FINISHED_STOPPED) | (status == RequestStatus.FINISHED_LENGTH)
+    rejected = status == RequestStatus.FINISHED_REJECTED
+    aborted = status == RequestStatus.FINISHED_ABORTED
+    n = len(requests)
+    if n:
+        start = float(rec["arrival_s"].min())
+        ends = rec["arrival_s"] + np.nan_to_num(rec["e2e_s"], nan=0.0)
+        span = max(float(ends.max()) - start, 1e-12)
+    else:
+        span = 0.0
+    out_tokens = int(rec["output_tokens"][completed].sum()) if n else 0
+    in_tokens = int(rec["prompt_tokens"][completed].sum()) if n else 0
+    slo = slo or SLO()
+    ok = completed.copy()
+    if slo.ttft_s is not None:
+        ok &= np.nan_to_num(rec["ttft_s"], nan=np.inf) <= slo.ttft_s
+    if slo.tpot_s is not None:
+        ok &= np.nan_to_num(rec["tpot_s"], nan=0.0) <= slo.tpot_s
+    rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
+    summary = {
+        "requests": {
+            "total": n,
+            "finished": int(completed.sum()),
+            "rejected": int(rejected.sum()),
+            "aborted": int(aborted.sum()),
+            "preempted": int((rec["preemptions"] > 0).sum()) if n else 0,
+        },
+        "throughput": {
+            "output_tokens_per_s": rate(out_tokens),
+            "total_tokens_per_s": rate(out_tokens + in_tokens),
+            "requests_per_s": rate(int(completed.sum())),
+        },
+        "ttft_s": _stats(rec["ttft_s"][completed]),
+        "tpot_s": _stats(rec["tpot_s"][completed]),
+        "itl_s": _stats(all_itls(r for r, c in zip(requests, completed) if c)),
+        "e2e_s": _stats(rec["e2e_s"][completed]),
+        "queueing_s": _stats(rec["queueing_s"][completed]),
+        "slo": {
+            "ttft_s": slo.ttft_s,
+            "tpot_s": slo.tpot_s,
+            "attainment": float(ok.sum() / n) if n else 0.0,
+            "goodput_rps": rate(int(ok.sum())),
+        },
+        "kv": {"peak_usage": float(kv_peak_usage), "prefix_hit_rate": float(prefix_hit_rate)},
+        "preemptions": int(rec["preemptions"].sum()) if n else 0,
+        "tokens": {"prompt": in_tokens, "output": out_tokens},
+        "span_s": span,
+        "wall_s": float(wall_s),
+    }
+    if extra:
+        summary.update(extra)
+    return summary
+
+
+def write_summary(summary: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def write_records(records: dict[str, np.ndarray], path: str | Path) -> Path:
+    """Write per-request records as Parquet (or CSV when `path` ends in .csv)."""
+    import pyarrow as pa
+
+    path = Path(path)
+    table = pa.table({k: (v.tolist() if v.dtype == object else v) for k, v in records.items()})
+    if path.suffix == ".csv":
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, path)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    return path
