@@ -15,6 +15,7 @@ import sys
 # Order is the order shown by `kvpd --help`.
 COMMAND_MODULES: list[str] = [
     "kvpd.commands.version",
+    "kvpd.commands.trace",
 ]
 
 
