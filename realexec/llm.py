@@ -85,6 +85,8 @@ class LLM:
     The KV pool has `num_gpu_blocks` blocks, or as many as fit in `gpu_memory_utilization` of
     the device's memory (capped at 4 GiB on CPU). `num_cpu_blocks` is the host pool for
     swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
+    `seed` drives sampling of requests without their own seed (as vLLM's); `model_seed` the
+    random weights of a model given by its config alone.
     """
 
     def __init__(
@@ -106,10 +108,11 @@ class LLM:
         batching: str = "continuous",
         max_model_len: int | None = None,
         seed: int = 0,
+        model_seed: int = 0,
         initializer_range: float | None = None,
         record_steps: bool = False,
     ) -> None:
-        self.loaded = load_model(model, dtype, device, seed, initializer_range)
+        self.loaded = load_model(model, dtype, device, model_seed, initializer_range)
         self.device = self.loaded.device
         self.model = PagedCausalLM(self.loaded.model)
         self.vocab_size = int(self.loaded.config.vocab_size)

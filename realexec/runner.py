@@ -88,6 +88,7 @@ class ModelRunner:
             self.steps.append(StepRecord(output.shape, execute_s, duration, n))
         return StepResult(duration_s=duration, sampled_token_ids=sampled)
 
+    @torch.inference_mode()
     def _forward_and_sample(self, output: SchedulerOutput) -> list[int]:
         ids: list[int] = []
         sample_rows: list[int] = []

@@ -1,0 +1,115 @@
+"""Bad input is rejected at the edge with a message naming the request and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from realexec import LLM, SamplingParams
+from realexec.device import available_devices, resolve_device
+from realexec.kv_cache import KVCacheSpec, num_blocks_from_budget
+from realexec.model_loader import load_model, parse_dtype
+from tests.realexec_reference import assert_pool_whole, random_prompts, reference
+
+NAME = "tiny-gpt2"
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM(NAME, num_gpu_blocks=128, block_size=4)
+
+
+def test_too_long_prompt_is_rejected_and_the_rest_runs(llm):
+    prompts = random_prompts(20, [8, llm.max_model_len + 1, 5])
+    sp = SamplingParams(temperature=0, max_tokens=6)
+    outs = llm.generate(prompts, sp)
+    assert outs[1].finish_reason == "rejected" and outs[1].token_ids == []
+    assert "max_model_len" in outs[1].outputs[0].stop_reason
+    for i in (0, 2):
+        assert outs[i].token_ids == reference(NAME, prompts[i], 6)
+    assert_pool_whole(llm)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "params", "match"),
+    [
+        ([[5, 6], []], None, r"request 1: prompt_token_ids is empty"),
+        ([[5, 6], [7, 256]], None, r"request 1: prompt_token_ids\[1\] = 256 is outside the vocabulary"),
+        ([[5, 6], [-1]], None, r"request 1: prompt_token_ids\[0\] = -1 is outside"),
+        ([[5, 6], [7, "x"]], None, r"request 1: prompt_token_ids\[1\] = 'x' is not an integer"),
+        ([[5], [6]], [{}, {"max_tokens": -3}], r"request 1: sampling_params.*max_tokens must be >= 1"),
+        ([[5], [6]], [{"temprature": 0.5}, {}], r"request 0: sampling_params: unknown sampling option.*temprature"),
+        ([[5], [6]], [{"top_p": 0.0}, {}], r"request 0: sampling_params.*top_p must be in"),
+        ([5, 6], None, r"list of prompts"),
+    ],
+)
+def test_bad_requests_raise_value_error(llm, prompts, params, match):
+    with pytest.raises(ValueError, match=match):
+        llm.generate(prompts, params)
+    assert_pool_whole(llm)  # nothing of the bad batch was queued
+    assert llm.generate([[5, 6]], {"temperature": 0, "max_tokens": 2})[0].finish_reason == "length"
+
+
+def test_unsupported_architecture_lists_the_supported(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"'bert' is not supported.*Llama.*Mistral.*Qwen2.*GPT-2"):
+        load_model(tmp_path)
+    with pytest.raises(ValueError, match=r"'bert' is not supported"):
+        load_model({"model_type": "bert"})
+
+
+def test_model_directory_round_trip(tmp_path):
+    """A saved directory (config.json + safetensors) loads to the same logits."""
+    src = load_model("tiny-qwen2", seed=3)
+    src.model.save_pretrained(tmp_path)
+    assert list(tmp_path.glob("*.safetensors"))
+    again = load_model(tmp_path)
+    assert not again.random_weights
+    ids = torch.tensor([random_prompts(21, [12])[0]])
+    with torch.inference_mode():
+        torch.testing.assert_close(again.model(ids).logits, src.model(ids).logits)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps"])
+def test_absent_device_lists_the_available(kind):
+    if kind in available_devices():
+        pytest.skip(f"{kind} is present here")
+    with pytest.raises(ValueError, match=rf"'{kind}'.*not available.*available: .*cpu"):
+        resolve_device(kind)
+    with pytest.raises(ValueError, match="not available"):
+        LLM(NAME, device=kind, num_gpu_blocks=8)
+
+
+def test_device_and_dtype_names():
+    assert resolve_device(None).type == available_devices()[0]
+    assert resolve_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="not a torch device"):
+        resolve_device("tpu9")
+    assert parse_dtype("bf16") is torch.bfloat16 and parse_dtype("fp16") is torch.float16
+    with pytest.raises(ValueError, match="expected one of fp32, bf16, fp16"):
+        parse_dtype("int8")
+
+
+def test_kv_blocks_from_memory_budget():
+    spec = KVCacheSpec(num_layers=2, num_kv_heads=2, head_dim=16, block_size=4, dtype=torch.float32)
+    assert spec.bytes_per_block == 2 * 2 * 2 * 16 * 4 * 4
+    n = num_blocks_from_budget(spec, torch.device("cpu"), 0.5, 0, cpu_kv_cache_bytes=10_000)
+    assert n == 10_000 // spec.bytes_per_block
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        num_blocks_from_budget(spec, torch.device("cpu"), 1.5, 0)
+    llm = LLM(NAME, block_size=4, gpu_memory_utilization=0.9)
+    assert llm.kv_cache_manager.num_gpu_blocks > 1000
+
+
+def test_reduced_precision_runs():
+    prompts = random_prompts(22, [5, 9])
+    for dtype in ("bf16", "fp16"):
+        outs = LLM(NAME, dtype=dtype, num_gpu_blocks=32, block_size=4).generate(
+            prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+        assert [len(o.token_ids) for o in outs] == [4, 4]

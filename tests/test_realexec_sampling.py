@@ -1,0 +1,92 @@
+"""Sampling: seeds make runs reproducible and independent of the batch; top-k/top-p,
+min_tokens and stop ids behave as documented; the pool is whole after each generate."""
+
+from __future__ import annotations
+
+import torch
+
+from realexec import LLM, SamplingParams
+from realexec.sampler import Sampler, SamplingRow, apply_top_k_top_p
+from tests.realexec_reference import assert_pool_whole, random_prompts, reference
+
+NAME = "tiny-llama"
+
+
+def _llm(**kw) -> LLM:
+    return LLM(NAME, num_gpu_blocks=128, block_size=4, **kw)
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent():
+    prompts = random_prompts(10, [5, 12, 30])
+    sp = SamplingParams(temperature=0.9, top_p=0.95, seed=123, max_tokens=15, ignore_eos=True)
+    a = [o.token_ids for o in _llm().generate(prompts, sp)]
+    b = [o.token_ids for o in _llm(seed=999).generate(prompts, sp)]  # engine seed irrelevant
+    assert a == b
+    alone = _llm().generate(prompts[1:2], sp)[0].token_ids  # different batch company
+    assert alone == a[1]
+    other = _llm().generate(prompts, SamplingParams(temperature=0.9, top_p=0.95, seed=124,
+                                                     max_tokens=15, ignore_eos=True))
+    assert [o.token_ids for o in other] != a
+
+
+def test_unseeded_sampling_follows_the_engine_seed():
+    prompts = random_prompts(11, [6, 9])
+    sp = SamplingParams(temperature=1.0, max_tokens=10, ignore_eos=True)
+    run = lambda seed: [o.token_ids for o in _llm(seed=seed).generate(prompts, sp)]  # noqa: E731
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy():
+    prompts = random_prompts(12, [7, 20])
+    llm = _llm()
+    refs = [reference(NAME, p, 8) for p in prompts]
+    for sp in (SamplingParams(temperature=1.5, top_k=1, seed=1, max_tokens=8),
+               SamplingParams(temperature=1.5, top_p=1e-6, seed=1, max_tokens=8)):
+        assert [o.token_ids for o in llm.generate(prompts, sp)] == refs
+    assert_pool_whole(llm)
+
+
+def test_top_k_top_p_masks():
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0, 0.0]])
+    out = apply_top_k_top_p(logits.clone(), torch.tensor([2, 5]), None)
+    assert torch.isinf(out[0, :3]).all() and torch.isfinite(out[0, 3:]).all()
+    assert torch.isfinite(out[1]).all()
+    # probs of [4,3,2,1,0]: 0.636, 0.234, 0.086, ...: top_p 0.8 keeps the first two
+    out = apply_top_k_top_p(logits.clone(), None, torch.tensor([0.8, 0.8]))
+    assert torch.isfinite(out[1, :2]).all() and torch.isinf(out[1, 2:]).all()
+    assert torch.isfinite(out[0, 3:]).all() and torch.isinf(out[0, :3]).all()
+
+
+def test_sampler_draws_only_allowed_tokens():
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.zeros(200, 10)
+    rows = [SamplingRow(temperature=1.0, top_k=3, generator=sampler.make_generator(i))
+            for i in range(200)]
+    logits[:, 7:] = 5.0  # tokens 7, 8, 9 are the top 3
+    toks = sampler.sample(logits, rows)
+    assert set(toks) == {7, 8, 9}
+
+
+def test_min_tokens_hides_eos_and_stop_ids():
+    (prompt,) = random_prompts(13, [9])
+    ref = reference(NAME, prompt, 30)
+    llm = _llm()
+    stop = ref[3]
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=30,
+                                                 stop_token_ids=(stop,)))[0]
+    assert out.token_ids == ref[: ref.index(stop) + 1] and out.finish_reason == "stop"
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=30, min_tokens=8,
+                                                 stop_token_ids=(stop,)))[0]
+    assert len(out.token_ids) >= 8 and stop not in out.token_ids[:8]
+    assert_pool_whole(llm)
+
+
+def test_token_times_are_increasing_engine_times():
+    prompts = random_prompts(14, [4, 10])
+    llm = _llm()
+    for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)):
+        t = o.token_times
+        assert len(t) == 6 and all(b > a for a, b in zip(t, t[1:]))
+        assert o.arrival_time <= o.outputs[0].first_token_time == t[0]
+        assert o.outputs[0].finish_time == t[-1]
