@@ -16,6 +16,9 @@ import sys
 COMMAND_MODULES: list[str] = [
     "kvpd.commands.version",
     "kvpd.commands.trace",
+    "kvpd.commands.estimate",
+    "kvpd.commands.hardware",
+    "kvpd.commands.model",
 ]
 
 

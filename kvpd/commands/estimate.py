@@ -1,0 +1,108 @@
+"""`kvpd estimate`: the roofline time of one engine step, its bound and its breakdown.
+
+    kvpd estimate --model llama-3-8b --hardware h100-sxm --prefill 2048
+    kvpd estimate --model llama-3-70b --hardware h100-sxm --tp 4 --decode 64x2048 --json
+
+`--prefill N` (or `BxN`) adds prompt(s) of N new tokens with no cached context;
+`--decode BxC` adds B decodes of one token after C context tokens. Given both, the step
+mixes them (chunked prefill), as the scheduler would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="roofline time of one engine step (explained)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="catalog model, HF id or config.json path")
+    p.add_argument("--hardware", required=True, help="catalog accelerator (see `kvpd hardware list`)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
+    p.add_argument("--dtype", default="bf16", help="weights: fp32, bf16, fp16, fp8, int4")
+    p.add_argument("--kv-cache-dtype", default=None, help="KV cache dtype (default: as --dtype)")
+    p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
+    p.add_argument("--decode", metavar="BxC", help="B decodes after C context tokens each")
+    p.add_argument("--params", metavar="YAML", help="calibrated CostParams file")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def parse_batch(text: str, flag: str, need_batch: bool) -> tuple[int, int]:
+    """'BxN' -> (B, N); 'N' -> (1, N) unless `need_batch`."""
+    m = re.fullmatch(r"\s*(?:(\d+)\s*[xX*]\s*)?(\d+)\s*", text or "")
+    if not m or (need_batch and m.group(1) is None):
+        form = "BxC, e.g. 64x2048" if need_batch else "N or BxN, e.g. 2048 or 4x512"
+        raise ValueError(f"{flag} {text!r}: expected {form}")
+    b, n = int(m.group(1) or 1), int(m.group(2))
+    if b < 1 or n < 1:
+        raise ValueError(f"{flag} {text!r}: batch and length must be >= 1")
+    return b, n
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.core.batch_shape import BatchShape
+    from simulator.costmodel import CostModel
+    from simulator.costparams import CostParams
+    from simulator.hardware import get_accelerator
+    from simulator.memory_plan import plan_memory
+    from simulator.models import get_model
+
+    if not args.prefill and not args.decode:
+        raise ValueError("give --prefill N, --decode BxC, or both")
+    model = get_model(args.model)
+    acc = get_accelerator(args.hardware)
+    params = (CostParams.load(args.params, device=acc.name, model=model.name)
+              if args.params else None)
+    cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
+                   kv_cache_dtype=args.kv_cache_dtype)
+    plan = plan_memory(model, acc, cm.dtype, args.tp, args.pp,
+                       gpu_memory_utilization=args.gpu_memory_utilization,
+                       kv_cache_dtype=cm.kv_cache_dtype)
+    shape = BatchShape()
+    kv_tokens = 0
+    if args.prefill:
+        b, n = parse_batch(args.prefill, "--prefill", need_batch=False)
+        for _ in range(b):
+            shape.add(n, 0)
+        kv_tokens += b * n
+    if args.decode:
+        b, c = parse_batch(args.decode, "--decode", need_batch=True)
+        for _ in range(b):
+            shape.add(1, c)
+        kv_tokens += b * (c + 1)
+    br = cm.explain(shape)
+    out = br.to_dict()
+    out["decode_tokens_per_s"] = shape.num_decode_reqs / br.total_s if shape.num_decode_reqs else 0.0
+    out["memory_plan"] = plan.to_dict()
+    out["kv_tokens_needed"] = kv_tokens
+    out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}), "
+          f"{cm.dtype} weights, {cm.kv_cache_dtype} KV cache"
+          + ("  [PLACEHOLDER hardware figures]" if acc.placeholder else ""))
+    print(f"step: {shape.num_prefill_reqs} prefill ({shape.num_prefill_tokens} tokens), "
+          f"{shape.num_decode_reqs} decode (context {args.decode or '-'})")
+    print(f"step time     {br.total_s * 1e3:.3f} ms")
+    print(f"tokens/s      {br.tokens_per_s:,.0f} (all tokens computed this step)")
+    if shape.num_decode_reqs:
+        print(f"decode tok/s  {out['decode_tokens_per_s']:,.0f} (one token per decode per step)")
+    by = br.by_bound
+    print(f"bound         {br.bound} (" + ", ".join(
+        f"{k} {v / br.total_s:.0%}" for k, v in by.items() if v > 0) + ")")
+    print(f"dominant op   {br.dominant_op.name} ({br.dominant_op.bound})")
+    print(f"memory        {plan.weight_bytes_per_gpu / 1e9:.1f} GB weights/GPU, KV pool "
+          f"{plan.kv_pool_bytes / 1e9:.1f} GB = {plan.num_gpu_blocks} blocks "
+          f"({plan.max_num_tokens:,} tokens)")
+    if not out["fits_kv_pool"]:
+        print(f"warning: this batch needs {kv_tokens:,} KV tokens; the pool holds "
+              f"{plan.max_num_tokens:,}")
+    print()
+    print(br.format_table())
+    return 0

@@ -1,0 +1,66 @@
+"""`kvpd model list|show`: the model catalog, or any HF config.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DTYPES = ("fp32", "bf16", "fp8", "int4")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("model", help="list catalog models or show a model's shape and sizes")
+    msub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lp = msub.add_parser("list", help="list catalog models")
+    lp.add_argument("--json", action="store_true")
+    sp = msub.add_parser("show", help="show a catalog model or a config.json (file or directory)")
+    sp.add_argument("name", metavar="NAME_OR_PATH")
+    sp.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def model_dict(m) -> dict:
+    """Shape and derived sizes of a ModelSpec (bytes, FLOPs)."""
+    return {
+        "name": m.name, "hf_id": m.hf_id, "architecture": m.architecture,
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+        "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "ffn_size": m.ffn_size,
+        "vocab_size": m.vocab_size, "num_experts": m.num_experts,
+        "experts_per_token": m.experts_per_token,
+        "max_position_embeddings": m.max_position_embeddings,
+        "tie_word_embeddings": m.tie_word_embeddings,
+        "num_params": m.num_params, "num_active_params": m.num_active_params,
+        "flops_per_token": m.flops_per_token,
+        "weight_bytes": {dt: m.weight_bytes(dt) for dt in DTYPES},
+        "kv_bytes_per_token": {dt: m.kv_bytes_per_token(dt) for dt in ("fp32", "bf16", "fp8")},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.models import get_model, list_models
+
+    if args.action == "list":
+        models = [get_model(n) for n in list_models()]
+        if args.json:
+            print(json.dumps([model_dict(m) for m in models], indent=2))
+            return 0
+        print(f"{'model':16s} {'params':>9s} {'L':>4s} {'d':>6s} {'heads':>5s} {'kv':>3s} "
+              f"{'FFN':>6s} {'vocab':>7s} {'experts':>7s} {'KV KB/tok':>9s}  hf_id")
+        for m in models:
+            experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "-"
+            print(f"{m.name:16s} {m.num_params / 1e9:8.2f}B {m.num_layers:4d} {m.hidden_size:6d} "
+                  f"{m.num_heads:5d} {m.num_kv_heads:3d} {m.ffn_size:6d} {m.vocab_size:7d} "
+                  f"{experts:>7s} {m.kv_bytes_per_token('bf16') / 1024:9.0f}  {m.hf_id}")
+        return 0
+    d = model_dict(get_model(args.name))
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{dt} {b / 1e9:.2f} GB" if k == "weight_bytes" else f"{dt} {b:,.0f} B"
+                          for dt, b in v.items())
+        elif isinstance(v, int) and not isinstance(v, bool) and v > 10**6:
+            v = f"{v:,}"
+        print(f"{k:24s} {v}")
+    return 0

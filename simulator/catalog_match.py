@@ -1,0 +1,38 @@
+"""Close-match suggestions for unknown catalog names (difflib), shared by the catalogs."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def normalize_name(name: str) -> str:
+    """Catalog lookup key: lower case, `_` and spaces read as `-`."""
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def close_matches(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
+    """Up to `n` candidates that look like `name`, best first.
+
+    Uses difflib ratios, plus candidates that contain `name` (or are contained in it), so
+    "llama" suggests every Llama and "h100" suggests "h100-sxm" and "h100-pcie".
+    """
+    key = normalize_name(name)
+    pool = sorted(set(candidates))
+    found = difflib.get_close_matches(key, pool, n=n, cutoff=0.5)
+    if key:
+        for cand in pool:
+            if (key in cand or cand in key) and cand not in found:
+                found.append(cand)
+    return found[:n]
+
+
+def unknown_name_error(kind: str, name: str, candidates: Iterable[str]) -> ValueError:
+    """A ValueError for an unknown `kind` name that lists close matches (or all names)."""
+    pool = sorted(set(candidates))
+    matches = close_matches(name, pool)
+    if matches:
+        hint = "did you mean: " + ", ".join(matches) + "?"
+    else:
+        hint = "known: " + ", ".join(pool)
+    return ValueError(f"unknown {kind} {name!r}; {hint}")

@@ -1,0 +1,228 @@
+"""Roofline cost model: the duration of one engine step from its `BatchShape`.
+
+Each operator costs max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x memory
+efficiency)); operators run one after another, so the step is their sum plus fixed
+overheads. Per layer and per tensor-parallel rank:
+
+- `qkv_proj`, `o_proj`, `mlp` (or `moe_experts`): GEMMs of the step's tokens against the
+  rank's weight slice (weights read once per step; MoE reads the experts the tokens hit);
+- `attn_prefill`: causal query-key pairs x 4 x heads x head_dim FLOPs, reading the KV of
+  the whole context once; `attn_decode`: each decode reads the KV bytes of its context;
+- `norm_act_rope`: norms, activation, rotary, residual adds (memory bound);
+- `tp_allreduce`: two ring all-reduces of the hidden state per layer over the replica's
+  scale-up link: 2 (tp-1)/tp x bytes / (link bandwidth x efficiency) + 2 (tp-1) x latency;
+- once per step on the last stage: `lm_head` (logits only for each request's last token,
+  as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step and per token) and
+  `layer_overhead`.
+
+Pipeline parallelism splits layers into `pp` stages and the batch into `m` micro-batches:
+the step takes sum_s t_s + (m - 1) max_s t_s (fill/drain bubble included), with the
+activations sent between stages over the scale-up link (`pp_send`).
+
+Everything that depends only on model, hardware, dtype and parallelism is precomputed in
+`__init__`; `step_time` is plain float arithmetic (> 100k evaluations/s, see
+bench/costmodel.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost_explain import StepBreakdown
+from simulator.costparams import CostParams
+from simulator.hardware import Accelerator, Link, get_accelerator, get_link
+from simulator.models import ModelSpec, dtype_bytes, get_model, matrix_weight_bytes, normalize_dtype
+from simulator.parallel import shard_model
+
+# Sampling reads the fp32 logits of each request about three times (softmax, top-k/top-p
+# filtering, the draw) in vLLM's sampler; order of magnitude, absorbed by calibration.
+SAMPLING_PASSES = 3
+LOGIT_BYTES = 4  # logits are upcast to fp32 before sampling (vLLM LogitsProcessor)
+
+
+class CostModel:
+    """Step durations (seconds) for one replica: a model on TP x PP accelerators."""
+
+    def __init__(self, model: ModelSpec | str, accelerator: Accelerator | str | dict,
+                 dtype: str = "bf16", tp: int = 1, pp: int = 1,
+                 params: CostParams | None = None, *, kv_cache_dtype: str | None = None,
+                 link: Link | str | dict | None = None) -> None:
+        self.model = model if isinstance(model, ModelSpec) else get_model(model)
+        self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
+                            else get_accelerator(accelerator))
+        self.dtype = normalize_dtype(dtype)
+        # vLLM's kv_cache_dtype="auto": the model dtype, but int4 weights keep a 16-bit cache
+        auto_kv = "fp16" if self.dtype == "int4" else self.dtype
+        self.kv_cache_dtype = normalize_dtype(kv_cache_dtype or auto_kv)
+        self.tp, self.pp = tp, pp
+        self.shard = shard_model(self.model, tp, pp)
+        self.params = params if params is not None else CostParams.default_for(self.accelerator)
+        self.params.validate("cost params")
+        self.params.check_applies(self.accelerator.name, self.model.name)
+        if link is None:
+            self.link = self.accelerator.intra_node_link()
+        else:
+            self.link = link if isinstance(link, Link) else get_link(link)
+        self.accelerator.peak_flops(self.dtype)  # fails early for an unsupported dtype
+        self._stages = [self._stage_coefs(s) for s in range(pp)]
+        self._fast = self._stages[0]["fast"]
+        p = self.params
+        self._step_ovh, self._tok_ovh = p.step_overhead_s, p.token_overhead_s
+        self._microbatches = p.pp_microbatches or pp
+
+    # ------------------------------------------------------------------ precomputation
+    def _stage_coefs(self, s: int) -> dict[str, Any]:
+        """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
+        the rates into seconds per unit (`fast`) for `step_time`."""
+        m, sh, p, acc = self.model, self.shard, self.params, self.accelerator
+        L = sh.layers_per_stage[s]
+        last = s == self.pp - 1
+        d, hd = m.hidden_size, m.head_dim
+        hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
+        wb = matrix_weight_bytes(self.dtype)
+        ab = 4.0 if self.dtype == "fp32" else 2.0  # activations, norms, embeddings
+        kvb = dtype_bytes(self.kv_cache_dtype)
+        bw = acc.mem_bw_bytes_per_s
+        rate = {
+            "gemm_c": 1.0 / (acc.peak_flops(self.dtype) * p.gemm_compute_efficiency),
+            "gemm_m": 1.0 / (bw * p.gemm_memory_efficiency),
+            "attn_c": 1.0 / (acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
+                             * p.attn_compute_efficiency),
+            "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
+            "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
+        }
+        n_mats = 3 if m.gated_mlp else 2
+        w_qkv, w_o, w_e = d * (hq + 2 * hkv) * hd, hq * hd * d, n_mats * d * f
+        kv_tok, qo_tok = 2 * hkv * hd * kvb, 2 * hq * hd * ab
+        tp = self.tp
+        ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves 2 (tp-1)/tp of the message
+        raw = {
+            # (flops per token, weight bytes, activation bytes per token), L layers
+            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * wb, L * (d + (hq + 2 * hkv) * hd) * ab),
+            "o_proj": (L * 2 * w_o, L * w_o * wb, L * (hq * hd + d) * ab),
+            "mlp": (L * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
+                    L * w_e * wb,  # per expert touched
+                    L * (m.experts_per_token * (2 * d + n_mats * f) * ab
+                         + (2 * d * ab if m.is_moe else 0))),
+            "router_bytes": L * d * m.num_experts * ab if m.is_moe else 0.0,
+            # attention: flops per query-key pair, KV bytes per context token, bytes per new token
+            "attn": (L * 4 * hq * hd, L * kv_tok, L * (qo_tok + kv_tok)),
+            "elementwise": (L * (10 * d + 4 * n_mats * f),  # nominal FLOPs, reported only
+                            L * (8 * d + n_mats * f + 2 * (hq + hkv) * hd) * ab),
+            "allreduce": (L * 2 * ring * d * ab, L * 2 * 2 * (tp - 1) * self.link.latency_s),
+            "layers": L,
+        }
+        if last:
+            pdim = m.embed_proj_dim or d
+            w_lm = sh.vocab * pdim + (pdim * d if pdim != d else 0)
+            raw["lm_head"] = (2 * w_lm, w_lm * ab, d * ab + sh.vocab * LOGIT_BYTES)
+            raw["sampling"] = SAMPLING_PASSES * m.vocab_size * LOGIT_BYTES
+            raw["gather"] = ((tp - 1) / tp * m.vocab_size * LOGIT_BYTES,
+                             (tp - 1) * self.link.latency_s)
+        else:
+            raw["pp_send"] = (d * ab, self.link.latency_s)
+        gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
+        E, k = m.num_experts, m.experts_per_token
+        lm = raw.get("lm_head", (0.0, 0.0, 0.0))
+        gather = raw.get("gather", (0.0, 0.0))
+        send = raw.get("pp_send", (0.0, 0.0))
+        fast = (
+            raw["qkv_proj"][0] * gc, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
+            raw["o_proj"][0] * gc, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
+            raw["mlp"][0] * gc, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
+            raw["router_bytes"] * gm, float(E), 1.0 - k / E,
+            raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
+            raw["elementwise"][1] * gm,
+            raw["allreduce"][0] * lk, raw["allreduce"][1],
+            L * p.layer_overhead_s,
+            lm[0] * gc, lm[1] * gm, lm[2] * gm, raw.get("sampling", 0.0) * gm,
+            gather[0] * lk, gather[1],
+            send[0] * lk, send[1],
+        )
+        return {"raw": raw, "rate": rate, "fast": fast, "last": last}
+
+    # ------------------------------------------------------------------ public API
+    def step_time(self, shape: BatchShape) -> float:
+        """Seconds for one engine step computing `shape` (0.0 for an empty step)."""
+        T = shape.num_tokens
+        if T <= 0:
+            return 0.0
+        if self.pp == 1:
+            t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
+                                 shape.prefill_attn_pairs, shape.prefill_context_tokens,
+                                 shape.num_decode_reqs, shape.decode_context_tokens)
+            return t + self._step_ovh + T * self._tok_ovh
+        mb = self.num_microbatches(shape)
+        times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
+                                  shape.num_prefill_tokens / mb, shape.prefill_attn_pairs / mb,
+                                  shape.prefill_context_tokens / mb, shape.num_decode_reqs / mb,
+                                  shape.decode_context_tokens / mb)
+                 for st in self._stages]
+        return sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
+
+    def num_microbatches(self, shape: BatchShape) -> int:
+        """Pipeline micro-batches of this step: `pp_microbatches` (default pp), at most one
+        per request (1 when pp == 1)."""
+        if self.pp == 1:
+            return 1
+        return max(1, min(self._microbatches, shape.num_reqs))
+
+    @staticmethod
+    def _stage_time(fast: tuple, T: float, R: float, Tp: float, P: float, Pctx: float,
+                    Rd: float, Dctx: float) -> float:
+        """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
+        (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
+         cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0) = fast
+        a = T * qc
+        b = qm0 + T * qm1
+        t = a if a > b else b
+        a = P * ac
+        b = Pctx * akv + Tp * aq
+        t += a if a > b else b
+        a = Dctx * ac
+        b = Dctx * akv + Rd * aq
+        t += a if a > b else b
+        a = T * oc
+        b = om0 + T * om1
+        t += a if a > b else b
+        a = T * mc
+        if n_exp > 1:  # MoE: expected number of distinct experts the T tokens hit
+            b = mm0 * n_exp * (1.0 - hit ** T) + rtr + T * mm1
+        else:
+            b = mm0 + T * mm1
+        t += a if a > b else b
+        t += T * el + cm0 + T * cm1 + lovh
+        if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
+            a = R * lc
+            b = lm0 + R * lm1
+            t += (a if a > b else b) + R * smp + g0 + R * g1
+        else:  # activations to the next stage
+            t += s0 + T * s1
+        return t
+
+    def kv_transfer_bytes(self, num_tokens: int) -> int:
+        """KV-cache bytes of `num_tokens` tokens of this model (all layers, cache dtype)."""
+        return int(round(num_tokens * self.model.kv_bytes_per_token(self.kv_cache_dtype)))
+
+    def explain(self, shape: BatchShape) -> StepBreakdown:
+        """Per-operator FLOPs, bytes, seconds and bound; `total_s` equals `step_time(shape)`."""
+        from simulator.costmodel_ops import explain_step
+
+        return explain_step(self, shape)
+
+    def decode_run_times(self, shape: BatchShape, num_steps: int) -> np.ndarray:
+        """Seconds of `num_steps` consecutive all-decode steps, contexts growing by one per step
+        (element k equals `step_time(shape.advanced(k))`)."""
+        from simulator.costmodel_ops import decode_run_times
+
+        return decode_run_times(self, shape, num_steps)
+
+    def describe(self) -> dict[str, Any]:
+        """Model, hardware, dtype and parallelism, for reports."""
+        return {"model": self.model.name, "hardware": self.accelerator.name,
+                "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
+                "tp": self.tp, "pp": self.pp, "link": self.link.name,
+                "params_source": self.params.source}

@@ -1,0 +1,127 @@
+"""The slow, explainable side of `CostModel`: per-operator breakdowns (`explain_step`) and the
+vectorised all-decode run (`decode_run_times`). Both agree with `CostModel.step_time`
+(tests/test_costmodel*.py check it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost_explain import OpCost, StepBreakdown
+
+if TYPE_CHECKING:
+    from simulator.costmodel import CostModel
+
+
+def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: float) -> OpCost:
+    c, m = flops * rate_c, nbytes * rate_m
+    return OpCost(name, flops, nbytes, c if c > m else m, "compute" if c > m else "memory", c, m)
+
+
+def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float, P: float,
+               Pctx: float, Rd: float, Dctx: float) -> list[OpCost]:
+    """Operators of one stage for one micro-batch (same arithmetic as `_stage_time`)."""
+    raw, rate = st["raw"], st["rate"]
+    gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
+    model = cm.model
+    ops: list[OpCost] = []
+    fl, wb, act = raw["qkv_proj"]
+    ops.append(_roofline("qkv_proj", T * fl, wb + T * act, gc, gm))
+    fa, kv_ctx, per_new = raw["attn"]
+    if Tp or Pctx:
+        ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am))
+    if Rd or Dctx:
+        ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am))
+    fl, wb, act = raw["o_proj"]
+    ops.append(_roofline("o_proj", T * fl, wb + T * act, gc, gm))
+    fl, wb, act = raw["mlp"]
+    if model.is_moe:
+        E, k = model.num_experts, model.experts_per_token
+        hit = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts hit by T tokens
+        ops.append(_roofline("moe_experts", T * fl, wb * hit + raw["router_bytes"] + T * act,
+                             gc, gm))
+    else:
+        ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm))
+    efl, eb = raw["elementwise"]
+    ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm))
+    if cm.tp > 1:
+        per_tok, lat = raw["allreduce"]
+        ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * lk,
+                          "communication"))
+    ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layers"] * cm.params.layer_overhead_s,
+                      "overhead"))
+    if st["last"]:
+        fl, wb, act = raw["lm_head"]
+        ops.append(_roofline("lm_head", R * fl, wb + R * act, gc, gm))
+        sb = R * raw["sampling"]
+        ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm))
+        if cm.tp > 1:
+            per_req, lat = raw["gather"]
+            ops.append(OpCost("logits_gather", 0.0, R * per_req, lat + R * per_req * lk,
+                              "communication"))
+    else:
+        per_tok, lat = raw["pp_send"]
+        ops.append(OpCost("pp_send", 0.0, T * per_tok, lat + T * per_tok * lk, "communication"))
+    return ops
+
+
+def _scale(op: OpCost, k: float) -> OpCost:
+    return OpCost(op.name, op.flops * k, op.bytes * k, op.time_s * k, op.bound,
+                  op.compute_s * k, op.memory_s * k)
+
+
+def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
+    """Per-operator costs of one step. With pp > 1 the operators are those of the slowest
+    stage summed over the micro-batches, plus `pipeline_bubble`: the time the other stages
+    add while filling and draining the pipeline."""
+    T = shape.num_tokens
+    desc = cm.describe()
+    if T <= 0:
+        return StepBreakdown(0.0, [], 0, shape.num_reqs, desc)
+    mb = cm.num_microbatches(shape)
+    desc["microbatches"] = mb
+    per_stage = [
+        _stage_ops(cm, st, T / mb, shape.num_reqs / mb, shape.num_prefill_tokens / mb,
+                   shape.prefill_attn_pairs / mb, shape.prefill_context_tokens / mb,
+                   shape.num_decode_reqs / mb, shape.decode_context_tokens / mb)
+        for st in cm._stages
+    ]
+    times = [sum(op.time_s for op in ops) for ops in per_stage]
+    if cm.pp == 1:
+        ops = list(per_stage[0])
+    else:
+        crit = max(range(cm.pp), key=lambda s: times[s])
+        ops = [_scale(op, mb) for op in per_stage[crit]]
+        bubble = sum(t for s, t in enumerate(times) if s != crit)
+        ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
+    ops.append(OpCost("step_overhead", 0.0, 0.0,
+                      cm.params.step_overhead_s + T * cm.params.token_overhead_s, "overhead"))
+    return StepBreakdown(sum(op.time_s for op in ops), ops, T, shape.num_reqs, desc)
+
+
+def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.ndarray:
+    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step."""
+    if shape.num_prefill_reqs:
+        raise ValueError("decode_run_times needs an all-decode batch "
+                         f"(this one has {shape.num_prefill_reqs} prefill requests)")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
+        raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
+    T = shape.num_tokens
+    if num_steps == 0 or T <= 0:
+        return np.zeros(num_steps)
+    mb = cm.num_microbatches(shape)
+    R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
+    ctx = (shape.decode_context_tokens + np.arange(num_steps, dtype=np.float64)
+           * shape.num_decode_reqs) / mb
+    stage_times = []
+    for st in cm._stages:
+        fast = st["fast"]
+        ac, akv, aq = fast[12], fast[13], fast[14]
+        # the stage without its decode-attention term, then the growing attention term
+        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aq
+        stage_times.append(rest + np.maximum(ctx * ac, ctx * akv + Rd * aq))
+    total = stage_times[0] if cm.pp == 1 else (
+        np.sum(stage_times, axis=0) + (mb - 1) * np.max(stage_times, axis=0))
+    return total + (cm.params.step_overhead_s + T * cm.params.token_overhead_s)

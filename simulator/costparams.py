@@ -1,0 +1,144 @@
+"""`CostParams`: the few physical knobs of the roofline cost model, with sourced defaults.
+
+Every parameter is non-negative and means one thing (a fraction of a peak, or seconds), so
+calibration (issue 8) can fit them with `scipy.optimize.least_squares` over
+`to_vector()` / `from_vector()` and write them back with `save()`. A saved profile records
+the `device` and `model` it was measured on; the cost model refuses it for another one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+# Efficiencies are fractions of the datasheet peak in (0, 1]; overheads are seconds >= 0.
+EFFICIENCY_FIELDS = ("gemm_compute_efficiency", "gemm_memory_efficiency",
+                     "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency")
+OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s")
+
+
+@dataclass
+class CostParams:
+    """Efficiencies (fractions of peak) and overheads (seconds) of one device + model."""
+
+    # Dense GEMMs reach the "maximum achievable matmul FLOPS" (MAMF), 51-87% of peak across
+    # the accelerators measured (S. Bekman, ml-engineering, MAMF comparison table); 0.75 is
+    # its NVIDIA middle. Catalog parts with a MAMF figure use it (`default_for`).
+    gemm_compute_efficiency: float = 0.75
+    # Streaming weights: STREAM-like copies reach ~85-92% of datasheet HBM bandwidth on
+    # A100/H100 (BabelStream results); 0.85 leaves room for GEMM tails on small batches.
+    gemm_memory_efficiency: float = 0.85
+    # Prefill attention: FlashAttention-2 reaches 50-73% of peak on A100 (Dao 2023,
+    # arXiv:2307.08691); FA3 ~75% on H100 (Shah et al. 2024, arXiv:2407.08608). Variable-length
+    # serving batches sit at the low end: 0.5.
+    attn_compute_efficiency: float = 0.5
+    # Paged decode attention gathers 16-token KV blocks; paged kernels (vLLM PagedAttention,
+    # FlashInfer, Ye et al. 2025, arXiv:2501.01005) reach well below streaming bandwidth at
+    # short contexts: 0.7 (order of magnitude, calibration refines it).
+    attn_memory_efficiency: float = 0.7
+    # All-reduce bus bandwidth / link bandwidth: nccl-tests on 8x H100 NVLink report
+    # ~360-480 GB/s bus bandwidth against 450 GB/s per direction: 0.8.
+    comm_efficiency: float = 0.8
+    # Scheduler, input preparation, sampling launch and output processing once per step.
+    # vLLM v1 keeps this CPU time to a few hundred us per step with CUDA graphs (vLLM v1
+    # alpha blog, 2025-01-27); 0.3 ms (order of magnitude, calibrated per device).
+    step_overhead_s: float = 3e-4
+    # Kernel launch gaps per layer (~8 kernels, each ~0.5 us under CUDA graphs; NVIDIA CUDA
+    # Graphs blog, 2019): 4 us.
+    layer_overhead_s: float = 4e-6
+    # Host-side work per scheduled token (position/slot-mapping tensors, detokenising):
+    # ~0.1 us per token in numpy (order of magnitude, calibrated per device).
+    token_overhead_s: float = 1e-7
+    # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
+    pp_microbatches: int = 0
+    # Provenance: the device and model a calibration fitted these on (None: defaults).
+    device: str | None = None
+    model: str | None = None
+    source: str = "defaults (simulator/costparams.py)"
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept on save/load
+
+    FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS
+
+    def __post_init__(self) -> None:
+        self.validate("CostParams")
+
+    def validate(self, where: str) -> None:
+        """Raise ValueError naming `where` and the field when a value is out of range."""
+        for name in EFFICIENCY_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ValueError(f"{where}: {name} must be a fraction in (0, 1], got {v!r}")
+        for name in OVERHEAD_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{where}: {name} must be seconds >= 0, got {v!r}")
+        pm = self.pp_microbatches
+        if isinstance(pm, bool) or not isinstance(pm, int) or pm < 0:
+            raise ValueError(f"{where}: pp_microbatches must be an integer >= 0, got {pm!r}")
+
+    @classmethod
+    def default_for(cls, accelerator: Any) -> CostParams:
+        """Defaults, with the accelerator's measured matmul efficiency where the catalog has one."""
+        eff = getattr(accelerator, "matmul_efficiency", None)
+        return cls(gemm_compute_efficiency=eff) if eff else cls()
+
+    # ---- fitting helpers (issue 8) ----
+    def to_vector(self) -> list[float]:
+        """The fitted parameters, in `FIT_FIELDS` order."""
+        return [float(getattr(self, f)) for f in self.FIT_FIELDS]
+
+    def from_vector(self, values: list[float], **meta: Any) -> CostParams:
+        """A copy with `FIT_FIELDS` replaced by `values` (and metadata such as device/model)."""
+        if len(values) != len(self.FIT_FIELDS):
+            raise ValueError(f"expected {len(self.FIT_FIELDS)} values, got {len(values)}")
+        return dataclasses.replace(self, **dict(zip(self.FIT_FIELDS, map(float, values))), **meta)
+
+    @classmethod
+    def fit_bounds(cls) -> tuple[list[float], list[float]]:
+        """Lower/upper bounds for `least_squares` in `FIT_FIELDS` order."""
+        lo = [1e-3] * len(EFFICIENCY_FIELDS) + [0.0] * len(OVERHEAD_FIELDS)
+        hi = [1.0] * len(EFFICIENCY_FIELDS) + [1.0] * len(OVERHEAD_FIELDS)
+        return lo, hi
+
+    # ---- YAML ----
+    def to_dict(self) -> dict[str, Any]:
+        params = {f: getattr(self, f) for f in (*self.FIT_FIELDS, "pp_microbatches")}
+        return {"device": self.device, "model": self.model, "source": self.source,
+                "params": params, "extra": dict(self.extra)}
+
+    def save(self, path: str) -> None:
+        """Write a calibration profile (YAML with device/model metadata)."""
+        with open(path, "w") as f:
+            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+
+    @classmethod
+    def load(cls, path: str, device: str | None = None, model: str | None = None) -> CostParams:
+        """Read a profile written by `save`; with `device`/`model`, refuse a profile of another."""
+        with open(path) as f:
+            data = yaml.safe_load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+            raise ValueError(f"{path}: expected a mapping with a 'params' mapping")
+        top = set(data) - {"device", "model", "source", "params", "extra"}
+        if top:
+            raise ValueError(f"{path}: unknown top-level field(s) {sorted(top)}")
+        allowed = {*cls.FIT_FIELDS, "pp_microbatches"}
+        bad = set(data["params"]) - allowed
+        if bad:
+            raise ValueError(f"{path}: unknown parameter(s) {sorted(bad)}; expected {sorted(allowed)}")
+        try:
+            params = cls(**data["params"], device=data.get("device"), model=data.get("model"),
+                         source=str(data.get("source") or path), extra=dict(data.get("extra") or {}))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        params.check_applies(device, model, where=path)
+        return params
+
+    def check_applies(self, device: str | None, model: str | None, where: str = "cost params") -> None:
+        """Raise ValueError if this profile was measured on another device or model."""
+        if device is not None and self.device is not None and self.device != device:
+            raise ValueError(f"{where}: profile is for device {self.device!r}, not {device!r}")
+        if model is not None and self.model is not None and self.model != model:
+            raise ValueError(f"{where}: profile is for model {self.model!r}, not {model!r}")

@@ -1,0 +1,289 @@
+"""Accelerator and link catalogs (`simulator/catalog/{hardware,links}.yaml`) and their loader.
+
+A name looks up the catalog; a dict defines a hypothetical part inline, either from
+scratch (every field) or from a `base` with overrides and `<field>_scale` factors::
+
+    get_accelerator({"base": "h100-sxm", "mem_bw_tbps_scale": 2})          # "H100 with 2x bandwidth"
+    get_accelerator({"base": "h100-sxm", "name": "h100-hbm4", "memory_gb": 192,
+                     "scale_up_link": {"base": "nvlink4", "bandwidth_gb_s_scale": 2}})
+    get_link({"base": "ib-ndr", "latency_us": 5})
+
+Units: bytes, bytes/s, FLOP/s, seconds in the dataclasses; the YAML keeps datasheet units
+(GiB, TB/s, TFLOP/s, GB/s, us).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from simulator.catalog_match import normalize_name, unknown_name_error
+
+GIB = 2**30  # bytes; catalog memory sizes are binary (see hardware.yaml header)
+
+ACCEL_NUMERIC = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_gb", "mem_bw_tbps",
+                 "price_per_hour", "matmul_efficiency")
+ACCEL_TEXT = ("description", "vendor", "scale_up_link", "pcie", "scale_out")
+ACCEL_REQUIRED = ("bf16_tflops", "memory_gb", "mem_bw_tbps")
+LINK_NUMERIC = ("bandwidth_gb_s", "latency_us")
+LINK_REQUIRED = LINK_NUMERIC
+LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point interconnect: per-direction bandwidth and one-way latency."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # per direction
+    latency_s: float
+    description: str = ""
+
+    def transfer_time(self, num_bytes: float) -> float:
+        """Seconds to move `num_bytes` over an idle link (latency + size / bandwidth)."""
+        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator (one GPU, one OAM package, one Apple GPU, or the host CPU)."""
+
+    name: str
+    bf16_tflops: float  # dense BF16/FP16, TFLOP/s
+    fp8_tflops: float | None  # dense FP8, TFLOP/s
+    fp32_tflops: float | None
+    memory_bytes: int
+    mem_bw_bytes_per_s: float
+    scale_up_link: str | None = None
+    pcie: str | None = None
+    scale_out: str | None = None
+    price_per_hour: float | None = None  # USD per accelerator-hour
+    matmul_efficiency: float | None = None  # measured max-achievable matmul / peak
+    description: str = ""
+    vendor: str = ""
+    placeholder: bool = False  # figures are placeholders until calibrated (cpu)
+    inline_links: dict[str, Link] = field(default_factory=dict, compare=False, hash=False)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak dense FLOP/s for GEMMs whose weights are stored in `dtype`.
+
+        fp8 uses the FP8 units where the part has them, else BF16 (weight-only FP8, as
+        vLLM's Marlin path on Ampere); int4 is weight-only (W4A16) and computes in BF16.
+        """
+        if dtype in ("bf16", "fp16", "int4"):
+            return self.bf16_tflops * 1e12
+        if dtype == "fp8":
+            return (self.fp8_tflops or self.bf16_tflops) * 1e12
+        if dtype == "fp32":
+            if self.fp32_tflops is None:
+                raise ValueError(f"hardware {self.name!r} has no fp32_tflops figure; use bf16")
+            return self.fp32_tflops * 1e12
+        raise ValueError(f"unknown dtype {dtype!r}; expected fp32, bf16, fp16, fp8 or int4")
+
+    def link(self, kind: str) -> Link | None:
+        """The `scale_up_link`, `pcie` or `scale_out` link (None where the part has none)."""
+        if kind not in LINK_KINDS:
+            raise ValueError(f"link kind must be one of {LINK_KINDS}, got {kind!r}")
+        name = getattr(self, kind)
+        if name is None:
+            return None
+        return self.inline_links.get(name) or get_link(name)
+
+    def intra_node_link(self) -> Link:
+        """The link tensor/pipeline parallel traffic uses: scale-up, else PCIe, else loopback."""
+        return self.link("scale_up_link") or self.link("pcie") or get_link("loopback")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+@cache
+def _catalog(filename: str) -> dict[str, dict[str, Any]]:
+    text = resources.files("simulator").joinpath("catalog", filename).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"simulator/catalog/{filename}: expected a mapping of entries")
+    return {normalize_name(k): v for k, v in data.items()}
+
+
+@cache
+def _aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, entry in _catalog("hardware.yaml").items():
+        for alias in entry.get("aliases") or ():
+            out[normalize_name(alias)] = name
+    return out
+
+
+def list_accelerators() -> list[str]:
+    """Catalog accelerator names, in catalog order."""
+    return list(_catalog("hardware.yaml"))
+
+
+def list_links() -> list[str]:
+    """Catalog link names, in catalog order."""
+    return list(_catalog("links.yaml"))
+
+
+def _check_keys(where: str, spec: dict[str, Any], allowed: set[str]) -> None:
+    bad = sorted(set(spec) - allowed)
+    if bad:
+        raise ValueError(f"{where}: unknown field(s) {bad}; expected some of {sorted(allowed)}")
+
+
+def _apply_overrides(where: str, base: dict[str, Any], spec: dict[str, Any],
+                     numeric: tuple[str, ...]) -> dict[str, Any]:
+    """`base` updated by explicit fields of `spec`, then multiplied by `<field>_scale`."""
+    out = dict(base)
+    for key, value in spec.items():
+        if key in ("base",) or key.endswith("_scale"):
+            continue
+        out[key] = value
+    for key, value in spec.items():
+        if not key.endswith("_scale"):
+            continue
+        target = key[: -len("_scale")]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{where}: {key} must be a positive number, got {value!r}")
+        if out.get(target) is None:
+            raise ValueError(f"{where}: cannot scale {target}: the base has no value for it")
+        out[target] = out[target] * value
+    return out
+
+
+def _number(where: str, entry: dict[str, Any], key: str, required: bool) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"{where}: field {key!r} is required (a positive number)")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{where}: field {key!r} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
+    _check_keys(where, entry, {"description", *LINK_NUMERIC})
+    bw = _number(where, entry, "bandwidth_gb_s", True)
+    lat = _number(where, entry, "latency_us", True)
+    if not bw:
+        raise ValueError(f"{where}: bandwidth_gb_s must be > 0")
+    return Link(name=name, bandwidth_bytes_per_s=bw * 1e9, latency_s=lat * 1e-6,
+                description=str(entry.get("description", "")))
+
+
+def get_link(name_or_spec: str | dict[str, Any]) -> Link:
+    """A link by catalog name, or a hypothetical one from a dict (see module docstring)."""
+    catalog = _catalog("links.yaml")
+    if isinstance(name_or_spec, str):
+        key = normalize_name(name_or_spec)
+        if key not in catalog:
+            raise unknown_name_error("link", name_or_spec, catalog)
+        return _link_from_entry(key, catalog[key], f"links.yaml:{key}")
+    if not isinstance(name_or_spec, dict):
+        raise ValueError(f"link must be a name or a mapping, got {type(name_or_spec).__name__}")
+    spec = name_or_spec
+    allowed = {"base", "name", "description", *LINK_NUMERIC, *(f"{k}_scale" for k in LINK_NUMERIC)}
+    _check_keys("inline link", spec, allowed)
+    base: dict[str, Any] = {}
+    name = spec.get("name")
+    if "base" in spec:
+        base_key = normalize_name(str(spec["base"]))
+        if base_key not in catalog:
+            raise unknown_name_error("link", str(spec["base"]), catalog)
+        base = catalog[base_key]
+        name = name or f"{base_key}-custom"
+    if not name:
+        raise ValueError("inline link: give a 'name' or a 'base'")
+    entry = _apply_overrides(f"inline link {name!r}", base, spec, LINK_NUMERIC)
+    return _link_from_entry(str(name), entry, f"inline link {name!r}")
+
+
+def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Accelerator:
+    _check_keys(where, entry, {"aliases", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
+    nums = {k: _number(where, entry, k, k in ACCEL_REQUIRED) for k in ACCEL_NUMERIC}
+    if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gb"]:
+        raise ValueError(f"{where}: bf16_tflops, memory_gb and mem_bw_tbps must be > 0")
+    eff = nums["matmul_efficiency"]
+    if eff is not None and not 0 < eff <= 1:
+        raise ValueError(f"{where}: matmul_efficiency must be in (0, 1], got {eff}")
+    inline: dict[str, Link] = {}
+    links: dict[str, str | None] = {}
+    for kind in LINK_KINDS:
+        value = entry.get(kind)
+        if isinstance(value, dict):
+            link = get_link(value)
+            inline[link.name] = link
+            links[kind] = link.name
+        elif value is None:
+            links[kind] = None
+        else:
+            links[kind] = get_link(str(value)).name  # validates the name
+    return Accelerator(
+        name=name,
+        bf16_tflops=nums["bf16_tflops"],
+        fp8_tflops=nums["fp8_tflops"],
+        fp32_tflops=nums["fp32_tflops"],
+        memory_bytes=int(nums["memory_gb"] * GIB),
+        mem_bw_bytes_per_s=nums["mem_bw_tbps"] * 1e12,
+        scale_up_link=links["scale_up_link"],
+        pcie=links["pcie"],
+        scale_out=links["scale_out"],
+        price_per_hour=nums["price_per_hour"],
+        matmul_efficiency=eff,
+        description=str(entry.get("description", "")),
+        vendor=str(entry.get("vendor", "")),
+        placeholder=bool(entry.get("placeholder", False)),
+        inline_links=inline,
+    )
+
+
+def _resolve_accel_name(name: str) -> str:
+    catalog = _catalog("hardware.yaml")
+    key = normalize_name(name)
+    if key in catalog:
+        return key
+    if key in _aliases():
+        return _aliases()[key]
+    raise unknown_name_error("hardware", name, [*catalog, *_aliases()])
+
+
+def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
+    """An accelerator by catalog name/alias, or a hypothetical one from a dict.
+
+    Dict keys: `base` (catalog name), `name`, any catalog field (`bf16_tflops`, `memory_gb`,
+    `mem_bw_tbps`, `scale_up_link` (name or inline link dict), ...), and `<numeric field>_scale`
+    factors. Unknown names raise ValueError listing close matches.
+    """
+    catalog = _catalog("hardware.yaml")
+    if isinstance(name_or_spec, str):
+        key = _resolve_accel_name(name_or_spec)
+        return _accelerator_from_entry(key, catalog[key], f"hardware.yaml:{key}")
+    if not isinstance(name_or_spec, dict):
+        raise ValueError(
+            f"hardware must be a name or a mapping, got {type(name_or_spec).__name__}")
+    spec = name_or_spec
+    allowed = {"base", "name", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT,
+               *(f"{k}_scale" for k in ACCEL_NUMERIC)}
+    _check_keys("inline hardware", spec, allowed)
+    base: dict[str, Any] = {}
+    name = spec.get("name")
+    if "base" in spec:
+        base_key = _resolve_accel_name(str(spec["base"]))
+        base = catalog[base_key]
+        if not name:
+            changed = [k for k in spec if k not in ("base", "name")]
+            name = base_key + ("-custom" if changed else "")
+    if not name:
+        raise ValueError("inline hardware: give a 'name' or a 'base'")
+    entry = _apply_overrides(f"inline hardware {name!r}", base, spec, ACCEL_NUMERIC)
+    return _accelerator_from_entry(str(name), entry, f"inline hardware {name!r}")
+
+
+def accelerator_entry(name: str) -> dict[str, Any]:
+    """The raw catalog entry (datasheet units) of a catalog accelerator, for display."""
+    return dict(_catalog("hardware.yaml")[_resolve_accel_name(name)])

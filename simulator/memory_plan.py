@@ -1,0 +1,115 @@
+"""The memory plan of one replica: weights + activation reserve + KV-cache pool per GPU.
+
+As vLLM: each GPU may use `gpu_memory_utilization` x its memory; the weights of its TP/PP
+slice and a reserve for activations (peak of a `max_num_batched_tokens` forward pass) and
+runtime buffers come off the top; what remains is the KV pool, cut into blocks of
+`block_size` tokens. The replica's block count is the smallest over its GPUs (every stage
+stores the KV of its own layers for the same tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from simulator.hardware import Accelerator, get_accelerator
+from simulator.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
+from simulator.parallel import shard_model
+
+GB = 1e9
+# CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
+# allocator: vLLM's startup log reports ~0.5-2 GiB of "non-torch memory" on an H100; 1 GiB.
+NON_TORCH_RESERVE_BYTES = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per GPU (the fullest GPU of the replica) and the replica's KV blocks."""
+
+    model: str
+    hardware: str
+    dtype: str
+    kv_cache_dtype: str
+    tp: int
+    pp: int
+    block_size: int  # tokens per KV block
+    gpu_memory_utilization: float
+    memory_bytes: int  # one GPU's memory
+    budget_bytes: float  # gpu_memory_utilization x memory_bytes
+    weight_bytes_per_gpu: float  # largest over the PP stages
+    activation_reserve_bytes: float
+    kv_pool_bytes: float  # per GPU
+    kv_bytes_per_block: float  # per GPU (its TP slice of its stage's layers)
+    num_gpu_blocks: int
+
+    @property
+    def max_num_tokens(self) -> int:
+        """KV tokens the replica can hold (blocks x block size)."""
+        return self.num_gpu_blocks * self.block_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "max_num_tokens": self.max_num_tokens}
+
+
+def default_activation_reserve(model: ModelSpec, tp: int, dtype: str,
+                               max_num_batched_tokens: int = 8192, max_num_seqs: int = 256) -> float:
+    """Bytes for the peak forward pass of `max_num_batched_tokens` tokens on one GPU plus
+    runtime buffers: the widest live tensors (hidden state and residual, QKV, the MLP's
+    gate/up output), fp32 logits of `max_num_seqs` requests, and `NON_TORCH_RESERVE_BYTES`.
+    vLLM measures this with a profiling run; this is its analytical counterpart."""
+    sh = shard_model(model, tp, 1)
+    ab = 4.0 if normalize_dtype(dtype) == "fp32" else 2.0
+    d = model.hidden_size
+    width = (3 * d + (sh.heads + 2 * sh.kv_heads) * model.head_dim
+             + (3 if model.gated_mlp else 2) * sh.ffn * model.experts_per_token)
+    logits = max_num_seqs * model.vocab_size * 4
+    return max_num_batched_tokens * width * ab + logits + NON_TORCH_RESERVE_BYTES
+
+
+def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, dtype: str = "bf16",
+                tp: int = 1, pp: int = 1, block_size: int = 16,
+                gpu_memory_utilization: float = 0.9,
+                activation_reserve_bytes: float | None = None, *,
+                kv_cache_dtype: str | None = None,
+                max_num_batched_tokens: int = 8192) -> MemoryPlan:
+    """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
+    naming the model, hardware, TP/PP and the shortfall in GB."""
+    model = model if isinstance(model, ModelSpec) else get_model(model)
+    acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
+    dt = normalize_dtype(dtype)
+    kv_dt = normalize_dtype(kv_cache_dtype or ("fp16" if dt == "int4" else dt))
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    sh = shard_model(model, tp, pp)
+    budget = gpu_memory_utilization * acc.memory_bytes
+    weights = max(sh.stage_weight_bytes(model, dt))
+    where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp} "
+             f"({tp * pp} GPU{'s' if tp * pp > 1 else ''})")
+    if weights > budget:
+        raise ValueError(
+            f"weights do not fit: {where} needs {weights / GB:.1f} GB of weights per GPU but "
+            f"gpu_memory_utilization={gpu_memory_utilization} x {acc.memory_bytes / GB:.1f} GB "
+            f"allows {budget / GB:.1f} GB; short by {(weights - budget) / GB:.1f} GB. "
+            "Raise tp/pp, use a smaller dtype, or larger hardware.")
+    if activation_reserve_bytes is None:
+        reserve = default_activation_reserve(model, tp, dt, max_num_batched_tokens)
+    else:
+        if activation_reserve_bytes < 0:
+            raise ValueError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}")
+        reserve = float(activation_reserve_bytes)
+    pool = budget - weights - reserve
+    kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * sh.kv_heads * model.head_dim
+                    * dtype_bytes(kv_dt))
+    if pool < kv_per_block:
+        raise ValueError(
+            f"no room for the KV cache: {where} uses {weights / GB:.1f} GB of weights and "
+            f"{reserve / GB:.1f} GB of activation reserve of {budget / GB:.1f} GB; short by "
+            f"{(kv_per_block - pool) / GB:.2f} GB for even one block.")
+    return MemoryPlan(
+        model=model.name, hardware=acc.name, dtype=dt, kv_cache_dtype=kv_dt, tp=tp, pp=pp,
+        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+        memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
+        activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
+        num_gpu_blocks=int(pool // kv_per_block))

@@ -1,0 +1,336 @@
+"""Model shapes (`ModelSpec`), the model catalog (`simulator/catalog/models.yaml`) and
+Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Mixtral, GPT-2 and OPT
+families.
+
+Derived sizes count every parameter of the HF implementation (biases, norms, learned
+position embeddings), so `num_params` equals `model.num_parameters()` of `transformers`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cache, cached_property
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from simulator.catalog_match import normalize_name, unknown_name_error
+
+_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
+                  "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                  "w4a16": "int4", "awq": "int4", "gptq": "int4"}
+# int4 checkpoints (AWQ/GPTQ) store one fp16 scale and one packed 4-bit zero point per
+# group of 128 weights: 2.5 bytes / 128 weights (AutoAWQ / AutoGPTQ default group_size=128).
+INT4_GROUP_OVERHEAD_BYTES = 2.5 / 128
+
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "MixtralForCausalLM": "mixtral",
+    "GPT2LMHeadModel": "gpt2",
+    "OPTForCausalLM": "opt",
+}
+
+
+def normalize_dtype(dtype: str) -> str:
+    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int4."""
+    key = str(dtype).strip().lower()
+    key = _DTYPE_ALIASES.get(key, key)
+    if key not in _DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPE_BYTES)}")
+    return key
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of `dtype` ("fp32", "bf16", "fp16", "fp8", "int4" -> 4, 2, 2, 1, 0.5)."""
+    return _DTYPE_BYTES[normalize_dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer (sizes in elements, counts in layers/heads)."""
+
+    name: str
+    architecture: str  # HF class name, e.g. "LlamaForCausalLM"
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int  # per expert for MoE
+    vocab_size: int
+    num_experts: int = 1  # 1 for dense models
+    experts_per_token: int = 1
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    gated_mlp: bool = True  # SwiGLU (gate, up, down) vs two-matrix MLP (GPT-2, OPT)
+    qkv_bias: bool = False
+    linear_bias: bool = False  # biases on the output projection and MLP (GPT-2, OPT)
+    norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
+    num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
+    embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
+    hf_id: str = ""
+
+    # ---- per-layer parameter counts (elements) ----
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @cached_property
+    def attn_matrix_params(self) -> int:
+        """Q, K, V and output projection weights of one layer."""
+        d, hd = self.hidden_size, self.head_dim
+        return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
+
+    @cached_property
+    def expert_matrix_params(self) -> int:
+        """MLP weights of one expert (the whole MLP for a dense model)."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_size
+
+    @cached_property
+    def layer_small_params(self) -> int:
+        """Biases, norms and the MoE router of one layer (never quantized)."""
+        d, hd = self.hidden_size, self.head_dim
+        n = 0
+        if self.qkv_bias:
+            n += (self.num_heads + 2 * self.num_kv_heads) * hd
+        if self.linear_bias:
+            n += d + self.num_experts * (self.ffn_size + d)
+        n += 2 * d * (2 if self.norm == "layer" else 1)
+        if self.is_moe:
+            n += d * self.num_experts
+        return n
+
+    @cached_property
+    def embedding_params(self) -> int:
+        """Token (+ learned position, + OPT projection) embeddings, final norm, LM head."""
+        d = self.hidden_size
+        p = self.embed_proj_dim or d
+        n = self.vocab_size * p + self.num_learned_positions * d
+        if p != d:
+            n += 2 * p * d  # OPT project_in / project_out
+        if not self.tie_word_embeddings:
+            n += self.vocab_size * p
+        return n + d * (2 if self.norm == "layer" else 1)
+
+    @cached_property
+    def num_params(self) -> int:
+        per_layer = (self.attn_matrix_params + self.num_experts * self.expert_matrix_params
+                     + self.layer_small_params)
+        return self.num_layers * per_layer + self.embedding_params
+
+    @cached_property
+    def num_active_params(self) -> int:
+        """Parameters one token touches (MoE: `experts_per_token` experts)."""
+        per_layer = (self.attn_matrix_params + self.experts_per_token * self.expert_matrix_params
+                     + self.layer_small_params)
+        return self.num_layers * per_layer + self.embedding_params
+
+    def quantizable_params(self) -> int:
+        """Weights of the attention and MLP matrices, the part fp8/int4 checkpoints quantize
+        (embeddings, LM head, norms and biases stay in 16 bits, as in vLLM's AWQ/GPTQ/FP8)."""
+        return self.num_layers * (self.attn_matrix_params
+                                  + self.num_experts * self.expert_matrix_params)
+
+    def weight_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only)."""
+        dt = normalize_dtype(dtype)
+        quant = self.quantizable_params()
+        rest = self.num_params - quant
+        return quant * matrix_weight_bytes(dt) + rest * (4.0 if dt == "fp32" else 2.0)
+
+    def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
+        """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
+
+    @cached_property
+    def flops_per_token(self) -> int:
+        """Forward FLOPs of one token with no context: 2 x active matrix weights incl. LM head
+        (attention scores add `attention_flops_per_token(context)`)."""
+        d = self.hidden_size
+        p = self.embed_proj_dim or d
+        matrices = self.num_layers * (self.attn_matrix_params
+                                      + self.experts_per_token * self.expert_matrix_params)
+        if self.is_moe:
+            matrices += self.num_layers * d * self.num_experts
+        matrices += self.vocab_size * p + (2 * p * d if p != d else 0)
+        return 2 * matrices
+
+    def attention_flops_per_token(self, context: int) -> int:
+        """Score and value FLOPs of one query token attending to `context` keys."""
+        return 4 * self.num_layers * self.num_heads * self.head_dim * context
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
+        """Parse a Hugging Face config.json dict (Llama, Mistral, Qwen2, Mixtral, GPT-2, OPT)."""
+        return _parse_hf_config(cfg, name, "config")
+
+
+def matrix_weight_bytes(dtype: str) -> float:
+    """Bytes per stored matrix weight in `dtype`, including int4 group scales."""
+    dt = normalize_dtype(dtype)
+    return _DTYPE_BYTES[dt] + (INT4_GROUP_OVERHEAD_BYTES if dt == "int4" else 0.0)
+
+
+# ----------------------------------------------------------------------------- HF parsing
+
+
+def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
+    archs = cfg.get("architectures")
+    if archs:
+        if isinstance(archs, str):
+            archs = [archs]
+        for arch in archs:
+            if arch in SUPPORTED_ARCHITECTURES:
+                return arch, SUPPORTED_ARCHITECTURES[arch]
+        raise ValueError(
+            f"{where}: unsupported architectures {list(archs)}; supported: "
+            + ", ".join(SUPPORTED_ARCHITECTURES))
+    model_type = cfg.get("model_type")
+    for arch, fam in SUPPORTED_ARCHITECTURES.items():
+        if model_type == fam:
+            return arch, fam
+    raise ValueError(
+        f"{where}: no 'architectures' and unsupported model_type {model_type!r}; supported "
+        "architectures: " + ", ".join(SUPPORTED_ARCHITECTURES))
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise ValueError(f"{where}: missing field {key!r} (a positive integer)")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> ModelSpec:
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    arch, fam = _family(cfg, where)
+    name = name or str(cfg.get("_name_or_path") or fam)
+    if fam == "gpt2":
+        d = _int(cfg, "n_embd", where)
+        heads = _int(cfg, "n_head", where)
+        n_pos = _int(cfg, "n_positions", where, 1024)
+        spec = ModelSpec(
+            name=name, architecture=arch, num_layers=_int(cfg, "n_layer", where),
+            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            ffn_size=_int(cfg, "n_inner", where, 4 * d), vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=n_pos, tie_word_embeddings=True, gated_mlp=False,
+            qkv_bias=True, linear_bias=True, norm="layer", num_learned_positions=n_pos)
+    elif fam == "opt":
+        d = _int(cfg, "hidden_size", where)
+        heads = _int(cfg, "num_attention_heads", where)
+        max_pos = _int(cfg, "max_position_embeddings", where)
+        bias = bool(cfg.get("enable_bias", True))
+        proj = _int(cfg, "word_embed_proj_dim", where, d)
+        spec = ModelSpec(
+            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
+            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            ffn_size=_int(cfg, "ffn_dim", where), vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=max_pos,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
+            qkv_bias=bias, linear_bias=bias, norm="layer",
+            num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
+            embed_proj_dim=proj if proj != d else 0)
+    else:  # llama, mistral, qwen2, mixtral
+        d = _int(cfg, "hidden_size", where)
+        heads = _int(cfg, "num_attention_heads", where)
+        moe = fam == "mixtral"
+        spec = ModelSpec(
+            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
+            hidden_size=d, num_heads=heads,
+            num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
+            head_dim=_int(cfg, "head_dim", where, d // heads),
+            ffn_size=_int(cfg, "intermediate_size", where),
+            vocab_size=_int(cfg, "vocab_size", where),
+            num_experts=_int(cfg, "num_local_experts", where) if moe else 1,
+            experts_per_token=_int(cfg, "num_experts_per_tok", where) if moe else 1,
+            max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=fam == "qwen2" or bool(cfg.get("attention_bias", False)),
+            linear_bias=False, norm="rms")
+    if spec.num_heads % spec.num_kv_heads:
+        raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
+                         f"num_attention_heads={spec.num_heads}")
+    if spec.experts_per_token > spec.num_experts:
+        raise ValueError(f"{where}: num_experts_per_tok={spec.experts_per_token} exceeds "
+                         f"num_local_experts={spec.num_experts}")
+    return spec
+
+
+# ----------------------------------------------------------------------------- catalog
+
+
+@cache
+def _catalog() -> dict[str, dict[str, Any]]:
+    text = resources.files("simulator").joinpath("catalog", "models.yaml").read_text()
+    return {normalize_name(k): v for k, v in yaml.safe_load(text).items()}
+
+
+@cache
+def _aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, entry in _catalog().items():
+        out[normalize_name(entry["hf_id"])] = name
+        for alias in entry.get("aliases") or ():
+            out[normalize_name(alias)] = name
+    return out
+
+
+def list_models() -> list[str]:
+    """Catalog model names, in catalog order."""
+    return list(_catalog())
+
+
+@cache
+def _catalog_model(key: str) -> ModelSpec:
+    entry = _catalog()[key]
+    spec = _parse_hf_config(entry["config"], key, f"models.yaml:{key}")
+    return _with_hf_id(spec, entry["hf_id"])
+
+
+def _with_hf_id(spec: ModelSpec, hf_id: str) -> ModelSpec:
+    fields = {k: getattr(spec, k) for k in ModelSpec.__dataclass_fields__}
+    fields["hf_id"] = hf_id
+    return ModelSpec(**fields)
+
+
+def load_hf_config(path: str) -> ModelSpec:
+    """A ModelSpec from a config.json file, or a directory holding one."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    return _parse_hf_config(cfg, name, path)
+
+
+def get_model(name_or_path_or_dict: str | dict[str, Any]) -> ModelSpec:
+    """A catalog model (name, alias or HF id), a config.json path/directory, or a config dict."""
+    x = name_or_path_or_dict
+    if isinstance(x, ModelSpec):
+        return x
+    if isinstance(x, dict):
+        return ModelSpec.from_hf_config(x)
+    if not isinstance(x, str):
+        raise ValueError(f"model must be a name, a path or a mapping, got {type(x).__name__}")
+    key = normalize_name(x)
+    if key in _catalog():
+        return _catalog_model(key)
+    if key in _aliases():
+        return _catalog_model(_aliases()[key])
+    if os.path.exists(x):
+        return load_hf_config(x)
+    raise unknown_name_error("model", x, [*_catalog(), *_aliases()])

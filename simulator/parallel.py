@@ -1,0 +1,96 @@
+"""How a model is split over a replica's tensor-parallel (TP) x pipeline-parallel (PP) GPUs.
+
+Follows vLLM: attention heads, FFN columns and the vocabulary are split TP ways; KV heads
+are split when there are at least `tp` of them and replicated otherwise; layers are split
+into PP contiguous stages. Shared by the cost model and the memory plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.models import ModelSpec, matrix_weight_bytes, normalize_dtype
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Per-GPU slice of a model (counts per TP rank; layers per PP stage)."""
+
+    tp: int
+    pp: int
+    heads: int  # query heads per rank
+    kv_heads: int  # KV heads per rank (replicated when num_kv_heads < tp)
+    ffn: int  # FFN columns per rank (per expert)
+    vocab: int  # vocabulary rows per rank (ceil)
+    layers_per_stage: tuple[int, ...]
+
+    def layer_matrix_params(self, model: ModelSpec) -> int:
+        """Attention + all experts' MLP weights of one layer on one rank."""
+        d, hd = model.hidden_size, model.head_dim
+        attn = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
+        mlp = (3 if model.gated_mlp else 2) * d * self.ffn
+        return attn + model.num_experts * mlp
+
+    def stage_weight_bytes(self, model: ModelSpec, dtype: str) -> list[float]:
+        """Weight bytes on one GPU of each PP stage (embeddings on the first, LM head and
+        final norm on the last; a tied LM head is stored again on the last stage when pp>1)."""
+        dt = normalize_dtype(dtype)
+        hi = 4.0 if dt == "fp32" else 2.0  # norms, biases, embeddings stay in 16 bits
+        d = model.hidden_size
+        p = model.embed_proj_dim or d
+        per_layer = (self.layer_matrix_params(model) * matrix_weight_bytes(dt)
+                     + model.layer_small_params * hi)
+        embed = (self.vocab * p + model.num_learned_positions * d
+                 + (2 * p * d if p != d else 0)) * hi
+        norm = d * (2 if model.norm == "layer" else 1) * hi
+        lm_head = self.vocab * p * hi
+        out = []
+        for s, layers in enumerate(self.layers_per_stage):
+            b = layers * per_layer
+            if s == 0:
+                b += embed
+            if s == self.pp - 1:
+                b += norm
+                if not model.tie_word_embeddings or self.pp > 1:
+                    b += lm_head
+            out.append(b)
+        return out
+
+
+def split_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Contiguous stage sizes; the first `num_layers % pp` stages get one extra layer
+    (the last stage also runs the LM head, so it gets the smaller share)."""
+    base, extra = divmod(num_layers, pp)
+    return tuple(base + (1 if s < extra else 0) for s in range(pp))
+
+
+def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1) -> ShardPlan:
+    """The per-GPU slice of `model` for TP x PP; raises ValueError saying why a degree is invalid."""
+    for label, v in (("tensor-parallel degree tp", tp), ("pipeline-parallel degree pp", pp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{label} must be a positive integer, got {v!r}")
+    name = model.name
+    if model.num_heads % tp:
+        raise ValueError(
+            f"tp={tp} does not divide num_heads={model.num_heads} of {name}: each tensor-parallel "
+            f"rank must hold whole attention heads (valid tp: {_divisors(model.num_heads)})")
+    kv = model.num_kv_heads
+    if kv >= tp and kv % tp:
+        raise ValueError(f"tp={tp} does not divide num_kv_heads={kv} of {name}: KV heads are "
+                         "split across ranks, so tp must divide them")
+    if kv < tp and tp % kv:
+        raise ValueError(f"tp={tp} is not a multiple of num_kv_heads={kv} of {name}: with more "
+                         "ranks than KV heads each KV head is replicated an equal number of times")
+    if model.ffn_size % tp:
+        raise ValueError(f"tp={tp} does not divide ffn_size={model.ffn_size} of {name}: each rank "
+                         "holds an equal slice of the MLP")
+    if pp > model.num_layers:
+        raise ValueError(f"pp={pp} exceeds the {model.num_layers} layers of {name}")
+    return ShardPlan(
+        tp=tp, pp=pp, heads=model.num_heads // tp, kv_heads=max(1, kv // tp),
+        ffn=model.ffn_size // tp, vocab=-(-model.vocab_size // tp),
+        layers_per_stage=split_layers(model.num_layers, pp))
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
