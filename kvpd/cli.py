@@ -14,11 +14,14 @@ import sys
 
 # Order is the order shown by `kvpd --help`.
 COMMAND_MODULES: list[str] = [
+    "kvpd.commands.simulate",
     "kvpd.commands.version",
     "kvpd.commands.trace",
     "kvpd.commands.estimate",
     "kvpd.commands.hardware",
     "kvpd.commands.model",
+    "kvpd.commands.generate",
+    "kvpd.commands.bench",
 ]
 
 

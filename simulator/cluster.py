@@ -1,0 +1,193 @@
+"""`SimCluster`: replicas built from a scenario, routers, and for PD the KV links.
+
+Colocated: `cluster.replicas` replicas behind one router. Disaggregated (`cluster.pd`):
+a prefill pool and a decode pool. After its prompt a request's KV crosses the link
+of its prefill replica: the decode replica must first allocate the blocks (the
+request waits in WAITING_FOR_REMOTE_KV there, and its blocks stay held on the prefill
+side, so a full decode pool back-pressures the prefill pool). Only the blocks the
+decode side lacks are sent. The first token reaches the user when the decode
+replica holds the KV (as with vLLM's disaggregated proxy), so the transfer counts
+in TTFT, not TPOT.
+
+Link model: each prefill replica has one egress link of the scenario's link type,
+with min(tp_prefill, tp_decode) NICs in parallel (one per GPU, as in 8-GPU nodes with
+one NIC per GPU); transfers in flight on it share its bandwidth. Layer-wise transfer
+overlaps the prompt's computation: the exposed share is max(1/L, 1 - compute/transfer)
+of the bytes, where L is the number of layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from simulator.core.config import CacheConfig, SchedulerConfig
+from simulator.core.request import Request
+from simulator.core.scheduler import Scheduler
+from simulator.costmodel import CostModel
+from simulator.costparams import CostParams
+from simulator.hardware import Accelerator, Link, get_accelerator, get_link
+from simulator.links import SimLink
+from simulator.memory_plan import MemoryPlan, plan_memory
+from simulator.models import ModelSpec
+from simulator.replica import SimReplica
+from simulator.router import Router
+from simulator.scenario import PoolSpec, Scenario, Spec
+from simulator.timeline import Timeline
+
+
+def resolve_hardware(spec: Spec, scenario: Scenario) -> tuple[Accelerator, CostParams | None]:
+    """A catalog name or inline spec; `{calibration: FILE, ...}` also loads fitted params."""
+    params = None
+    if isinstance(spec, dict) and "calibration" in spec:
+        spec = dict(spec)
+        params = CostParams.load(scenario.resolve(spec.pop("calibration")))
+        if not spec:
+            if not params.device:
+                raise ValueError("hardware.calibration file names no device; add hardware.base")
+            spec = params.device
+    return get_accelerator(spec), params
+
+
+@dataclass
+class PoolPlan:
+    """What one pool's replicas are made of."""
+
+    role: str
+    spec: PoolSpec
+    accelerator: Accelerator
+    cost_model: CostModel
+    memory: MemoryPlan
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+
+
+def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -> PoolPlan:
+    acc, params = resolve_hardware(spec.hardware or scenario.hardware, scenario)
+    cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params)
+    cache = scenario.cache
+    mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,
+                      cache.gpu_memory_utilization,
+                      max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens)
+    blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
+    if blocks < 1:
+        raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")
+    cpu_blocks = int(cache.swap_space_gb * 1e9 // mem.kv_bytes_per_block) if cache.swap_space_gb else 0
+    return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
+
+
+class SimCluster:
+    def __init__(self, env: simpy.Environment, scenario: Scenario, model: ModelSpec,
+                 timeline: Timeline, on_finished) -> None:
+        self.env = env
+        self.scenario = scenario
+        self.model = model
+        self.timeline = timeline
+        self._on_finished = on_finished
+        c = scenario.cluster
+        if c.pd is None:
+            pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, router=c.router)
+            self.pools = [plan_pool(scenario, model, pool, "colocated")]
+            self.replicas = self._make_replicas(self.pools[0], "colocated")
+            self.router = Router(self.replicas, c.router, c.router_load_cap)
+            self.decode_router = None
+        else:
+            pre = plan_pool(scenario, model, c.pd.prefill, "prefill")
+            dec = plan_pool(scenario, model, c.pd.decode, "decode")
+            self.pools = [pre, dec]
+            self.prefill_replicas = self._make_replicas(pre, "prefill")
+            self.decode_replicas = self._make_replicas(dec, "decode")
+            self.replicas = self.prefill_replicas + self.decode_replicas
+            self.router = Router(self.prefill_replicas, pre.spec.router, c.router_load_cap)
+            self.decode_router = Router(self.decode_replicas, dec.spec.router, c.router_load_cap)
+            link: Link = get_link(c.pd.link)
+            nics = min(pre.spec.tp, dec.spec.tp)
+            self.kv_links = {
+                r.name: SimLink(env, f"kv-{r.name}", link.bandwidth_bytes_per_s * nics, link.latency_s)
+                for r in self.prefill_replicas
+            }
+            self.layerwise = c.pd.transfer == "layerwise"
+
+    def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:
+        sc = self.scenario
+        s = sc.scheduler
+        max_model_len = s.max_model_len or self.model.max_position_embeddings
+        sched_cfg = SchedulerConfig(
+            max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+            max_model_len=max_model_len, enable_chunked_prefill=s.enable_chunked_prefill,
+            long_prefill_token_threshold=s.long_prefill_token_threshold,
+            preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching, role=role,
+        )
+        cache_cfg = CacheConfig(
+            num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,
+            num_cpu_blocks=plan.num_cpu_blocks,
+            enable_prefix_caching=sc.cache.enable_prefix_caching,
+            block_bytes=int(plan.memory.kv_bytes_per_block),
+        )
+        pcie_link = plan.accelerator.link("pcie")
+        out = []
+        for i in range(plan.spec.replicas):
+            name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
+            pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
+                           pcie_link.latency_s) if pcie_link else None
+            out.append(SimReplica(
+                self.env, name, Scheduler(sched_cfg, cache_cfg), plan.cost_model, pcie,
+                self.timeline, max_decode_burst=sc.sim.max_decode_burst,
+                on_finished=self._on_finished,
+                on_kv_ready=self._on_kv_ready if role == "prefill" else None,
+                on_kv_to_receive=self._on_kv_to_receive if role == "decode" else None,
+            ))
+        return out
+
+    # ---- arrivals ----
+    def submit(self, req: Request) -> None:
+        self.router.route(req).submit(req)
+
+    # ---- PD hand-off ----
+    def _on_kv_ready(self, prefill: SimReplica, reqs: list[Request]) -> None:
+        now = self.env.now
+        for req in reqs:
+            prefill.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
+            req.annotations["prefill_replica"] = prefill.name
+            req.annotations["kv_ready_s"] = now
+            self.decode_router.route(req).submit(req)
+
+    def _on_kv_to_receive(self, decode: SimReplica, items: list[tuple[Request, int]]) -> None:
+        for req, cached in items:
+            self.env.process(self._transfer(decode, req, cached))
+
+    def _transfer(self, decode: SimReplica, req: Request, cached_tokens: int):
+        env = self.env
+        prefill_name = req.annotations["prefill_replica"]
+        prefill = next(r for r in self.prefill_replicas if r.name == prefill_name)
+        link = self.kv_links[prefill_name]
+        nbytes = self.pools[0].cost_model.kv_transfer_bytes(req.num_prompt_tokens - cached_tokens)
+        if self.layerwise and nbytes:
+            compute_s = req.annotations["kv_ready_s"] - (req.first_scheduled_time or 0.0)
+            alone = link.transfer_time_alone(nbytes)
+            exposed = max(1.0 / self.model.num_layers, 1.0 - compute_s / alone) if alone > 0 else 1.0
+            nbytes = nbytes * min(exposed, 1.0)
+        start = env.now
+        self.timeline.record_link(link.name, start, link.num_active + 1)
+        yield link.transfer(nbytes)
+        req.annotations["kv_transfer_s"] = env.now - start
+        req.annotations["kv_bytes"] = nbytes
+        prefill.scheduler.release_transferred(req.request_id)
+        prefill.wake()
+        if req.is_finished:  # aborted meanwhile
+            return
+        decode.scheduler.on_kv_received(req.request_id)
+        # the user sees the first token once the decode replica holds the KV
+        req.token_times[0] = env.now
+        req.first_token_time = env.now
+        decode.wake()
+
+    # ---- statistics ----
+    def kv_peak_usage(self) -> float:
+        return max(r.scheduler.kv_cache_manager.peak_usage for r in self.replicas)
+
+    def prefix_hit_rate(self) -> float:
+        q = sum(r.scheduler.kv_cache_manager.prefix_queries_tokens for r in self.replicas)
+        h = sum(r.scheduler.kv_cache_manager.prefix_hit_tokens for r in self.replicas)
+        return h / q if q else 0.0

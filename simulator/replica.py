@@ -1,0 +1,139 @@
+"""`SimReplica`: one serving replica (a TP x PP group) as a SimPy process.
+
+It runs the shared core's engine step with a cost-model clock: `schedule(now)`,
+a duration from the cost model (plus PCIe time for swap traffic), then
+`update(output, result, end)`. With nothing to do it sleeps on an event (no
+polling). Runs of identical all-decode steps are simulated as one *decode burst*
+(`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
+it at the step in progress, so results equal step-by-step simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import accumulate
+
+import simpy
+
+from simulator.core.request import Request
+from simulator.core.scheduler import Scheduler
+from simulator.core.scheduler_output import SchedulerOutput, StepResult
+from simulator.links import SimLink
+from simulator.timeline import Timeline
+
+
+class SimReplica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        scheduler: Scheduler,
+        cost_model,
+        pcie: SimLink | None,
+        timeline: Timeline,
+        *,
+        max_decode_burst: int = 1024,
+        on_finished: Callable[[SimReplica, list[Request]], None] | None = None,
+        on_kv_ready: Callable[[SimReplica, list[Request]], None] | None = None,
+        on_kv_to_receive: Callable[[SimReplica, list[tuple[Request, int]]], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.name = name
+        self.scheduler = scheduler
+        self.cost_model = cost_model
+        self.pcie = pcie
+        self.timeline = timeline
+        self.max_decode_burst = max_decode_burst
+        self.on_finished = on_finished
+        self.on_kv_ready = on_kv_ready
+        self.on_kv_to_receive = on_kv_to_receive
+        self._wake = env.event()
+        self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
+        self.num_steps = 0
+        self.busy_s = 0.0
+        self.process = env.process(self._run())
+
+    # ---- intake (called by routers and the PD link) ----
+    def submit(self, req: Request) -> None:
+        req.annotations.setdefault("replicas", []).append(self.name)
+        req.annotations["replica"] = self.name
+        self.outstanding_tokens += req.num_prompt_tokens + req.max_tokens
+        self.scheduler.add_request(req, self.env.now)
+        self.wake()
+
+    def wake(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    @property
+    def kv_usage(self) -> float:
+        return self.scheduler.kv_cache_manager.usage
+
+    # ---- the engine loop ----
+    def _run(self):
+        env = self.env
+        sched = self.scheduler
+        while True:
+            if not sched.has_unfinished_requests():
+                yield from self._sleep()
+                continue
+            now = env.now
+            out = sched.schedule(now)
+            if out.kv_to_receive and self.on_kv_to_receive:
+                self.on_kv_to_receive(self, out.kv_to_receive)
+            if out.is_empty:
+                self._finish(sched.update(out, StepResult(0.0), now))
+                if not sched.running and not out.preempted_req_ids:
+                    yield from self._sleep()  # until an arrival or a KV transfer event
+                continue
+            swap_bytes = out.swap_in_bytes + out.swap_out_bytes
+            if swap_bytes and self.pcie is not None:
+                yield self.pcie.transfer(swap_bytes)
+            k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
+            if k == 1:
+                start = env.now
+                duration = self.cost_model.step_time(out.shape)
+                yield env.timeout(duration)
+                result = StepResult(duration)
+                ends = None
+            else:
+                start = env.now
+                ends = yield from self._burst(out, k, start)
+                result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
+            end = env.now
+            self.busy_s += end - now
+            self.num_steps += result.num_steps
+            self.timeline.record_step(self.name, start, end, out, result.num_steps, sched)
+            self._finish(sched.update(out, result, end))
+            if self.on_kv_ready is not None:
+                ready = sched.pop_kv_ready()
+                if ready:
+                    self.on_kv_ready(self, ready)
+
+    def _burst(self, out: SchedulerOutput, k: int, start: float):
+        """Run up to k decode steps; a wake-up cuts the burst at the step in progress."""
+        env = self.env
+        durations = self.cost_model.decode_run_times(out.shape, k).tolist()
+        ends = list(accumulate(durations, initial=start))[1:]
+        self._wake = env.event()
+        timer = env.timeout(ends[-1] - start)
+        yield timer | self._wake
+        woke_at = env.now
+        if woke_at < ends[-1]:  # woken early: finish the step in progress, then stop
+            cut = next(j for j, e in enumerate(ends) if e >= woke_at)
+            ends = ends[: cut + 1]
+            if ends[-1] > woke_at:
+                yield env.timeout(ends[-1] - woke_at)
+        return ends
+
+    def _sleep(self):
+        self._wake = self.env.event()
+        yield self._wake
+
+    def _finish(self, finished: list[Request]) -> None:
+        if not finished:
+            return
+        for req in finished:
+            self.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
+        if self.on_finished is not None:
+            self.on_finished(self, finished)

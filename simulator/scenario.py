@@ -1,0 +1,225 @@
+"""Scenario files: one YAML document describing model, hardware, cluster, scheduler,
+KV cache, workload, SLOs and outputs; validated on load (pydantic, unknown keys
+refused), with `--set a.b.c=value` overrides.
+
+Paths inside a scenario (trace files, calibration files, config.json) are relative
+to the scenario file's folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Spec = str | dict[str, Any]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PoolSpec(_Strict):
+    """A pool of identical replicas (PD prefill or decode side)."""
+
+    replicas: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    hardware: Spec | None = None  # default: the scenario's hardware
+    router: str = "least_outstanding_tokens"
+    num_gpu_blocks: int | None = Field(None, ge=1)
+
+
+class PDSpec(_Strict):
+    prefill: PoolSpec = PoolSpec()
+    decode: PoolSpec = PoolSpec()
+    link: Spec = "ib-ndr"
+    transfer: Literal["whole", "layerwise"] = "whole"
+
+
+class ClusterSpec(_Strict):
+    replicas: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    router: str = "round_robin"
+    router_load_cap: float = Field(1.5, ge=1.0)
+    pd: PDSpec | None = None  # present = disaggregated prefill/decode
+
+
+class SchedulerSpec(_Strict):
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    max_model_len: int | None = Field(None, ge=1)  # default: the model's context length
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = Field(0, ge=0)
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    batching: Literal["continuous", "static"] = "continuous"
+
+
+class CacheSpec(_Strict):
+    block_size: int = Field(16, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    num_gpu_blocks: int | None = Field(None, ge=1)  # overrides the memory plan
+    swap_space_gb: float = Field(0.0, ge=0)  # host pool per replica, GB
+    enable_prefix_caching: bool = True
+
+
+class WorkloadSpec(_Strict):
+    trace: str | None = None
+    format: str | None = None
+    columns: dict[str, str] | None = None
+    options: dict[str, Any] = {}
+    synthetic: dict[str, Any] | None = None
+    window_s: tuple[float, float] | None = None
+    limit: int | None = Field(None, ge=1)
+    target_rate: float | None = Field(None, gt=0)  # requests/s after rescaling
+    rate_scale: float | None = Field(None, gt=0)  # multiply the trace's rate
+    scale_prompt: float = Field(1.0, gt=0)
+    scale_output: float = Field(1.0, gt=0)
+    jitter: bool = False
+    over_max_len: Literal["reject", "clip", "keep"] = "keep"  # "keep": the scheduler rejects
+    seed: int | None = None
+
+    @field_validator("window_s")
+    @classmethod
+    def _window(cls, v):
+        if v is not None and not 0 <= v[0] < v[1]:
+            raise ValueError(f"window_s must be [start, end] with 0 <= start < end, got {list(v)}")
+        return v
+
+
+class SLOSpec(_Strict):
+    ttft_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+
+
+class OutputSpec(_Strict):
+    dir: str | None = None
+    records: Literal["parquet", "csv"] = "parquet"
+    plots: bool = True
+    timeseries: bool = True
+
+
+class SimSpec(_Strict):
+    max_decode_burst: int = Field(1024, ge=1)  # 1 = strictly step by step
+    progress: bool = False
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    model: Spec = "llama-3-8b"
+    dtype: str = "bf16"
+    hardware: Spec = "h100-sxm"
+    cluster: ClusterSpec = ClusterSpec()
+    scheduler: SchedulerSpec = SchedulerSpec()
+    cache: CacheSpec = CacheSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    slo: SLOSpec = SLOSpec()
+    output: OutputSpec = OutputSpec()
+    sim: SimSpec = SimSpec()
+    base_dir: str = Field(".", exclude=True)  # folder that relative paths start from
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed at `loc` (a pydantic error location) in `model`."""
+    cur: Any = model
+    for part in loc[:-1]:
+        field = getattr(cur, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", None) or (ann,)
+        cur = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if cur is None:
+            return []
+    return sorted(getattr(cur, "model_fields", {}))
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid scenario"]
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not isinstance(p, int) or True)
+        key = ".".join(str(p) for p in loc)
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(Scenario, loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=3)
+            hint = f"; did you mean {close}?" if close else ""
+            lines.append(f"  {key}: unknown key{hint} (allowed: {', '.join(allowed)})")
+        else:
+            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value parsed as YAML)."""
+    if "=" not in text:
+        raise ValueError(f"--set expects KEY.PATH=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ValueError(f"--set has an empty key in {text!r}")
+    return path, yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        cur = data
+        for part in path[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = cur[part] = {}
+            cur = nxt
+        cur[path[-1]] = value
+    return data
+
+
+def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_dir: str = ".") -> Scenario:
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(format_validation_error(exc, source)) from None
+    scenario.base_dir = base_dir
+    return scenario
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; errors name the file and key path."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"scenario file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a scenario must be a YAML mapping")
+    apply_overrides(data, overrides or [])
+    return scenario_from_dict(data, str(path), str(path.resolve().parent))
+
+
+def scenario_keys(model: type[BaseModel] = Scenario, prefix: str = "") -> list[str]:
+    """Every settable key path (for sweeps and error hints)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        if name == "base_dir":
+            continue
+        path = f"{prefix}{name}"
+        keys.append(path)
+        args = getattr(field.annotation, "__args__", None) or (field.annotation,)
+        for a in args:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                keys.extend(scenario_keys(a, path + "."))
+    return keys

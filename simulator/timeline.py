@@ -1,0 +1,41 @@
+"""`Timeline`: per-step time series of every replica (batch, tokens, KV usage, queue)
+and link utilisation samples, kept as plain lists and exported as numpy columns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.core.scheduler import Scheduler
+from simulator.core.scheduler_output import SchedulerOutput
+
+
+class Timeline:
+    COLUMNS = ("replica", "start_s", "end_s", "num_steps", "batch_size", "num_tokens",
+               "num_prefill_tokens", "kv_usage", "num_waiting", "num_running")
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.rows: list[tuple] = []
+        self.link_rows: list[tuple] = []  # (link, time_s, active transfers)
+
+    def record_step(self, replica: str, start: float, end: float, out: SchedulerOutput,
+                    num_steps: int, sched: Scheduler) -> None:
+        if not self.enabled:
+            return
+        shape = out.shape
+        self.rows.append((replica, start, end, num_steps, shape.num_reqs, shape.num_tokens,
+                          shape.num_prefill_tokens, sched.kv_cache_manager.usage,
+                          len(sched.waiting), len(sched.running)))
+
+    def record_link(self, link: str, time_s: float, active: int) -> None:
+        if self.enabled:
+            self.link_rows.append((link, time_s, active))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if not self.rows:
+            return {c: np.empty(0) for c in self.COLUMNS}
+        cols = list(zip(*self.rows))
+        return {
+            name: np.array(col, dtype=object if name == "replica" else None)
+            for name, col in zip(self.COLUMNS, cols)
+        }
