@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from realexec.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
-from realexec.model_loader import ModelSpec, eos_token_id, load_model
+from realexec.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
 from realexec.outputs import CompletionOutput, RequestOutput
 from realexec.paged_model import PagedCausalLM
 from realexec.runner import ModelRunner
@@ -81,7 +81,8 @@ class LLM:
     """A real model served by the shared core with a paged KV cache.
 
     `model`: a model directory (config.json + safetensors), a config.json path, a config dict or
-    `PretrainedConfig` (seeded random weights), or a built-in name (`realexec.configs`).
+    `PretrainedConfig` (seeded random weights), a built-in name (`realexec.configs`), or an
+    already `LoadedModel` (then `dtype`, `device` and the weight options are its own).
     The KV pool has `num_gpu_blocks` blocks, or as many as fit in `gpu_memory_utilization` of
     the device's memory (capped at 4 GiB on CPU). `num_cpu_blocks` is the host pool for
     swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
@@ -91,7 +92,7 @@ class LLM:
 
     def __init__(
         self,
-        model: ModelSpec | Path = "llama-50m",
+        model: ModelSpec | Path | LoadedModel = "llama-50m",
         dtype: str | torch.dtype = "fp32",
         device: str | torch.device | None = None,
         block_size: int = 16,
@@ -112,7 +113,10 @@ class LLM:
         initializer_range: float | None = None,
         record_steps: bool = False,
     ) -> None:
-        self.loaded = load_model(model, dtype, device, model_seed, initializer_range)
+        if isinstance(model, LoadedModel):  # share one loaded model between engines
+            self.loaded = model
+        else:
+            self.loaded = load_model(model, dtype, device, model_seed, initializer_range)
         self.device = self.loaded.device
         self.model = PagedCausalLM(self.loaded.model)
         self.vocab_size = int(self.loaded.config.vocab_size)
