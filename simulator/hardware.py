@@ -167,7 +167,7 @@ def _number(where: str, entry: dict[str, Any], key: str, required: bool) -> floa
 
 
 def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
-    _check_keys(where, entry, {"description", *LINK_NUMERIC})
+    _check_keys(where, entry, {"name", "description", *LINK_NUMERIC})
     bw = _number(where, entry, "bandwidth_gb_s", True)
     lat = _number(where, entry, "latency_us", True)
     if not bw:
@@ -204,7 +204,7 @@ def get_link(name_or_spec: str | dict[str, Any]) -> Link:
 
 
 def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Accelerator:
-    _check_keys(where, entry, {"aliases", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
+    _check_keys(where, entry, {"name", "aliases", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
     nums = {k: _number(where, entry, k, k in ACCEL_REQUIRED) for k in ACCEL_NUMERIC}
     if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gb"]:
         raise ValueError(f"{where}: bf16_tflops, memory_gb and mem_bw_tbps must be > 0")

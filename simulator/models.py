@@ -70,7 +70,8 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     gated_mlp: bool = True  # SwiGLU (gate, up, down) vs two-matrix MLP (GPT-2, OPT)
     qkv_bias: bool = False
-    linear_bias: bool = False  # biases on the output projection and MLP (GPT-2, OPT)
+    o_bias: bool = False  # bias on the attention output projection
+    mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
@@ -99,8 +100,10 @@ class ModelSpec:
         n = 0
         if self.qkv_bias:
             n += (self.num_heads + 2 * self.num_kv_heads) * hd
-        if self.linear_bias:
-            n += d + self.num_experts * (self.ffn_size + d)
+        if self.o_bias:
+            n += d
+        if self.mlp_bias:
+            n += self.num_experts * ((2 if self.gated_mlp else 1) * self.ffn_size + d)
         n += 2 * d * (2 if self.norm == "layer" else 1)
         if self.is_moe:
             n += d * self.num_experts
@@ -225,7 +228,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
             ffn_size=_int(cfg, "n_inner", where, 4 * d), vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=n_pos, tie_word_embeddings=True, gated_mlp=False,
-            qkv_bias=True, linear_bias=True, norm="layer", num_learned_positions=n_pos)
+            qkv_bias=True, o_bias=True, mlp_bias=True, norm="layer", num_learned_positions=n_pos)
     elif fam == "opt":
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
@@ -238,7 +241,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             ffn_size=_int(cfg, "ffn_dim", where), vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=max_pos,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
-            qkv_bias=bias, linear_bias=bias, norm="layer",
+            qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
             embed_proj_dim=proj if proj != d else 0)
     else:  # llama, mistral, qwen2, mixtral
@@ -257,7 +260,8 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=fam == "qwen2" or bool(cfg.get("attention_bias", False)),
-            linear_bias=False, norm="rms")
+            o_bias=bool(cfg.get("attention_bias", False)),
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms")
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
                          f"num_attention_heads={spec.num_heads}")

@@ -1,0 +1,78 @@
+"""`kvpd estimate`, `kvpd hardware`, `kvpd model` through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvpd.cli import main
+from simulator.core.batch_shape import BatchShape
+from simulator.costmodel import CostModel
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_estimate_json_matches_the_cost_model(capsys) -> None:
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware", "h100-sxm",
+                         "--decode", "64x2048", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    shape = BatchShape.from_lists([1] * 64, [2048] * 64)
+    assert data["step_time_s"] == pytest.approx(CostModel("llama-3-8b", "h100-sxm").step_time(shape))
+    assert data["bound"] == "memory" and data["num_tokens"] == 64
+    assert data["decode_tokens_per_s"] == pytest.approx(64 / data["step_time_s"])
+    assert {op["name"] for op in data["ops"]} >= {"qkv_proj", "attn_decode", "mlp", "lm_head"}
+    assert data["memory_plan"]["num_gpu_blocks"] > 0 and data["fits_kv_pool"]
+
+
+def test_estimate_text_mixed_step_with_tp(capsys) -> None:
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-70b", "--hardware", "h100-sxm",
+                         "--tp", "4", "--dtype", "bf16", "--prefill", "512", "--decode", "32x1024")
+    assert rc == 0
+    for text in ("step time", "tokens/s", "bound", "tp_allreduce", "attn_prefill", "attn_decode"):
+        assert text in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "llama-3-8", "--hardware", "h100-sxm", "--prefill", "10"], "did you mean"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxmm", "--prefill", "10"], "h100-sxm"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--tp", "3", "--prefill", "10"],
+     "tp=3 does not divide num_heads=32"),
+    (["--model", "llama-3-70b", "--hardware", "h100-sxm", "--decode", "1x10"], "short by"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--decode", "2048"], "expected BxC"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxm"], "--prefill N, --decode BxC"),
+])
+def test_estimate_bad_input_exits_2_with_the_reason(capsys, argv: list[str], message: str) -> None:
+    rc, _, err = run_cli(capsys, "estimate", *argv)
+    assert rc == 2 and message in err
+
+
+def test_hardware_list_and_show(capsys) -> None:
+    rc, out, _ = run_cli(capsys, "hardware", "list")
+    assert rc == 0 and "h100-sxm" in out and "nvlink4" in out and "placeholder" in out
+    rc, out, _ = run_cli(capsys, "hardware", "show", "h100", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["name"] == "h100-sxm" and data["links"]["scale_up_link"]["name"] == "nvlink4"
+    rc, out, _ = run_cli(capsys, "hardware", "show", "ib-ndr")
+    assert rc == 0 and "50.0" in out
+    rc, _, err = run_cli(capsys, "hardware", "show", "tpu-v9")
+    assert rc == 2 and "unknown hardware" in err
+
+
+def test_model_list_and_show_a_config_json(capsys, tmp_path) -> None:
+    rc, out, _ = run_cli(capsys, "model", "list")
+    assert rc == 0 and "mixtral-8x7b" in out and "2/8" in out
+    cfg = {"architectures": ["GPT2LMHeadModel"], "n_layer": 12, "n_embd": 768, "n_head": 12,
+           "vocab_size": 50257, "n_positions": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, _ = run_cli(capsys, "model", "show", str(tmp_path), "--json")
+    assert rc == 0 and json.loads(out)["num_params"] == 124_439_808
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"architectures": ["BertModel"]}))
+    rc, _, err = run_cli(capsys, "model", "show", str(bad))
+    assert rc == 2 and "supported: LlamaForCausalLM" in err

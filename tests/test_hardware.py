@@ -1,0 +1,138 @@
+"""Hardware and link catalogs: contents, sources, units, hypothetical parts, bad names."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from simulator.hardware import (
+    GIB,
+    get_accelerator,
+    get_link,
+    list_accelerators,
+    list_links,
+)
+
+REQUIRED_ACCELERATORS = ["a10g", "l4", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm",
+                         "h100-pcie", "h200-sxm", "b200", "gb200", "mi250x", "mi300x", "mi325x",
+                         "m2-ultra", "m3-max", "m4-max", "cpu"]
+REQUIRED_LINKS = ["nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "ib-hdr", "ib-ndr",
+                  "ethernet-100g", "ethernet-400g", "loopback"]
+
+
+def _catalog_text(name: str) -> str:
+    return resources.files("simulator").joinpath("catalog", name).read_text()
+
+
+def test_catalog_has_every_required_entry() -> None:
+    assert set(REQUIRED_ACCELERATORS) <= set(list_accelerators())
+    assert set(REQUIRED_LINKS) <= set(list_links())
+    for name in list_accelerators():
+        acc = get_accelerator(name)
+        assert acc.bf16_tflops > 0 and acc.memory_bytes > 0 and acc.mem_bw_bytes_per_s > 0
+        for kind in ("scale_up_link", "pcie", "scale_out"):
+            if getattr(acc, kind):
+                assert acc.link(kind).bandwidth_bytes_per_s > 0
+    for name in list_links():
+        link = get_link(name)
+        assert link.bandwidth_bytes_per_s > 0 and link.latency_s >= 0
+
+
+@pytest.mark.parametrize("filename", ["hardware.yaml", "links.yaml", "models.yaml"])
+def test_every_number_in_the_catalogs_carries_a_source_comment(filename: str) -> None:
+    number_line = re.compile(r"^\s+[a-z0-9_]+:\s*-?[0-9][0-9.eE+-]*\s*(#.*)?$")
+    missing = [line for line in _catalog_text(filename).splitlines()
+               if number_line.match(line) and "#" not in line]
+    assert missing == []
+
+
+def test_cpu_entry_is_marked_placeholder() -> None:
+    cpu = get_accelerator("cpu")
+    assert cpu.placeholder
+    block = _catalog_text("hardware.yaml").split("\ncpu:")[1]
+    assert block.count("PLACEHOLDER") >= 3
+    assert not get_accelerator("h100-sxm").placeholder
+
+
+def test_units_are_converted_from_datasheet_figures() -> None:
+    h100 = get_accelerator("h100-sxm")
+    assert h100.mem_bw_bytes_per_s == pytest.approx(3.35e12)  # H100 datasheet 3.35 TB/s
+    assert h100.memory_bytes == 80 * GIB
+    assert h100.peak_flops("bf16") == pytest.approx(989.4e12)  # dense BF16, H100 datasheet
+    assert h100.peak_flops("fp8") == pytest.approx(2 * 989.4e12, rel=1e-3)
+    assert h100.scale_up_link == "nvlink4" and h100.pcie == "pcie5" and h100.scale_out == "ib-ndr"
+    nvl4 = get_link("nvlink4")
+    assert nvl4.bandwidth_bytes_per_s == pytest.approx(450e9)  # 900 GB/s bidirectional / 2
+    assert get_link("ib-ndr").bandwidth_bytes_per_s == pytest.approx(400e9 / 8)
+    assert nvl4.transfer_time(450e9) == pytest.approx(1.0 + nvl4.latency_s)
+
+
+def test_dtype_peaks_fall_back_sensibly() -> None:
+    a100 = get_accelerator("a100-80gb-sxm")
+    assert a100.peak_flops("fp8") == a100.peak_flops("bf16")  # no FP8 units: weight-only
+    assert a100.peak_flops("int4") == a100.peak_flops("bf16")  # W4A16 computes in 16 bits
+    assert a100.peak_flops("fp32") < a100.peak_flops("bf16")
+    with pytest.raises(ValueError, match="fp32"):
+        get_accelerator("b200").peak_flops("fp32")
+    with pytest.raises(ValueError, match="dtype"):
+        a100.peak_flops("int3")
+
+
+def test_aliases_and_case_resolve_to_catalog_names() -> None:
+    assert get_accelerator("H100").name == "h100-sxm"
+    assert get_accelerator("A100_80GB").name == "a100-80gb-sxm"
+    assert get_accelerator("mps").vendor == "apple"
+
+
+def test_parts_without_a_scale_up_link_use_pcie_then_loopback() -> None:
+    assert get_accelerator("l4").intra_node_link().name == "pcie4"
+    assert get_accelerator("m4-max").intra_node_link().name == "loopback"
+    assert get_accelerator("h100-pcie").intra_node_link().name == "nvlink-bridge"
+
+
+def test_unknown_names_list_close_matches() -> None:
+    with pytest.raises(ValueError, match=r"unknown hardware 'h100-sx'.*h100-sxm"):
+        get_accelerator("h100-sx")
+    with pytest.raises(ValueError, match=r"unknown hardware 'mi300'.*mi300x"):
+        get_accelerator("mi300")
+    with pytest.raises(ValueError, match=r"unknown link 'nvlink'.*nvlink4"):
+        get_link("nvlink")
+
+
+def test_hypothetical_accelerator_scales_and_overrides_a_base() -> None:
+    base = get_accelerator("h100-sxm")
+    fast = get_accelerator({"base": "h100-sxm", "mem_bw_tbps_scale": 2})
+    assert fast.mem_bw_bytes_per_s == pytest.approx(2 * base.mem_bw_bytes_per_s)
+    assert fast.bf16_tflops == base.bf16_tflops and fast.name == "h100-sxm-custom"
+    big = get_accelerator({"base": "h100", "name": "h100-192", "memory_gb": 192,
+                           "scale_up_link": {"base": "nvlink4", "bandwidth_gb_s_scale": 2}})
+    assert big.name == "h100-192" and big.memory_bytes == 192 * GIB
+    assert big.link("scale_up_link").bandwidth_bytes_per_s == pytest.approx(900e9)
+    scratch = get_accelerator({"name": "toy", "bf16_tflops": 100, "memory_gb": 8,
+                               "mem_bw_tbps": 1, "scale_up_link": "pcie5"})
+    assert scratch.fp8_tflops is None and scratch.intra_node_link().name == "pcie5"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"base": "h100-sxm", "mem_bandwidth": 9}, "unknown field"),
+    ({"base": "h100-sxm", "mem_bw_tbps_scale": -1}, "positive"),
+    ({"base": "h100-sxm", "fp8_tflops": "fast"}, "fp8_tflops"),
+    ({"base": "a100", "fp8_tflops_scale": 2}, "cannot scale fp8_tflops"),
+    ({"name": "x", "bf16_tflops": 1, "memory_gb": 1}, "mem_bw_tbps"),
+    ({"bf16_tflops": 1}, "name"),
+    ({"base": "h100-sxm", "scale_up_link": "nvlink9"}, "unknown link"),
+    ({"base": "h100-sxm", "matmul_efficiency": 1.5}, "matmul_efficiency"),
+])
+def test_bad_hypothetical_accelerators_are_rejected_with_the_field(spec: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_accelerator(spec)
+
+
+def test_hypothetical_link() -> None:
+    slow = get_link({"base": "ib-ndr", "latency_us": 5, "name": "ib-far"})
+    assert slow.latency_s == pytest.approx(5e-6) and slow.name == "ib-far"
+    assert slow.bandwidth_bytes_per_s == get_link("ib-ndr").bandwidth_bytes_per_s
+    with pytest.raises(ValueError, match="bandwidth_gb_s"):
+        get_link({"name": "x", "latency_us": 1})
