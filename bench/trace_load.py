@@ -38,14 +38,18 @@ def generate(path: Path, rows: int, seed: int = 0) -> None:
     gaps_ns = rng.exponential(1e9 / 5.5, rows).astype(np.int64)
     ts = pa.array(start + np.cumsum(gaps_ns), type=pa.timestamp("ns"))
     text = pc.utf8_slice_codeunits(pc.strftime(ts, format="%Y-%m-%d %H:%M:%S"), 0, 27)
-    table = pa.table({
-        "TIMESTAMP": text,
-        "ContextTokens": rng.integers(2, 14050, rows),
-        "GeneratedTokens": rng.integers(7, 1000, rows),
-    })
+    table = pa.table(
+        {
+            "TIMESTAMP": text,
+            "ContextTokens": rng.integers(2, 14050, rows),
+            "GeneratedTokens": rng.integers(7, 1000, rows),
+        }
+    )
     with open(path, "wb") as fh:  # unquoted header, as in the published Azure files
         fh.write(b"TIMESTAMP,ContextTokens,GeneratedTokens\n")
-        pcsv.write_csv(table, fh, write_options=pcsv.WriteOptions(include_header=False, quoting_style="none"))
+        pcsv.write_csv(
+            table, fh, write_options=pcsv.WriteOptions(include_header=False, quoting_style="none")
+        )
 
 
 def _maxrss_mb() -> float:
@@ -85,11 +89,20 @@ def child(path: str) -> None:
     trace = workloads.load_trace(path)
     traced_peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
     tracemalloc.stop()
-    print(json.dumps({
-        "rows": rows, "load_s": load_s, "rss_base_mb": base_mb, "rss_peak_mb": peak_mb,
-        "arrow_pool_peak_mb": arrow_peak_mb, "tracemalloc_peak_mb": traced_peak_mb,
-        "trace_mb": nbytes / 1e6, "span_s": trace.duration_s,
-    }))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "load_s": load_s,
+                "rss_base_mb": base_mb,
+                "rss_peak_mb": peak_mb,
+                "arrow_pool_peak_mb": arrow_peak_mb,
+                "tracemalloc_peak_mb": traced_peak_mb,
+                "trace_mb": nbytes / 1e6,
+                "span_s": trace.duration_s,
+            }
+        )
+    )
 
 
 def main() -> int:
@@ -109,17 +122,26 @@ def main() -> int:
         size_mb = path.stat().st_size / 1e6
         out = subprocess.run(
             [sys.executable, __file__, "--child", str(path)],
-            check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
         r = json.loads(out.stdout.strip().splitlines()[-1])
     rise = r["rss_peak_mb"] - r["rss_base_mb"]
     print(f"generated {args.rows:,} Azure-format rows ({size_mb:.1f} MB CSV) in {gen_s:.2f} s")
-    print(f"load_trace: {r['rows']:,} rows, span {r['span_s']:.0f} s, columns {r['trace_mb']:.1f} MB")
-    print(f"  load time            {r['load_s']:.3f} s   (target < {TARGET_S:g} s: "
-          f"{'PASS' if r['load_s'] < TARGET_S else 'FAIL'})")
-    print(f"  peak RSS, process    {r['rss_peak_mb']:.1f} MB (target < {TARGET_MB:g} MB: "
-          f"{'PASS' if r['rss_peak_mb'] < TARGET_MB else 'FAIL'}; includes {r['rss_base_mb']:.1f} MB "
-          "of interpreter + numpy + pyarrow)")
+    print(
+        f"load_trace: {r['rows']:,} rows, span {r['span_s']:.0f} s, columns {r['trace_mb']:.1f} MB"
+    )
+    print(
+        f"  load time            {r['load_s']:.3f} s   (target < {TARGET_S:g} s: "
+        f"{'PASS' if r['load_s'] < TARGET_S else 'FAIL'})"
+    )
+    print(
+        f"  peak RSS, process    {r['rss_peak_mb']:.1f} MB (target < {TARGET_MB:g} MB: "
+        f"{'PASS' if r['rss_peak_mb'] < TARGET_MB else 'FAIL'}; includes {r['rss_base_mb']:.1f} MB "
+        "of interpreter + numpy + pyarrow)"
+    )
     print(f"  peak RSS rise, load  {rise:.1f} MB")
     print(f"  pyarrow pool peak    {r['arrow_pool_peak_mb']:.1f} MB")
     print(f"  tracemalloc peak     {r['tracemalloc_peak_mb']:.1f} MB (numpy/Python allocations)")

@@ -30,7 +30,17 @@ _KEYS = {
     "uniform": ("dist", "min", "max"),
     "lognormal": ("dist", "mean", "median", "sigma", "min", "max"),
     "zipf": ("dist", "s", "min", "max"),
-    "trace": ("dist", "path", "format", "field", "min", "max", "columns", "skip_invalid", "options"),
+    "trace": (
+        "dist",
+        "path",
+        "format",
+        "field",
+        "min",
+        "max",
+        "columns",
+        "skip_invalid",
+        "options",
+    ),
 }
 # Largest support of a bounded Zipf (probabilities are tabulated: 8 bytes per value).
 MAX_ZIPF_SUPPORT = 10_000_000
@@ -56,7 +66,9 @@ def validate_length(spec: Any, where: str) -> dict[str, Any]:
             raise ValueError(f"{where}: give exactly one of mean and median (tokens, > 0)")
         out["sigma"] = number(spec, "sigma", where, lo=0)
         if "mean" in spec:
-            out["mu"] = np.log(number(spec, "mean", where, lo=0, lo_open=True)) - out["sigma"] ** 2 / 2
+            out["mu"] = (
+                np.log(number(spec, "mean", where, lo=0, lo_open=True)) - out["sigma"] ** 2 / 2
+            )
         else:
             out["mu"] = float(np.log(number(spec, "median", where, lo=0, lo_open=True)))
     elif dist == "zipf":
@@ -96,9 +108,7 @@ def draw_lengths(spec: dict[str, Any], n: int, rng: np.random.Generator) -> np.n
     raise ValueError(f"draw_lengths: dist {dist!r} needs a loaded trace (use resample_lengths)")
 
 
-def resample_lengths(
-    source: np.ndarray, spec: dict[str, Any], picks: np.ndarray
-) -> np.ndarray:
+def resample_lengths(source: np.ndarray, spec: dict[str, Any], picks: np.ndarray) -> np.ndarray:
     """`source[picks]` clipped to the spec's [min, max]."""
     return clip_lengths(source[picks], spec)
 

@@ -43,12 +43,21 @@ def plot_trace(trace: Trace, path: str | Path, *, bucket_s: float | None = None)
     t, rate = rate_series(trace, bucket)
     fig, axes = plt.subplots(3, 1, figsize=(12, 10))
     axes[0].step(t, rate, where="post")
-    axes[0].set(xlabel="time (s)", ylabel=f"requests/s ({bucket:g}-s buckets)",
-                title=f"{trace.name}: {len(trace)} requests over {trace.duration_s:.1f} s")
-    for ax, col, label in ((axes[1], trace.prompt_len, "prompt"), (axes[2], trace.output_len, "output")):
+    axes[0].set(
+        xlabel="time (s)",
+        ylabel=f"requests/s ({bucket:g}-s buckets)",
+        title=f"{trace.name}: {len(trace)} requests over {trace.duration_s:.1f} s",
+    )
+    for ax, col, label in (
+        (axes[1], trace.prompt_len, "prompt"),
+        (axes[2], trace.output_len, "output"),
+    ):
         ax.hist(col, bins=min(100, max(10, len(np.unique(col)))))
-        ax.set(xlabel=f"{label} length (tokens)", ylabel="requests",
-               title=f"{label}: mean {col.mean():.0f}, p50 {np.median(col):.0f}, max {col.max()}")
+        ax.set(
+            xlabel=f"{label} length (tokens)",
+            ylabel="requests",
+            title=f"{label}: mean {col.mean():.0f}, p50 {np.median(col):.0f}, max {col.max()}",
+        )
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

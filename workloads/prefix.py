@@ -29,7 +29,12 @@ from workloads.ragged import Ragged
 from workloads.spec import boolean, check_keys, check_mapping, number, require
 
 _KEYS = (
-    "num_prefixes", "prefix_len", "fraction", "weights", "block_size", "vocab_size",
+    "num_prefixes",
+    "prefix_len",
+    "fraction",
+    "weights",
+    "block_size",
+    "vocab_size",
     "emit_token_ids",
 )
 # vLLM's default KV-cache block size on GPUs (tokens): vllm/platforms/cuda.py sets 16
@@ -47,7 +52,9 @@ def validate_shared_prefix(spec: Any, where: str = "shared_prefix") -> dict[str,
     lens = require(spec, "prefix_len", where, "tokens, an integer >= 1 or a list of them")
     if isinstance(lens, list):
         if len(lens) != k:
-            raise ValueError(f"{where}.prefix_len: expected {k} lengths (num_prefixes), got {len(lens)}")
+            raise ValueError(
+                f"{where}.prefix_len: expected {k} lengths (num_prefixes), got {len(lens)}"
+            )
         lens = [number({"prefix_len": v}, "prefix_len", where, lo=1, integer=True) for v in lens]
     else:
         lens = [number(spec, "prefix_len", where, lo=1, integer=True)] * k
@@ -65,8 +72,12 @@ def validate_shared_prefix(spec: Any, where: str = "shared_prefix") -> dict[str,
         "prefix_len": np.array(lens, dtype=np.int64),
         "fraction": number(spec, "fraction", where, lo=0, hi=1),
         "weights": np.array(weights) / sum(weights),
-        "block_size": number(spec, "block_size", where, default=DEFAULT_BLOCK_SIZE, lo=1, integer=True),
-        "vocab_size": number(spec, "vocab_size", where, default=DEFAULT_VOCAB_SIZE, lo=2, integer=True),
+        "block_size": number(
+            spec, "block_size", where, default=DEFAULT_BLOCK_SIZE, lo=1, integer=True
+        ),
+        "vocab_size": number(
+            spec, "vocab_size", where, default=DEFAULT_VOCAB_SIZE, lo=2, integer=True
+        ),
         "emit_token_ids": boolean(spec, "emit_token_ids", where, True),
     }
 
@@ -117,5 +128,7 @@ def _token_ids(
     for k, tokens in enumerate(prefixes):
         rows = np.flatnonzero(which == k)
         if len(rows):
-            values[(starts[rows][:, None] + np.arange(len(tokens))).ravel()] = np.tile(tokens, len(rows))
+            values[(starts[rows][:, None] + np.arange(len(tokens))).ravel()] = np.tile(
+                tokens, len(rows)
+            )
     return Ragged.from_lengths(values, prompt_len)

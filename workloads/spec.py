@@ -73,7 +73,9 @@ def boolean(spec: dict[str, Any], key: str, where: str, default: bool) -> bool:
     return value
 
 
-def choice(spec: dict[str, Any], key: str, where: str, allowed: Iterable[str], default: Any = ...) -> str:
+def choice(
+    spec: dict[str, Any], key: str, where: str, allowed: Iterable[str], default: Any = ...
+) -> str:
     allowed = list(allowed)
     if key not in spec:
         if default is ...:

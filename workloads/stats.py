@@ -48,8 +48,13 @@ def prefix_reuse(hash_ids: Ragged, prompt_len: np.ndarray, block_size: int) -> d
     values, lengths = hash_ids.values, hash_ids.lengths()
     n, total = len(lengths), len(values)
     if not total:
-        return {"block_hit_ratio": 0.0, "token_hit_ratio": 0.0, "requests_with_hit": 0.0,
-                "unique_blocks": 0, "total_blocks": 0}
+        return {
+            "block_hit_ratio": 0.0,
+            "token_hit_ratio": 0.0,
+            "requests_with_hit": 0.0,
+            "unique_blocks": 0,
+            "total_blocks": 0,
+        }
     row = np.repeat(np.arange(n), lengths)
     uniq, first_pos, inverse = np.unique(values, return_index=True, return_inverse=True)
     seen_before = row[first_pos][inverse] < row
@@ -81,12 +86,16 @@ def trace_stats(trace: Trace) -> dict[str, Any]:
         "rate_rps_mean": n / span if span > 0 else float("nan"),
         "rate_per_min_mean": 60.0 * n / span if span > 0 else float("nan"),
         "rate_per_min_peak": int(minutes.max()) if len(minutes) else 0,
-        "interarrival_cv": float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else float("nan"),
+        "interarrival_cv": float(gaps.std() / gaps.mean())
+        if len(gaps) and gaps.mean() > 0
+        else float("nan"),
         "prompt_len": length_stats(trace.prompt_len),
         "output_len": length_stats(trace.output_len),
         "prefix": None,
     }
     if trace.hash_ids is not None:
-        out["prefix"] = {"block_size": trace.hash_block_size, **prefix_reuse(
-            trace.hash_ids, trace.prompt_len, trace.hash_block_size)}
+        out["prefix"] = {
+            "block_size": trace.hash_block_size,
+            **prefix_reuse(trace.hash_ids, trace.prompt_len, trace.hash_block_size),
+        }
     return out

@@ -39,7 +39,13 @@ from workloads.spec import check_keys, check_mapping, number, require
 from workloads.trace import Trace
 
 SPEC_KEYS = (
-    "name", "num_requests", "duration_s", "arrival", "prompt_len", "output_len", "shared_prefix",
+    "name",
+    "num_requests",
+    "duration_s",
+    "arrival",
+    "prompt_len",
+    "output_len",
+    "shared_prefix",
 )
 
 
@@ -49,17 +55,27 @@ def validate_spec(spec: Any) -> dict[str, Any]:
     spec = check_mapping(spec, where)
     check_keys(spec, SPEC_KEYS, where)
     if ("num_requests" in spec) == ("duration_s" in spec):
-        raise ValueError(f"{where}: give exactly one of num_requests (int >= 0) and duration_s (s > 0)")
+        raise ValueError(
+            f"{where}: give exactly one of num_requests (int >= 0) and duration_s (s > 0)"
+        )
     name = spec.get("name", "synthetic")
     if not isinstance(name, str) or not name:
         raise ValueError(f"{where}.name: expected a non-empty string, got {name!r}")
     return {
         "name": name,
-        "num_requests": number(spec, "num_requests", where, default=None, lo=0, hi=MAX_REQUESTS, integer=True),
+        "num_requests": number(
+            spec, "num_requests", where, default=None, lo=0, hi=MAX_REQUESTS, integer=True
+        ),
         "duration_s": number(spec, "duration_s", where, default=None, lo=0, lo_open=True),
-        "arrival": validate_arrival(require(spec, "arrival", where, "an arrival mapping"), f"{where}.arrival"),
-        "prompt_len": validate_length(require(spec, "prompt_len", where, "a length mapping"), f"{where}.prompt_len"),
-        "output_len": validate_length(require(spec, "output_len", where, "a length mapping"), f"{where}.output_len"),
+        "arrival": validate_arrival(
+            require(spec, "arrival", where, "an arrival mapping"), f"{where}.arrival"
+        ),
+        "prompt_len": validate_length(
+            require(spec, "prompt_len", where, "a length mapping"), f"{where}.prompt_len"
+        ),
+        "output_len": validate_length(
+            require(spec, "output_len", where, "a length mapping"), f"{where}.output_len"
+        ),
         "shared_prefix": (
             validate_shared_prefix(spec["shared_prefix"], f"{where}.shared_prefix")
             if spec.get("shared_prefix") is not None
@@ -81,7 +97,9 @@ def synthesize(spec: dict[str, Any], seed: int) -> Trace:
         duration_s=s["duration_s"],
     )
     n = len(arrival)
-    prompt, output = _lengths(s, n, np.random.default_rng(prompt_ss), np.random.default_rng(output_ss))
+    prompt, output = _lengths(
+        s, n, np.random.default_rng(prompt_ss), np.random.default_rng(output_ss)
+    )
     hashes = tokens = None
     block_size = None
     if s["shared_prefix"] is not None:
@@ -111,8 +129,11 @@ def _lengths(
         key = (spec["path"], spec["format"])
         if key not in sources:
             sources[key] = load_trace(
-                spec["path"], spec["format"], skip_invalid=spec["skip_invalid"],
-                columns=spec["columns"], **spec["options"],
+                spec["path"],
+                spec["format"],
+                skip_invalid=spec["skip_invalid"],
+                columns=spec["columns"],
+                **spec["options"],
             )
             if not len(sources[key]):
                 raise ValueError(f"{spec['path']}: no requests to resample lengths from")

@@ -52,7 +52,9 @@ def scale_time(trace: Trace, factor: float) -> Trace:
 def mean_rate(trace: Trace) -> float:
     """Mean request rate, requests/s: len(trace) / duration_s."""
     if len(trace) < 2 or trace.duration_s <= 0:
-        raise ValueError(f"trace {trace.name!r}: needs two or more distinct arrival times for a rate")
+        raise ValueError(
+            f"trace {trace.name!r}: needs two or more distinct arrival times for a rate"
+        )
     return len(trace) / trace.duration_s
 
 
@@ -99,8 +101,14 @@ def limit_prompt_len(trace: Trace, max_model_len: int, *, mode: str = "reject") 
     """Prompts over `max_model_len` tokens: `reject` drops them (as vLLM rejects such
     requests), `clip` keeps their first `max_model_len` tokens (and matching hashes/ids).
     Output lengths are left alone; the scheduler caps prompt + output at max_model_len."""
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, np.integer)) or max_model_len < 1:
-        raise ValueError(f"limit_prompt_len: max_model_len must be an integer >= 1, got {max_model_len!r}")
+    if (
+        isinstance(max_model_len, bool)
+        or not isinstance(max_model_len, (int, np.integer))
+        or max_model_len < 1
+    ):
+        raise ValueError(
+            f"limit_prompt_len: max_model_len must be an integer >= 1, got {max_model_len!r}"
+        )
     if mode == "reject":
         keep = trace.prompt_len <= max_model_len
         return _keep(trace, keep, f"prompt_len > max_model_len ({max_model_len})")
@@ -114,7 +122,9 @@ def coarse_step(trace: Trace) -> float:
     gaps = np.diff(trace.arrival_s)
     gaps = gaps[gaps > 0]
     if not len(gaps):
-        raise ValueError(f"trace {trace.name!r}: no two distinct arrival times to infer a step from")
+        raise ValueError(
+            f"trace {trace.name!r}: no two distinct arrival times to infer a step from"
+        )
     return float(gaps.min())
 
 
@@ -145,7 +155,9 @@ def scale_lengths(trace: Trace, prompt: float = 1.0, output: float = 1.0) -> Tra
     """
     for label, f in (("prompt", prompt), ("output", output)):
         if not f > 0 or not np.isfinite(f):
-            raise ValueError(f"scale_lengths: {label} factor must be a finite number > 0, got {f!r}")
+            raise ValueError(
+                f"scale_lengths: {label} factor must be a finite number > 0, got {f!r}"
+            )
     new_prompt = np.maximum(np.rint(trace.prompt_len * prompt), 1).astype(np.int64)
     new_output = np.maximum(np.rint(trace.output_len * output), 1).astype(np.int64)
     if prompt > 1 and (trace.hash_ids is not None or trace.prompt_token_ids is not None):
@@ -155,7 +167,9 @@ def scale_lengths(trace: Trace, prompt: float = 1.0, output: float = 1.0) -> Tra
         )
     out = trace.replace(output_len=new_output)
     if prompt != 1:
-        out = _truncate_prompts(out, np.minimum(new_prompt, trace.prompt_len) if prompt < 1 else new_prompt)
+        out = _truncate_prompts(
+            out, np.minimum(new_prompt, trace.prompt_len) if prompt < 1 else new_prompt
+        )
     return out
 
 

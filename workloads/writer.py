@@ -63,9 +63,7 @@ def _write_csv(trace: Trace, path: Path) -> None:
         cols["hash_block_size"] = pa.array(np.full(len(trace), trace.hash_block_size, np.int64))
     if trace.prompt_token_ids is not None:
         cols["prompt_token_ids"] = _joined(trace.prompt_token_ids)
-    pcsv.write_csv(
-        pa.table(cols), path, write_options=pcsv.WriteOptions(quoting_style="needed")
-    )
+    pcsv.write_csv(pa.table(cols), path, write_options=pcsv.WriteOptions(quoting_style="needed"))
 
 
 def _write_jsonl(trace: Trace, path: Path) -> None:

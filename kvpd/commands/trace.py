@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="inspect, convert, synthesize and plot request traces")
     tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
 
-    info = tsub.add_parser("info", help="rows, span, rates, inter-arrival CV, lengths, prefix reuse")
+    info = tsub.add_parser(
+        "info", help="rows, span, rates, inter-arrival CV, lengths, prefix reuse"
+    )
     info.add_argument("files", nargs="+", metavar="FILE")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_load_options(info)
@@ -30,13 +32,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     conv.add_argument("files", nargs="+", metavar="FILE")
     conv.add_argument("-o", "--output", required=True, help="output .csv or .jsonl")
-    conv.add_argument("--jitter", nargs="?", const="auto", metavar="STEP_S",
-                      help="spread coarse timestamps over [t, t+STEP_S) (default step: smallest gap)")
+    conv.add_argument(
+        "--jitter",
+        nargs="?",
+        const="auto",
+        metavar="STEP_S",
+        help="spread coarse timestamps over [t, t+STEP_S) (default step: smallest gap)",
+    )
     conv.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds")
     conv.add_argument("--first", type=int, metavar="N", help="keep the first N requests")
     conv.add_argument("--max-model-len", type=int, metavar="TOKENS")
-    conv.add_argument("--prompt-policy", choices=("reject", "clip"), default="reject",
-                      help="what --max-model-len does to longer prompts (default reject)")
+    conv.add_argument(
+        "--prompt-policy",
+        choices=("reject", "clip"),
+        default="reject",
+        help="what --max-model-len does to longer prompts (default reject)",
+    )
     conv.add_argument("--scale-prompt", type=float, default=1.0, metavar="F")
     conv.add_argument("--scale-output", type=float, default=1.0, metavar="F")
     rate = conv.add_mutually_exclusive_group()
@@ -53,10 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     syn.add_argument("--num-requests", type=int)
     syn.add_argument("--duration-s", type=float)
     syn.add_argument("--arrival", metavar="K=V,...", help="e.g. process=gamma,rate=5,cv=4")
-    syn.add_argument("--prompt-len", metavar="K=V,...", help="e.g. dist=lognormal,mean=600,sigma=0.8")
+    syn.add_argument(
+        "--prompt-len", metavar="K=V,...", help="e.g. dist=lognormal,mean=600,sigma=0.8"
+    )
     syn.add_argument("--output-len", metavar="K=V,...", help="e.g. dist=fixed,value=128")
-    syn.add_argument("--shared-prefix", metavar="K=V,...",
-                     help="e.g. num_prefixes=4,prefix_len=1024,fraction=0.5")
+    syn.add_argument(
+        "--shared-prefix",
+        metavar="K=V,...",
+        help="e.g. num_prefixes=4,prefix_len=1024,fraction=0.5",
+    )
     syn.add_argument("--seed", type=int, default=0)
     syn.set_defaults(func=run, trace_func=_synth)
 
@@ -120,7 +136,9 @@ def _table(s: dict[str, Any]) -> str:
     ]
     for col in ("prompt_len", "output_len"):
         st = s[col]
-        lines.append(f"{col:12s}" + "".join(f"{st[k]:11.1f}" for k in ("mean", "p50", "p90", "p99", "max")))
+        lines.append(
+            f"{col:12s}" + "".join(f"{st[k]:11.1f}" for k in ("mean", "p50", "p90", "p99", "max"))
+        )
     px = s["prefix"]
     if px:
         lines += [
@@ -175,8 +193,12 @@ def _synth(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {}
     if args.spec:
         spec = _read_spec(Path(args.spec), args.spec_key)
-    for key, flag in (("arrival", args.arrival), ("prompt_len", args.prompt_len),
-                      ("output_len", args.output_len), ("shared_prefix", args.shared_prefix)):
+    for key, flag in (
+        ("arrival", args.arrival),
+        ("prompt_len", args.prompt_len),
+        ("output_len", args.output_len),
+        ("shared_prefix", args.shared_prefix),
+    ):
         if flag:
             spec[key] = parse_kv(flag, "--" + key.replace("_", "-"))
     if args.name:
@@ -207,7 +229,9 @@ def _read_spec(path: Path, key: str | None) -> dict[str, Any]:
             raise ValueError(f"{path}: --spec-key {key!r}: no key {part!r}")
         spec = spec[part]
     if not isinstance(spec, dict):
-        raise ValueError(f"{path}: expected a mapping with a synthesize spec, got {type(spec).__name__}")
+        raise ValueError(
+            f"{path}: expected a mapping with a synthesize spec, got {type(spec).__name__}"
+        )
     return dict(spec)
 
 

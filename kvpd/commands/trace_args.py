@@ -52,16 +52,33 @@ def _piece(text: str, what: str) -> dict[str, Any]:
 def add_load_options(p: argparse.ArgumentParser) -> None:
     """Options every subcommand that reads a trace takes."""
     g = p.add_argument_group("reading the trace")
-    g.add_argument("--format", help="azure, mooncake, burstgpt, lengths, generic_csv, generic_jsonl "
-                   "(default: detected from the header / first record)")
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="drop bad rows (reported with their line numbers) instead of failing")
-    g.add_argument("--columns", metavar="KEY=COL,...",
-                   help="column mapping, e.g. arrival=ts,prompt_len=in,output_len=out")
-    g.add_argument("--option", metavar="KEY=VALUE,...", action="append", default=[],
-                   help="format options, e.g. model=GPT-4, time_unit=ms, hash_block_size=512")
-    g.add_argument("--arrival", metavar="KEY=VALUE,...",
-                   help="arrival process for the lengths format, e.g. process=poisson,rate=5")
+    g.add_argument(
+        "--format",
+        help="azure, mooncake, burstgpt, lengths, generic_csv, generic_jsonl "
+        "(default: detected from the header / first record)",
+    )
+    g.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="drop bad rows (reported with their line numbers) instead of failing",
+    )
+    g.add_argument(
+        "--columns",
+        metavar="KEY=COL,...",
+        help="column mapping, e.g. arrival=ts,prompt_len=in,output_len=out",
+    )
+    g.add_argument(
+        "--option",
+        metavar="KEY=VALUE,...",
+        action="append",
+        default=[],
+        help="format options, e.g. model=GPT-4, time_unit=ms, hash_block_size=512",
+    )
+    g.add_argument(
+        "--arrival",
+        metavar="KEY=VALUE,...",
+        help="arrival process for the lengths format, e.g. process=poisson,rate=5",
+    )
     g.add_argument("--seed", type=int, default=0, help="seed for arrivals / jitter (default 0)")
 
 

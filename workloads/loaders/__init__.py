@@ -60,8 +60,11 @@ def detect_format(path: str | Path, *, columns: dict[str, str] | None = None) ->
                 return fmt
         wanted = "; ".join(f"{f} ({keys})" for f, _, keys in _JSON_SIGNATURES)
         raise TraceError(
-            str(path), line, f"a known trace format: records with keys of {wanted}",
-            got=", ".join(sorted(first)), note="name the format, or give a column mapping",
+            str(path),
+            line,
+            f"a known trace format: records with keys of {wanted}",
+            got=", ".join(sorted(first)),
+            note="name the format, or give a column mapping",
         )
     if columns:
         return "generic_csv"
@@ -71,8 +74,11 @@ def detect_format(path: str | Path, *, columns: dict[str, str] | None = None) ->
             return fmt
     wanted = "; ".join(f"{f} ({cols})" for f, _, cols in _CSV_SIGNATURES)
     raise TraceError(
-        str(path), 1, f"a known trace format: a header with the columns of {wanted}",
-        got=",".join(header), note="name the format, or give a column mapping",
+        str(path),
+        1,
+        f"a known trace format: a header with the columns of {wanted}",
+        got=",".join(header),
+        note="name the format, or give a column mapping",
     )
 
 

@@ -99,7 +99,11 @@ def _read_fast(
     block = _BLOCK_SIZE_LISTS if any(f.kind == "ids" for f in fields) else _BLOCK_SIZE
     # Wall-clock columns parse straight to timestamp[ns] (no string copy); strings with a
     # zone offset fail that and are read as text, then cast with tz=UTC in _convert.
-    attempts = [{"datetime": pa.timestamp("ns")}, {}] if any(f.kind == "datetime" for f in fields) else [{}]
+    attempts = (
+        [{"datetime": pa.timestamp("ns")}, {}]
+        if any(f.kind == "datetime" for f in fields)
+        else [{}]
+    )
     table = None
     for override in attempts:
         types = {by_name[f.column]: override.get(f.kind, _ARROW_TYPES[f.kind]) for f in fields}
@@ -191,7 +195,9 @@ def _read_slow(
                 line = reader.line_num
                 if len(row) != width:
                     collector.rows_read += 1
-                    collector.bad(line, None, f"{width} fields as in the header", f"{len(row)} fields")
+                    collector.bad(
+                        line, None, f"{width} fields as in the header", f"{len(row)} fields"
+                    )
                     continue
                 collector.add(line, lambda f, row=row: row[index[f.key]])
     except UnicodeDecodeError as exc:

@@ -162,7 +162,9 @@ def column_mapping(
                 f"{fmt}: unknown column key {key!r}; allowed keys: {', '.join(defaults)}"
             )
         if not isinstance(column, str) or not column:
-            raise ValueError(f"{fmt}: column for {key!r} must be a non-empty string, got {column!r}")
+            raise ValueError(
+                f"{fmt}: column for {key!r} must be a non-empty string, got {column!r}"
+            )
         mapping[key] = column
     return mapping
 

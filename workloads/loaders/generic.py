@@ -90,7 +90,9 @@ def _load(
     if csv:
         table = read_csv_table(path, fields, fmt=fmt, skip_invalid=skip_invalid)
     else:
-        table = read_jsonl_table(path, fields, fmt=fmt, skip_invalid=skip_invalid, meta_key=META_KEY)
+        table = read_jsonl_table(
+            path, fields, fmt=fmt, skip_invalid=skip_invalid, meta_key=META_KEY
+        )
     block = hash_block_size or table.meta.get("hash_block_size") or _csv_block_size(table, path)
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise TraceError(str(path), None, "hash_block_size to be an integer >= 1", got=block)
@@ -112,8 +114,11 @@ def _csv_block_size(table: ParsedTable, path: Path) -> int | None:
     bad = np.flatnonzero(sizes != sizes[0])
     if len(bad):
         raise TraceError(
-            str(path), int(table.lines[bad[0]]), f"the same hash_block_size on every row ({sizes[0]})",
-            field="hash_block_size", got=int(sizes[bad[0]]),
+            str(path),
+            int(table.lines[bad[0]]),
+            f"the same hash_block_size on every row ({sizes[0]})",
+            field="hash_block_size",
+            got=int(sizes[bad[0]]),
         )
     return int(sizes[0])
 
@@ -127,9 +132,11 @@ def _check_token_counts(table: ParsedTable, skip_invalid: bool) -> None:
     if bad.any() and not skip_invalid:
         i = int(np.flatnonzero(bad)[0])
         raise TraceError(
-            table.report.file, int(table.lines[i]),
+            table.report.file,
+            int(table.lines[i]),
             f"prompt_len ({table.columns['prompt_len'][i]}) token ids",
-            field="prompt_token_ids", got=f"{ids.lengths()[i]} ids",
+            field="prompt_token_ids",
+            got=f"{ids.lengths()[i]} ids",
             note=f"{int(bad.sum())} such row(s); --skip-invalid drops them",
         )
     table.drop(bad, "prompt_token_ids count != prompt_len")

@@ -66,6 +66,8 @@ def read_jsonl_table(
     for f in fields:
         if data_first is not None and f.column in data_first:
             present.append(f)
+        elif f.required and data_first is None and meta_line is not None:
+            present.append(f)  # kvpd's own file with no rows: an empty trace
         elif f.required:
             keys = ", ".join(sorted(data_first)) if data_first is not None else "(no records)"
             raise TraceError(str(path), data_line, f"records with key {f.column!r}", got=keys)
@@ -106,4 +108,3 @@ def _next_record(path: Path, after_line: int) -> tuple[int | None, dict[str, Any
             if isinstance(obj, dict):
                 return line_no, obj
     return None, None
-

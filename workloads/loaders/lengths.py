@@ -54,7 +54,9 @@ def load(
     ]
     table = read_csv_table(path, fields, fmt=FORMAT, skip_invalid=skip_invalid)
     drop_empty_requests(table)
-    order_rng, arrival_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    order_rng, arrival_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)
+    )
     if shuffle:
         table.take(order_rng.permutation(len(table)))
     table.columns["arrival"] = arrival_times(arrival, arrival_rng, num_requests=len(table))

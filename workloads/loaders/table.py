@@ -62,7 +62,9 @@ class ParsedTable:
         """Keep rows `idx` (in that order), in place."""
         self.lines = self.lines[idx]
         for key, col in self.columns.items():
-            self.columns[key] = col.take(idx) if isinstance(col, (Ragged, Categorical)) else col[idx]
+            self.columns[key] = (
+                col.take(idx) if isinstance(col, (Ragged, Categorical)) else col[idx]
+            )
 
 
 _TYPECODES = {"datetime": "q", "count": "q", "int": "q", "number": "d"}
@@ -144,8 +146,12 @@ class RowCollector:
         for f in self.fields:
             store = self._store[f.key]
             if f.kind == "ids":
-                values = np.frombuffer(store[0], dtype=np.int64) if store[0] else np.zeros(0, np.int64)
-                lengths = np.frombuffer(store[1], dtype=np.int64) if store[1] else np.zeros(0, np.int64)
+                values = (
+                    np.frombuffer(store[0], dtype=np.int64) if store[0] else np.zeros(0, np.int64)
+                )
+                lengths = (
+                    np.frombuffer(store[1], dtype=np.int64) if store[1] else np.zeros(0, np.int64)
+                )
                 columns[f.key] = Ragged.from_lengths(values.copy(), lengths)
             elif f.kind == "str":
                 codes = np.array(store[1], dtype=np.int32)
