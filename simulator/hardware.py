@@ -283,7 +283,3 @@ def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
     entry = _apply_overrides(f"inline hardware {name!r}", base, spec, ACCEL_NUMERIC)
     return _accelerator_from_entry(str(name), entry, f"inline hardware {name!r}")
 
-
-def accelerator_entry(name: str) -> dict[str, Any]:
-    """The raw catalog entry (datasheet units) of a catalog accelerator, for display."""
-    return dict(_catalog("hardware.yaml")[_resolve_accel_name(name)])

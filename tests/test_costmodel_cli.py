@@ -52,6 +52,17 @@ def test_estimate_bad_input_exits_2_with_the_reason(capsys, argv: list[str], mes
     assert rc == 2 and message in err
 
 
+def test_estimate_accepts_a_hypothetical_accelerator_inline(capsys) -> None:
+    args = ["estimate", "--model", "llama-3-8b", "--decode", "1x1000", "--json", "--hardware"]
+    _, out, _ = run_cli(capsys, *args, "h100-sxm")
+    _, fast_out, _ = run_cli(capsys, *args, "{base: h100-sxm, mem_bw_tbps_scale: 2}")
+    base, fast = json.loads(out), json.loads(fast_out)
+    assert fast["hardware"] == "h100-sxm-custom"
+    assert fast["step_time_s"] < base["step_time_s"]
+    rc, _, err = run_cli(capsys, *args, "{base: h100-sxm, hbm: 2}")
+    assert rc == 2 and "unknown field(s) ['hbm']" in err
+
+
 def test_hardware_list_and_show(capsys) -> None:
     rc, out, _ = run_cli(capsys, "hardware", "list")
     assert rc == 0 and "h100-sxm" in out and "nvlink4" in out and "placeholder" in out

@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="roofline time of one engine step (explained)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="catalog model, HF id or config.json path")
-    p.add_argument("--hardware", required=True, help="catalog accelerator (see `kvpd hardware list`)")
+    p.add_argument("--hardware", required=True,
+                   help="catalog accelerator (see `kvpd hardware list`) or an inline YAML mapping, "
+                        "e.g. '{base: h100-sxm, mem_bw_tbps_scale: 2}'")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
     p.add_argument("--dtype", default="bf16", help="weights: fp32, bf16, fp16, fp8, int4")
@@ -44,6 +46,21 @@ def parse_batch(text: str, flag: str, need_batch: bool) -> tuple[int, int]:
     return b, n
 
 
+def parse_hardware(text: str) -> str | dict:
+    """A catalog name, or an inline mapping when the text starts with '{'."""
+    if not text.strip().startswith("{"):
+        return text
+    import yaml
+
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--hardware {text!r}: not a YAML mapping ({exc})") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"--hardware {text!r}: expected a mapping such as '{{base: h100-sxm}}'")
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     from simulator.core.batch_shape import BatchShape
     from simulator.costmodel import CostModel
@@ -55,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.prefill and not args.decode:
         raise ValueError("give --prefill N, --decode BxC, or both")
     model = get_model(args.model)
-    acc = get_accelerator(args.hardware)
+    acc = get_accelerator(parse_hardware(args.hardware))
     params = (CostParams.load(args.params, device=acc.name, model=model.name)
               if args.params else None)
     cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
