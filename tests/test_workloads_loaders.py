@@ -350,3 +350,39 @@ def test_no_warning_for_clean_file(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_trace(path)
+
+
+def test_jsonl_fast_path_equals_row_by_row_path(tmp_path, monkeypatch):
+    from workloads.loaders import jsonlread
+
+    rng = np.random.default_rng(3)
+    recs = [
+        {
+            "timestamp": int(ts),
+            "input_length": int(n),
+            "output_length": int(rng.integers(0, 9)),
+            "hash_ids": rng.integers(0, 50, -(-int(n) // 512)).tolist(),
+        }
+        for ts, n in zip(np.sort(rng.integers(0, 10**6, 300)), rng.integers(1, 5000, 300))
+    ]
+    path = write(tmp_path, "mc.jsonl", "".join(json.dumps(r) + "\n" for r in recs))
+    fast = load_trace(path)
+    monkeypatch.setattr(jsonlread, "_read_fast", lambda *a: None)
+    slow = load_trace(path)
+    assert fast.equals(slow) and fast.load_report.to_dict() == slow.load_report.to_dict()
+    assert fast.load_report.dropped  # some zero-output rows, reported with their lines
+    zero_lines = [i + 1 for i, r in enumerate(recs) if r["output_length"] == 0][:5]
+    assert fast.load_report.first_lines["zero output tokens"] == zero_lines
+
+
+def test_generic_jsonl_meta_line_keeps_line_numbers(tmp_path):
+    path = write(
+        tmp_path,
+        "g.jsonl",
+        '{"kvpd_trace": {"name": "n", "hash_block_size": null}}\n'
+        '{"arrival_s": 0, "prompt_len": 2, "output_len": 1}\n'
+        '{"arrival_s": 1, "prompt_len": 3, "output_len": 0}\n',
+    )
+    t = load_trace(path)
+    assert t.name == "n" and len(t) == 1
+    assert t.load_report.first_lines == {"zero output tokens": [3]}

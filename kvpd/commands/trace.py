@@ -85,11 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.reported_warnings = set()  # warnings already printed inside a load report
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         status = args.trace_func(args)
     for w in caught:
-        print(f"kvpd trace: warning: {w.message}", file=sys.stderr)
+        if str(w.message) not in args.reported_warnings:
+            print(f"kvpd trace: warning: {w.message}", file=sys.stderr)
     return status
 
 
@@ -97,10 +99,15 @@ def _load(path: str, args: argparse.Namespace):  # noqa: ANN202 - returns a work
     from workloads import load_trace
 
     trace = load_trace(path, args.format, **load_kwargs(args))
-    report = trace.load_report
-    if report is not None and (report.rows_dropped or report.warnings or args.skip_invalid):
-        print(report.summary(), file=sys.stderr)
+    _print_report(trace.load_report, args, force=args.skip_invalid)
     return trace
+
+
+def _print_report(report: Any, args: argparse.Namespace, *, force: bool = False) -> None:
+    """Print a LoadReport to stderr if anything was dropped or fixed up (or if `force`)."""
+    if report is not None and (report.rows_dropped or report.warnings or force):
+        print(report.summary(), file=sys.stderr)
+        args.reported_warnings.update(report.warnings)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -114,10 +121,21 @@ def _info(args: argparse.Namespace) -> int:
         stats["load_report"] = trace.load_report.to_dict() if trace.load_report else None
         results.append(stats)
     if args.json:
-        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+        print(json.dumps(_json_safe(results[0] if len(results) == 1 else results), indent=2))
     else:
         print("\n\n".join(_table(s) for s in results))
     return 0
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN (e.g. the rate of a one-request trace) -> null, so the output is strict JSON."""
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def _table(s: dict[str, Any]) -> str:
@@ -180,9 +198,11 @@ def _convert(args: argparse.Namespace) -> int:
     if args.time_scale is not None:
         trace = w.scale_time(trace, args.time_scale)
     w.write_trace(trace, args.output)
-    rep = trace.load_report
-    if rep is not None and len(traces) == 1 and rep.rows_dropped:
-        print(rep.summary(), file=sys.stderr)
+    loaded = traces[0].load_report
+    after = trace.load_report
+    if len(traces) == 1 and loaded and after and after.rows_dropped > loaded.rows_dropped:
+        print("after transforms:", file=sys.stderr)  # transforms dropped rows
+        _print_report(after, args)
     print(f"wrote {len(trace)} requests ({trace.duration_s:.3f} s) to {args.output}")
     return 0
 

@@ -81,7 +81,8 @@ def read_csv_table(
     return _read_slow(path, header, fields, fmt=fmt, skip_invalid=skip_invalid)
 
 
-def _count_lines(path: Path) -> int:
+def count_lines(path: Path) -> int:
+    """Lines in the file (a last line without a newline counts)."""
     lines, last = 0, b"\n"
     with open(path, "rb") as fh:
         while chunk := fh.read(8 << 20):
@@ -98,7 +99,7 @@ def _read_fast(
     include = list(dict.fromkeys(by_name[f.column] for f in fields))
     block = _BLOCK_SIZE_LISTS if any(f.kind == "ids" for f in fields) else _BLOCK_SIZE
     # Wall-clock columns parse straight to timestamp[ns] (no string copy); strings with a
-    # zone offset fail that and are read as text, then cast with tz=UTC in _convert.
+    # zone offset fail that and are read as text, then cast with tz=UTC in convert_column.
     attempts = (
         [{"datetime": pa.timestamp("ns")}, {}]
         if any(f.kind == "datetime" for f in fields)
@@ -118,14 +119,14 @@ def _read_fast(
             continue
     if table is None:
         return None
-    if _count_lines(path) != table.num_rows + 1:
+    if count_lines(path) != table.num_rows + 1:
         return None  # blank or multi-line rows: line numbers need the slow path
     columns: dict[str, Any] = {}
     for f in fields:
         col = table.column(by_name[f.column])
         if col.null_count:
             return None
-        converted = _convert(col, f.kind)
+        converted = convert_column(col, f.kind)
         if converted is None:
             return None
         columns[f.key] = converted
@@ -137,7 +138,7 @@ def _raw_header(path: Path) -> list[str]:
         return next(csv.reader(fh))
 
 
-def _convert(col: pa.ChunkedArray, kind: str) -> Any:
+def convert_column(col: pa.ChunkedArray, kind: str) -> Any:
     """Arrow column -> numpy (or Ragged/Categorical); None if any value needs the slow path."""
     if kind == "datetime":
         if pa.types.is_timestamp(col.type):

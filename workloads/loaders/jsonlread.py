@@ -1,7 +1,10 @@
-"""Read selected keys of a JSON Lines file (one JSON object per line), row by row.
+"""Read selected keys of a JSON Lines file (one JSON object per line).
 
-Every line is parsed with `json.loads`, so each bad line (truncated JSON, a
-missing key, a wrong value) is reported with its line number. An optional
+Fast path: pyarrow.json with an explicit schema, taken when every record
+converts, no value is missing or negative and there are no blank lines (so
+record `i` is line `i + 1`). Otherwise every line is parsed with `json.loads`,
+so each bad line (truncated JSON, a missing key, a wrong value) is reported
+with its line number. An optional
 first-line metadata record (`{meta_key: {...}}`) is returned as `table.meta`.
 Optional fields are taken if the first data record has them; then every
 record must have them.
@@ -13,9 +16,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import TraceError, TraceFileNotFoundError
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from workloads.errors import LoadReport, TraceError, TraceFileNotFoundError
+from workloads.loaders.csvread import convert_column, count_lines
 from workloads.loaders.fields import Field
 from workloads.loaders.table import ParsedTable, RowCollector
+from workloads.ragged import Ragged
+
+_ARROW_TYPES = {
+    "datetime": pa.string(),
+    "number": pa.float64(),
+    "count": pa.int64(),
+    "int": pa.int64(),
+    "ids": pa.list_(pa.int64()),
+    "str": pa.string(),
+}
+# Bytes per pyarrow JSON block; must hold the longest record (token-id lists can be long).
+_BLOCK_SIZE = 64 << 20
 
 
 def first_record(path: Path) -> tuple[int, dict[str, Any]]:
@@ -71,6 +92,12 @@ def read_jsonl_table(
         elif f.required:
             keys = ", ".join(sorted(data_first)) if data_first is not None else "(no records)"
             raise TraceError(str(path), data_line, f"records with key {f.column!r}", got=keys)
+    fast = _read_fast(path, present, meta_line)
+    if fast is not None:
+        columns, n = fast
+        lines = np.arange(1, n + 1, dtype=np.int64) + (1 if meta_line else 0)
+        report = LoadReport(str(path), fmt, rows_read=n, rows_kept=n)
+        return ParsedTable(columns, lines, report, meta)
     collector = RowCollector(str(path), fmt, present)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -108,3 +135,46 @@ def _next_record(path: Path, after_line: int) -> tuple[int | None, dict[str, Any
             if isinstance(obj, dict):
                 return line_no, obj
     return None, None
+
+
+def _read_fast(
+    path: Path, fields: list[Field], meta_line: int | None
+) -> tuple[dict[str, Any], int] | None:
+    """Columns via pyarrow.json, or None when the row-by-row path is needed."""
+    if meta_line not in (None, 1):
+        return None
+    schema = pa.schema([(f.column, _ARROW_TYPES[f.kind]) for f in fields])
+    try:
+        table = pj.read_json(
+            path,
+            read_options=pj.ReadOptions(block_size=_BLOCK_SIZE),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return None
+    if count_lines(path) != table.num_rows:
+        return None  # blank lines: record i is not line i + 1
+    if meta_line:
+        table = table.slice(1)
+    columns: dict[str, Any] = {}
+    for f in fields:
+        col = table.column(f.column)
+        if col.null_count:
+            return None
+        if f.kind == "ids":
+            arr = col.combine_chunks()
+            if pc.list_flatten(arr).null_count:
+                return None
+            values = pc.list_flatten(arr).to_numpy().astype(np.int64, copy=False)
+            if len(values) and values.min() < 0:
+                return None
+            lengths = pc.list_value_length(arr).to_numpy().astype(np.int64)
+            columns[f.key] = Ragged.from_lengths(np.ascontiguousarray(values), lengths)
+            continue
+        converted = convert_column(col, f.kind)
+        if converted is None:
+            return None
+        columns[f.key] = converted
+    return columns, table.num_rows
