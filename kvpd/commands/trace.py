@@ -183,7 +183,13 @@ def _convert(args: argparse.Namespace) -> int:
     traces = [_load(path, args) for path in args.files]
     trace = traces[0] if len(traces) == 1 else w.merge_traces(traces)
     if args.jitter is not None:
-        step = None if args.jitter == "auto" else float(args.jitter)
+        try:
+            step = None if args.jitter == "auto" else float(args.jitter)
+        except ValueError:
+            raise ValueError(
+                f"--jitter: expected a step in seconds or nothing, got {args.jitter!r} "
+                "(put --jitter after the input files)"
+            ) from None
         trace = w.jitter_arrivals(trace, step, seed=args.seed)
     if args.window:
         trace = w.time_window(trace, *_window(args.window))
