@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "kvpd.commands.model",
     "kvpd.commands.generate",
     "kvpd.commands.bench",
+    "kvpd.commands.sweep",
 ]
 
 
