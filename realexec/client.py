@@ -1,0 +1,477 @@
+"""Front-end client of the engine processes: submit requests, stream their tokens back with
+client-side timestamps, abort; sync (`EngineClient`) and asyncio (`AsyncEngineClient`).
+
+`EngineClient(config).start()` spawns the workers of a `ServeConfig` (one colocated engine or
+P prefill + D decode workers), waits for their `ready`, and runs one I/O thread that receives
+every worker's `outputs` on one PULL socket, stamps them with `time.perf_counter()` as they
+arrive and hands each request's tokens to its sink. In PD mode the same thread is the proxy:
+a request goes to a prefill worker (chosen by `PDRouter`) with the decode worker that will
+receive its KV; when the prefill worker reports the hand-off (first token), the client
+streams that token and sends `add_remote` to the decode worker, whose tokens follow.
+
+A worker whose process exits, or that is silent for `heartbeat_timeout_s`, is reported down
+(`workers_status()`), and every request it held fails at once with an error naming it;
+requests submitted afterwards that would need it fail too. Nothing accepted ends silently:
+each request ends with tokens and a finish reason, or with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from realexec.pd_proxy import PDRouter
+from realexec.serve_config import ServeConfig, spawn_worker
+from realexec.serving_metrics import ServingMetrics
+from realexec.transport import ProtocolError, decode, encode
+
+log = logging.getLogger("kvpd.client")
+
+# How often the I/O thread checks worker processes (s): bounds how late a dead worker is seen.
+LIVENESS_PERIOD_S = 0.05
+
+
+class EngineDeadError(RuntimeError):
+    """A worker needed by a request is down."""
+
+
+class RequestFailed(RuntimeError):
+    """A request ended with an error (its message says why)."""
+
+
+@dataclass
+class Delta:
+    """New output of one request: tokens received together, at client time `t` (perf_counter s)."""
+
+    request_id: str
+    token_ids: list[int]
+    t: float
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class ClientRequest:
+    """What the client knows about one request; times are `time.perf_counter()` seconds."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: dict[str, Any]
+    t_submit: float
+    token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)  # engine step that made each token (NaN: n/a)
+    finish_reason: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    num_cached_tokens: int = 0
+    worker: str = ""  # the worker holding it now
+    prefill_worker: str = ""
+    decode_worker: str = ""
+    kv: dict[str, Any] = field(default_factory=dict)
+    sink: Callable[[Delta], None] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+
+@dataclass
+class WorkerState:
+    name: str
+    role: str
+    proc: Any = None
+    sock: zmq.Socket | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    ready: bool = False
+    down: str | None = None  # why it is down
+    last_seen: float = 0.0  # perf_counter s
+
+    @property
+    def alive(self) -> bool:
+        return self.ready and self.down is None
+
+
+class EngineClient:
+    """Spawns and talks to the workers of `config` (use as a context manager, or start/close)."""
+
+    def __init__(self, config: ServeConfig | None = None) -> None:
+        self.config = config or ServeConfig()
+        self.ctx = zmq.Context()
+        self.workers: dict[str, WorkerState] = {}
+        self.requests: dict[str, ClientRequest] = {}
+        self.metrics = ServingMetrics()
+        self.router = PDRouter()
+        self.num_bad_messages = 0
+        self._lock = threading.RLock()  # guards sockets used from user threads and requests
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ipc_dir = tempfile.mkdtemp(prefix="kvpd-")
+        self.out = self.ctx.socket(zmq.PULL)
+        self.out.setsockopt(zmq.LINGER, 0)
+        if self.config.transport == "tcp":
+            self.out.bind("tcp://127.0.0.1:*")
+        else:
+            self.out.bind(f"ipc://{self._ipc_dir}/frontend-out")
+        self.output_addr = self.out.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> EngineClient:
+        """Spawn the workers and wait until all are ready (RuntimeError if one fails)."""
+        for spec in self.config.worker_specs(self.output_addr, self._ipc_dir):
+            self.workers[spec.name] = WorkerState(spec.name, spec.role, spawn_worker(spec))
+        self._thread = threading.Thread(target=self._io_loop, name="kvpd-client-io", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(self.config.startup_timeout_s):
+            self.close()
+            raise RuntimeError(f"workers not ready within {self.config.startup_timeout_s} s")
+        down = {w.name: w.down for w in self.workers.values() if w.down}
+        if down:
+            self.close()
+            raise RuntimeError(f"workers failed to start: {down}")
+        decode_kv = {w.name: w.endpoints["kv"] for w in self.workers.values() if w.role == "decode"}
+        for w in self.workers.values():
+            if w.role == "prefill":
+                self._send(w, "peers", {"decode_kv": decode_kv})
+        return self
+
+    def __enter__(self) -> EngineClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the workers (shutdown, then kill after `timeout_s`) and the I/O thread."""
+        with self._lock:
+            for w in self.workers.values():
+                if w.sock is not None and w.alive:
+                    with contextlib.suppress(zmq.ZMQError):
+                        w.sock.send_multipart(encode("shutdown", {}), zmq.NOBLOCK)
+        deadline = time.monotonic() + timeout_s
+        for w in self.workers.values():
+            if w.proc is not None:
+                w.proc.join(max(0.0, deadline - time.monotonic()))
+                if w.proc.is_alive():
+                    w.proc.kill()
+                    w.proc.join(5.0)
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        with self._lock:
+            for rid in list(self.requests):
+                self._fail(rid, "the client was closed")
+        self.ctx.destroy(linger=0)
+        shutil.rmtree(self._ipc_dir, ignore_errors=True)
+
+    # ----------------------------------------------------------- public API
+    @property
+    def model_info(self) -> dict[str, Any]:
+        """The model as the first ready worker reports it (vocab_size, max_model_len, ...)."""
+        for w in self.workers.values():
+            if w.model:
+                return w.model
+        return {}
+
+    def workers_status(self) -> dict[str, dict[str, Any]]:
+        return {w.name: {"role": w.role, "alive": w.alive, "down": w.down,
+                         "pid": getattr(w.proc, "pid", None), "stats": dict(w.stats)}
+                for w in self.workers.values()}
+
+    def is_healthy(self) -> bool:
+        return bool(self.workers) and all(w.alive for w in self.workers.values())
+
+    def submit(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
+               request_id: str | None = None, sink: Callable[[Delta], None] | None = None,
+               priority: int = 0) -> ClientRequest:
+        """Send a request; tokens go to `sink` (from the I/O thread) and onto the returned
+        record. Raises EngineDeadError if no live worker can take it."""
+        rid = request_id or uuid.uuid4().hex
+        sampling = dict(sampling or {})
+        req = ClientRequest(rid, list(prompt_token_ids), sampling, time.perf_counter(), sink=sink)
+        with self._lock:
+            if rid in self.requests:
+                raise ValueError(f"request id {rid!r} is already in flight")
+            body = {"request_id": rid, "prompt_token_ids": req.prompt_token_ids,
+                    "sampling": sampling, "priority": priority}
+            if self.config.pd is None:
+                target = self._live("colocated")[0]
+                req.worker = target.name
+            else:
+                pre, dec = self._live("prefill"), self._live("decode")
+                p, d = self.router.pick(pre, dec, self.requests.values())
+                req.worker = req.prefill_worker = p.name
+                req.decode_worker = d.name
+                body["kv_target"] = d.name
+                target = p
+            self.requests[rid] = req
+            self.metrics.on_submit()
+            try:
+                self._send(target, "add", body)
+            except zmq.ZMQError as exc:
+                self._fail(rid, f"could not send to {target.name}: {exc}")
+        return req
+
+    def abort(self, request_id: str, reason: str = "aborted by the client") -> bool:
+        """Abort a request (its workers free its blocks before their next step)."""
+        with self._lock:
+            req = self.requests.get(request_id)
+            if req is None:
+                return False
+            for name in {req.worker, req.prefill_worker, req.decode_worker} - {""}:
+                w = self.workers.get(name)
+                if w is not None and w.alive:
+                    with contextlib.suppress(zmq.ZMQError):
+                        self._send(w, "abort", {"request_ids": [request_id]})
+            self._finish(req, "abort", reason)
+        return True
+
+    def generate(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
+                 timeout_s: float | None = None, request_id: str | None = None) -> ClientRequest:
+        """Submit and wait; RequestFailed if the request ends with an error."""
+        req = self.submit(prompt_token_ids, sampling, request_id)
+        if not req.done.wait(timeout_s):
+            self.abort(req.request_id, "timed out")
+            raise TimeoutError(f"request {req.request_id} not finished within {timeout_s} s")
+        if req.error:
+            raise RequestFailed(req.error)
+        return req
+
+    def stream(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
+               request_id: str | None = None, timeout_s: float = 600.0) -> Iterator[Delta]:
+        """Yield `Delta`s as they arrive; closing the iterator early aborts the request."""
+        q: queue.SimpleQueue[Delta] = queue.SimpleQueue()
+        req = self.submit(prompt_token_ids, sampling, request_id, sink=q.put)
+        try:
+            while True:
+                delta = q.get(timeout=timeout_s)
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            if not req.finished:
+                self.abort(req.request_id)
+
+    # -------------------------------------------------------------- sending
+    def _live(self, role: str) -> list[WorkerState]:
+        live = [w for w in self.workers.values() if w.role == role and w.alive]
+        if not live:
+            down = {w.name: w.down for w in self.workers.values() if w.role == role}
+            raise EngineDeadError(f"no {role} worker is up ({down})")
+        return live
+
+    def _send(self, w: WorkerState, msg_type: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            if w.sock is None:
+                raise zmq.ZMQError(msg=f"{w.name} is not connected")
+            w.sock.send_multipart(encode(msg_type, body), zmq.NOBLOCK)
+
+    # ------------------------------------------------------------ receiving
+    def _io_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.out, zmq.POLLIN)
+        next_check = 0.0
+        while not self._stop.is_set():
+            try:
+                events = dict(poller.poll(int(LIVENESS_PERIOD_S * 1000)))
+            except zmq.ZMQError:
+                return  # context destroyed
+            if self.out in events:
+                self._drain()
+            now = time.perf_counter()
+            if now >= next_check:
+                next_check = now + LIVENESS_PERIOD_S
+                self._check_liveness(now)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.out.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:
+                return
+            now = time.perf_counter()
+            try:
+                msg = decode(frames)
+            except ProtocolError as exc:
+                self.num_bad_messages += 1
+                log.warning("front end: rejected a message from a worker: %s", exc)
+                continue
+            w = self.workers.get(msg.body.get("worker", ""))
+            if w is None:
+                self.num_bad_messages += 1
+                log.warning("front end: %s message from unknown worker %r", msg.type, msg.body.get("worker"))
+                continue
+            with self._lock:
+                self._on_message(w, msg, now)
+
+    def _on_message(self, w: WorkerState, msg: Any, now: float) -> None:
+        w.last_seen = now
+        b = msg.body
+        if msg.type == "ready":
+            w.endpoints, w.model, w.ready = b["endpoints"], b["model"], True
+            w.sock = self.ctx.socket(zmq.PUSH)
+            w.sock.setsockopt(zmq.LINGER, 0)
+            w.sock.connect(w.endpoints["input"])
+            if all(x.ready or x.down for x in self.workers.values()):
+                self._ready.set()
+        elif msg.type == "fatal":
+            self._mark_down(w, f"failed: {b['message']}")
+        elif msg.type in ("outputs", "heartbeat"):
+            w.stats = b["stats"]
+            if msg.type == "outputs":
+                for item in b["items"]:
+                    self._on_item(w, item, float(b["step_s"]), now)
+        else:
+            self.num_bad_messages += 1
+            log.warning("front end: unexpected %s message from %s", msg.type, w.name)
+
+    def _on_item(self, w: WorkerState, item: dict[str, Any], step_s: float, now: float) -> None:
+        req = self.requests.get(item["id"])
+        if req is None or (req.worker and req.worker != w.name):
+            return  # aborted or failed already, or a stale item
+        if item.get("err"):
+            self._fail(req.request_id, f"{w.name}: {item['err']}")
+            return
+        if "cached" in item:
+            req.num_cached_tokens = int(item["cached"])
+        if item.get("kv"):
+            req.kv.update(item["kv"])
+        toks = item["tok"]
+        if toks:
+            req.token_ids.extend(toks)
+            req.token_times.extend([now] * len(toks))
+            req.step_s.extend([step_s] * len(toks))
+        fin = item["fin"]
+        if fin is None and item.get("handoff"):
+            self._hand_off(req)
+        if fin is not None:
+            self._finish(req, fin, item.get("stop"), toks, now)
+        elif toks and req.sink is not None:
+            req.sink(Delta(req.request_id, list(toks), now))
+
+    def _hand_off(self, req: ClientRequest) -> None:
+        """PD: the prefill worker holds the KV and sampled the first token; move to decode."""
+        d = self.workers.get(req.decode_worker)
+        if d is None or not d.alive:
+            self.abort(req.request_id)
+            self._fail(req.request_id, f"decode worker {req.decode_worker} is down")
+            return
+        req.worker = d.name
+        body = {"request_id": req.request_id, "prompt_token_ids": req.prompt_token_ids,
+                "sampling": req.sampling, "first_token_id": req.token_ids[0],
+                "prefill_worker": req.prefill_worker}
+        try:
+            self._send(d, "add_remote", body)
+        except zmq.ZMQError as exc:
+            self._fail(req.request_id, f"could not reach {d.name}: {exc}")
+
+    def _finish(self, req: ClientRequest, reason: str, stop: str | None = None,
+                toks: list[int] = (), now: float | None = None) -> None:
+        if self.requests.pop(req.request_id, None) is None:
+            return
+        req.finish_reason, req.stop_reason = reason, stop
+        self.metrics.on_finish(req)
+        req.done.set()
+        if req.sink is not None:
+            req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason))
+
+    def _fail(self, rid: str, error: str) -> None:
+        req = self.requests.pop(rid, None)
+        if req is None:
+            return
+        req.error, req.finish_reason = error, "error"
+        self.metrics.on_finish(req)
+        req.done.set()
+        if req.sink is not None:
+            req.sink(Delta(rid, [], time.perf_counter(), True, "error", error))
+
+    def _mark_down(self, w: WorkerState, why: str) -> None:
+        if w.down is not None:
+            return
+        w.down = why
+        log.error("front end: worker %s is down: %s", w.name, why)
+        if not self._ready.is_set() and all(x.ready or x.down for x in self.workers.values()):
+            self._ready.set()
+        for req in list(self.requests.values()):
+            if req.worker == w.name or (req.decode_worker == w.name and req.worker == req.prefill_worker):
+                if req.worker != w.name:  # still prefilling for a dead decode worker
+                    p = self.workers.get(req.worker)
+                    if p is not None and p.alive:
+                        with contextlib.suppress(zmq.ZMQError):
+                            self._send(p, "abort", {"request_ids": [req.request_id]})
+                self._fail(req.request_id, f"worker {w.name} is down: {why}")
+
+    def _check_liveness(self, now: float) -> None:
+        with self._lock:
+            for w in self.workers.values():
+                if w.down is not None:
+                    continue
+                code = w.proc.exitcode if w.proc is not None else None
+                if code is not None:
+                    self._mark_down(w, f"process exited with code {code}")
+                elif w.ready and now - w.last_seen > self.config.heartbeat_timeout_s:
+                    self._mark_down(w, f"silent for {now - w.last_seen:.1f} s")
+                    w.proc.kill()
+
+
+class AsyncEngineClient:
+    """asyncio face of an `EngineClient`: `stream` is an async iterator of `Delta`s; cancelling
+    or closing it aborts the request."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+
+    async def stream(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> AsyncIterator[Delta]:
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[Delta] = asyncio.Queue()
+        req = self.client.submit(prompt_token_ids, sampling, request_id,
+                                 sink=lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
+        try:
+            while True:
+                delta = await q.get()
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            if not req.finished:
+                self.client.abort(req.request_id, "client disconnected")
+
+    async def generate(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
+                       request_id: str | None = None) -> ClientRequest:
+        """Wait for the whole output; RequestFailed if it ends with an error."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def sink(delta: Delta) -> None:
+            if delta.finished:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        req = self.client.submit(prompt_token_ids, sampling, request_id, sink=sink)
+        try:
+            await done
+        finally:
+            if not req.finished:
+                self.client.abort(req.request_id, "client disconnected")
+        if req.error:
+            raise RequestFailed(req.error)
+        return req

@@ -1,0 +1,347 @@
+"""The engine-core process: `EngineCore` (schedule, execute, update) with the real model runner,
+fed over ZeroMQ (socket topology and message formats: `realexec.transport`).
+
+One thread runs everything: poll the input socket (and the KV socket of a PD worker), apply
+adds and aborts, run one engine step, push one `outputs` message per step with every
+request's new tokens, and a `heartbeat` with the engine's stats when idle. Aborts are applied
+between steps, so an aborted request's blocks are free before the next step is scheduled. A
+message that fails validation is logged and counted (`stats.num_bad_messages`) and nothing
+else changes. The worker exits when told (`shutdown`) or when its parent process is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from realexec.transport import Message, ProtocolError, decode, encode
+
+log = logging.getLogger("kvpd.engine")
+
+ROLES = ("colocated", "prefill", "decode")
+# Poll wait (s) after a step that scheduled nothing (e.g. the decode head-of-line waits for
+# free blocks): long enough not to spin a core, short next to a CPU step (~10-600 ms).
+IDLE_STEP_WAIT_S = 0.005
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker process needs (picklable for the `spawn` start method).
+
+    transport: "ipc" (sockets under `ipc_dir`) or "tcp" (127.0.0.1, ephemeral ports).
+    kv_mode: "full" (one message per request after its prompt) or "layerwise" (one message per
+    layer, sent as each layer's KV is written during the step that completes the prompt).
+    kv_timeout_s: decode side: how long after allocating blocks it waits for the KV before
+    recomputing the prompt itself. kv_hold_timeout_s: prefill side: how long it holds a
+    handed-off request's blocks without an acknowledgement. heartbeat_s: idle heartbeat period.
+    fault_drop_kv: drop every outgoing KV transfer (tests and benchmarks of the fallback).
+    """
+
+    name: str
+    output_addr: str
+    role: str = "colocated"
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)
+    transport: str = "ipc"
+    ipc_dir: str = ""
+    kv_mode: str = "full"
+    kv_timeout_s: float = 5.0
+    kv_hold_timeout_s: float = 60.0
+    heartbeat_s: float = 0.25
+    num_threads: int | None = None
+    max_staging_bytes: int = 1 << 30
+    fault_drop_kv: bool = False
+    parent_pid: int = 0
+    log_level: str = "WARNING"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"worker {self.name}: role must be one of {ROLES}, got {self.role!r}")
+        if self.transport not in ("ipc", "tcp"):
+            raise ValueError(f"worker {self.name}: transport must be 'ipc' or 'tcp'")
+        if self.kv_mode not in ("full", "layerwise"):
+            raise ValueError(f"worker {self.name}: kv_mode must be 'full' or 'layerwise'")
+        if not self.kv_timeout_s > 0 or not self.heartbeat_s > 0:
+            raise ValueError(f"worker {self.name}: kv_timeout_s and heartbeat_s must be > 0 s")
+
+
+def bind(sock: zmq.Socket, spec: WorkerSpec, what: str) -> str:
+    """Bind `sock` on a fresh endpoint; returns the endpoint peers connect to."""
+    if spec.transport == "tcp":
+        sock.bind("tcp://127.0.0.1:*")
+    else:
+        sock.bind(f"ipc://{os.path.join(spec.ipc_dir, f'{spec.name}-{what}')}")
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+def set_role(llm: Any, role: str) -> None:
+    """Give a freshly built `LLM` a prefill or decode scheduler (same configs otherwise)."""
+    from simulator.core.engine import EngineCore
+    from simulator.core.scheduler import Scheduler
+
+    old = llm.scheduler
+    if old.has_unfinished_requests():
+        raise RuntimeError("set_role needs an engine with no requests")
+    cfg = dataclasses.replace(old.config, role=role)
+    llm.scheduler = Scheduler(cfg, old.cache_config)
+    llm.engine = EngineCore(llm.scheduler, llm.engine.executor)
+
+
+class EngineLoop:
+    """The worker's serve loop around an `LLM` (role hooks come from `realexec.pd_*`)."""
+
+    def __init__(self, spec: WorkerSpec, llm: Any, ctx: zmq.Context, out: zmq.Socket) -> None:
+        self.spec = spec
+        self.llm = llm
+        self.out = out
+        self.inp = ctx.socket(zmq.PULL)
+        self.inp.setsockopt(zmq.LINGER, 0)
+        self.endpoints = {"input": bind(self.inp, spec, "in")}
+        self.live: dict[str, Any] = {}  # request id -> core Request still reported on
+        self.sent: dict[str, int] = {}  # request id -> output tokens already pushed
+        self.num_bad_messages = 0
+        self.num_steps = 0
+        self.stopping = False
+        self.connector: Any = None
+        if spec.role == "prefill":
+            from realexec.pd_prefill import PrefillConnector
+
+            self.connector = PrefillConnector(self, ctx)
+        elif spec.role == "decode":
+            from realexec.pd_decode import DecodeConnector
+
+            self.connector = DecodeConnector(self, ctx)
+            self.endpoints["kv"] = self.connector.endpoint
+        self.poller = zmq.Poller()
+        self.poller.register(self.inp, zmq.POLLIN)
+        self._last_sent = 0.0
+        self.step_s = 0.0  # duration of the latest step (schedule + execute + update)
+
+    # ---------------------------------------------------------------- output
+    def push(self, msg_type: str, body: dict[str, Any]) -> None:
+        self.out.send_multipart(encode(msg_type, body), copy=False)
+        self._last_sent = time.monotonic()
+
+    def stats(self) -> dict[str, Any]:
+        s = dict(self.llm.scheduler.get_stats())
+        kvs = self.llm.kv_cache_manager.get_stats()
+        s.update(num_gpu_blocks=kvs.num_gpu_blocks, kv_peak_usage=kvs.peak_usage,
+                 prefix_hit_rate=kvs.prefix_hit_rate, num_bad_messages=self.num_bad_messages,
+                 num_steps=self.num_steps, num_live=len(self.live))
+        if self.connector is not None:
+            s.update(self.connector.stats())
+        return s
+
+    def model_info(self) -> dict[str, Any]:
+        llm = self.llm
+        spec = llm.kv_cache.spec
+        return {"source": str(llm.loaded.source), "vocab_size": llm.vocab_size,
+                "max_model_len": llm.max_model_len, "eos_token_id": llm.eos_token_id,
+                "num_gpu_blocks": llm.kv_cache.num_blocks, "block_size": spec.block_size,
+                "kv_bytes_per_token": spec.bytes_per_token, "num_layers": spec.num_layers,
+                "dtype": str(spec.dtype).removeprefix("torch."), "device": str(llm.device)}
+
+    def error_item(self, rid: str, message: str) -> dict[str, Any]:
+        return {"id": rid, "tok": [], "fin": "error", "err": message}
+
+    # ----------------------------------------------------------------- input
+    def handle(self, msg: Message) -> list[dict[str, Any]]:
+        """Apply one input message; returns output items to push right away."""
+        b = msg.body
+        if msg.type == "add":
+            return self._add(b, remote=False)
+        if msg.type == "add_remote":
+            if self.spec.role != "decode":
+                return [self.error_item(b["request_id"], f"{self.spec.name} is not a decode worker")]
+            return self._add(b, remote=True)
+        if msg.type == "abort":
+            return [it for rid in b["request_ids"] if (it := self._abort(rid))]
+        if msg.type == "peers" and self.connector is not None:
+            self.connector.on_peers(b)
+        elif msg.type == "shutdown":
+            self.stopping = True
+        else:
+            raise ProtocolError(f"{self.spec.name}: unexpected {msg.type} message on the input socket")
+        return []
+
+    def _add(self, b: dict[str, Any], remote: bool) -> list[dict[str, Any]]:
+        from simulator.core.request import RequestStatus
+
+        rid = b["request_id"]
+        llm = self.llm
+        if rid in self.live or rid in llm.scheduler.requests:
+            return [self.error_item(rid, f"request id {rid!r} is already in use")]
+        try:
+            req = llm.make_request(rid, b["prompt_token_ids"], b["sampling"],
+                                   priority=int(b.get("priority") or 0))
+            if req.sampling_params.n != 1:
+                raise ValueError(f"request {rid}: n must be 1 when serving (got {req.sampling_params.n})")
+            if remote:
+                first = b["first_token_id"]
+                if not 0 <= first < llm.vocab_size:
+                    raise ValueError(f"request {rid}: first_token_id {first} outside the vocabulary")
+                req.status = RequestStatus.WAITING_FOR_REMOTE_KV
+                req.append_output_token(first, llm.clock())
+        except ValueError as exc:
+            return [self.error_item(rid, str(exc))]
+        if self.connector is not None:
+            self.connector.on_add(req, b)
+        llm.engine.add_request(req, llm.clock())
+        self.live[rid] = req
+        self.sent[rid] = req.num_output_tokens
+        return []
+
+    def _abort(self, rid: str) -> dict[str, Any] | None:
+        if self.connector is not None:
+            self.connector.on_abort(rid)
+        known = self.llm.abort_request(rid, "aborted by the client")
+        req = self.live.pop(rid, None)
+        self.sent.pop(rid, None)
+        if req is None and not known:
+            return None
+        return {"id": rid, "tok": [], "fin": "abort", "stop": "aborted by the client"}
+
+    def drain_input(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        while True:
+            try:
+                frames = self.inp.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return items
+            try:
+                items.extend(self.handle(decode(frames)))
+            except ProtocolError as exc:
+                self.num_bad_messages += 1
+                log.warning("%s: rejected a message on the input socket: %s", self.spec.name, exc)
+
+    # ------------------------------------------------------------------ step
+    def step(self) -> tuple[list[dict[str, Any]], bool]:
+        """One engine step; returns (output items, whether it did anything)."""
+        t0 = time.perf_counter()
+        out = self.llm.step()
+        step_s = time.perf_counter() - t0
+        self.num_steps += 1
+        self.step_s = step_s
+        so = out.scheduler_output
+        handoff = {r.request_id for r in out.kv_ready}
+        if self.connector is not None:
+            self.connector.after_step(out)
+        items = []
+        seen = set()
+        for req in [*so.reqs, *out.finished, *out.kv_ready]:
+            rid = req.request_id
+            if rid in seen or rid not in self.live:
+                continue
+            seen.add(rid)
+            self.llm.finished.pop(rid, None)
+            n = self.sent[rid]
+            new = req.output_token_ids[n:]
+            fin = req.finish_reason if req.is_finished else None
+            if not new and fin is None and rid not in handoff:
+                continue
+            item: dict[str, Any] = {"id": rid, "tok": list(new), "fin": fin}
+            if n == 0 and new:
+                item["cached"] = max(req.num_cached_tokens, 0)
+            if fin is not None and req.stop_reason:
+                item["stop"] = req.stop_reason
+            if rid in handoff:
+                item["handoff"] = True
+            kv = self.connector.pop_kv_info(rid) if self.connector is not None else None
+            if kv:
+                item["kv"] = kv
+            items.append(item)
+            self.sent[rid] = n + len(new)
+            if fin is not None or rid in handoff:
+                self.live.pop(rid, None)
+                self.sent.pop(rid, None)
+        busy = bool(so.reqs or out.finished or so.kv_to_receive or out.kv_ready)
+        return items, busy
+
+    def _needs_step(self) -> bool:
+        s = self.llm.scheduler
+        if s.running or s.waiting:
+            return True
+        return s.has_unfinished_requests() and not s.waiting_for_kv
+
+    def run(self) -> None:
+        spec = self.spec
+        self.push("ready", {"worker": spec.name, "role": spec.role, "pid": os.getpid(),
+                            "endpoints": self.endpoints, "model": self.model_info()})
+        wait = 0.0
+        last_parent_check = time.monotonic()
+        while not self.stopping:
+            conn = self.connector
+            if conn is not None:
+                deadline = conn.next_deadline()
+                if deadline is not None:
+                    wait = min(wait, max(0.0, deadline - time.monotonic()))
+                for sock in conn.socks:  # a full staging area stops reading KV (back-pressure)
+                    self.poller.register(sock, zmq.POLLIN if conn.want_read() else 0)
+            events = dict(self.poller.poll(int(wait * 1000)))
+            items = self.drain_input() if self.inp in events else []
+            if conn is not None:
+                for sock in conn.socks:
+                    if sock in events:
+                        conn.on_readable(sock)
+                items.extend(conn.tick())
+            busy = False
+            step_s = 0.0
+            if not self.stopping and self._needs_step():
+                step_items, busy = self.step()
+                items.extend(step_items)
+                step_s = self.step_s
+            now = time.monotonic()
+            if items:
+                self.push("outputs", {"worker": spec.name, "step_id": self.num_steps,
+                                      "step_s": step_s, "t_wall": time.time(), "items": items,
+                                      "stats": self.stats()})
+            elif now - self._last_sent >= spec.heartbeat_s:
+                self.push("heartbeat", {"worker": spec.name, "t_wall": time.time(),
+                                        "stats": self.stats()})
+            if now - last_parent_check >= spec.heartbeat_s:
+                last_parent_check = now
+                if spec.parent_pid and os.getppid() != spec.parent_pid:
+                    log.warning("%s: parent process is gone; exiting", spec.name)
+                    return
+            if busy:
+                wait = 0.0
+            elif self._needs_step():
+                wait = IDLE_STEP_WAIT_S
+            else:
+                wait = max(0.0, spec.heartbeat_s - (now - self._last_sent))
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Process entry point: build the engine, report `ready`, serve until told to stop."""
+    logging.basicConfig(level=spec.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ctx = zmq.Context()
+    out = ctx.socket(zmq.PUSH)
+    out.setsockopt(zmq.SNDHWM, 0)  # never drop or block on outputs; the front end drains them
+    out.setsockopt(zmq.LINGER, 2000)
+    out.connect(spec.output_addr)
+    try:
+        import torch
+
+        if spec.num_threads:
+            torch.set_num_threads(spec.num_threads)
+        from realexec.llm import LLM
+
+        llm = LLM(**spec.llm_kwargs)
+        if spec.role != "colocated":
+            set_role(llm, spec.role)
+        loop = EngineLoop(spec, llm, ctx, out)
+    except Exception as exc:  # report why the worker could not start, then exit
+        log.exception("%s failed to start", spec.name)
+        out.send_multipart(encode("fatal", {"worker": spec.name, "message": f"{type(exc).__name__}: {exc}"}))
+        out.close()
+        ctx.term()
+        return
+    try:
+        loop.run()
+    finally:
+        ctx.destroy(linger=500)

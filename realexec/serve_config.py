@@ -1,0 +1,104 @@
+"""`ServeConfig`: what `kvpd serve` / `EngineClient` deploy (one colocated engine, or P prefill
+and D decode workers), and the worker processes built from it (`spawn` start method)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from realexec.engine_proc import WorkerSpec, worker_main
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    """"P:D" -> (P, D), both integers >= 1; ValueError naming the expected form."""
+    parts = str(text).split(":")
+    try:
+        p, d = (int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"--pd must look like P:D with integers, e.g. 1:1 or 2:1; got {text!r}") from None
+    if p < 1 or d < 1:
+        raise ValueError(f"--pd needs at least one prefill and one decode worker, got {text!r}")
+    return p, d
+
+
+@dataclass
+class ServeConfig:
+    """A deployment. `model` and `llm_kwargs` go to `realexec.LLM` in every worker.
+
+    pd: None for one colocated engine, or (num_prefill, num_decode) workers.
+    kv_mode: "full" or "layerwise" (see `realexec.pd_prefill`). transport: "ipc" or "tcp".
+    kv_timeout_s: the decode side recomputes a prompt whose KV is this late (s).
+    heartbeat_s: idle heartbeat period of workers (s); a worker silent for
+    `heartbeat_timeout_s` or whose process exits is reported down and its requests fail.
+    num_threads: torch threads per worker (default: the CPUs split evenly among workers).
+    fault_drop_kv: prefill workers drop every KV transfer (tests/benchmarks of the fallback).
+    """
+
+    model: Any = "llama-50m"
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)
+    pd: tuple[int, int] | None = None
+    kv_mode: str = "full"
+    transport: str = "ipc"
+    kv_timeout_s: float = 5.0
+    kv_hold_timeout_s: float = 60.0
+    heartbeat_s: float = 0.25
+    heartbeat_timeout_s: float = 30.0
+    startup_timeout_s: float = 180.0
+    num_threads: int | None = None
+    max_staging_bytes: int = 1 << 30
+    fault_drop_kv: bool = False
+    log_level: str = "WARNING"
+
+    def __post_init__(self) -> None:
+        if self.pd is not None:
+            if isinstance(self.pd, str):
+                self.pd = parse_pd(self.pd)
+            p, d = self.pd
+            if p < 1 or d < 1:
+                raise ValueError(f"pd needs at least one prefill and one decode worker, got {self.pd}")
+        if self.kv_mode not in ("full", "layerwise"):
+            raise ValueError(f"kv_mode must be 'full' or 'layerwise', got {self.kv_mode!r}")
+        if self.transport not in ("ipc", "tcp"):
+            raise ValueError(f"transport must be 'ipc' or 'tcp', got {self.transport!r}")
+        for name in ("kv_timeout_s", "heartbeat_s", "heartbeat_timeout_s", "startup_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 s, got {getattr(self, name)!r}")
+
+    @property
+    def worker_roles(self) -> list[tuple[str, str]]:
+        """(name, role) of every worker: decode workers first, so their KV sockets exist
+        before prefill workers are told about them."""
+        if self.pd is None:
+            return [("engine-0", "colocated")]
+        p, d = self.pd
+        return [(f"decode-{i}", "decode") for i in range(d)] + [
+            (f"prefill-{i}", "prefill") for i in range(p)
+        ]
+
+    def worker_specs(self, output_addr: str, ipc_dir: str) -> list[WorkerSpec]:
+        roles = self.worker_roles
+        threads = self.num_threads or max(1, (os.cpu_count() or 1) // len(roles))
+        kwargs = {"model": self.model, **self.llm_kwargs}
+        return [
+            WorkerSpec(
+                name=name, output_addr=output_addr, role=role, llm_kwargs=kwargs,
+                transport=self.transport, ipc_dir=ipc_dir, kv_mode=self.kv_mode,
+                kv_timeout_s=self.kv_timeout_s, kv_hold_timeout_s=self.kv_hold_timeout_s,
+                heartbeat_s=self.heartbeat_s, num_threads=threads,
+                max_staging_bytes=self.max_staging_bytes,
+                fault_drop_kv=self.fault_drop_kv and role == "prefill",
+                parent_pid=os.getpid(), log_level=self.log_level,
+            )
+            for name, role in roles
+        ]
+
+
+def spawn_worker(spec: WorkerSpec) -> mp.process.BaseProcess:
+    """Start a worker process (spawn: torch is not fork-safe)."""
+    proc = mp.get_context("spawn").Process(
+        target=worker_main, args=(spec,), name=f"kvpd-{spec.name}", daemon=True
+    )
+    proc.start()
+    return proc
