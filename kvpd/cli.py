@@ -23,6 +23,8 @@ COMMAND_MODULES: list[str] = [
     "kvpd.commands.generate",
     "kvpd.commands.bench",
     "kvpd.commands.sweep",
+    "kvpd.commands.capacity",
+    "kvpd.commands.report",
 ]
 
 

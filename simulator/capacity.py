@@ -1,0 +1,199 @@
+"""Capacity search: the highest request rate at which a scenario meets its SLOs.
+
+The scenario's trace is rescaled to a rate (`workload.target_rate`, requests/s; the
+arrival pattern keeps its shape) and simulated. The search brackets the boundary by
+doubling / halving from the trace's own rate, bisects (geometric midpoints) until the
+bracket is within `rel_tol`, then checks that a rate `verify_step` higher fails; if it
+passes (latency is not always monotone in load), the search continues from there. So
+the answer R always meets the SLOs and R x (1 + verify_step) does not.
+
+Confidence: the boundary is re-simulated on other samples of the traffic: other seeds
+for a synthetic workload, other windows of the same length for a windowed trace. A plain
+trace replay is deterministic and gets no repeats (the note says so).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.capacity_slo import SLOSet
+from simulator.sweep_spec import build_scenario
+from simulator.sweep_worker import PointTask, simulate
+
+# Bracketing stops after this many doublings / halvings of the start rate (x4096 / /1024).
+MAX_DOUBLINGS = 12
+MAX_HALVINGS = 10
+# Rates are rounded to this many significant digits so a reported rate re-simulates exactly.
+RATE_DIGITS = 6
+# Summary columns kept for each evaluation (besides the SLO metrics).
+KEEP = ("slo.attainment", "slo.goodput_rps", "throughput.output_tokens_per_s",
+        "throughput.requests_per_s", "requests.total", "requests.finished", "requests.rejected",
+        "ttft_s.p90", "tpot_s.p90", "e2e_s.p90", "cost.gpus", "cost.usd_per_hour",
+        "cost.usd_per_m_output_tokens")
+
+
+def round_rate(rate: float) -> float:
+    return float(f"{rate:.{RATE_DIGITS}g}")
+
+
+@dataclass
+class Probe:
+    """Simulates one candidate scenario at a rate (and replay variant), with a cache."""
+
+    base_data: dict[str, Any]
+    source: str
+    base_dir: str
+    overrides: dict[str, Any]
+    slos: SLOSet
+    cost_table: dict[str, float] = field(default_factory=dict)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    _cache: dict[tuple[float, int], dict[str, Any]] = field(default_factory=dict)
+    variants: list[dict[str, Any]] = field(default_factory=list)  # replay overrides, [0] = base
+
+    def metrics(self, rate: float, variant: int = 0) -> dict[str, Any]:
+        key = (round_rate(rate), variant)
+        if key not in self._cache:
+            overrides = {**self.overrides, **(self.variants[variant] if self.variants else {}),
+                         **self.slos.per_request(), "workload.target_rate": key[0]}
+            task = PointTask("", self.base_data, self.source, self.base_dir, overrides,
+                             self.cost_table)
+            self._cache[key] = m = simulate(task)
+            ok, reasons = self.slos.check(m)
+            kept = {k: m.get(k) for k in (*KEEP, *(t.column for t in self.slos.targets))}
+            self.evaluations.append({"rate": key[0], "variant": variant, "ok": ok,
+                                     "reasons": reasons, "metrics": kept})
+        return self._cache[key]
+
+    def ok(self, rate: float, variant: int = 0) -> bool:
+        return self.slos.check(self.metrics(rate, variant))[0]
+
+    @property
+    def num_simulations(self) -> int:
+        return len(self._cache)
+
+
+@dataclass
+class SearchResult:
+    max_rate: float | None  # requests/s; None: the SLOs fail even at the lowest rate tried
+    fail_rate: float | None  # the lowest failing rate found above max_rate
+    start_rate: float
+    num_simulations: int
+    wall_s: float
+    note: str = ""
+    confidence: dict[str, Any] = field(default_factory=dict)
+
+
+def trace_rate(base_data: dict[str, Any], source: str, base_dir: str,
+               overrides: dict[str, Any]) -> tuple[float, float]:
+    """(mean rate in requests/s, duration in s) of the scenario's trace after its transforms."""
+    from simulator.run import build_trace
+    from workloads.transforms import mean_rate
+
+    trace = build_trace(build_scenario(base_data, overrides, source, base_dir))
+    return mean_rate(trace), float(trace.duration_s)
+
+
+def replay_variants(base_data: dict[str, Any], source: str, base_dir: str,
+                    overrides: dict[str, Any], repeats: int) -> tuple[list[dict], str]:
+    """Overrides for `repeats` other samples of the traffic, and what they are."""
+    sc = build_scenario(base_data, overrides, source, base_dir)
+    w = sc.workload
+    if repeats <= 0:
+        return [], "no repeats asked"
+    if w.synthetic:
+        seed = sc.seed if w.seed is None else w.seed
+        return ([{"workload.seed": seed + i} for i in range(1, repeats + 1)],
+                f"synthetic workload, seeds {seed + 1}..{seed + repeats}")
+    if w.trace and w.window_s is not None:
+        start, end = w.window_s
+        length = end - start
+        full = {**overrides, "workload.window_s": None, "workload.limit": None,
+                "workload.target_rate": None, "workload.rate_scale": None}
+        _, duration = trace_rate(base_data, source, base_dir, full)
+        starts = [start + i * length for i in range(1, repeats + 1)
+                  if start + (i + 1) * length <= duration]
+        starts += [start - i * length for i in range(1, repeats + 1) if start - i * length >= 0]
+        starts = starts[:repeats]
+        if starts:
+            return ([{"workload.window_s": [s, s + length]} for s in starts],
+                    f"other {length:g} s windows of the trace starting at "
+                    f"{', '.join(f'{s:g}' for s in starts)} s")
+        return [], "the trace has no other window of this length; replay is deterministic"
+    return [], "a trace replay is deterministic (no seed changes it); no repeats"
+
+
+def search(probe: Probe, start_rate: float, *, rel_tol: float = 0.02, verify_step: float = 0.1,
+           max_simulations: int = 60) -> SearchResult:
+    """Bracket, bisect and verify the highest passing rate (see the module docstring)."""
+    t0 = time.perf_counter()
+    if not rel_tol > 0 or not verify_step > rel_tol:
+        raise ValueError(f"need rel_tol > 0 and verify_step > rel_tol, got {rel_tol}, {verify_step}")
+    lo, hi = _bracket(probe, round_rate(start_rate))
+    note = ""
+    if lo is None:
+        ev = probe.evaluations[-1]
+        return SearchResult(None, hi, start_rate, probe.num_simulations, time.perf_counter() - t0,
+                            f"the SLOs fail even at {hi:.4g} req/s: {'; '.join(ev['reasons'])}")
+    while True:
+        while hi / lo > 1 + rel_tol and probe.num_simulations < max_simulations:
+            mid = round_rate(math.sqrt(lo * hi))
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if probe.ok(mid) else (lo, mid)
+        if probe.num_simulations >= max_simulations:
+            note = f"stopped at the limit of {max_simulations} simulations; bracket [{lo:.4g}, {hi:.4g}]"
+            break
+        above = round_rate(lo * (1 + verify_step))
+        if not probe.ok(above):
+            break
+        # Not monotone: a higher rate passes again; search on from there.
+        note = f"latency was not monotone in load: {above:.4g} req/s passed after {hi:.4g} failed"
+        lo, hi = _bracket(probe, above)
+        if lo is None:  # cannot happen (above passed); kept for type narrowing
+            break
+    return SearchResult(lo, hi, start_rate, probe.num_simulations, time.perf_counter() - t0, note)
+
+
+def _bracket(probe: Probe, start: float) -> tuple[float | None, float]:
+    """(passing rate, failing rate) with failing <= 2 x passing; (None, lowest) if none passes."""
+    if probe.ok(start):
+        lo = start
+        for _ in range(MAX_DOUBLINGS):
+            hi = round_rate(lo * 2)
+            if not probe.ok(hi):
+                return lo, hi
+            lo = hi
+        raise ValueError(f"the SLOs still hold at {lo:.4g} req/s ({2 ** MAX_DOUBLINGS} x "
+                         f"{start:.4g}): the rate does not bind; check the SLO limits")
+    hi = start
+    for _ in range(MAX_HALVINGS):
+        lo = round_rate(hi / 2)
+        if probe.ok(lo):
+            return lo, hi
+        hi = lo
+    return None, hi
+
+
+def confidence(probe: Probe, result: SearchResult, what: str) -> dict[str, Any]:
+    """Re-simulate the answer and the failing rate on every replay variant."""
+    n = len(probe.variants) - 1
+    out: dict[str, Any] = {"replays": n, "what": what}
+    if result.max_rate is None or n <= 0:
+        out["note"] = f"no confidence replays: {what}"
+        return out
+    at = sum(probe.ok(result.max_rate, v) for v in range(1, n + 1))
+    above = sum(probe.ok(result.fail_rate, v) for v in range(1, n + 1)) if result.fail_rate else 0
+    out.update(held_at_max=at, held_above=above, fail_rate=result.fail_rate)
+    if at == n and above == 0:
+        verdict = "a sharp boundary: every replay agrees"
+    elif at == n:
+        verdict = "the answer is safe on every replay; some replays allow a little more"
+    else:
+        verdict = "the boundary moves with the traffic sample; plan below the answer"
+    out["note"] = (f"on {n} other traffic samples ({what}) the SLOs held in {at}/{n} at "
+                   f"{result.max_rate:.4g} req/s and in {above}/{n} at {result.fail_rate:.4g} "
+                   f"req/s: {verdict}")
+    return out

@@ -1,0 +1,223 @@
+"""Capacity planning: run the capacity search for each candidate (hardware x P:D ratio),
+in parallel, and turn each answer into replicas, accelerators and dollars for a peak rate.
+
+The unit searched is one replica: a colocated scenario is searched with
+`cluster.replicas=1`; a PD scenario with one prefill:decode group as configured (or as
+each `--pd-ratios` entry). Replicas for a peak = ceil(peak / max rate per replica), which
+assumes the router spreads load evenly over replicas.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.capacity import Probe, confidence, replay_variants, search, trace_rate
+from simulator.capacity_slo import SLOSet
+from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
+from simulator.sweep_cost import cluster_cost
+from simulator.sweep_preflight import preflight
+from simulator.sweep_spec import build_scenario
+
+RESULT_FILE = "capacity.json"
+
+
+@dataclass(frozen=True)
+class CapacityTask:
+    """One candidate's search (plain data: it runs in a worker process)."""
+
+    name: str
+    base_data: dict[str, Any]
+    source: str
+    base_dir: str
+    overrides: dict[str, Any]
+    slos: SLOSet
+    cost_table: dict[str, float] = field(default_factory=dict)
+    repeats: int = 3
+    rel_tol: float = 0.02
+    verify_step: float = 0.1
+    max_simulations: int = 60
+
+
+def parse_pd_ratios(text: str) -> list[tuple[int, int]]:
+    """`1:1,1:3` -> [(1, 1), (1, 3)]: prefill and decode replicas per group."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        p, sep, d = part.partition(":")
+        if not sep or not p.isdigit() or not d.isdigit() or int(p) < 1 or int(d) < 1:
+            raise ValueError(f"--pd-ratios: expected P:D pairs of integers >= 1 like 1:3, got {part!r}")
+        out.append((int(p), int(d)))
+    if not out:
+        raise ValueError("--pd-ratios: give at least one P:D pair, e.g. 1:1,1:3")
+    return out
+
+
+def load_cost_table(path: str | None) -> dict[str, float]:
+    """A YAML / JSON mapping of accelerator name -> USD per accelerator-hour."""
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"cost table not found: {p}")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a cost table maps accelerator names to USD per hour")
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"{p}: {k}: expected a price >= 0 in USD per hour, got {v!r}")
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def candidates(sc: Scenario, hardware: list[str] | None,
+               pd_ratios: list[tuple[int, int]] | None) -> list[tuple[str, dict[str, Any]]]:
+    """(name, overrides) per candidate: hardware x P:D ratio, on one replica."""
+    pd = sc.cluster.pd is not None
+    if pd_ratios and not pd:
+        raise ValueError("--pd-ratios needs a PD scenario (a cluster.pd block)")
+    unit: dict[str, Any] = {} if pd else {"cluster.replicas": 1}
+    out = []
+    for hw in hardware or [None]:
+        hw_over = dict(unit)
+        if hw is not None:
+            hw_over["hardware"] = hw
+            if pd:
+                hw_over["cluster.pd.prefill.hardware"] = hw
+                hw_over["cluster.pd.decode.hardware"] = hw
+        for ratio in pd_ratios or [None]:
+            over = dict(hw_over)
+            label = hw if hw is not None else _hw_label(sc)
+            if ratio is not None:
+                over["cluster.pd.prefill.replicas"], over["cluster.pd.decode.replicas"] = ratio
+                label += f" {ratio[0]}P:{ratio[1]}D"
+            elif pd:
+                label += f" {sc.cluster.pd.prefill.replicas}P:{sc.cluster.pd.decode.replicas}D"
+            out.append((label, over))
+    return out
+
+
+def _hw_label(sc: Scenario) -> str:
+    return sc.hardware if isinstance(sc.hardware, str) else str(sc.hardware.get("name", "custom"))
+
+
+def search_candidate(task: CapacityTask) -> dict[str, Any]:
+    """The search for one candidate, as a JSON-able dict (errors recorded, not raised)."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"name": task.name, "overrides": task.overrides}
+    probe = Probe(task.base_data, task.source, task.base_dir, task.overrides, task.slos,
+                  task.cost_table)
+    try:
+        sc = build_scenario(task.base_data, task.overrides, task.source, task.base_dir)
+        variants, what = replay_variants(task.base_data, task.source, task.base_dir,
+                                         task.overrides, task.repeats)
+        probe.variants = [{}, *variants]
+        start, _ = trace_rate(task.base_data, task.source, task.base_dir, task.overrides)
+        res = search(probe, start, rel_tol=task.rel_tol, verify_step=task.verify_step,
+                     max_simulations=task.max_simulations)
+        res.confidence = confidence(probe, res, what)
+        cost = cluster_cost(sc, task.cost_table)
+        row.update(status="ok" if res.max_rate is not None else "unattainable", error="",
+                   max_rate_rps=res.max_rate, fail_rate_rps=res.fail_rate,
+                   start_rate_rps=res.start_rate, note=res.note, confidence=res.confidence,
+                   gpus_per_replica=cost.gpus, usd_per_hour_per_replica=cost.usd_per_hour,
+                   cost_note=cost.note())
+        if res.max_rate is not None:
+            at_max = probe.metrics(res.max_rate)
+            row["metrics_at_max"] = {k: at_max.get(k) for k in probe.evaluations[0]["metrics"]}
+            row["usd_per_m_output_tokens"] = at_max.get("cost.usd_per_m_output_tokens")
+            row["max_rate_per_gpu"] = res.max_rate / cost.gpus if cost.gpus else None
+    except Exception as exc:  # one candidate failing must not stop the others
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    row["evaluations"] = probe.evaluations
+    row["num_simulations"] = probe.num_simulations
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def add_peak(row: dict[str, Any], peak_rps: float | None) -> None:
+    """Replicas, accelerators and USD/hour needed for `peak_rps` (requests/s)."""
+    rate = row.get("max_rate_rps")
+    if not peak_rps or not rate:
+        return
+    n = math.ceil(peak_rps / rate - 1e-9)
+    row["replicas_for_peak"] = n
+    row["gpus_for_peak"] = n * row["gpus_per_replica"]
+    usd = row.get("usd_per_hour_per_replica")
+    row["usd_per_hour_for_peak"] = None if usd is None else n * usd
+
+
+def best_candidate(rows: list[dict[str, Any]]) -> str | None:
+    """Lowest USD per million output tokens; without prices, the highest rate per GPU."""
+    ok = [r for r in rows if r.get("max_rate_rps")]
+    priced = [r for r in ok if r.get("usd_per_m_output_tokens") is not None]
+    if priced:
+        return min(priced, key=lambda r: r["usd_per_m_output_tokens"])["name"]
+    return max(ok, key=lambda r: r.get("max_rate_per_gpu") or 0.0)["name"] if ok else None
+
+
+def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[str] | None = None,
+                  hardware: list[str] | None = None, pd_ratios: list[tuple[int, int]] | None = None,
+                  peak_rps: float | None = None, cost_table: dict[str, float] | None = None,
+                  repeats: int = 3, rel_tol: float = 0.02, verify_step: float = 0.1,
+                  max_simulations: int = 60, backend: Any = "process",
+                  workers: int | None = None) -> dict[str, Any]:
+    """Search every candidate and return the capacity result (see `RESULT_FILE`)."""
+    from simulator.sweep_backends import SerialBackend, make_backend
+
+    t0 = time.perf_counter()
+    path = Path(scenario_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"scenario file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a scenario must be a YAML mapping")
+    apply_overrides(data, list(overrides or []))
+    base_dir = str(path.resolve().parent)
+    sc = scenario_from_dict(copy.deepcopy(data), str(path), base_dir)
+    if peak_rps is not None and not peak_rps > 0:
+        raise ValueError(f"--peak-rate must be > 0 requests/s, got {peak_rps}")
+    tasks = []
+    for name, over in candidates(sc, hardware, pd_ratios):
+        cand = build_scenario(data, {**over, **slos.per_request()}, str(path), base_dir)
+        try:
+            preflight(cand)
+        except ValueError as exc:
+            raise ValueError(f"candidate {name}: {exc}") from None
+        tasks.append(CapacityTask(name, data, str(path), base_dir, over, slos, cost_table or {},
+                                  repeats, rel_tol, verify_step, max_simulations))
+    engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
+        make_backend(backend, workers=workers) if isinstance(backend, str) else backend)
+    rows: list[dict[str, Any] | None] = [None] * len(tasks)
+    try:
+        for i, ok, value in engine.map_unordered(search_candidate, tasks):
+            rows[i] = value if ok else {"name": tasks[i].name, "status": "failed",
+                                        "error": f"worker failed: {value}", "evaluations": [],
+                                        "num_simulations": 0}
+    finally:
+        if isinstance(backend, str):
+            engine.close()
+    done = [r for r in rows if r is not None]
+    for r in done:
+        add_peak(r, peak_rps)
+    return {
+        "kind": "capacity", "scenario": str(path), "name": sc.name, "overrides": overrides or [],
+        "slo": slos.to_dict(), "slo_text": slos.describe(), "peak_rps": peak_rps,
+        "cost_table": cost_table or {}, "unit": "one PD group" if sc.cluster.pd else "one replica",
+        "candidates": done, "best": best_candidate(done),
+        "num_simulations": sum(r.get("num_simulations", 0) for r in done),
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def write_result(result: dict[str, Any], out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULT_FILE
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return path
