@@ -25,6 +25,8 @@ COMMAND_MODULES: list[str] = [
     "kvpd.commands.sweep",
     "kvpd.commands.capacity",
     "kvpd.commands.report",
+    "kvpd.commands.serve",
+    "kvpd.commands.replay",
 ]
 
 

@@ -1,0 +1,124 @@
+"""`kvpd replay TRACE --target ...`: replay a trace against real serving (an in-process engine,
+engine processes over ZeroMQ, or a running `kvpd serve`) and write the simulator's files."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvpd.commands.serve_args import add_engine_args, serve_config
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--window-s expects START:END seconds, got {text!r}") from None
+    return a, b
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="replay a trace against real serving; writes summary.json + requests table",
+        description="Send TRACE's requests at their arrival times (optionally rescaled) with "
+        "synthetic token-id prompts of the trace's lengths (shared prefixes where the trace "
+        "has hash ids), record client-side TTFT/TPOT/ITL/E2E and write the same summary.json "
+        "and per-request table as `kvpd simulate`.",
+    )
+    p.add_argument("trace", help="trace file (any format `kvpd trace info` reads)")
+    p.add_argument("--target", required=True,
+                   help="inproc | engine | pd:P:D | http://HOST:PORT (a running kvpd serve)")
+    p.add_argument("--format", default=None, help="trace format (default: detected)")
+    t = p.add_argument_group("trace transforms (applied in this order)")
+    t.add_argument("--window-s", type=_window, default=None, metavar="START:END")
+    t.add_argument("--limit", type=int, default=None, help="first N requests")
+    t.add_argument("--scale-prompt", type=float, default=1.0)
+    t.add_argument("--scale-output", type=float, default=1.0)
+    t.add_argument("--time-scale", type=float, default=None,
+                   help="multiply arrival times (2 = half the rate)")
+    t.add_argument("--rate", type=float, default=None, help="rescale to this mean rate (req/s)")
+    p.add_argument("--served-model-name", default=None,
+                   help="http target: the model name (default: the server's only model)")
+    p.add_argument("--timeout-s", type=float, default=600.0,
+                   help="give up on requests unfinished this long after the last send")
+    p.add_argument("--out", default=None, help="directory for summary.json and requests.*")
+    p.add_argument("--records", default="parquet", choices=["parquet", "csv"])
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def _print_summary(s: dict) -> None:
+    def ms(d: dict, k: str) -> str:
+        v = d.get(k)
+        return "-" if v is None else f"{v * 1000:.1f}"
+
+    r = s["requests"]
+    print(f"requests: {r['total']} total, {r['finished']} finished, {r['aborted']} failed/aborted, "
+          f"{r['rejected']} rejected")
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        d = s[name]
+        print(f"{name[:-2]:5s} ms: mean {ms(d, 'mean')}  p50 {ms(d, 'p50')}  p90 {ms(d, 'p90')}  "
+              f"p99 {ms(d, 'p99')}")
+    th = s["throughput"]
+    print(f"throughput: {th['output_tokens_per_s']:.1f} output tok/s, {th['requests_per_s']:.2f} req/s "
+          f"over {s['span_s']:.1f} s")
+    if s.get("kv_transfer"):
+        kv = s["kv_transfer"]
+        print(f"kv transfer: {kv['count']} transfers, mean {kv['bytes_mean'] / 1e6:.2f} MB in "
+              f"{kv['seconds_mean'] * 1000:.2f} ms ({kv['gbps_mean']:.2f} GB/s), {kv['lost']} lost")
+
+
+def run(args: argparse.Namespace) -> int:
+    import httpx
+
+    import workloads
+    from kvpd.cli import UserError
+    from realexec.replay import parse_target, prepare_trace, replay
+
+    kind, detail = parse_target(args.target)
+    trace = workloads.load_trace(args.trace, args.format)
+    client = llm = None
+    model = vocab = max_len = None
+    try:
+        if kind == "http":
+            try:
+                models = httpx.get(f"{detail}/v1/models", timeout=10).json()["data"]
+            except (httpx.HTTPError, KeyError, ValueError) as exc:
+                raise UserError(f"--target {detail}: cannot list its models ({exc})") from None
+            model = args.served_model_name or models[0]["id"]
+            max_len = models[0].get("max_model_len")
+            if args.served_model_name is None and len(models) != 1:
+                raise UserError("the server has several models; pass --served-model-name")
+            vocab = models[0].get("vocab_size")
+            if not isinstance(vocab, int):
+                raise UserError(f"--target {detail}: /v1/models gives no vocab_size (not a kvpd server?)")
+        elif kind == "inproc":
+            from realexec.llm import LLM
+
+            cfg = serve_config(args)
+            llm = LLM(cfg.model, **cfg.llm_kwargs)
+            max_len = llm.max_model_len
+        else:
+            from realexec.client import EngineClient
+
+            cfg = serve_config(args)
+            if kind == "pd":
+                cfg.pd = detail
+            client = EngineClient(cfg).start()
+            max_len = int(client.model_info["max_model_len"])
+        trace = prepare_trace(trace, window_s=args.window_s, limit=args.limit,
+                              scale_prompt=args.scale_prompt, scale_output=args.scale_output,
+                              time_scale=args.time_scale, target_rate=args.rate,
+                              max_model_len=max_len)
+        print(f"replaying {len(trace)} requests of {trace.name!r} over {trace.duration_s:.1f} s "
+              f"against {args.target}", flush=True)
+        result = replay(trace, args.target, client=client, llm=llm, model=model,
+                        vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s)
+    finally:
+        if client is not None:
+            client.close()
+    _print_summary(result.summary)
+    if args.out:
+        paths = result.write(args.out, args.records)
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

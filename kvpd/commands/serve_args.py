@@ -1,0 +1,56 @@
+"""Engine and deployment options shared by `kvpd serve` and `kvpd replay`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    e = p.add_argument_group("engine")
+    e.add_argument("--model", default="llama-50m",
+                   help="model directory, config.json or built-in name (default llama-50m)")
+    e.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    e.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cuda, mps or cpu")
+    e.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    e.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks per worker")
+    e.add_argument("--max-num-seqs", type=int, default=256)
+    e.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    e.add_argument("--max-model-len", type=int, default=None)
+    e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
+    e.add_argument("--seed", type=int, default=0, help="sampling seed of the engine")
+    d = p.add_argument_group("deployment")
+    d.add_argument("--pd", default=None, metavar="P:D",
+                   help="disaggregate: P prefill and D decode worker processes (e.g. 1:1)")
+    d.add_argument("--kv-mode", default="full", choices=["full", "layerwise"],
+                   help="KV transfer: all layers after the prompt, or each layer as computed")
+    d.add_argument("--transport", default="ipc", choices=["ipc", "tcp"])
+    d.add_argument("--kv-timeout-s", type=float, default=5.0,
+                   help="decode side recomputes a prompt whose KV is this late (s)")
+    d.add_argument("--num-threads", type=int, default=None, help="torch threads per worker")
+    d.add_argument("--log-level", default="WARNING")
+
+
+def serve_config(args: argparse.Namespace) -> Any:
+    """The `ServeConfig` the parsed options describe (ValueError on bad values)."""
+    from realexec.serve_config import ServeConfig, parse_pd
+
+    llm_kwargs: dict[str, Any] = {
+        "dtype": args.dtype, "block_size": args.block_size, "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "enable_prefix_caching": not args.no_prefix_caching, "seed": args.seed,
+        "model_seed": args.model_seed,
+    }
+    if args.device != "auto":
+        llm_kwargs["device"] = args.device
+    if args.num_gpu_blocks is not None:
+        llm_kwargs["num_gpu_blocks"] = args.num_gpu_blocks
+    if args.max_model_len is not None:
+        llm_kwargs["max_model_len"] = args.max_model_len
+    return ServeConfig(
+        model=args.model, llm_kwargs=llm_kwargs,
+        pd=parse_pd(args.pd) if args.pd else None, kv_mode=args.kv_mode,
+        transport=args.transport, kv_timeout_s=args.kv_timeout_s,
+        num_threads=args.num_threads, log_level=args.log_level.upper(),
+    )

@@ -1,0 +1,275 @@
+"""Trace replay against real serving: send a trace's requests at their arrival times, record
+client-side timestamps, and write the simulator's `summary.json` + per-request table.
+
+Prompts are synthetic token ids of the trace's lengths: a trace's own `prompt_token_ids` if it
+has them; else, with `hash_ids`, each hash id is one block of `hash_block_size` tokens drawn
+from a generator seeded by (seed, hash id), so requests that share hash ids share prefixes;
+else tokens seeded by (seed, row). Each request asks for exactly its trace output length
+(`ignore_eos`, greedy). Targets (`parse_target`): `inproc` (a `realexec.LLM` driven in this
+process, no transport), `engine` (one engine process over ZeroMQ), `pd:P:D` (P prefill + D
+decode processes) and `http://host:port` (a running `kvpd serve`, streaming completions).
+
+Times in the records are seconds since the replay started, measured by this client: arrival =
+when the request was sent, token times = when each token reached the client.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import workloads
+from simulator.core.request import Request, RequestStatus, SamplingParams
+from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
+
+
+@dataclass
+class ReplayResult:
+    requests: list[Request]
+    summary: dict[str, Any]
+    records: dict[str, np.ndarray]
+    wall_s: float
+    outputs: list[list[int]] = field(default_factory=list)  # token ids per request
+
+    def write(self, out_dir: str | Path, records: str = "parquet") -> list[Path]:
+        """Write `summary.json` and `requests.{parquet,csv}` (the simulator's file names)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_summary(self.summary, out / "summary.json")
+        return [out / "summary.json", write_records(self.records, out / f"requests.{records}")]
+
+
+def parse_target(text: str) -> tuple[str, Any]:
+    """"inproc" | "engine" | "pd:P:D" | "http://host:port" -> (kind, detail)."""
+    from realexec.serve_config import parse_pd
+
+    if text in ("inproc", "engine"):
+        return text, None
+    if text.startswith("pd:"):
+        return "pd", parse_pd(text[3:])
+    if text.startswith(("http://", "https://")):
+        return "http", text.rstrip("/")
+    raise ValueError(f"--target must be inproc, engine, pd:P:D or http://HOST:PORT; got {text!r}")
+
+
+def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | None = None,
+                  limit: int | None = None, scale_prompt: float = 1.0, scale_output: float = 1.0,
+                  time_scale: float | None = None, target_rate: float | None = None,
+                  max_model_len: int | None = None) -> workloads.Trace:
+    """The trace after the simulator's transforms, in its order; prompt + output are then cut
+    to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens)."""
+    if window_s is not None:
+        trace = workloads.time_window(trace, *window_s)
+    if limit is not None:
+        trace = workloads.first_n(trace, limit)
+    if scale_prompt != 1.0 or scale_output != 1.0:
+        trace = workloads.scale_lengths(trace, prompt=scale_prompt, output=scale_output)
+    if time_scale is not None:
+        trace = workloads.scale_time(trace, time_scale)
+    if target_rate is not None:
+        trace = workloads.rescale_rate(trace, target_rate)
+    if max_model_len:
+        trace = workloads.limit_prompt_len(trace, max_model_len - 1, mode="clip")
+        out = np.minimum(trace.output_len, max_model_len - trace.prompt_len)
+        trace = trace.replace(output_len=np.maximum(out, 1))
+    if len(trace) == 0:
+        raise ValueError(f"trace {trace.name!r} has no requests left after its transforms")
+    return trace
+
+
+def synth_prompts(trace: workloads.Trace, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """One token-id prompt per row (see the module docstring); ValueError naming a row whose
+    own token ids fall outside the vocabulary."""
+    prompts = []
+    bs = trace.hash_block_size
+    blocks: dict[int, list[int]] = {}
+    for i in range(len(trace)):
+        n = int(trace.prompt_len[i])
+        own = trace.prompt_token_ids_of(i)
+        if own is not None:
+            bad = [t for t in own if not 0 <= t < vocab_size]
+            if bad:
+                raise ValueError(f"trace row {i}: prompt token id {bad[0]} outside [0, {vocab_size})")
+            prompts.append(list(own))
+            continue
+        hashes = trace.hash_ids_of(i)
+        if hashes:
+            toks: list[int] = []
+            for h in hashes:
+                if h not in blocks:
+                    rng = np.random.default_rng([seed, int(h) & (2**63 - 1)])
+                    blocks[h] = rng.integers(0, vocab_size, bs).tolist()
+                toks.extend(blocks[h])
+            toks = toks[:n]
+            if len(toks) < n:  # hashes cover fewer tokens than the length: pad per row
+                rng = np.random.default_rng([seed, 1 << 62, i])
+                toks.extend(rng.integers(0, vocab_size, n - len(toks)).tolist())
+            prompts.append(toks)
+        else:
+            prompts.append(np.random.default_rng([seed, i]).integers(0, vocab_size, n).tolist())
+    return prompts
+
+
+def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: list[int],
+            token_times: list[float], finish_reason: str | None, error: str | None,
+            cached: int = 0, first_scheduled: float | None = None,
+            annotations: dict[str, Any] | None = None) -> Request:
+    """A finished core `Request` carrying client-side timestamps (s since the replay start)."""
+    req = Request(str(i), prompt_token_ids=prompt,
+                  sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
+                  arrival_time=arrival)
+    req.output_token_ids = list(token_ids)
+    req.num_output_tokens = len(token_times)
+    req.token_times = array("d", token_times)
+    req.first_token_time = token_times[0] if token_times else None
+    req.first_scheduled_time = first_scheduled
+    req.num_cached_tokens = cached
+    req.annotations.update(annotations or {})
+    end = token_times[-1] if token_times else arrival
+    if error is not None:
+        req.finish(RequestStatus.FINISHED_ABORTED, end, error)
+    elif finish_reason == "stop":
+        req.finish(RequestStatus.FINISHED_STOPPED, end)
+    elif finish_reason == "length":
+        req.finish(RequestStatus.FINISHED_LENGTH, end)
+    elif finish_reason == "rejected":
+        req.finish(RequestStatus.FINISHED_REJECTED, end)
+    else:
+        req.finish(RequestStatus.FINISHED_ABORTED, end, finish_reason)
+    return req
+
+
+def _sleep_until(t: float) -> float:
+    """Sleep until perf_counter time `t`; returns how late we woke (s)."""
+    d = t - time.perf_counter()
+    if d > 0:
+        time.sleep(d)
+    return max(0.0, time.perf_counter() - t)
+
+
+def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]]) -> tuple[list[Request], dict]:
+    """Drive `llm` in this thread; the engine clock is the client clock."""
+    outs = trace.output_len.tolist()
+    start = llm.clock()
+    arrival = (trace.arrival_s + start).tolist()
+    reqs = [llm.make_request(str(i), prompts[i],
+                             {"temperature": 0.0, "max_tokens": int(outs[i]), "ignore_eos": True},
+                             arrival_time=arrival[i], index=i) for i in range(len(trace))]
+    k = 0
+    while k < len(reqs) or llm.has_unfinished_requests():
+        now = llm.clock()
+        while k < len(reqs) and reqs[k].arrival_time <= now:
+            llm.engine.add_request(reqs[k], now)
+            k += 1
+        if llm.has_unfinished_requests():
+            llm.step()
+        elif k < len(reqs):
+            time.sleep(max(0.0, reqs[k].arrival_time - llm.clock()))
+    out = []
+    for i, r in enumerate(reqs):
+        times = [t - start for t in r.token_times]
+        fs = None if r.first_scheduled_time is None else r.first_scheduled_time - start
+        out.append(_record(i, prompts[i], int(outs[i]), r.arrival_time - start, r.output_token_ids,
+                           times, r.finish_reason, None, max(r.num_cached_tokens, 0), fs,
+                           {"replica": "inproc"}))
+    kvs = llm.kv_cache_manager.get_stats()
+    return out, {"kv_peak_usage": kvs.peak_usage, "prefix_hit_rate": kvs.prefix_hit_rate}
+
+
+def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]],
+                   timeout_s: float) -> tuple[list[Request], dict]:
+    """Submit through an `EngineClient` at the trace's times; collect its client-side records."""
+    outs = trace.output_len.tolist()
+    arrival = trace.arrival_s.tolist()
+    t0 = time.perf_counter()
+    sent, lateness = [], []
+    for i in range(len(trace)):
+        lateness.append(_sleep_until(t0 + arrival[i]))
+        try:
+            sent.append(client.submit(prompts[i], {"temperature": 0.0, "max_tokens": int(outs[i]),
+                                                   "ignore_eos": True}, request_id=f"replay-{i}"))
+        except RuntimeError as exc:  # no live worker: the request fails, the replay goes on
+            sent.append(exc)
+    deadline = time.perf_counter() + timeout_s
+    for r in sent:
+        if not isinstance(r, Exception) and not r.done.wait(max(0.0, deadline - time.perf_counter())):
+            client.abort(r.request_id, "replay timeout")
+    out = []
+    for i, r in enumerate(sent):
+        if isinstance(r, Exception):
+            out.append(_record(i, prompts[i], int(outs[i]), arrival[i], [], [], None, str(r)))
+            continue
+        kv = r.kv
+        ann = {"replica": r.decode_worker or r.worker, "kv_transfer_s": kv.get("transfer_s"),
+               "kv_transfer_bytes": kv.get("bytes"), "kv_lost": bool(kv.get("lost")),
+               "step_s": r.step_s}
+        out.append(_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
+                           [t - t0 for t in r.token_times], r.finish_reason, r.error,
+                           r.num_cached_tokens, None, ann))
+    stats = [w["stats"] for w in client.workers_status().values()]
+    prefill = [s for n, s in zip(client.workers_status(), stats) if not n.startswith("decode")]
+    extra = {"kv_peak_usage": max((s.get("kv_peak_usage", 0.0) for s in stats), default=0.0),
+             "prefix_hit_rate": float(np.mean([s.get("prefix_hit_rate", 0.0) for s in prefill] or [0.0])),
+             "send_lateness_s_max": max(lateness, default=0.0)}
+    return out, extra
+
+
+def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta: dict,
+                     slo: SLO | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """The simulator's summary and per-request columns, plus serving-only columns/sections."""
+    rec = request_records(reqs)
+    ann = [r.annotations for r in reqs]
+    rec["kv_transfer_bytes"] = np.array([float(a.get("kv_transfer_bytes") or math.nan) for a in ann])
+    rec["kv_lost"] = np.array([bool(a.get("kv_lost")) for a in ann])
+    rec["error"] = np.array([r.stop_reason if r.status == RequestStatus.FINISHED_ABORTED else ""
+                             for r in reqs], dtype=object)
+    moved = np.isfinite(rec["kv_transfer_s"]) & np.isfinite(rec["kv_transfer_bytes"])
+    kv = None
+    if moved.any():
+        b, s = rec["kv_transfer_bytes"][moved], rec["kv_transfer_s"][moved]
+        kv = {"count": int(moved.sum()), "bytes_mean": float(b.mean()),
+              "seconds_mean": float(s.mean()), "gbps_mean": float((b / s).mean() / 1e9),
+              "lost": int(rec["kv_lost"].sum())}
+    extra = {"backend": {"kind": "real-serving", **meta}, "kv_transfer": kv,
+             "replay": {"send_lateness_s_max": extra_stats.get("send_lateness_s_max", 0.0)}}
+    summary = summarize(reqs, slo=slo, kv_peak_usage=extra_stats.get("kv_peak_usage", 0.0),
+                        prefix_hit_rate=extra_stats.get("prefix_hit_rate", 0.0), wall_s=wall_s,
+                        records=rec, extra=extra)
+    return summary, rec
+
+
+def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
+           model: str | None = None, vocab_size: int | None = None, seed: int = 0,
+           timeout_s: float = 600.0, slo: SLO | None = None) -> ReplayResult:
+    """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
+    `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
+    `model` name and its `vocab_size`."""
+    kind, detail = parse_target(target)
+    t_start = time.perf_counter()
+    if kind == "inproc":
+        if llm is None:
+            raise ValueError("target inproc needs llm=")
+        prompts = synth_prompts(trace, llm.vocab_size, seed)
+        reqs, extra = _replay_inproc(llm, trace, prompts)
+    elif kind in ("engine", "pd"):
+        if client is None:
+            raise ValueError(f"target {target} needs a started EngineClient as client=")
+        prompts = synth_prompts(trace, int(client.model_info["vocab_size"]), seed)
+        reqs, extra = _replay_client(client, trace, prompts, timeout_s)
+    else:
+        from realexec.replay_http import replay_http
+
+        if model is None or vocab_size is None:
+            raise ValueError("an http target needs model= and vocab_size=")
+        prompts = synth_prompts(trace, vocab_size, seed)
+        reqs, extra = replay_http(detail, model, trace, prompts, timeout_s)
+    wall_s = time.perf_counter() - t_start
+    meta = {"target": target, "trace": trace.name, "num_requests": len(trace)}
+    summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo)
+    return ReplayResult(reqs, summary, rec, wall_s, [list(r.output_token_ids) for r in reqs])

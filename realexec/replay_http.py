@@ -1,0 +1,77 @@
+"""Replay over HTTP: one streaming `/v1/completions` request (token-id prompt, `ignore_eos`,
+greedy) per trace row, sent at its arrival time; each server-sent chunk is stamped on
+arrival (`time.perf_counter()`), and its `token_ids` count the tokens it carries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+import workloads
+
+
+async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],
+               n_out: int, t0: float, at: float) -> dict[str, Any]:
+    delay = t0 + at - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    sent = time.perf_counter() - t0
+    body = {"model": model, "prompt": prompt, "max_tokens": n_out, "temperature": 0.0,
+            "ignore_eos": True, "stream": True}
+    toks: list[int] = []
+    times: list[float] = []
+    finish, error = None, None
+    try:
+        async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")
+                return {"i": i, "sent": sent, "toks": [], "times": [], "finish": None,
+                        "error": f"HTTP {resp.status_code}: {text[:500]}"}
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter() - t0
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    error = chunk["error"].get("message", str(chunk["error"]))
+                    break
+                for choice in chunk.get("choices", []):
+                    ids = choice.get("token_ids") or []
+                    toks.extend(ids)
+                    times.extend([now] * len(ids))
+                    finish = choice.get("finish_reason") or finish
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"i": i, "sent": sent, "toks": toks, "times": times, "finish": finish, "error": error}
+
+
+async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
+               timeout_s: float) -> list[dict[str, Any]]:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    timeout = httpx.Timeout(timeout_s, connect=30.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
+        t0 = time.perf_counter()
+        outs = trace.output_len.tolist()
+        arrival = trace.arrival_s.tolist()
+        tasks = [_one(http, url, model, i, prompts[i], int(outs[i]), t0, arrival[i])
+                 for i in range(len(trace))]
+        return await asyncio.gather(*tasks)
+
+
+def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
+                timeout_s: float) -> tuple[list[Any], dict[str, Any]]:
+    """(client-side `Request` records, extra stats) of a replay against a running server."""
+    from realexec.replay import _record
+
+    rows = asyncio.run(_run(url, model, trace, prompts, timeout_s))
+    outs = trace.output_len.tolist()
+    reqs = [_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
+                    r["finish"], r["error"], 0, None, {"replica": url}) for r in rows]
+    return reqs, {}
