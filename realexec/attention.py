@@ -60,8 +60,13 @@ class PagedAttentionMetadata:
     prefills: list[_Prefill]
     _decode_masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
 
-    def decode_mask(self, window: int | None) -> torch.Tensor:
-        """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window."""
+    decode_uniform: bool = False  # every decode row has L_max keys (no padding)
+
+    def decode_mask(self, window: int | None) -> torch.Tensor | None:
+        """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window; None when
+        nothing is masked (SDPA then takes its unmasked fast path)."""
+        if self.decode_uniform and (window is None or window >= self.decode_key_pos.shape[0]):
+            return None
         m = self._decode_masks.get(window)
         if m is None:
             m = self.decode_valid
@@ -126,6 +131,7 @@ def build_metadata(
         meta.decode_key_pos = key_pos
         meta.decode_pos = lens - 1
         meta.decode_idx = torch.tensor([q_starts[i] for i in decode_rows], device=device)
+        meta.decode_uniform = min(seq_lens) == max_len
     for i in prefill_rows:
         c, q = context_lens[i], query_lens[i]
         s0 = q_starts[i]

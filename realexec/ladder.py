@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fixed-requests", type=int, default=3, help="requests of rungs 1-3")
     p.add_argument("--prompt-len", type=int, default=128, help="rungs 1-3 prompt (tokens)")
     p.add_argument("--max-tokens", type=int, default=64, help="rungs 1-3 new tokens")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="runs per request of rungs 2 and 3 (the fastest counts)")
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace for rungs 4-6")
     p.add_argument("--trace-requests", type=int, default=32, help="first N requests of it")
     p.add_argument("--prompt-scale", type=float, default=0.25, help="scale trace prompt lengths")
@@ -145,7 +147,7 @@ def run_ladder(args: argparse.Namespace) -> dict:
     loaded.model.generate(torch.tensor([wp], device=loaded.device), max_new_tokens=2,
                           do_sample=False, pad_token_id=0)
     results = [rung_no_cache(runner, fixed)]
-    results += list(rungs_contiguous_and_paged(runner, single, fixed))
+    results += list(rungs_contiguous_and_paged(runner, single, fixed, args.repeats))
     results.append(rung_engine(4, "paged + static batching", static, mixed))
     results.append(rung_engine(5, "paged + ORCA continuous batching", orca, mixed))
     results.append(rung_hf_static(loaded, mixed, args.max_batch))
@@ -230,8 +232,9 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.fixed_requests < 1 or args.trace_requests < 1 or args.max_batch < 1:
-        raise ValueError("--fixed-requests, --trace-requests and --max-batch must be >= 1")
+    if min(args.fixed_requests, args.trace_requests, args.max_batch, args.repeats) < 1:
+        raise ValueError(
+            "--fixed-requests, --trace-requests, --max-batch and --repeats must be >= 1")
     report = run_ladder(args)
     print(format_table(report))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -138,21 +138,31 @@ def rung_no_cache(runner: SingleRequestRunner, w: Workload) -> RungResult:
     return RungResult(1, "no KV cache (recompute all)", w.name, w.num_output_tokens, total, ttfts, toks)
 
 
-def rungs_contiguous_and_paged(runner: SingleRequestRunner, engine: LLM,
-                               w: Workload) -> tuple[RungResult, RungResult]:
-    """Rungs 2 and 3, interleaved request by request so machine-load noise hits both."""
+def rungs_contiguous_and_paged(runner: SingleRequestRunner, engine: LLM, w: Workload,
+                               repeats: int = 1) -> tuple[RungResult, RungResult]:
+    """Rungs 2 and 3, interleaved request by request so machine-load noise hits both; each
+    request runs `repeats` times per rung and the fastest run counts (best of N)."""
     r2 = RungResult(2, "contiguous KV cache, 1 request", w.name, w.num_output_tokens, 0.0, [], [])
     r3 = RungResult(3, "paged KV cache, 1 request", w.name, w.num_output_tokens, 0.0, [], [])
     for p, m in zip(w.prompts, w.max_tokens):
-        t, ttft, dt = runner.contiguous(p, m, r2.decode_step_s, r2.decode_step_bytes)
-        r2.tokens.append(t)
-        r2.ttft_s.append(ttft)
-        r2.span_s += dt
-        t0 = time.perf_counter()
-        (o,) = engine.generate([p], _params(m))
-        r3.span_s += time.perf_counter() - t0
-        r3.tokens.append(o.token_ids)
-        r3.ttft_s.append(o.outputs[0].first_token_time - o.arrival_time)
+        best2 = best3 = None
+        for _ in range(repeats):
+            steps: list[float] = []
+            nbytes: list[int] = []
+            t, ttft, dt = runner.contiguous(p, m, steps, nbytes)
+            if best2 is None or dt < best2[2]:
+                best2 = (t, ttft, dt, steps, nbytes)
+            t0 = time.perf_counter()
+            (o,) = engine.generate([p], _params(m))
+            dt = time.perf_counter() - t0
+            if best3 is None or dt < best3[2]:
+                best3 = (o.token_ids, o.outputs[0].first_token_time - o.arrival_time, dt)
+        for r, best in ((r2, best2), (r3, best3)):
+            r.tokens.append(best[0])
+            r.ttft_s.append(best[1])
+            r.span_s += best[2]
+        r2.decode_step_s += best2[3]
+        r2.decode_step_bytes += best2[4]
     return r2, r3
 
 

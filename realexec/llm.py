@@ -283,7 +283,11 @@ class LLM:
                 self.step()
             elif k < len(pending):
                 time.sleep(max(0.0, reqs[pending[k]].arrival_time - self.clock()))
-        return [self._output(req) for req in reqs]
+        outputs = [self._output(req) for req in reqs]
+        for o in outputs:  # handed out: forget them (long-lived engines must not grow)
+            for r in o.requests:
+                self.finished.pop(r.request_id, None)
+        return outputs
 
     def _output(self, parent: Request) -> RequestOutput:
         n = parent.sampling_params.n
