@@ -84,7 +84,8 @@ class LLM:
     `PretrainedConfig` (seeded random weights), a built-in name (`realexec.configs`), or an
     already `LoadedModel` (then `dtype`, `device` and the weight options are its own).
     The KV pool has `num_gpu_blocks` blocks, or as many as fit in `gpu_memory_utilization` of
-    the device's memory (capped at 4 GiB on CPU). `num_cpu_blocks` is the host pool for
+    the device's memory (capped at 4 GiB on CPU, and at what `max_num_seqs` sequences of
+    `max_model_len` tokens can use). `num_cpu_blocks` is the host pool for
     swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
     `seed` drives sampling of requests without their own seed (as vLLM's); `model_seed` the
     random weights of a model given by its config alone.
@@ -144,6 +145,9 @@ class LLM:
             used = self.loaded.weight_bytes + self._profile_activation_bytes(
                 min(max_num_batched_tokens, max_model_len))
             num_gpu_blocks = num_blocks_from_budget(spec, self.device, gpu_memory_utilization, used)
+            # more blocks than max_num_seqs full-length sequences can use only hold stale
+            # prefixes, and the core's BlockPool costs ~4 us of setup per block
+            num_gpu_blocks = min(num_gpu_blocks, max_num_seqs * -(-max_model_len // block_size))
         if num_cpu_blocks is None:
             num_cpu_blocks = num_gpu_blocks if preemption_mode == "swap" else 0
         cache_cfg = CacheConfig(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import random
 
+import pytest
 import torch
 
 from realexec.model_loader import load_model
@@ -46,3 +47,13 @@ def assert_pool_whole(llm) -> None:
     assert kvm.num_free_blocks == kvm.num_gpu_blocks
     assert len(kvm.free_cpu_blocks) == kvm.num_cpu_blocks
     assert not llm.has_unfinished_requests()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine a
+    2-thread OpenMP team stalls whenever another process takes a core; restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from realexec import LLM, SamplingParams
-from tests.realexec_reference import FAMILIES, assert_pool_whole, random_prompts, reference
+from tests.realexec_reference import (
+    FAMILIES,
+    assert_pool_whole,
+    one_thread,  # noqa: F401  (fixture)
+    random_prompts,
+    reference,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _greedy(max_tokens: int, **kw) -> SamplingParams:

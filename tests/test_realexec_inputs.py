@@ -11,7 +11,14 @@ from realexec import LLM, SamplingParams
 from realexec.device import available_devices, resolve_device
 from realexec.kv_cache import KVCacheSpec, num_blocks_from_budget
 from realexec.model_loader import load_model, parse_dtype
-from tests.realexec_reference import assert_pool_whole, random_prompts, reference
+from tests.realexec_reference import (
+    assert_pool_whole,
+    one_thread,  # noqa: F401  (fixture)
+    random_prompts,
+    reference,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 NAME = "tiny-gpt2"
 

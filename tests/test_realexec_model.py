@@ -13,6 +13,9 @@ from realexec.configs import builtin_config
 from realexec.kv_cache import KVCacheSpec, PagedKVCache
 from realexec.model_loader import load_model
 from realexec.paged_model import PagedCausalLM
+from tests.realexec_reference import one_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 BLOCK = 4
 LENS = [1, 5, 11, 23, 40]

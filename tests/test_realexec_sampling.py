@@ -3,11 +3,19 @@ min_tokens and stop ids behave as documented; the pool is whole after each gener
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from realexec import LLM, SamplingParams
 from realexec.sampler import Sampler, SamplingRow, apply_top_k_top_p
-from tests.realexec_reference import assert_pool_whole, random_prompts, reference
+from tests.realexec_reference import (
+    assert_pool_whole,
+    one_thread,  # noqa: F401  (fixture)
+    random_prompts,
+    reference,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 NAME = "tiny-llama"
 

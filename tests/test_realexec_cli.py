@@ -1,0 +1,83 @@
+"""`kvpd generate`, `kvpd bench ladder` (tiny model, tiny workloads) and the step-level API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvpd.cli import main
+from realexec import LLM, SamplingParams
+from tests.realexec_reference import (
+    assert_pool_whole,
+    one_thread,  # noqa: F401  (fixture)
+    random_prompts,
+    reference,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_kvpd_generate_writes_the_simulator_summary(tmp_path, capsys):
+    rc = main(["generate", "--model", "tiny-qwen2", "--prompt-ids", "5,6,7,8",
+               "--prompt-ids", "9,10", "--max-tokens", "4", "--ignore-eos",
+               "--num-gpu-blocks", "16", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out.count("finish=length") == 2
+    assert reference("tiny-qwen2", [5, 6, 7, 8], 4) == [
+        int(t) for t in out.split("[0.0]")[1].split(": ")[1].split()[0].split(",")]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["requests"]["total"] == 2 and summary["requests"]["finished"] == 2
+    for key in ("output_tokens_per_s", "requests_per_s"):
+        assert summary["throughput"][key] > 0
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(summary[key]) >= {"mean", "p50", "p90", "p99"}
+    assert {"attainment", "goodput_rps"} <= set(summary["slo"])
+    assert {"peak_usage", "prefix_hit_rate"} <= set(summary["kv"])
+    assert (tmp_path / "requests.parquet").stat().st_size > 0
+    rows = json.loads((tmp_path / "outputs.json").read_text())
+    assert [len(r["outputs"][0]["token_ids"]) for r in rows] == [4, 4]
+
+
+def test_kvpd_generate_bad_input_exits_2(capsys):
+    assert main(["generate", "--model", "tiny-llama", "--prompt-ids", "5,999",
+                 "--num-gpu-blocks", "8"]) == 2
+    assert "request 0: prompt_token_ids[1] = 999 is outside the vocabulary" in capsys.readouterr().err
+    assert main(["generate", "--model", "no-such-model", "--prompt-ids", "5"]) == 2
+
+
+def test_kvpd_bench_ladder_tiny(tmp_path, capsys):
+    rc = main(["bench", "ladder", "--model", "tiny-llama", "--fixed-requests", "2",
+               "--prompt-len", "12", "--max-tokens", "5", "--trace-requests", "6",
+               "--max-prompt", "40", "--max-output", "7", "--rate", "500", "--max-batch", "3",
+               "--repeats", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "ladder.json").read_text())
+    assert [r["rung"] for r in report["rungs"]] == [1, 2, 3, 4, 5, 6]
+    c = report["checks"]
+    assert c["identical_1_2_3"] == 2 and c["identical_4_5_6"] == 6  # same greedy tokens
+    assert (tmp_path / "ladder.png").stat().st_size > 0
+    assert "(5)/(6)" in capsys.readouterr().out
+
+
+def test_step_level_api_with_abort():
+    llm = LLM("tiny-mistral", num_gpu_blocks=64, block_size=4)
+    prompts = random_prompts(30, [7, 11])
+    sp = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    a = llm.add_request("a", prompts[0], sp)
+    b = llm.add_request("b", prompts[1], {"temperature": 0, "max_tokens": 10, "ignore_eos": True})
+    finished = []
+    steps = 0
+    while llm.has_unfinished_requests():
+        out = llm.step()
+        steps += 1
+        finished += out.finished
+        if steps == 3:
+            assert llm.abort_request("b")
+    assert {r.request_id for r in finished} == {"a", "b"}
+    assert a.finish_reason == "length" and a.output_token_ids == reference(
+        "tiny-mistral", prompts[0], 10)
+    assert b.finish_reason == "abort" and 0 < len(b.output_token_ids) < 10
+    assert not llm.abort_request("nope")
+    assert_pool_whole(llm)
