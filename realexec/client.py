@@ -122,6 +122,7 @@ class EngineClient:
         self._lock = threading.RLock()  # guards sockets used from user threads and requests
         self._ready = threading.Event()
         self._stop = threading.Event()
+        self._closing = False
         self._thread: threading.Thread | None = None
         self._ipc_dir = tempfile.mkdtemp(prefix="kvpd-")
         self.out = self.ctx.socket(zmq.PULL)
@@ -160,6 +161,7 @@ class EngineClient:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the workers (shutdown, then kill after `timeout_s`) and the I/O thread."""
+        self._closing = True
         with self._lock:
             for w in self.workers.values():
                 if w.sock is not None and w.alive:
@@ -421,6 +423,8 @@ class EngineClient:
                 self._fail(req.request_id, f"worker {w.name} is down: {why}")
 
     def _check_liveness(self, now: float) -> None:
+        if self._closing:
+            return
         with self._lock:
             for w in self.workers.values():
                 if w.down is not None:

@@ -25,6 +25,7 @@ carry on serving everyone else.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,9 +168,9 @@ def check_fields(body: Any, schema: dict[str, tuple[Any, bool]], where: str) -> 
 
 
 def _frame_buffer(frame: Any) -> memoryview:
-    if isinstance(frame, bytes | bytearray | memoryview):
-        return memoryview(frame)
-    return frame.buffer  # zmq.Frame received with copy=False
+    """Bytes of a frame: a zmq.Frame received with copy=False, or any buffer object."""
+    buf = getattr(frame, "buffer", None)
+    return buf if isinstance(buf, memoryview) else memoryview(frame).cast("B")
 
 
 def decode(frames: list[Any]) -> Message:
@@ -226,4 +227,6 @@ def _tensor(i: int, meta: Any, buf: memoryview) -> Any:
     dtype = getattr(torch, name)
     if need == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(buf, dtype=dtype).view(shape)
+    with warnings.catch_warnings():  # received frames are read-only; we never write to them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(buf, dtype=dtype).view(shape)

@@ -1,0 +1,206 @@
+"""The OpenAI-compatible HTTP server, driven by the official `openai` client and raw httpx."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from realexec.client import EngineClient
+from realexec.http_server import ServerThread, create_app, load_tokenizer
+from tests.serving_helpers import (
+    GREEDY,
+    all_pools_whole,
+    prompts,
+    reference,
+    save_tiny_tokenizer,
+    tiny_config,
+    wait_for,
+)
+
+MODEL = "tiny"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    save_tiny_tokenizer(str(d))
+    return load_tokenizer(d)
+
+
+@pytest.fixture(scope="module")
+def server(tokenizer):
+    client = EngineClient(tiny_config()).start()
+    srv = ServerThread(create_app(client, MODEL, tokenizer)).start()
+    srv.client = client
+    yield srv
+    srv.stop()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def oai(server):
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+
+
+def test_completions_with_token_ids_plain_and_streamed(oai):
+    p1, p2 = prompts(10, [6, 33])
+    ref = reference([p1, p2], 10)
+    r = oai.completions.create(model=MODEL, prompt=p1, max_tokens=10, temperature=0,
+                               extra_body={"ignore_eos": True})
+    choice = r.choices[0]
+    assert choice.token_ids == ref[0] and choice.finish_reason == "length"
+    assert r.usage.prompt_tokens == 6 and r.usage.completion_tokens == 10
+    chunks = list(oai.completions.create(model=MODEL, prompt=p2, max_tokens=10, temperature=0,
+                                         stream=True, extra_body={"ignore_eos": True}))
+    assert len(chunks) == 10  # one server-sent event per generated token
+    assert [t for c in chunks for t in c.choices[0].token_ids] == ref[1]
+    assert [c.choices[0].finish_reason for c in chunks] == [None] * 9 + ["length"]
+
+
+def test_chat_with_token_ids_plain_and_streamed(oai):
+    (p,) = prompts(11, [21])
+    ref = reference([p], 7)[0]
+    msgs = [{"role": "user", "content": "ignored: prompt_token_ids win"}]
+    extra = {"prompt_token_ids": p, "ignore_eos": True}
+    r = oai.chat.completions.create(model=MODEL, messages=msgs, max_tokens=7, temperature=0,
+                                    extra_body=extra)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].token_ids == ref and r.choices[0].finish_reason == "length"
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=msgs, max_tokens=7,
+                                              temperature=0, stream=True, extra_body=extra,
+                                              stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    toks = [t for c in chunks if c.choices for t in c.choices[0].token_ids]
+    assert toks == ref
+    assert chunks[-1].usage.completion_tokens == 7 and chunks[-1].usage.prompt_tokens == 21
+
+
+def test_text_prompts_and_stop_strings_with_a_tokenizer(oai, tokenizer):
+    (p,) = prompts(12, [9])
+    text = " ".join(f"t{t}" for t in p)
+    ref = reference([p], 8)[0]
+    r = oai.completions.create(model=MODEL, prompt=text, max_tokens=8, temperature=0,
+                               extra_body={"ignore_eos": True})
+    assert r.choices[0].token_ids == ref
+    assert r.choices[0].text == tokenizer.decode(ref, skip_special_tokens=True)
+    streamed = oai.completions.create(model=MODEL, prompt=text, max_tokens=8, temperature=0,
+                                      stream=True, extra_body={"ignore_eos": True})
+    assert "".join(c.choices[0].text for c in streamed) == r.choices[0].text
+    stop = f"t{ref[3]}"
+    cut = oai.completions.create(model=MODEL, prompt=text, max_tokens=8, temperature=0, stop=stop,
+                                 extra_body={"ignore_eos": True})
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == r.choices[0].text[: r.choices[0].text.index(stop)]
+    chat = oai.chat.completions.create(model=MODEL, temperature=0, max_tokens=5,
+                                       messages=[{"role": "user", "content": text}])
+    assert chat.choices[0].message.content == tokenizer.decode(chat.choices[0].token_ids,
+                                                               skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
+    ({"prompt": [1, 2]}, "model", "'model' is required"),
+    ({"model": MODEL, "prompt": [1, 256]}, "prompt", "not a token id in [0, 256)"),
+    ({"model": MODEL, "prompt": []}, "prompt", "empty"),
+    ({"model": MODEL}, "prompt", "'prompt' is required"),
+    ({"model": MODEL, "prompt": [[1], [2]]}, "prompt", "batches of prompts"),
+    ({"model": MODEL, "prompt": [1], "temperature": -0.5}, None, "temperature must be >= 0"),
+    ({"model": MODEL, "prompt": [1], "top_p": 0}, None, "top_p must be in (0, 1]"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": 0}, None, "max_tokens must be >= 1"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": "many"}, "max_tokens", "must be an integer"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": 600}, "max_tokens", "exceeds this model's context"),
+    ({"model": MODEL, "prompt": [1], "n": 2}, "n", "not supported"),
+    ({"model": MODEL, "prompt": [1], "logprobs": 3}, "logprobs", "not supported"),
+    ({"model": MODEL, "prompt": [1], "stop": [""]}, "stop", "non-empty strings"),
+])
+def test_bad_requests_get_400_with_an_openai_error_body(server, body, param, fragment):
+    r = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=30)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["param"] == param
+    assert fragment in err["message"]
+
+
+def test_malformed_json_and_chat_errors_are_400(server, oai):
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", content=b"{not json",
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": MODEL, "messages": []})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.completions.create(model="nope", prompt=[1], max_tokens=2)
+    assert info.value.status_code == 400 and info.value.body["code"] == "model_not_found"
+
+
+def test_models_health_and_metrics(server, oai):
+    models = oai.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    h = httpx.get(f"{server.base_url}/health")
+    assert h.status_code == 200 and h.json()["status"] == "ok"
+    oai.completions.create(model=MODEL, prompt=[5, 6, 7], max_tokens=4, temperature=0,
+                           extra_body={"ignore_eos": True})
+    text = httpx.get(f"{server.base_url}/metrics").text
+    for name in ("kvpd_num_requests_running", "kvpd_num_requests_waiting",
+                 "kvpd_kv_cache_usage_ratio", "kvpd_worker_up",
+                 "kvpd_time_to_first_token_seconds_bucket", "kvpd_time_per_output_token_seconds_bucket"):
+        assert f"\n{name}" in text, name
+    count = next(line for line in text.splitlines()
+                 if line.startswith("kvpd_time_to_first_token_seconds_count"))
+    assert float(count.split()[1]) >= 1
+    assert 'kvpd_worker_up{worker="engine-0",role="colocated"} 1.0' in text
+
+
+def test_client_disconnect_aborts_and_frees_blocks(server):
+    (p,) = prompts(13, [40])
+    body = {"model": MODEL, "prompt": p, "max_tokens": 450, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=30) as r:
+        got = []
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                got.append(line)
+            if len(got) == 3:
+                break
+    assert len(got) == 3  # then the connection is closed mid-stream
+    wait_for(lambda: all_pools_whole(server.client) and not server.client.requests, 10,
+             "the disconnected stream's request to be aborted")
+    # a non-streaming request whose client gives up is aborted too
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/v1/completions", timeout=0.5,
+                   json={**body, "stream": False})
+    wait_for(lambda: all_pools_whole(server.client) and not server.client.requests, 10,
+             "the timed-out request to be aborted")
+    assert 'finish_reason="abort"' in httpx.get(f"{server.base_url}/metrics").text
+
+
+@pytest.mark.slow
+def test_dead_engine_gives_503_and_health_down(tokenizer):
+    client = EngineClient(tiny_config()).start()
+    srv = ServerThread(create_app(client, MODEL, tokenizer)).start()
+    try:
+        body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 400, "stream": True,
+                "ignore_eos": True}
+        with httpx.stream("POST", f"{srv.base_url}/v1/completions", json=body, timeout=30) as r:
+            events = []
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line)
+                    if len(events) == 2:
+                        os.kill(client.workers["engine-0"].proc.pid, signal.SIGKILL)
+                        t_kill = time.monotonic()
+        assert time.monotonic() - t_kill < 10
+        assert '"error"' in events[-2] and "engine-0 is down" in events[-2]
+        assert events[-1] == "data: [DONE]"
+        h = httpx.get(f"{srv.base_url}/health")
+        assert h.status_code == 503 and h.json()["workers"]["engine-0"]["alive"] is False
+        r = httpx.post(f"{srv.base_url}/v1/completions", json={**body, "stream": False})
+        assert r.status_code == 503 and "engine is down" in r.json()["error"]["message"]
+    finally:
+        srv.stop()
+        client.close()
