@@ -52,6 +52,7 @@ class Probe:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     _cache: dict[tuple[float, int], dict[str, Any]] = field(default_factory=dict)
     variants: list[dict[str, Any]] = field(default_factory=list)  # replay overrides, [0] = base
+    timeout_s: float | None = None  # wall-clock limit per simulation, seconds
 
     def metrics(self, rate: float, variant: int = 0) -> dict[str, Any]:
         key = (round_rate(rate), variant)
@@ -59,7 +60,7 @@ class Probe:
             overrides = {**self.overrides, **(self.variants[variant] if self.variants else {}),
                          **self.slos.per_request(), "workload.target_rate": key[0]}
             task = PointTask("", self.base_data, self.source, self.base_dir, overrides,
-                             self.cost_table)
+                             self.cost_table, self.timeout_s)
             self._cache[key] = m = simulate(task)
             ok, reasons = self.slos.check(m)
             kept = {k: m.get(k) for k in (*KEEP, *(t.column for t in self.slos.targets))}

@@ -44,6 +44,7 @@ class CapacityTask:
     rel_tol: float = 0.02
     verify_step: float = 0.1
     max_simulations: int = 60
+    sim_timeout_s: float | None = None
 
 
 def parse_pd_ratios(text: str) -> list[tuple[int, int]]:
@@ -111,7 +112,7 @@ def search_candidate(task: CapacityTask) -> dict[str, Any]:
     t0 = time.perf_counter()
     row: dict[str, Any] = {"name": task.name, "overrides": task.overrides}
     probe = Probe(task.base_data, task.source, task.base_dir, task.overrides, task.slos,
-                  task.cost_table)
+                  task.cost_table, timeout_s=task.sim_timeout_s)
     try:
         sc = build_scenario(task.base_data, task.overrides, task.source, task.base_dir)
         variants, what = replay_variants(task.base_data, task.source, task.base_dir,
@@ -166,7 +167,7 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
                   peak_rps: float | None = None, cost_table: dict[str, float] | None = None,
                   repeats: int = 3, rel_tol: float = 0.02, verify_step: float = 0.1,
                   max_simulations: int = 60, backend: Any = "process",
-                  workers: int | None = None) -> dict[str, Any]:
+                  workers: int | None = None, sim_timeout_s: float | None = None) -> dict[str, Any]:
     """Search every candidate and return the capacity result (see `RESULT_FILE`)."""
     from simulator.sweep_backends import SerialBackend, make_backend
 
@@ -190,7 +191,7 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
         except ValueError as exc:
             raise ValueError(f"candidate {name}: {exc}") from None
         tasks.append(CapacityTask(name, data, str(path), base_dir, over, slos, cost_table or {},
-                                  repeats, rel_tol, verify_step, max_simulations))
+                                  repeats, rel_tol, verify_step, max_simulations, sim_timeout_s))
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
         make_backend(backend, workers=workers) if isinstance(backend, str) else backend)
     rows: list[dict[str, Any] | None] = [None] * len(tasks)

@@ -101,10 +101,11 @@ def prepare_out_dir(spec: SweepSpec, out_dir: Path, restart: bool) -> None:
 def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, backend: Any = "process",
               workers: int | None = None, address: str | None = None, restart: bool = False,
               retry_failed: bool = False, progress: bool = True,
-              connect_timeout_s: float = 5.0) -> SweepOutcome:
+              connect_timeout_s: float = 5.0, point_timeout_s: float | None = None) -> SweepOutcome:
     """Simulate the points not yet in `out_dir`, append each to points.jsonl as it
     finishes, then write the table. `backend` is a name (see `make_backend`) or a
-    backend object (kept open). Ctrl-C stops the sweep and still writes the table."""
+    backend object (kept open); `point_timeout_s` fails a point that simulates longer.
+    Ctrl-C stops the sweep and still writes the table."""
     from simulator.sweep_backends import make_backend
 
     t0 = time.perf_counter()
@@ -120,7 +121,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, backend: An
             done = {k: v for k, v in done.items() if v.get("status") == "ok"}
         todo = [p for p in spec.points if p.point_id not in done]
         tasks = [PointTask(p.point_id, spec.base_data, spec.base_source, spec.base_dir,
-                           p.overrides, spec.cost_table) for p in todo]
+                           p.overrides, spec.cost_table, point_timeout_s) for p in todo]
         ran = 0
         try:
             ran = _run_tasks(engine, tasks, done, out / POINTS, len(spec.points), progress,

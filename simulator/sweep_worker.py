@@ -3,9 +3,13 @@ the point's overrides, simulate it, and return a flat row of metrics (or the err
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +32,33 @@ class PointTask:
     base_dir: str
     overrides: dict[str, Any]
     cost_table: dict[str, float] = field(default_factory=dict)
+    timeout_s: float | None = None  # wall-clock limit of the simulation, seconds
+
+
+class PointTimeout(Exception):
+    """A simulation ran past its wall-clock limit."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Raise `PointTimeout` in this thread after `seconds` of wall time (SIGALRM; only in
+    a main thread on POSIX, a no-op elsewhere)."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def _raise(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise PointTimeout(f"the simulation ran past the {seconds:g} s limit")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +98,8 @@ def simulate(task: PointTask) -> dict[str, Any]:
 
     overrides = {**POINT_DEFAULTS, **task.overrides}
     sc = build_scenario(task.base_data, overrides, task.source, task.base_dir)
-    res = run_scenario(sc, progress=False)
+    with deadline(task.timeout_s):
+        res = run_scenario(sc, progress=False)
     metrics = flatten_summary(res.summary)
     cost = cost_metrics(res.summary, cluster_cost(sc, task.cost_table))
     metrics.update({f"cost.{k}": v for k, v in cost.items()})

@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-step", type=float, default=0.1,
                    help="the answer x (1 + this) must fail (default 0.1)")
     p.add_argument("--max-sims", type=int, default=60, help="simulations per candidate at most")
+    p.add_argument("--sim-timeout", type=float, metavar="S",
+                   help="fail a candidate when one simulation runs longer than S seconds")
     p.add_argument("--workers", type=int, help="processes for several candidates (default: CPUs)")
     p.add_argument("--out", help="results folder (default runs/capacity/NAME)")
     p.add_argument("--json", action="store_true", help="print capacity.json")
@@ -100,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                            pd_ratios=ratios, peak_rps=args.peak_rate,
                            cost_table=load_cost_table(args.cost_table), repeats=args.repeats,
                            rel_tol=args.tol, verify_step=args.verify_step,
-                           max_simulations=args.max_sims, workers=args.workers)
+                           max_simulations=args.max_sims, workers=args.workers,
+                           sim_timeout_s=args.sim_timeout)
     path = write_result(result, args.out or f"runs/capacity/{result['name']}")
     print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
     print(f"wrote {path}")

@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="Ray cluster address (HOST:PORT, ray://HOST:PORT, auto)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to wait for a Ray address before giving up (default 5)")
+    p.add_argument("--point-timeout", type=float, metavar="S",
+                   help="fail a point whose simulation runs longer than S seconds")
     p.add_argument("--restart", action="store_true", help="discard the folder's earlier results")
     p.add_argument("--retry-failed", action="store_true", help="re-run points that failed before")
     p.add_argument("--dry-run", action="store_true", help="list the points and exit")
@@ -50,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = run_sweep(spec, args.out, backend=args.backend, workers=args.workers,
                     address=args.address, restart=args.restart, retry_failed=args.retry_failed,
-                    progress=not args.no_progress, connect_timeout_s=args.connect_timeout)
+                    progress=not args.no_progress, connect_timeout_s=args.connect_timeout,
+                    point_timeout_s=args.point_timeout)
     print(f"{spec.name}: {len(spec.points)} points, {out.ran} simulated, {out.skipped} already "
           f"done, {out.failed} failed; {out.wall_s:.1f} s on {out.backend} x{out.workers}")
     failed = [r for r in out.rows if r["status"] != "ok"]
