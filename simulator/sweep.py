@@ -146,6 +146,13 @@ def _run_tasks(engine: Any, tasks: list[PointTask], done: dict[str, dict], log: 
                disable=not progress, dynamic_ncols=True)
     failed = sum(r.get("status") != "ok" for r in done.values())
     ran = 0
+    if log.is_file() and log.stat().st_size:
+        with log.open("rb") as fh:  # a torn last line (interrupted write) must not swallow ours
+            fh.seek(-1, 2)
+            torn = fh.read(1) != b"\n"
+        if torn:
+            with log.open("a") as fh:
+                fh.write("\n")
     with log.open("a") as fh:
         for i, ok, value in engine.map_unordered(run_point, tasks):
             task = tasks[i]
