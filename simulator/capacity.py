@@ -168,7 +168,9 @@ def _bracket(probe: Probe, start: float) -> tuple[float | None, float]:
                 return lo, hi
             lo = hi
         raise ValueError(f"the SLOs still hold at {lo:.4g} req/s ({2 ** MAX_DOUBLINGS} x "
-                         f"{start:.4g}): the rate does not bind; check the SLO limits")
+                         f"{start:.4g}): the rate does not bind. A finite trace arriving all "
+                         f"at once still meets these limits; use a longer trace / window or "
+                         f"tighter limits")
     hi = start
     for _ in range(MAX_HALVINGS):
         lo = round_rate(hi / 2)
