@@ -32,12 +32,14 @@ class ServeConfig:
     kv_timeout_s: the decode side recomputes a prompt whose KV is this late (s).
     heartbeat_s: idle heartbeat period of workers (s); a worker silent for
     `heartbeat_timeout_s` or whose process exits is reported down and its requests fail.
+    role_llm_kwargs: per-role overrides of `llm_kwargs` ({"decode": {"num_gpu_blocks": 64}}).
     num_threads: torch threads per worker (default: the CPUs split evenly among workers).
     fault_drop_kv: prefill workers drop every KV transfer (tests/benchmarks of the fallback).
     """
 
     model: Any = "llama-50m"
     llm_kwargs: dict[str, Any] = field(default_factory=dict)
+    role_llm_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     pd: tuple[int, int] | None = None
     kv_mode: str = "full"
     transport: str = "ipc"
@@ -58,6 +60,9 @@ class ServeConfig:
             p, d = self.pd
             if p < 1 or d < 1:
                 raise ValueError(f"pd needs at least one prefill and one decode worker, got {self.pd}")
+        unknown = set(self.role_llm_kwargs) - {"colocated", "prefill", "decode"}
+        if unknown:
+            raise ValueError(f"role_llm_kwargs: unknown role(s) {sorted(unknown)}")
         if self.kv_mode not in ("full", "layerwise"):
             raise ValueError(f"kv_mode must be 'full' or 'layerwise', got {self.kv_mode!r}")
         if self.transport not in ("ipc", "tcp"):
@@ -80,10 +85,11 @@ class ServeConfig:
     def worker_specs(self, output_addr: str, ipc_dir: str) -> list[WorkerSpec]:
         roles = self.worker_roles
         threads = self.num_threads or max(1, (os.cpu_count() or 1) // len(roles))
-        kwargs = {"model": self.model, **self.llm_kwargs}
         return [
             WorkerSpec(
-                name=name, output_addr=output_addr, role=role, llm_kwargs=kwargs,
+                name=name, output_addr=output_addr, role=role,
+                llm_kwargs={"model": self.model, **self.llm_kwargs,
+                            **self.role_llm_kwargs.get(role, {})},
                 transport=self.transport, ipc_dir=ipc_dir, kv_mode=self.kv_mode,
                 kv_timeout_s=self.kv_timeout_s, kv_hold_timeout_s=self.kv_hold_timeout_s,
                 heartbeat_s=self.heartbeat_s, num_threads=threads,

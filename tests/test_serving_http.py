@@ -13,7 +13,6 @@ import pytest
 from realexec.client import EngineClient
 from realexec.http_server import ServerThread, create_app, load_tokenizer
 from tests.serving_helpers import (
-    GREEDY,
     all_pools_whole,
     prompts,
     reference,

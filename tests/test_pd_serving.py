@@ -1,0 +1,172 @@
+"""Prefill/decode disaggregation across processes: KV transfer over ZeroMQ, greedy equality with
+the colocated engine, lost transfers, back-pressure, bad KV messages and a killed decode worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import zmq
+
+from realexec.client import EngineClient, EngineDeadError
+from realexec.transport import encode
+from tests.serving_helpers import (
+    GREEDY,
+    TINY_KWARGS,
+    all_pools_whole,
+    prompts,
+    reference,
+    tiny_config,
+    wait_for,
+)
+
+
+def _mixed_prompts() -> list[list[int]]:
+    base = prompts(20, [37])[0]
+    # lengths across block boundaries, plus two prompts sharing base's prefix (decode-side
+    # prefix-cache hits skip those tokens when writing the received KV)
+    return [*prompts(21, [1, 4, 9, 16, 23, 64]), base, base[:32] + [7, 8, 9], base[:20]]
+
+
+def _run(client: EngineClient, ps: list[list[int]], max_tokens: int) -> list:
+    reqs = []
+    for i, p in enumerate(ps):
+        reqs.append(client.submit(p, {**GREEDY, "max_tokens": max_tokens}))
+        if i == 6:  # base's KV lands (and is cached) before the prompts sharing its prefix
+            assert reqs[-1].done.wait(60)
+    for r in reqs:
+        assert r.done.wait(60), f"{r.request_id} unfinished"
+        assert r.error is None, r.error
+    return reqs
+
+
+def _check_equal_and_clean(client: EngineClient, ps, reqs, max_tokens: int) -> None:
+    assert [r.token_ids for r in reqs] == reference(ps, max_tokens)
+    wait_for(lambda: all_pools_whole(client), 10, "both pools to be whole again")
+
+
+@pytest.fixture(scope="module")
+def pd():
+    client = EngineClient(tiny_config(pd=(1, 1))).start()
+    yield client
+    client.close()
+
+
+def test_pd_greedy_output_equals_colocated(pd):
+    ps = _mixed_prompts()
+    reqs = _run(pd, ps, 9)
+    _check_equal_and_clean(pd, ps, reqs, 9)
+    spec_bytes = pd.model_info["kv_bytes_per_token"]
+    for r, p in zip(reqs, ps):
+        assert r.prefill_worker == "prefill-0" and r.decode_worker == "decode-0"
+        kv = r.kv
+        assert kv["bytes"] >= len(p) * spec_bytes and kv["transfer_s"] > 0 and kv["gbps"] > 0
+        assert not kv.get("lost")
+    # decode-side prefix hits: 8 whole blocks of base; all of base[:20] (the decode side
+    # already has the first output token, so the whole prompt may come from the cache)
+    assert reqs[7].kv["cached_tokens"] == 32 and reqs[8].kv["cached_tokens"] == 20
+    stats = pd.workers_status()
+    assert stats["prefill-0"]["stats"]["kv_acked"] >= len(ps)
+    assert stats["decode-0"]["stats"]["kv_received"] >= len(ps)
+
+
+def test_request_finishing_on_the_prefill_worker_is_never_handed_off(pd):
+    r = pd.generate(prompts(22, [12])[0], {**GREEDY, "max_tokens": 1}, timeout_s=60)
+    assert len(r.token_ids) == 1 and r.finish_reason == "length" and not r.kv
+    wait_for(lambda: all_pools_whole(pd), 10, "both pools to be whole again")
+
+
+def test_abort_while_decoding_frees_both_pools(pd):
+    it = pd.stream(prompts(23, [30])[0], {**GREEDY, "max_tokens": 400})
+    assert [len(next(it).token_ids) for _ in range(4)] == [1, 1, 1, 1]  # 1st from prefill
+    it.close()
+    wait_for(lambda: all_pools_whole(pd) and not pd.requests, 10, "both pools to be whole")
+
+
+def test_garbled_kv_messages_are_rejected_and_serving_goes_on(pd):
+    sock = pd.ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"intruder")
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(pd.workers["decode-0"].endpoints["kv"])
+    bad_shape = encode("kv", {"request_id": "x", "num_tokens": 4, "block_size": 4,
+                              "runs": [[0, 0, 0, 4]], "last": True, "t_send": 0.0,
+                              "prefill_worker": "intruder"}, [__import__("torch").zeros(4, 3)])
+    before = pd.workers_status()["decode-0"]["stats"]["num_bad_messages"]
+    sock.send_multipart([b"\x00garbage"])
+    sock.send_multipart([bytes(bad_shape[0])[:9]])  # truncated
+    sock.send_multipart([bytes(memoryview(f)) for f in bad_shape])  # frame shape mismatch
+    ps = prompts(24, [14, 27])
+    reqs = _run(pd, ps, 6)
+    sock.close()
+    _check_equal_and_clean(pd, ps, reqs, 6)
+    wait_for(lambda: pd.workers_status()["decode-0"]["stats"]["num_bad_messages"] == before + 3,
+             5, "the decode worker to count three bad KV messages")
+
+
+@pytest.mark.slow
+def test_layerwise_transfer_with_two_prefill_workers_equals_colocated():
+    with EngineClient(tiny_config(pd=(2, 1), kv_mode="layerwise")) as client:
+        ps = _mixed_prompts()
+        reqs = _run(client, ps, 9)
+        _check_equal_and_clean(client, ps, reqs, 9)
+        assert {r.prefill_worker for r in reqs} == {"prefill-0", "prefill-1"}
+        assert all(r.kv["bytes"] > 0 and not r.kv.get("lost") for r in reqs)
+
+
+@pytest.mark.slow
+def test_lost_kv_transfer_is_recomputed_on_the_decode_side():
+    with EngineClient(tiny_config(pd=(1, 1), fault_drop_kv=True, kv_timeout_s=0.5)) as client:
+        ps = prompts(25, [5, 18, 40])
+        reqs = _run(client, ps, 8)
+        _check_equal_and_clean(client, ps, reqs, 8)
+        for r, p in zip(reqs, ps):
+            assert r.kv["lost"] and r.kv["recomputed_tokens"] == len(p)
+        stats = client.workers_status()
+        assert stats["decode-0"]["stats"]["kv_lost"] == 3
+        assert stats["prefill-0"]["stats"]["kv_nacked"] == 3  # the prefill side freed its copy
+
+
+@pytest.mark.slow
+def test_full_decode_pool_back_pressures_and_every_request_completes():
+    # 24 decode blocks of 4 tokens: one 40 + 20 token request (15 blocks) at a time
+    cfg = tiny_config(pd=(1, 1), role_llm_kwargs={"decode": {"num_gpu_blocks": 24}})
+    with EngineClient(cfg) as client:
+        ps = prompts(26, [40, 40, 40, 40])
+        reqs = [client.submit(p, {**GREEDY, "max_tokens": 20}) for p in ps]
+        wait_for(lambda: client.workers_status()["prefill-0"]["stats"].get("kv_held", 0) >= 2, 30,
+                 "the prefill worker to hold KV the decode side has no room for")
+        for r in reqs:
+            assert r.done.wait(60) and r.error is None, r.error
+        _check_equal_and_clean(client, ps, reqs, 20)
+        assert client.workers_status()["prefill-0"]["stats"]["kv_hold_timeouts"] == 0
+
+
+@pytest.mark.slow
+def test_killed_decode_worker_fails_its_requests_and_leaks_no_prefill_blocks():
+    client = EngineClient(tiny_config(pd=(1, 1))).start()
+    try:
+        reqs = [client.submit(p, {**GREEDY, "max_tokens": 400}) for p in prompts(27, [10, 30])]
+        wait_for(lambda: all(len(r.token_ids) > 2 for r in reqs), 60, "decoding to start")
+        os.kill(client.workers["decode-0"].proc.pid, signal.SIGKILL)
+        t_kill = time.monotonic()
+        for r in reqs:
+            assert r.done.wait(10), "a request hung after its decode worker died"
+        assert time.monotonic() - t_kill < 10
+        assert all(r.finish_reason == "error" and "decode-0 is down" in r.error for r in reqs)
+        status = client.workers_status()
+        assert not status["decode-0"]["alive"] and "code -9" in status["decode-0"]["down"]
+        assert status["prefill-0"]["alive"]
+        wait_for(lambda: all_pools_whole(client), 10, "the prefill pool to be whole")
+        with pytest.raises(EngineDeadError, match="no decode worker is up"):
+            client.submit([1, 2, 3], {"max_tokens": 2})
+        assert not client.requests
+    finally:
+        client.close()
+
+
+def test_tiny_kwargs_fit_the_mixed_prompts():
+    # guard for the tests above: every prompt + output fits one worker's pool
+    blocks = TINY_KWARGS["num_gpu_blocks"] * TINY_KWARGS["block_size"]
+    assert sum(len(p) + 9 for p in _mixed_prompts()) < blocks

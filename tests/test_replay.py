@@ -1,0 +1,133 @@
+"""Trace replay: synthetic prompts, transforms, targets, and the simulator's output files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import workloads
+from kvpd.cli import main as kvpd_main
+from realexec.replay import parse_target, prepare_trace, replay, synth_prompts
+from simulator.metrics import request_records, summarize
+from tests.serving_helpers import TINY, TINY_KWARGS, reference, tiny_config
+
+
+def _trace(with_hashes: bool = True) -> workloads.Trace:
+    hashes = workloads.Ragged.from_lists([[1, 2, 3], [1, 2, 9], [4], [1, 2, 3, 5, 6], [7, 8]])
+    return workloads.Trace(
+        arrival_s=np.array([0.0, 0.05, 0.1, 0.3, 0.35]),
+        prompt_len=np.array([10, 12, 3, 17, 6]),
+        output_len=np.array([4, 6, 3, 5, 7]),
+        name="small",
+        hash_ids=hashes if with_hashes else None,
+        hash_block_size=4 if with_hashes else None,
+    )
+
+
+def test_parse_target():
+    assert parse_target("inproc") == ("inproc", None)
+    assert parse_target("engine") == ("engine", None)
+    assert parse_target("pd:2:1") == ("pd", (2, 1))
+    assert parse_target("http://127.0.0.1:8000/") == ("http", "http://127.0.0.1:8000")
+    with pytest.raises(ValueError, match="--target must be"):
+        parse_target("gpu")
+    with pytest.raises(ValueError, match="P:D"):
+        parse_target("pd:x")
+
+
+def test_synthetic_prompts_share_prefixes_where_the_trace_shares_hash_ids():
+    t = _trace()
+    a, b = synth_prompts(t, 256, seed=3), synth_prompts(t, 256, seed=3)
+    assert a == b  # seeded
+    assert [len(p) for p in a] == t.prompt_len.tolist()
+    assert a[0][:8] == a[1][:8] and a[0][8:10] != a[1][8:10]  # blocks 1, 2 shared; 3 vs 9 not
+    assert a[3][:10] == a[0][:10]  # the same hash ids 1, 2, 3
+    assert all(0 <= x < 256 for p in a for x in p)
+    assert synth_prompts(t, 256, seed=4)[0] != a[0]
+    plain = synth_prompts(_trace(with_hashes=False), 256, seed=3)
+    assert plain[0][:8] != plain[1][:8]
+    ids = workloads.Ragged.from_lists([[5] * n for n in t.prompt_len.tolist()])
+    own = synth_prompts(t.replace(prompt_token_ids=ids), 256)
+    assert own[2] == [5, 5, 5]
+    bad = workloads.Ragged.from_lists([[300] * n for n in t.prompt_len.tolist()])
+    with pytest.raises(ValueError, match="trace row 0: prompt token id 300"):
+        synth_prompts(t.replace(prompt_token_ids=bad), 256)
+
+
+def test_prepare_trace_applies_transforms_and_fits_the_context():
+    t = prepare_trace(_trace(), time_scale=2.0, max_model_len=12)
+    assert t.arrival_s[-1] == pytest.approx(0.7)
+    assert (t.prompt_len + t.output_len <= 12).all() and (t.output_len >= 1).all()
+    assert t.prompt_len.max() == 11
+    t = prepare_trace(_trace(), window_s=(0.0, 0.2), scale_output=2.0)
+    assert len(t) == 3 and t.output_len.tolist() == [8, 12, 6]
+    with pytest.raises(ValueError, match="no requests left"):
+        prepare_trace(_trace(), window_s=(5.0, 6.0))
+
+
+def test_inproc_replay_writes_the_simulators_files(tmp_path):
+    import torch
+
+    from realexec.llm import LLM
+
+    trace = _trace()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = replay(trace, "inproc", llm=LLM(TINY, **TINY_KWARGS), seed=1)
+    finally:
+        torch.set_num_threads(threads)
+    ps = synth_prompts(trace, 256, seed=1)
+    assert res.outputs == [reference([p], n)[0] for p, n in zip(ps, trace.output_len.tolist())]
+    s = res.summary
+    assert s["requests"]["finished"] == 5 and s["tokens"]["output"] == int(trace.output_len.sum())
+    assert s["backend"]["kind"] == "real-serving" and s["backend"]["target"] == "inproc"
+    assert s["ttft_s"]["mean"] > 0 and s["e2e_s"]["max"] >= s["ttft_s"]["max"]
+    assert s["kv"]["prefix_hit_rate"] > 0  # rows 0, 1 and 3 share hash-id blocks
+    sim_keys = set(summarize(res.requests))
+    assert sim_keys <= set(s)
+    paths = res.write(tmp_path)
+    assert [p.name for p in paths] == ["summary.json", "requests.parquet"]
+    assert json.loads((tmp_path / "summary.json").read_text())["requests"]["total"] == 5
+    cols = pq.read_table(tmp_path / "requests.parquet").column_names
+    assert set(request_records(res.requests)) <= set(cols)
+    assert res.records["arrival_s"].tolist() == pytest.approx(trace.arrival_s.tolist(), abs=0.05)
+
+
+def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
+    path = workloads.write_trace(_trace(), tmp_path / "t.csv")
+    assert kvpd_main(["replay", str(path), "--target", "tpu"]) == 2
+    assert "--target must be" in capsys.readouterr().err
+    assert kvpd_main(["replay", str(tmp_path / "missing.csv"), "--target", "inproc"]) == 2
+    assert kvpd_main(["replay", str(path), "--target", "pd:0:1"]) == 2
+    assert "at least one prefill" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_replay_over_engine_pd_and_http_gives_the_inproc_tokens(tmp_path):
+    from realexec.client import EngineClient
+    from realexec.http_server import ServerThread, create_app
+
+    trace = _trace()
+    ps = synth_prompts(trace, 256, seed=2)
+    want = [reference([p], n)[0] for p, n in zip(ps, trace.output_len.tolist())]
+    with EngineClient(tiny_config()) as client:
+        res = replay(trace, "engine", client=client, seed=2)
+        assert res.outputs == want
+        srv = ServerThread(create_app(client, "tiny")).start()
+        try:
+            via_http = replay(trace, srv.base_url, model="tiny", vocab_size=256, seed=2)
+        finally:
+            srv.stop()
+        assert via_http.outputs == want and via_http.summary["requests"]["finished"] == 5
+    with EngineClient(tiny_config(pd=(1, 1))) as client:
+        res = replay(trace, "pd:1:1", client=client, seed=2)
+    assert res.outputs == want
+    assert res.summary["kv_transfer"]["count"] == 5 and res.summary["kv_transfer"]["lost"] == 0
+    assert np.isfinite(res.records["kv_transfer_s"]).all()
+    assert (res.records["kv_transfer_bytes"] > 0).all()
+    res.write(tmp_path, records="csv")
+    assert (tmp_path / "requests.csv").read_text().startswith("\"request_id\"")
