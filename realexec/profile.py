@@ -1,0 +1,291 @@
+"""`kvpd profile`: time real engine steps of one model on the local device over a designed grid.
+
+Each step is timed as the engine runs it (`LLM.step()`: schedule, copies, forward, sampling,
+update), so the fitted cost model covers everything the simulator's step stands for. The
+grid (`ProfileGrid`) covers prompt steps of many lengths, prompt chunks after a cached
+context, decode steps over batch sizes x context lengths, mixed steps (decodes + one prompt
+chunk), KV swap copies and PD KV transfers. Decode contexts are set up without computing
+them (`_NoCompute` runs the scheduler's prompt steps for free; the cache content does not
+change the timing). Step points are visited in `warmup` untimed and `repeats` timed
+rounds (interleaved, see `Profiler`); copies get `warmup` + `repeats` back-to-back runs. The
+profile keeps the median, mean and spread of each point (see `simulator.calibrate_io`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from realexec.profile_facts import catalog_device, device_facts, model_identity
+from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
+from simulator.core.batch_shape import BatchShape
+from simulator.core.scheduler_output import SchedulerOutput, StepResult
+
+Progress = Callable[[str], None] | None
+Sample = tuple[tuple, str, float, BatchShape]
+PROFILE_KINDS = ("steps", "swap", "transfer")
+# Token budget of the profiling engine: larger than any grid point, so each point is one step.
+FULL_BUDGET = 8192
+
+
+@dataclass
+class ProfileGrid:
+    """The grid points (tokens) of a profile; defaults suit the ~50M ladder model on a CPU."""
+
+    prefill_lens: tuple[int, ...] = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+    chunks: tuple[tuple[int, int], ...] = ((128, 64), (256, 256), (512, 128), (512, 512),
+                                           (1024, 256), (1024, 512), (1536, 384))
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48)
+    decode_contexts: tuple[int, ...] = (32, 128, 384, 768, 1536)
+    mixed_batches: tuple[int, ...] = (2, 8, 24)
+    mixed_contexts: tuple[int, ...] = (128, 768)
+    mixed_prompts: tuple[int, ...] = (32, 128, 384)
+    swap_blocks: tuple[int, ...] = (1, 4, 16, 64, 256)
+    transfer_tokens: tuple[int, ...] = (16, 64, 256, 1024, 2048)
+    warmup: int = 1  # untimed rounds
+    repeats: int = 5  # timed rounds (samples per point)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self, max_model_len: int) -> None:
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError(f"profile grid: repeats must be >= 1 and warmup >= 0, "
+                             f"got {self.repeats}, {self.warmup}")
+        longest = max([*self.prefill_lens, *(c + q for c, q in self.chunks),
+                       *(c + len(self.mixed_prompts) + 3 for c in self.decode_contexts)])
+        if longest > max_model_len:
+            raise ValueError(f"profile grid: a point needs {longest} tokens of context but the "
+                             f"model holds {max_model_len}; shrink the grid")
+
+    def max_tokens_in_flight(self) -> int:
+        """Tokens of KV the largest decode group holds (sizes the profiling KV pool)."""
+        extra = len(self.mixed_prompts) + 3
+        b = max(self.decode_batches + self.mixed_batches)
+        c = max(self.decode_contexts + self.mixed_contexts)
+        return b * (c + extra) + max(self.mixed_prompts + self.prefill_lens)
+
+
+class _NoCompute:
+    """An executor that skips the forward pass: samples token 3 for every request (s = 0)."""
+
+    def execute(self, output: SchedulerOutput) -> StepResult:
+        return StepResult(0.0, [3] * len(output.reqs))
+
+
+# ----------------------------------------------------------------------------- profiler
+class Profiler:
+    """Runs the grid on one `LLM` built for profiling (large token budget, no prefix cache).
+
+    Step points are measured in interleaved rounds: each round visits every point once in a
+    seeded random order, so slow phases of a shared machine spread over all points instead
+    of biasing a few; the first `warmup` rounds are discarded."""
+
+    def __init__(self, model: str | dict[str, Any] = "llama-50m", dtype: str = "fp32",
+                 device: str | None = None, grid: ProfileGrid | None = None, seed: int = 0,
+                 progress: Progress = None) -> None:
+        from realexec.llm import LLM
+
+        self.grid = grid or ProfileGrid()
+        self.config, self.name = model_identity(model)
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.progress = progress or (lambda _msg: None)
+        g = self.grid
+        block = 16
+        blocks = -(-g.max_tokens_in_flight() // block) + 8
+        blocks = max(blocks, -(-max(g.transfer_tokens, default=0) // block))
+        self.llm = LLM(self.config, dtype=dtype, device=device, block_size=block,
+                       num_gpu_blocks=blocks, num_cpu_blocks=max(g.swap_blocks, default=0),
+                       max_num_seqs=max(g.decode_batches + g.mixed_batches) + 2,
+                       max_num_batched_tokens=FULL_BUDGET, enable_prefix_caching=False,
+                       model_seed=seed, seed=seed)
+        g.validate(self.llm.max_model_len)
+        self.llm.kv_cache.kv.zero_()  # touch every page now, not inside a timed step
+        self.llm.kv_cache.host.zero_()
+        self.dtype = dtype
+        self.vocab = self.llm.vocab_size
+        self._ids = 0
+
+    # ---- helpers ----
+    def _prompt(self, n: int) -> list[int]:
+        return [self.rng.randrange(3, self.vocab) for _ in range(n)]
+
+    def _add(self, prompt_len: int, max_tokens: int):
+        self._ids += 1
+        return self.llm.add_request(f"prof{self._ids}", self._prompt(prompt_len),
+                                    {"max_tokens": max_tokens, "ignore_eos": True,
+                                     "temperature": 0.0})
+
+    def _timed_step(self) -> tuple[float, BatchShape]:
+        t0 = time.perf_counter()
+        out = self.llm.step()
+        return time.perf_counter() - t0, out.scheduler_output.shape
+
+    def _budget(self, tokens: int) -> None:
+        sched = self.llm.scheduler
+        sched.config = dataclasses.replace(sched.config, max_num_batched_tokens=tokens)
+
+    def _free_run(self, until: Callable[[], bool]) -> None:
+        """Step without computing (zero time) until `until()` holds."""
+        engine = self.llm.engine
+        runner, engine.executor = engine.executor, _NoCompute()
+        try:
+            while not until():
+                self.llm.step()
+        finally:
+            engine.executor = runner
+
+    def _drain(self) -> None:
+        for rid in list(self.llm.scheduler.requests):
+            self.llm.abort_request(rid)
+        self._free_run(lambda: not self.llm.has_unfinished_requests())
+
+    # ---- one sample of each kind of point: [(key, kind, seconds, shape)] ----
+    def _prefill(self, n: int) -> list[Sample]:
+        self._add(n, 1)
+        return [(("prefill", n), "prefill", *self._timed_step())]
+
+    def _chunk(self, ctx: int, q: int) -> list[Sample]:
+        req = self._add(ctx + q, 1)
+        self._budget(ctx)
+        self._free_run(lambda: req.num_computed_tokens >= ctx)
+        self._budget(FULL_BUDGET)
+        return [(("chunk", ctx, q), "chunk", *self._timed_step())]
+
+    def _group(self, batch: int, context: int, prompts: tuple[int, ...]) -> list[Sample]:
+        """One decode step of `batch` requests at `context` tokens, then one mixed step per
+        prompt length in `prompts` (the same decodes + that prompt)."""
+        reqs = [self._add(context - 1, len(prompts) + 3) for _ in range(batch)]
+        self._budget(batch * context)  # every prompt in one (free) step: equal contexts
+        self._free_run(lambda: all(r.num_output_tokens >= 1 for r in reqs))
+        self._budget(FULL_BUDGET)
+        out = [(("decode", batch, context), "decode", *self._timed_step())]
+        for p in prompts:
+            self._add(p, 1)
+            out.append((("mixed", batch, context, p), "mixed", *self._timed_step()))
+        self._drain()
+        return out
+
+    def step_points(self) -> list[Callable[[], list[Sample]]]:
+        g = self.grid
+        pts: list[Callable[[], list[Sample]]] = [
+            functools.partial(self._prefill, n) for n in g.prefill_lens]
+        pts += [functools.partial(self._chunk, c, q) for c, q in g.chunks]
+        for c in g.decode_contexts:
+            for b in g.decode_batches:
+                mixed = g.mixed_prompts if (b in g.mixed_batches and c in g.mixed_contexts) else ()
+                pts.append(functools.partial(self._group, b, c, mixed))
+        return pts
+
+    def steps(self) -> list[ProfileRow]:
+        g = self.grid
+        points = self.step_points()
+        rows: dict[tuple, ProfileRow] = {}
+        shapes: dict[tuple, list[BatchShape]] = {}
+        order = list(range(len(points)))
+        for rnd in range(g.warmup + g.repeats):
+            self.rng.shuffle(order)
+            t0 = time.perf_counter()
+            for i in order:
+                for key, kind, dt, shape in points[i]():
+                    if rnd < g.warmup:
+                        continue
+                    rows.setdefault(key, ProfileRow(kind)).times_s.append(dt)
+                    shapes.setdefault(key, []).append(shape)
+            self.progress(f"round {rnd + 1}/{g.warmup + g.repeats}"
+                          f"{' (warm-up)' if rnd < g.warmup else ''}: {len(points)} points, "
+                          f"{time.perf_counter() - t0:.1f} s")
+        for key, row in rows.items():
+            row.shape = shapes[key][len(shapes[key]) // 2]
+        return sorted(rows.values(), key=lambda r: (STEP_KINDS.index(r.kind), r.shape.num_reqs,
+                                                    r.shape.num_tokens, r.shape.max_context))
+
+    def swaps(self) -> list[ProfileRow]:
+        from realexec.device import synchronize
+
+        cache = self.llm.kv_cache
+        rows = []
+        for n in self.grid.swap_blocks:
+            pairs = [(i, i) for i in range(n)]
+            out, inn = ProfileRow("swap_out", num_blocks=n), ProfileRow("swap_in", num_blocks=n)
+            for r in range(self.grid.warmup + self.grid.repeats):
+                for row, fn in ((out, cache.swap_out), (inn, cache.swap_in)):
+                    t0 = time.perf_counter()
+                    fn(pairs)
+                    synchronize(cache.device)
+                    if r >= self.grid.warmup:
+                        row.times_s.append(time.perf_counter() - t0)
+            out.num_bytes = inn.num_bytes = n * cache.spec.bytes_per_block
+            rows += [out, inn]
+        self.progress(f"swap: {len(self.grid.swap_blocks)} sizes")
+        return rows
+
+    def transfers(self) -> list[ProfileRow]:
+        from realexec.validate_kv import measure_transfer
+
+        rows = []
+        for n, nbytes, times in measure_transfer(
+                self.llm.kv_cache, list(self.grid.transfer_tokens), self.grid.repeats,
+                self.grid.warmup, torch.get_num_threads()):
+            row = ProfileRow("kv_transfer", num_bytes=nbytes, times_s=times)
+            row.shape.num_tokens = n
+            rows.append(row)
+        self.progress(f"kv transfer: {len(rows)} sizes")
+        return rows
+
+    def run(self, kinds: tuple[str, ...] = PROFILE_KINDS) -> list[ProfileRow]:
+        unknown = set(kinds) - set(PROFILE_KINDS)
+        if unknown:
+            raise ValueError(f"profile kinds {sorted(unknown)} unknown; choose from {list(PROFILE_KINDS)}")
+        rows: list[ProfileRow] = []
+        if "steps" in kinds:
+            rows += self.steps()
+        if "swap" in kinds and self.grid.swap_blocks:
+            rows += self.swaps()
+        if "transfer" in kinds and self.grid.transfer_tokens:
+            rows += self.transfers()
+        return rows
+
+
+def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
+                   dtype: str = "fp32", device: str | None = None, threads: int | None = None,
+                   grid: ProfileGrid | None = None, seed: int = 0, hardware: str | None = None,
+                   kinds: tuple[str, ...] = PROFILE_KINDS,
+                   progress: Progress = None) -> Path:
+    """Profile `model` on the local device and write `out` (CSV + JSON); returns the CSV path.
+
+    `threads`: torch intra-op threads (default: torch's); `hardware`: the catalog entry to
+    calibrate (default: guessed from the device)."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    prof = Profiler(model, dtype, device, grid, seed, progress)
+    dev = prof.llm.device
+    facts_before = device_facts(dev)
+    rows = prof.run(kinds)
+    facts = device_facts(dev)
+    facts["loadavg_1m_start"] = facts_before["loadavg_1m"]
+    meta = {
+        "device": hardware or catalog_device(dev),
+        "model": prof.name,
+        "model_config": prof.config,
+        "dtype": dtype,
+        "block_size": prof.llm.kv_cache.block_size,
+        "device_facts": facts,
+        "grid": prof.grid.to_dict(),
+        "seed": seed,
+        "timing": "wall time of LLM.step() (schedule + copies + forward + sampling + update)",
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    return write_profile(rows, meta, out)

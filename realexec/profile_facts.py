@@ -1,0 +1,93 @@
+"""Facts a profile records about where it ran (device, threads, memory, versions, load) and
+which model it ran (HF config + name), and the hardware catalog entry of the local device."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from realexec.configs import BUILTIN_CONFIGS
+
+
+def catalog_device(device: torch.device) -> str:
+    """The hardware catalog entry of `device`: `cpu`, or the GPU whose catalog name or alias
+    appears in the device name (pairs of words first: "H100 PCIe" -> h100-pcie)."""
+    from simulator.catalog_match import normalize_name
+    from simulator.hardware import get_accelerator
+
+    if device.type == "cpu":
+        return "cpu"
+    raw = torch.cuda.get_device_name(device) if device.type == "cuda" else "mps"
+    words = normalize_name(raw).replace("-", " ").split()
+    for cand in ["-".join(p) for p in zip(words, words[1:])] + words:
+        try:
+            return get_accelerator(cand).name
+        except ValueError:
+            continue
+    raise ValueError(f"device {raw!r} has no hardware catalog entry; pass --hardware NAME")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_facts(device: torch.device) -> dict[str, Any]:
+    """What the timings depend on: device name, threads, memory, library versions, load."""
+    import numpy
+    import scipy
+
+    from realexec.kv_cache import total_memory_bytes
+
+    facts: dict[str, Any] = {
+        "type": device.type,
+        "name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "torch_threads": torch.get_num_threads(),
+        "logical_cpus": os.cpu_count(),
+        "memory_bytes": total_memory_bytes(device),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {"torch": torch.__version__, "numpy": numpy.__version__,
+                     "scipy": scipy.__version__},
+        "loadavg_1m": os.getloadavg()[0],
+    }
+    try:
+        import transformers
+
+        facts["versions"]["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return facts
+
+
+def model_identity(model: str | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(HF config dict, name) of a built-in name, a config.json path/folder or a config dict;
+    the name goes into `_name_or_path` so the simulator's ModelSpec carries it too."""
+    if isinstance(model, dict):
+        cfg = dict(model)
+        name = str(cfg.get("_name_or_path") or cfg.get("model_type") or "model")
+    elif model in BUILTIN_CONFIGS:
+        cfg, name = dict(BUILTIN_CONFIGS[model]), str(model)
+    else:
+        p = Path(model)
+        path = p / "config.json" if p.is_dir() else p
+        if not path.is_file():
+            raise ValueError(f"model {model!r}: not a built-in name ({', '.join(BUILTIN_CONFIGS)}) "
+                             "nor a config.json / model folder")
+        cfg = json.loads(path.read_text())
+        name = str(cfg.get("_name_or_path") or path.resolve().parent.name)
+    cfg["_name_or_path"] = name
+    return cfg, name
+
+

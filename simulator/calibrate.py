@@ -1,0 +1,293 @@
+"""`kvpd calibrate PROFILE`: fit the cost model's free parameters to a real step-time profile.
+
+The fit (`scipy.optimize.least_squares`, soft-L1 loss on relative errors, a few seeded
+starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads (seconds,
+>= 0) so that `CostModel.step_time` matches the measured medians of the step kinds
+(`prefill`, `chunk`, `decode`, `mixed`). Two parameters are held, because one single-device
+profile of one model cannot tell them apart from others:
+
+- `comm_efficiency`: there is no tensor-parallel traffic on one device;
+- `layer_overhead_s`: with one model depth it adds the same seconds to every step as
+  `step_overhead_s` (perfectly collinear); it keeps its default and `step_overhead_s`
+  absorbs the rest.
+
+A seeded, per-kind share of the points (`held_out`) is held back and only used to report
+the error (MAPE, median absolute error). Swap copies and PD KV transfers are fitted as
+links (latency + bytes / bandwidth, non-negative least squares) for the scenario's
+`hardware.pcie` and `cluster.pd.link`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares, nnls
+
+from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
+from simulator.costmodel import CostModel
+from simulator.costparams import EFFICIENCY_FIELDS, CostParams
+from simulator.hardware import Accelerator, get_accelerator
+from simulator.models import ModelSpec
+
+HELD_FIELDS = ("comm_efficiency", "layer_overhead_s")
+FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
+POINTS_PER_PARAM = 2  # fitting points needed per free parameter (an over-determined fit)
+# Typical magnitudes (efficiency: a fraction; overheads: s) so that the solver's steps
+# are comparable across parameters.
+_X_SCALE = {"step_overhead_s": 1e-3, "token_overhead_s": 1e-5}
+_NUM_STARTS = 4  # defaults + 3 seeded random starts (the roofline max() is not convex)
+
+
+@dataclass
+class Calibration:
+    """A fitted `CostParams` and how well it fits (errors are (predicted - measured) /
+    measured, reported as fractions)."""
+
+    params: CostParams
+    profile: Profile
+    kinds: np.ndarray  # step kind of each step point
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    held: np.ndarray  # bool: held back from the fit
+    per_kind: dict[str, dict[str, Any]]
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rel_err(self) -> np.ndarray:
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+    def summary(self) -> dict[str, Any]:
+        e = np.abs(self.rel_err)
+        return {"num_points": int(e.size), "num_held": int(self.held.sum()),
+                "held_mape": float(e[self.held].mean()) if self.held.any() else None,
+                "held_median_abs_err": float(np.median(e[self.held])) if self.held.any() else None,
+                "train_mape": float(e[~self.held].mean()),
+                "train_median_abs_err": float(np.median(e[~self.held]))}
+
+    def format_table(self) -> str:
+        lines = [f"{'kind':9s} {'train':>5s} {'held':>5s} {'MAPE train':>10s} "
+                 f"{'MAPE held':>10s} {'med|err| held':>13s}"]
+        rows = [*self.per_kind.items(), ("all", self._all_row())]
+        for k, r in rows:
+            def pct(x):
+                return f"{x:.1%}" if x is not None else "-"
+            lines.append(f"{k:9s} {r['n_train']:5d} {r['n_held']:5d} {pct(r['mape_train']):>10s} "
+                         f"{pct(r['mape_held']):>10s} {pct(r['median_abs_err_held']):>13s}")
+        for name, link in self.links.items():
+            lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
+                         f"{link['latency_us']:.0f} us latency (MAPE {link['mape']:.1%})")
+        return "\n".join(lines)
+
+    def _all_row(self) -> dict[str, Any]:
+        return _kind_stats(np.abs(self.rel_err), self.held)
+
+
+def _kind_stats(abs_err: np.ndarray, held: np.ndarray) -> dict[str, Any]:
+    tr, he = abs_err[~held], abs_err[held]
+    return {"n_train": int(tr.size), "n_held": int(he.size),
+            "mape_train": float(tr.mean()) if tr.size else None,
+            "mape_held": float(he.mean()) if he.size else None,
+            "median_abs_err_held": float(np.median(he)) if he.size else None}
+
+
+def model_of(profile: Profile) -> ModelSpec:
+    """The simulator's ModelSpec of the profiled model (named as the profile names it)."""
+    cfg = profile.meta["model_config"]
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{profile.path}: model_config must be an HF config mapping")
+    return ModelSpec.from_hf_config(cfg, name=profile.model)
+
+
+def held_back(kinds: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A seeded per-kind choice of round(fraction x n) points to hold back (none of a kind
+    with fewer than 3 points, so each kind keeps points in the fit)."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"held_out must be a fraction in [0, 1), got {fraction}")
+    rng = np.random.default_rng(seed)
+    held = np.zeros(len(kinds), dtype=bool)
+    for k in STEP_KINDS:
+        idx = np.flatnonzero(kinds == k)
+        n = int(round(fraction * idx.size)) if idx.size >= 3 else 0
+        if n:
+            held[rng.choice(idx, size=n, replace=False)] = True
+    return held
+
+
+def _check_enough(n_steps: int, n_train: int, n_free: int, fraction: float) -> None:
+    need = POINTS_PER_PARAM * n_free
+    if n_train >= need:
+        return
+    total_needed = math.ceil(need / (1 - fraction)) if fraction < 1 else need
+    raise ValueError(
+        f"too few profile points: {n_steps} step points ({n_train} left for fitting after "
+        f"holding back {n_steps - n_train}), but fitting {n_free} parameters needs at least "
+        f"{need} fitting points ({POINTS_PER_PARAM} per parameter): profile at least "
+        f"{max(total_needed - n_steps, 1)} more step points (a larger --grid) or hold back less")
+
+
+def _predict(model: ModelSpec, acc: Accelerator, dtype: str, params: CostParams,
+             shapes: list) -> np.ndarray:
+    cm = CostModel(model, acc, dtype, params=params)
+    return np.array([cm.step_time(s) for s in shapes])
+
+
+def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
+               measured: np.ndarray, base: CostParams, seed: int = 0) -> CostParams:
+    """Least-squares fit of `FREE_FIELDS` (relative errors, soft-L1 loss), best of
+    `_NUM_STARTS` starts."""
+    lo_all, hi_all = CostParams.fit_bounds()
+    bounds_of = dict(zip(CostParams.FIT_FIELDS, zip(lo_all, hi_all)))
+    lo = np.array([bounds_of[f][0] for f in FREE_FIELDS])
+    hi = np.array([bounds_of[f][1] for f in FREE_FIELDS])
+    scale = np.array([_X_SCALE.get(f, 0.1) for f in FREE_FIELDS])
+
+    def make(x: np.ndarray) -> CostParams:
+        return dataclasses.replace(base, **dict(zip(FREE_FIELDS, map(float, x))))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return _predict(model, acc, dtype, make(x), shapes) / measured - 1.0
+
+    rng = np.random.default_rng(seed)
+    x0 = np.clip(np.array([getattr(base, f) for f in FREE_FIELDS]), lo, hi)
+    starts = [x0]
+    for _ in range(_NUM_STARTS - 1):
+        eff = rng.uniform(0.05, 1.0, size=len(FREE_FIELDS))
+        ovh = scale * rng.uniform(0.0, 20.0, size=len(FREE_FIELDS))
+        is_eff = np.array([f in EFFICIENCY_FIELDS for f in FREE_FIELDS])
+        starts.append(np.clip(np.where(is_eff, eff, ovh), lo, hi))
+    best = None
+    for x in starts:
+        res = least_squares(residuals, x, bounds=(lo, hi), x_scale=scale, loss="soft_l1",
+                            f_scale=0.05, max_nfev=400)
+        if best is None or res.cost < best.cost:
+            best = res
+    return make(best.x)
+
+
+def fit_link(nbytes: np.ndarray, seconds: np.ndarray, name: str) -> dict[str, Any]:
+    """latency + bytes / bandwidth by non-negative least squares on relative errors."""
+    a = np.column_stack([1.0 / seconds, nbytes / seconds])
+    (lat, inv_bw), _ = nnls(a, np.ones_like(seconds))
+    pred = lat + nbytes * inv_bw
+    bw = 1.0 / inv_bw if inv_bw > 0 else float(nbytes.max() / seconds.min())
+    return {"name": name, "bandwidth_gb_s": float(bw / 1e9), "latency_us": float(lat * 1e6),
+            "mape": float(np.mean(np.abs(pred / seconds - 1))), "num_points": int(seconds.size)}
+
+
+def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
+              held_out: float = 0.25, seed: int = 0, model: str | None = None,
+              device: str | None = None, statistic: str = "median") -> Calibration:
+    """Fit `CostParams` for the profile's device and model.
+
+    `model` / `device`: what the caller expects; a profile of another is refused, naming both.
+    `hardware`: the catalog accelerator whose peaks the efficiencies refer to (default: the
+    profile's device). `statistic`: fit the points' `median` (robust) or `mean` (what a long
+    run averages, contention phases included) step time."""
+    if statistic not in ("median", "mean"):
+        raise ValueError(f"statistic must be 'median' or 'mean', got {statistic!r}")
+    prof = profile if isinstance(profile, Profile) else read_profile(profile)
+    where = str(prof.path)
+    if model is not None and model != prof.model:
+        raise ValueError(f"{where}: profile is for model {prof.model!r}, not {model!r}")
+    if device is not None and device != prof.device:
+        raise ValueError(f"{where}: profile is for device {prof.device!r}, not {device!r}")
+    spec = model_of(prof)
+    acc = get_accelerator(hardware or prof.device)
+    dtype = str(prof.meta["dtype"])
+    step = np.flatnonzero(prof.mask(*STEP_KINDS))
+    kinds = prof.columns["kind"][step]
+    measured = prof.columns[f"{statistic}_s"][step].astype(float)
+    shapes = [prof.shape(i) for i in step]
+    held = held_back(kinds, held_out, seed)
+    _check_enough(len(step), int((~held).sum()), len(FREE_FIELDS), held_out)
+    base = CostParams.default_for(acc)
+    train = ~held
+    fitted = fit_params(spec, acc, dtype, [s for s, t in zip(shapes, train) if t],
+                        measured[train], base, seed)
+    predicted = _predict(spec, acc, dtype, fitted, shapes)
+    err = np.abs(predicted / measured - 1)
+    per_kind = {k: _kind_stats(err[kinds == k], held[kinds == k])
+                for k in STEP_KINDS if (kinds == k).any()}
+    links = {}
+    for name, kinds_ in (("swap", ("swap_out", "swap_in")), ("kv_transfer", ("kv_transfer",))):
+        m = prof.mask(*kinds_)
+        if m.sum() >= 2:
+            links[name] = fit_link(prof.columns["num_bytes"][m].astype(float),
+                                   prof.columns["median_s"][m].astype(float),
+                                   f"{acc.name}-{name.replace('_', '-')}")
+    cal = Calibration(fitted, prof, kinds, measured, predicted, held, per_kind, links)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cal.params = dataclasses.replace(
+        fitted, device=prof.device if hardware is None else acc.name, model=prof.model,
+        source=f"kvpd calibrate {where} ({stamp})",
+        extra={"profile": where, "dtype": dtype, "device_facts": prof.meta["device_facts"],
+               "fit": {"free": list(FREE_FIELDS), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
+                       "held_out_fraction": held_out, "seed": seed, "statistic": statistic,
+                       **cal.summary(),
+                       "per_kind": per_kind},
+               "links": links})
+    cal.hardware = hardware_spec(cal.params, links)
+    cal.params.extra["hardware"] = cal.hardware
+    return cal
+
+
+def hardware_spec(params: CostParams, links: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The scenario `hardware:` mapping for this calibration (the calibration file's path is
+    filled in by `write_calibration`); adds the fitted swap link as the device's `pcie`."""
+    spec: dict[str, Any] = {"calibration": None}
+    swap = links.get("swap")
+    if swap:
+        spec.update(base=params.device, name=params.device,
+                    pcie={k: swap[k] for k in ("name", "bandwidth_gb_s", "latency_us")})
+    return spec
+
+
+def write_calibration(cal: Calibration, path: str | Path, plot: bool = True) -> list[Path]:
+    """Write the calibration YAML (what `hardware: {calibration: FILE}` loads) and, beside it,
+    `NAME.fit.png` (predicted vs measured step time)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cal.hardware["calibration"] = str(path.resolve())
+    cal.params.extra["hardware"] = cal.hardware
+    cal.params.save(str(path))
+    written = [path]
+    if plot:
+        written.append(plot_fit(cal, path.with_suffix(".fit.png")))
+    return written
+
+
+def plot_fit(cal: Calibration, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for k in STEP_KINDS:
+        for held, marker in ((False, "o"), (True, "x")):
+            m = (cal.kinds == k) & (cal.held == held)
+            if m.any():
+                ax.scatter(cal.measured_s[m] * 1e3, cal.predicted_s[m] * 1e3, marker=marker,
+                           label=f"{k} ({'held back' if held else 'fit'})", s=18)
+    lim = [cal.measured_s.min() * 1e3 * 0.8, max(cal.measured_s.max(), cal.predicted_s.max()) * 1e3 * 1.2]
+    ax.plot(lim, lim, "k--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step time (ms)")
+    ax.set_ylabel("predicted step time (ms)")
+    s = cal.summary()
+    held = s["held_median_abs_err"]
+    ax.set_title(f"{cal.params.model} on {cal.params.device}: held-back median |err| "
+                 f"{held:.1%}" if held is not None else f"{cal.params.model} on {cal.params.device}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
