@@ -127,76 +127,94 @@ def replay_variants(base_data: dict[str, Any], source: str, base_dir: str,
 
 
 def search(probe: Probe, start_rate: float, *, rel_tol: float = 0.02, verify_step: float = 0.1,
-           max_simulations: int = 60) -> SearchResult:
-    """Bracket, bisect and verify the highest passing rate (see the module docstring)."""
+           max_simulations: int = 60, variant: int = 0, factor: float = 2.0) -> SearchResult:
+    """Bracket (steps of `factor`), bisect and verify the highest passing rate on replay
+    `variant` (see the module docstring); at most `max_simulations` new simulations."""
     t0 = time.perf_counter()
-    if not rel_tol > 0 or not verify_step > rel_tol:
-        raise ValueError(f"need rel_tol > 0 and verify_step > rel_tol, got {rel_tol}, {verify_step}")
-    lo, hi = _bracket(probe, round_rate(start_rate))
+    if not rel_tol > 0 or not verify_step > rel_tol or not factor > 1 + rel_tol:
+        raise ValueError(f"need rel_tol > 0, verify_step > rel_tol and factor > 1 + rel_tol, "
+                         f"got {rel_tol}, {verify_step}, {factor}")
+    limit = probe.num_simulations + max_simulations
+    lo, hi = _bracket(probe, round_rate(start_rate), variant, factor)
     note = ""
     if lo is None:
         ev = probe.evaluations[-1]
         return SearchResult(None, hi, start_rate, probe.num_simulations, time.perf_counter() - t0,
                             f"the SLOs fail even at {hi:.4g} req/s: {'; '.join(ev['reasons'])}")
     while True:
-        while hi / lo > 1 + rel_tol and probe.num_simulations < max_simulations:
+        while hi / lo > 1 + rel_tol and probe.num_simulations < limit:
             mid = round_rate(math.sqrt(lo * hi))
             if mid in (lo, hi):
                 break
-            lo, hi = (mid, hi) if probe.ok(mid) else (lo, mid)
-        if probe.num_simulations >= max_simulations:
+            lo, hi = (mid, hi) if probe.ok(mid, variant) else (lo, mid)
+        if probe.num_simulations >= limit:
             note = f"stopped at the limit of {max_simulations} simulations; bracket [{lo:.4g}, {hi:.4g}]"
             break
         above = round_rate(lo * (1 + verify_step))
-        if not probe.ok(above):
+        if not probe.ok(above, variant):
             break
         # Not monotone: a higher rate passes again; search on from there.
         note = f"latency was not monotone in load: {above:.4g} req/s passed after {hi:.4g} failed"
-        lo, hi = _bracket(probe, above)
+        lo, hi = _bracket(probe, above, variant, factor)
         if lo is None:  # cannot happen (above passed); kept for type narrowing
             break
     return SearchResult(lo, hi, start_rate, probe.num_simulations, time.perf_counter() - t0, note)
 
 
-def _bracket(probe: Probe, start: float) -> tuple[float | None, float]:
-    """(passing rate, failing rate) with failing <= 2 x passing; (None, lowest) if none passes."""
-    if probe.ok(start):
+def _bracket(probe: Probe, start: float, variant: int = 0,
+             factor: float = 2.0) -> tuple[float | None, float]:
+    """(passing rate, failing rate) with failing <= factor x passing; (None, lowest tried)
+    if nothing passes down to start / factor^MAX_HALVINGS."""
+    if probe.ok(start, variant):
         lo = start
         for _ in range(MAX_DOUBLINGS):
-            hi = round_rate(lo * 2)
-            if not probe.ok(hi):
+            hi = round_rate(lo * factor)
+            if not probe.ok(hi, variant):
                 return lo, hi
             lo = hi
-        raise ValueError(f"the SLOs still hold at {lo:.4g} req/s ({2 ** MAX_DOUBLINGS} x "
+        raise ValueError(f"the SLOs still hold at {lo:.4g} req/s ({factor:g}^{MAX_DOUBLINGS} x "
                          f"{start:.4g}): the rate does not bind. A finite trace arriving all "
                          f"at once still meets these limits; use a longer trace / window or "
                          f"tighter limits")
     hi = start
     for _ in range(MAX_HALVINGS):
-        lo = round_rate(hi / 2)
-        if probe.ok(lo):
+        lo = round_rate(hi / factor)
+        if probe.ok(lo, variant):
             return lo, hi
         hi = lo
     return None, hi
 
 
-def confidence(probe: Probe, result: SearchResult, what: str) -> dict[str, Any]:
-    """Re-simulate the answer and the failing rate on every replay variant."""
+def confidence(probe: Probe, result: SearchResult, what: str, *, rel_tol: float = 0.05,
+               verify_step: float = 0.1, max_simulations: int = 20) -> dict[str, Any]:
+    """The same search, coarser (`rel_tol`, steps of 1.25x from the answer), on every
+    replay variant: how far the highest passing rate moves with the traffic sample."""
     n = len(probe.variants) - 1
     out: dict[str, Any] = {"replays": n, "what": what}
     if result.max_rate is None or n <= 0:
         out["note"] = f"no confidence replays: {what}"
         return out
-    at = sum(probe.ok(result.max_rate, v) for v in range(1, n + 1))
-    above = sum(probe.ok(result.fail_rate, v) for v in range(1, n + 1)) if result.fail_rate else 0
-    out.update(held_at_max=at, held_above=above, fail_rate=result.fail_rate)
-    if at == n and above == 0:
-        verdict = "a sharp boundary: every replay agrees"
-    elif at == n:
-        verdict = "the answer is safe on every replay; some replays allow a little more"
+    rates: list[float | str | None] = []  # None: fails at every rate tried
+    for v in range(1, n + 1):
+        try:
+            rates.append(search(probe, result.max_rate, rel_tol=rel_tol, verify_step=verify_step,
+                                max_simulations=max_simulations, variant=v,
+                                factor=1.25).max_rate)
+        except ValueError:  # the rate does not bind on this sample
+            rates.append("unbounded")
+    held = sum(probe.ok(result.max_rate, v) for v in range(1, n + 1))
+    numbers = [r for r in rates if isinstance(r, float)]
+    low = min(numbers) if numbers and None not in rates else None
+    out.update(max_rates=rates, held_at_max=held, min_rate_rps=low)
+    shown = ", ".join("none" if r is None else r if isinstance(r, str) else f"{r:.4g}"
+                      for r in rates)
+    if held == n:
+        verdict = "the answer holds on every sample"
+    elif low is not None:
+        verdict = f"to hold on every sample plan for {low:.4g} req/s"
     else:
-        verdict = "the boundary moves with the traffic sample; plan below the answer"
-    out["note"] = (f"on {n} other traffic samples ({what}) the SLOs held in {at}/{n} at "
-                   f"{result.max_rate:.4g} req/s and in {above}/{n} at {result.fail_rate:.4g} "
-                   f"req/s: {verdict}")
+        verdict = "some samples meet the SLOs at no rate tried; plan well below the answer"
+    out["note"] = (f"highest passing rate on {n} other traffic samples ({what}): {shown} req/s "
+                   f"(this sample: {result.max_rate:.4g}); the answer held on {held}/{n}: "
+                   f"{verdict}")
     return out
