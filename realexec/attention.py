@@ -160,12 +160,42 @@ def _prefill_mask(p: _Prefill, window: int | None, device: torch.device) -> torc
     return m
 
 
+class GatherWorkspace:
+    """Persistent K/V gather buffers, reused by every layer of every step.
+
+    A fresh multi-MB tensor per gather page-faults on every call on CPU: gathering a decode
+    batch of 10 x 600 tokens into preallocated buffers measured 3-8x faster here than
+    `k_cache[slots]`. One pair of buffers suffices because layers, and the decode and prefill
+    parts of a layer, run one after another.
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def gather(self, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`k_cache[slots]`, `v_cache[slots]` (`[n, kv_heads, d]`) into the reused buffers."""
+        n = slots.shape[0]
+        if self.k is None or self.k.shape[0] < n or self.k.shape[1:] != k_cache.shape[1:] \
+                or self.k.dtype != k_cache.dtype or self.k.device != k_cache.device:
+            rows = max(n, 2 * self.k.shape[0] if self.k is not None else 0)
+            self.k = torch.empty((rows, *k_cache.shape[1:]), dtype=k_cache.dtype, device=k_cache.device)
+            self.v = torch.empty_like(self.k)
+        k, v = self.k[:n], self.v[:n]
+        torch.index_select(k_cache, 0, slots, out=k)
+        torch.index_select(v_cache, 0, slots, out=v)
+        return k, v
+
+
 class PagedAttention:
     """`AttentionBackend` over a `PagedKVCache`, for one step's `PagedAttentionMetadata`."""
 
-    def __init__(self, cache: PagedKVCache, meta: PagedAttentionMetadata) -> None:
+    def __init__(self, cache: PagedKVCache, meta: PagedAttentionMetadata,
+                 workspace: GatherWorkspace | None = None) -> None:
         self.cache = cache
         self.meta = meta
+        self.workspace = workspace or GatherWorkspace()
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -181,8 +211,10 @@ class PagedAttention:
         if meta.decode_idx is not None:
             b = meta.decode_idx.shape[0]
             qd = q.index_select(0, meta.decode_idx).view(b, kv_heads, num_heads // kv_heads, head_dim)
-            kd = k_cache[meta.decode_slots].transpose(1, 2)  # [B, kvh, L, d]
-            vd = v_cache[meta.decode_slots].transpose(1, 2)
+            max_len = meta.decode_slots.shape[1]
+            kd, vd = self.workspace.gather(k_cache, v_cache, meta.decode_slots.reshape(-1))
+            kd = kd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)  # [B, kvh, L, d]
+            vd = vd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)
             od = F.scaled_dot_product_attention(
                 qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
             )
@@ -194,7 +226,7 @@ class PagedAttention:
             if p.slots is None:
                 kp, vp = k[s:e], v[s:e]
             else:
-                kp, vp = k_cache[p.slots], v_cache[p.slots]
+                kp, vp = self.workspace.gather(k_cache, v_cache, p.slots)
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)

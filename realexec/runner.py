@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from realexec.attention import PagedAttention, build_metadata
+from realexec.attention import GatherWorkspace, PagedAttention, build_metadata
 from realexec.device import synchronize
 from realexec.kv_cache import PagedKVCache
 from realexec.paged_model import PagedCausalLM
@@ -53,6 +53,7 @@ class ModelRunner:
         self.step_start: float | None = None
         self.record_steps = record_steps
         self.steps: list[StepRecord] = []
+        self.workspace = GatherWorkspace()
 
     def drop_request(self, request_id: str) -> None:
         """Forget per-request state (its RNG) of a finished request."""
@@ -108,7 +109,8 @@ class ModelRunner:
             self.cache.block_size, self.cache.num_blocks, dev,
         )
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
-        hidden = self.model.forward(input_ids, meta.positions, PagedAttention(self.cache, meta))
+        hidden = self.model.forward(input_ids, meta.positions,
+                                    PagedAttention(self.cache, meta, self.workspace))
         sampled = [-1] * len(output.reqs)
         if sample_rows:
             logits = self.model.compute_logits(hidden, torch.tensor(logit_idx, device=dev))
