@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.capacity_slo import SLOSet
-from simulator.sweep_spec import build_scenario
+from simulator.sweep_keys import build_scenario
 from simulator.sweep_worker import PointTask, simulate
 
 # Bracketing stops after this many doublings / halvings of the start rate (x4096 / /1024).

@@ -23,8 +23,8 @@ from simulator.capacity import Probe, confidence, replay_variants, search, trace
 from simulator.capacity_slo import SLOSet
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
 from simulator.sweep_cost import cluster_cost
+from simulator.sweep_keys import build_scenario
 from simulator.sweep_preflight import preflight
-from simulator.sweep_spec import build_scenario
 
 RESULT_FILE = "capacity.json"
 

@@ -27,14 +27,11 @@ categories. Every point is validated as a full scenario before any simulation ru
 
 from __future__ import annotations
 
-import copy
 import difflib
 import hashlib
 import itertools
 import json
 import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +39,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from simulator.scenario import Scenario, parse_override, scenario_from_dict, scenario_keys
+from simulator.scenario import Scenario, parse_override
+from simulator.sweep_keys import build_scenario, check_key, set_path
 
 SPEC_KEYS = ("name", "description", "base", "set", "mode", "samples", "seed", "out", "cost_table",
              "axes")
@@ -156,64 +154,6 @@ def point_id(overrides: dict[str, Any]) -> str:
 
 def _round_sig(x: float, digits: int = SIG_DIGITS) -> float:
     return float(f"{x:.{digits}g}")
-
-
-def set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    """`data[a][b][c] = value` for key "a.b.c", creating (or replacing non-dict) parents,
-    the same rule as `simulator.scenario.apply_overrides`."""
-    parts = key.split(".")
-    cur = data
-    for part in parts[:-1]:
-        nxt = cur.get(part)
-        if not isinstance(nxt, dict):
-            nxt = cur[part] = {}
-        cur = nxt
-    cur[parts[-1]] = copy.deepcopy(value)
-
-
-def build_scenario(base: dict[str, Any], overrides: dict[str, Any], source: str,
-                   base_dir: str) -> Scenario:
-    data = copy.deepcopy(base)
-    for key, value in overrides.items():
-        set_path(data, key, value)
-    return scenario_from_dict(data, source, base_dir)
-
-
-def _union_args(ann: Any) -> tuple[Any, ...]:
-    """The members of a `X | Y | None` annotation (the annotation itself otherwise)."""
-    if typing.get_origin(ann) in (typing.Union, types.UnionType):
-        return tuple(a for a in typing.get_args(ann) if a is not type(None))
-    return (ann,)
-
-
-def _open_keys() -> list[str]:
-    """Scenario keys whose value may be a free-form mapping (inline hardware, options...)."""
-    out = []
-
-    def walk(model: type, prefix: str) -> None:
-        for name, f in model.model_fields.items():
-            path = prefix + name
-            for a in _union_args(f.annotation):
-                if a is dict or typing.get_origin(a) is dict:
-                    out.append(path)
-                elif isinstance(a, type) and hasattr(a, "model_fields"):
-                    walk(a, path + ".")
-
-    walk(Scenario, "")
-    return out
-
-
-def check_key(key: str, where: str) -> None:
-    """Refuse a key that is not a scenario key path, naming the closest ones."""
-    known = scenario_keys()
-    if key in known or any(key.startswith(k + ".") for k in _open_keys()):
-        return
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
-    if not close:
-        head = key.split(".")[0]
-        close = [k for k in known if k.split(".")[0] == head][:6]
-    hint = f"; closest: {', '.join(close)}" if close else f"; top-level keys: {', '.join(k for k in known if '.' not in k)}"
-    raise ValueError(f"{where}: {key!r} is not a scenario key{hint}")
 
 
 def _number(v: Any, where: str) -> float:

@@ -94,7 +94,7 @@ def simulate(task: PointTask) -> dict[str, Any]:
     """Simulate one point; returns flat metrics including `cost.*`. Raises on failure."""
     from simulator.run import run_scenario
     from simulator.sweep_cost import cluster_cost, cost_metrics
-    from simulator.sweep_spec import build_scenario
+    from simulator.sweep_keys import build_scenario
 
     overrides = {**POINT_DEFAULTS, **task.overrides}
     sc = build_scenario(task.base_data, overrides, task.source, task.base_dir)

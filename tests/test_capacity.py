@@ -15,7 +15,7 @@ from simulator.capacity_plan import candidates, parse_pd_ratios, plan_capacity
 from simulator.capacity_slo import SLOSet, SLOTarget, parse_slo, slo_set
 from simulator.run import run_scenario
 from simulator.scenario import load_scenario
-from simulator.sweep_spec import build_scenario
+from simulator.sweep_keys import build_scenario
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 # 30 s of the Azure conversation trace (59 requests): a simulation takes ~0.05 s, and even
