@@ -4,6 +4,10 @@
 Every backend maps a picklable top-level function over a list of items and yields
 `(index, ok, value)` as items finish, in completion order: `value` is the function's
 result, or the error text when the item could not run at all (a worker died).
+
+On a multi-node Ray cluster every node needs kvpd installed and the scenario's files
+(traces, calibration) at the same absolute paths, e.g. on a shared file system: tasks
+carry the scenario data, not the files it names.
 """
 
 from __future__ import annotations

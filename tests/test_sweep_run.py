@@ -123,6 +123,21 @@ def test_a_failing_point_is_recorded_and_the_others_finish(tmp_path):
                      retry_failed=True).ran == 1
 
 
+def test_cost_table_of_the_sweep_file_prices_the_points(tmp_path):
+    f = tmp_path / "cost.yaml"
+    f.write_text(yaml.safe_dump({"base": str(QUICKSTART), "set": SMALL,
+                                 "cost_table": {"h100-sxm": 1.25, "h200-sxm": 4.0},
+                                 "axes": {"hardware": ["h100-sxm", "h200-sxm"],
+                                          "cluster.tp": [2]}}))
+    rows = run_sweep(load_sweep(f), tmp_path / "out", backend="serial", progress=False).rows
+    assert [r["cost.gpus"] for r in rows] == [2, 2]
+    assert [r["cost.usd_per_hour"] for r in rows] == [2.5, 8.0]
+    r = rows[0]
+    assert r["cost.usd_per_m_output_tokens"] == pytest.approx(
+        2.5 / (r["throughput.output_tokens_per_s"] * 3600) * 1e6)
+    assert r["cost.good_requests_per_usd"] == pytest.approx(r["slo.goodput_rps"] * 3600 / 2.5)
+
+
 def test_point_timeout_fails_only_that_point(tmp_path):
     spec = load_sweep(write_sweep(tmp_path, {"seed": [0]}))
     out = run_sweep(spec, tmp_path / "out", backend="serial", progress=False,
