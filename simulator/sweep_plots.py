@@ -76,9 +76,12 @@ def plot_pareto(rows: list[dict], label_cols: list[str], metric: str = "slo.good
     front = pareto_front(pts)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "o-", color="C3",
             label="Pareto front")
+    mid = (min(p[0] for p in pts) + max(p[0] for p in pts)) / 2
     for i in front[:12]:
         text = ", ".join(f"{c.split('.')[-1]}={_short(use[i].get(c))}" for c in label_cols)
-        ax.annotate(text, pts[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
+        right = pts[i][0] > mid  # labels of right-hand points go left, inside the axes
+        ax.annotate(text, pts[i], fontsize=6, xytext=(-4 if right else 4, 4),
+                    textcoords="offset points", ha="right" if right else "left")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
