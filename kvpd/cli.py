@@ -27,6 +27,9 @@ COMMAND_MODULES: list[str] = [
     "kvpd.commands.report",
     "kvpd.commands.serve",
     "kvpd.commands.replay",
+    "kvpd.commands.profile",
+    "kvpd.commands.calibrate",
+    "kvpd.commands.validate",
 ]
 
 

@@ -74,6 +74,31 @@ class ProfileGrid:
         return b * (c + extra) + max(self.mixed_prompts + self.prefill_lens)
 
 
+# Named grids: `default` for the ~50M ladder model on a CPU; `quick` for tests and smoke runs;
+# `gpu` for a Llama-3-8B-shaped model on one large GPU (larger batches and contexts).
+GRID_PRESETS: dict[str, ProfileGrid] = {
+    "default": ProfileGrid(),
+    "quick": ProfileGrid(prefill_lens=(8, 32, 96, 192), chunks=((64, 32), (128, 64)),
+                         decode_batches=(1, 4, 8), decode_contexts=(16, 96), mixed_batches=(4,),
+                         mixed_contexts=(16,), mixed_prompts=(16, 48), swap_blocks=(1, 4),
+                         transfer_tokens=(16, 64), warmup=1, repeats=3),
+    "gpu": ProfileGrid(prefill_lens=(16, 64, 128, 256, 512, 1024, 2048, 4096),
+                       chunks=((512, 512), (1024, 1024), (2048, 512), (3072, 1024)),
+                       decode_batches=(1, 4, 16, 32, 64, 128, 192),
+                       decode_contexts=(128, 512, 1024, 2048),
+                       mixed_batches=(16, 64), mixed_contexts=(512,), mixed_prompts=(256, 1024),
+                       swap_blocks=(16, 256), transfer_tokens=(256, 2048), warmup=1, repeats=5),
+}
+
+
+def grid_preset(name: str, **overrides: Any) -> ProfileGrid:
+    """A named grid (`GRID_PRESETS`), with `warmup`/`repeats` overrides."""
+    if name not in GRID_PRESETS:
+        raise ValueError(f"unknown profile grid {name!r}; choose from {', '.join(GRID_PRESETS)}")
+    return dataclasses.replace(GRID_PRESETS[name],
+                               **{k: v for k, v in overrides.items() if v is not None})
+
+
 class _NoCompute:
     """An executor that skips the forward pass: samples token 3 for every request (s = 0)."""
 

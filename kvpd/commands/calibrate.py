@@ -1,0 +1,47 @@
+"""`kvpd calibrate PROFILE`: fit the cost model's parameters to a profile from `kvpd profile`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate", help="fit the cost model to a step-time profile (writes a calibration)",
+        description="Fit the cost model's efficiencies and overheads for the profile's device and "
+        "model (scipy least squares, bounded), report the error on held-back points per step "
+        "kind, fit swap and KV-transfer links, and write a calibration YAML that scenarios "
+        "load with `hardware: {calibration: FILE}`, plus FILE.fit.png (predicted vs measured).")
+    p.add_argument("profile", help="profile CSV (or its folder) written by kvpd profile")
+    p.add_argument("--out", help="calibration YAML (default: beside the profile, DEVICE-MODEL.yaml)")
+    p.add_argument("--model", help="refuse a profile of another model")
+    p.add_argument("--device", help="refuse a profile of another device (catalog name)")
+    p.add_argument("--hardware", help="catalog accelerator the efficiencies refer to "
+                   "(default: the profile's device)")
+    p.add_argument("--held-out", type=float, default=0.25,
+                   help="fraction of each step kind held back to measure the error")
+    p.add_argument("--statistic", choices=["median", "mean"], default="median",
+                   help="fit the points' median (robust) or mean step time")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-back choice and starts")
+    p.add_argument("--no-plot", action="store_true", help="skip FILE.fit.png")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simulator.calibrate import calibrate, write_calibration
+    from simulator.calibrate_io import profile_paths
+
+    cal = calibrate(args.profile, hardware=args.hardware, held_out=args.held_out,
+                    seed=args.seed, model=args.model, device=args.device,
+                    statistic=args.statistic)
+    out = Path(args.out) if args.out else (
+        profile_paths(args.profile)[0].parent / f"{cal.params.device}-{cal.params.model}.yaml")
+    paths = write_calibration(cal, out, plot=not args.no_plot)
+    print(cal.format_table())
+    print(f"wrote {', '.join(map(str, paths))}")
+    print(f"use it in a scenario as: hardware: {{calibration: {out}}}")
+    if len(cal.hardware) > 1:
+        print(f"(with the fitted swap link as the device's pcie: hardware: {cal.hardware})")
+    return 0

@@ -1,0 +1,41 @@
+"""`kvpd profile`: time real engine steps of a model on the local device over a designed grid."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="time real engine steps on this device (input of kvpd calibrate)",
+        description="Time real engine steps of a model on the local device (cpu, cuda or mps): "
+        "prompt steps of many lengths, prompt chunks after a context, decode steps over batch "
+        "sizes x context lengths, mixed steps, KV swap copies and PD KV transfers, with warm-up "
+        "and interleaved repeats. Writes OUT (CSV: median, mean and spread per point) and "
+        "OUT with .json (device facts, model config, grid).")
+    p.add_argument("--model", default="llama-50m", help="built-in name, model folder or config.json")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    p.add_argument("--hardware", help="hardware catalog entry of this device (default: guessed)")
+    p.add_argument("--grid", default="default", help="grid preset: default, quick or gpu")
+    p.add_argument("--repeats", type=int, help="timed rounds (samples per point)")
+    p.add_argument("--warmup", type=int, help="untimed rounds before them")
+    p.add_argument("--no-swap", action="store_true", help="skip KV swap copies")
+    p.add_argument("--no-transfer", action="store_true", help="skip PD KV transfers")
+    p.add_argument("--seed", type=int, default=0, help="seed of prompts, weights and point order")
+    p.add_argument("--out", default="out/profile/profile.csv", help="profile CSV path (or folder)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from realexec.profile import PROFILE_KINDS, grid_preset, profile_device
+
+    grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup)
+    kinds = tuple(k for k in PROFILE_KINDS
+                  if not (k == "swap" and args.no_swap) and not (k == "transfer" and args.no_transfer))
+    path = profile_device(args.out, args.model, args.dtype,
+                          None if args.device == "auto" else args.device, args.threads, grid,
+                          args.seed, args.hardware, kinds, progress=lambda m: print(m, flush=True))
+    print(f"wrote {path} and {path.with_suffix('.json')}")
+    return 0

@@ -1,0 +1,103 @@
+"""`kvpd validate`: the simulator with a calibrated device against real runs of the same traces."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return vals
+
+
+def _names(allowed: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        vals = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [v for v in vals if v not in allowed]
+        if not vals or bad:
+            raise argparse.ArgumentTypeError(f"expected some of {','.join(allowed)}, got {text!r}")
+        return vals
+    return parse
+
+
+TRACE_KINDS = ("azure", "gamma")  # = realexec.validate_plan.TRACE_KINDS (kept light here)
+MODES = ("colocated", "pd")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate", help="compare the calibrated simulator with real runs (errors per metric)",
+        description="Run traces on the real engine (replay client) and in the simulator with a "
+        "calibrated device, under the same scheduler knobs and KV blocks, at rates set from the "
+        "simulated capacity (low, medium, near saturation), colocated and 1P1D PD; report the "
+        "signed relative error per metric beside the real runs' spread (table, JSON, plots).")
+    p.add_argument("--calibration", required=True, help="calibration YAML from kvpd calibrate")
+    p.add_argument("--model", default="llama-50m", help="built-in name, model folder or config.json")
+    p.add_argument("--traces", type=_names(TRACE_KINDS), default=TRACE_KINDS,
+                   help="azure (Azure conversation slice) and/or gamma (bursty, CV 4)")
+    p.add_argument("--modes", type=_names(MODES), default=MODES, help="colocated and/or pd")
+    p.add_argument("--fractions", type=_floats, default=(0.3, 0.6, 0.9),
+                   help="rates as fractions of the simulated capacity")
+    p.add_argument("--rates", type=_floats, help="explicit rates, requests/s (override --fractions)")
+    p.add_argument("--duration-s", type=float, default=20.0, help="each run: rate x this requests")
+    p.add_argument("--min-requests", type=int, default=12)
+    p.add_argument("--max-requests", type=int, default=400)
+    p.add_argument("--repeats", type=int, default=2, help="real runs per rate")
+    p.add_argument("--context", type=int, help="scale trace lengths to this many tokens "
+                   "(default: max_model_len, else the model's context)")
+    p.add_argument("--window-s", type=float, nargs=2, default=(0.0, 180.0), metavar=("START", "END"),
+                   help="slice of the Azure trace (s)")
+    p.add_argument("--trace-path", help="the Azure conversation CSV")
+    p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--num-gpu-blocks", type=int, default=512, help="KV blocks of both backends")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
+    p.add_argument("--num-cpu-blocks", type=int, default=0,
+                   help="host KV blocks for swap preemption (both backends)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, help="torch threads per engine (default: the calibration's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="out/validate", help="output folder")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from realexec.validate import ValidateConfig, Validation
+    from realexec.validate_plan import AZURE_CONV, RunKnobs
+    from realexec.validate_report import format_table, write_report
+
+    for name in ("repeats", "min_requests", "max_requests", "num_gpu_blocks", "max_num_seqs"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.min_requests > args.max_requests:
+        raise ValueError("--min-requests must not exceed --max-requests")
+    if args.preemption_mode == "swap" and args.num_cpu_blocks < 1:
+        raise ValueError("--preemption-mode swap needs --num-cpu-blocks >= 1 (a host KV pool)")
+    knobs = RunKnobs(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                     num_gpu_blocks=args.num_gpu_blocks, block_size=args.block_size,
+                     preemption_mode=args.preemption_mode, num_cpu_blocks=args.num_cpu_blocks,
+                     max_model_len=args.max_model_len)
+    cfg = ValidateConfig(
+        calibration=Path(args.calibration), out=Path(args.out), model=args.model,
+        traces=args.traces, modes=args.modes, fractions=args.fractions, rates=args.rates,
+        duration_s=args.duration_s, min_requests=args.min_requests, max_requests=args.max_requests,
+        repeats=args.repeats, context=args.context, window_s=tuple(args.window_s),
+        trace_path=Path(args.trace_path) if args.trace_path else AZURE_CONV, knobs=knobs,
+        seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads)
+    if not cfg.calibration.is_file():
+        raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
+    v = Validation(cfg, progress=lambda m: print(m, flush=True))
+    summary = v.run()
+    paths = write_report(cfg, v, summary)
+    print(format_table({**summary}))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if summary["failures"] else 0

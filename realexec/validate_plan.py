@@ -1,0 +1,202 @@
+"""What `kvpd validate` runs: the traces (Azure conversation slice, bursty Gamma), the rates
+(fractions of the capacity the calibrated simulator predicts), and the simulator scenario that
+mirrors a real run (same model, knobs, KV blocks, trace; the calibrated device and links).
+Imports no torch: everything here is the simulator's side."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import workloads
+from simulator.costparams import CostParams
+
+# The Azure LLM inference trace 2023, conversation (README beside it): smooth, near-Poisson.
+AZURE_CONV = Path("/work/shared/data/traces/azure2023_AzureLLMInferenceTrace_conv.csv")
+TRACE_KINDS = ("azure", "gamma")
+MODES = ("colocated", "pd")
+# A bursty synthetic trace of a very different shape: Gamma arrivals with CV 4 (the issue's
+# spec), short prompts (median 24 tokens) and medium outputs; lognormal lengths.
+GAMMA_SPEC: dict[str, Any] = {
+    "name": "gamma-cv4-short",
+    "arrival": {"process": "gamma", "rate": 1.0, "cv": 4.0},
+    "prompt_len": {"dist": "lognormal", "median": 24, "sigma": 0.8, "min": 4, "max": 192},
+    "output_len": {"dist": "lognormal", "median": 48, "sigma": 0.6, "min": 4, "max": 256},
+}
+
+
+@dataclass(frozen=True)
+class RunKnobs:
+    """Scheduler and KV-cache knobs both backends run with (vLLM names)."""
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    num_gpu_blocks: int = 512  # the same KV pool (blocks) in the real engine and the simulator
+    num_cpu_blocks: int = 0  # host pool for swap preemption (both backends)
+    block_size: int = 16
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False  # prompts are random: no prefix reuse either way
+    preemption_mode: str = "recompute"
+    policy: str = "fcfs"
+    max_model_len: int | None = None  # default: the model's context
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _swap_gb(model_config: dict[str, Any], dtype: str, knobs: RunKnobs) -> float:
+    """The scenario's host pool (GB) holding exactly `knobs.num_cpu_blocks` blocks (the
+    simulator derives blocks = floor(GB x 1e9 / block bytes); half a block of slack)."""
+    if not knobs.num_cpu_blocks:
+        return 0.0
+    from simulator.models import ModelSpec
+
+    spec = ModelSpec.from_hf_config(model_config)
+    block_bytes = spec.kv_bytes_per_token(dtype) * knobs.block_size
+    return (knobs.num_cpu_blocks + 0.5) * block_bytes / 1e9
+
+
+def base_trace(kind: str, context: int, *, path: Path = AZURE_CONV,
+               window_s: tuple[float, float] = (0.0, 180.0), num_requests: int = 2000,
+               seed: int = 0) -> tuple[workloads.Trace, dict[str, Any]]:
+    """The trace a validation draws its runs from, and how it was made.
+
+    azure: the `window_s` slice, prompt and output lengths scaled by one factor so that the
+    longest request fits `context` tokens. gamma: `num_requests` of `GAMMA_SPEC` (seeded).
+    Runs take the first requests of it at a rescaled rate (`run_trace`)."""
+    if kind == "azure":
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"azure trace not found: {path}")
+        t = workloads.time_window(workloads.load_trace(path), *window_s)
+        if len(t) == 0:
+            raise ValueError(f"{path}: no requests in the window {list(window_s)} s")
+        longest = int((t.prompt_len + t.output_len).max())
+        f = min(1.0, context / longest)
+        t = workloads.scale_lengths(t, prompt=f, output=f)
+        prompt = np.clip(t.prompt_len, 1, context - 1)
+        t = t.replace(prompt_len=prompt, output_len=np.clip(t.output_len, 1, context - prompt))
+        info = {"kind": kind, "path": str(path), "window_s": list(window_s), "length_scale": f,
+                "context": context, "num_requests": len(t)}
+    elif kind == "gamma":
+        spec = {**GAMMA_SPEC, "num_requests": num_requests}
+        t = workloads.synthesize(spec, seed)
+        info = {"kind": kind, "spec": spec, "seed": seed, "context": context,
+                "num_requests": len(t)}
+    else:
+        raise ValueError(f"trace kind {kind!r}: expected one of {list(TRACE_KINDS)}")
+    info["mean_prompt_tokens"] = float(t.prompt_len.mean())
+    info["mean_output_tokens"] = float(t.output_len.mean())
+    return t, info
+
+
+def run_trace(base: workloads.Trace, rate: float, num_requests: int) -> workloads.Trace:
+    """The first `num_requests` of `base` at mean `rate` requests/s, from t = 0."""
+    t = workloads.first_n(base, min(num_requests, len(base)))
+    if len(t) > 1:
+        t = workloads.rescale_rate(t, rate)
+    return t.replace(arrival_s=t.arrival_s - t.arrival_s[0])
+
+
+def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
+                  params: CostParams, knobs: RunKnobs, mode: str, trace_file: Path,
+                  seed: int = 0) -> dict[str, Any]:
+    """The simulator scenario mirroring a real run (paths absolute)."""
+    hw = dict(params.extra.get("hardware") or {})
+    hw["calibration"] = str(Path(calibration).resolve())
+    sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
+                                            "enable_chunked_prefill", "preemption_mode", "policy")}
+    if knobs.max_model_len:
+        sched["max_model_len"] = knobs.max_model_len
+    sc: dict[str, Any] = {
+        "name": f"validate-{mode}", "seed": seed, "model": model_config, "dtype": dtype,
+        "hardware": hw, "scheduler": sched,
+        "cache": {"block_size": knobs.block_size, "num_gpu_blocks": knobs.num_gpu_blocks,
+                  "enable_prefix_caching": knobs.enable_prefix_caching,
+                  "swap_space_gb": _swap_gb(model_config, dtype, knobs)},
+        "workload": {"trace": str(Path(trace_file).resolve()), "format": "generic_csv"},
+        "output": {"plots": False, "timeseries": False},
+    }
+    if mode == "pd":
+        link = (params.extra.get("links") or {}).get("kv_transfer")
+        if not link:
+            raise ValueError(f"{calibration}: no kv_transfer link fitted; profile with transfers "
+                             "to validate PD")
+        sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
+                                "transfer": "whole"}}
+    elif mode != "colocated":
+        raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
+    return sc
+
+
+def _resolved_link_class():
+    """`SimLink` that also finishes a transfer whose remaining bytes would take less than a
+    few ulps of the clock: the released `simulator/links.py` can reschedule such a remainder
+    forever (env.now + delay == env.now; see the xfail in tests/test_capacity.py). Used by
+    validate until links.py is fixed; identical results otherwise."""
+    from simulator.links import SimLink
+
+    class ResolvedSimLink(SimLink):
+        def _complete_after(self, delay: float, generation: int):
+            yield self.env.timeout(delay)
+            if generation != self._generation:
+                return
+            self._advance()
+            n = max(len(self._active), 1)
+            eps = max(1e-6, 4 * math.ulp(self.env.now) * self.bandwidth / n)  # bytes
+            for key in [k for k, e in self._active.items() if e[0] <= eps]:
+                self._active.pop(key)[1].succeed()
+            self._reschedule()
+
+    return ResolvedSimLink
+
+
+@contextlib.contextmanager
+def _links_that_finish():
+    import simulator.cluster as cluster
+
+    original = cluster.SimLink
+    cluster.SimLink = _resolved_link_class()
+    try:
+        yield
+    finally:
+        cluster.SimLink = original
+
+
+def simulate(scenario: dict[str, Any], *, handoff_first_token: bool = False):
+    """Run the scenario; with `handoff_first_token` (PD) the first token counts when the
+    prefill side hands the request off (`kv_ready_s`), as the real front end streams it
+    (realexec/client.py), instead of when the KV lands (simulator/cluster.py). Returns the
+    `SimResult` with its summary recomputed accordingly."""
+    from simulator.metrics import request_records, summarize
+    from simulator.run import run_scenario
+    from simulator.scenario import scenario_from_dict
+
+    with _links_that_finish():
+        res = run_scenario(scenario_from_dict(scenario, "validate scenario"))
+    if handoff_first_token:
+        for r in res.requests:
+            t = r.annotations.get("kv_ready_s")
+            if t is not None and len(r.token_times):
+                r.token_times[0] = r.first_token_time = t
+        res.records = request_records(res.requests)
+        res.summary = summarize(res.requests, records=res.records)
+    return res
+
+
+def capacity(scenario: dict[str, Any], base: workloads.Trace, num_requests: int,
+             trace_file: Path) -> float:
+    """Requests/s the calibrated simulator serves when `num_requests` of `base` arrive at
+    once (the saturated service rate for this trace's length mix)."""
+    from workloads import write_trace
+
+    burst = run_trace(base, 1e4, num_requests)
+    write_trace(burst, trace_file)
+    sc = dict(scenario, workload={"trace": str(Path(trace_file).resolve()), "format": "generic_csv"})
+    s = simulate(sc).summary
+    return float(s["throughput"]["requests_per_s"])

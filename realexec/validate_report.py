@@ -1,0 +1,176 @@
+"""Tables, JSON, plots and the reproduction record of a `kvpd validate` run.
+
+Files written into the output folder:
+- `validation.json`: every rate's real values per repeat, their mean and spread, the
+  simulated value and the signed relative error per metric, labels, failures;
+- `validation.txt`: the same as a fixed-width table (also printed);
+- `TRACE-MODE-cdf.png`: CDFs of real vs simulated TTFT and TPOT, one colour per rate;
+- `TRACE-MODE-scatter.png`: per-request real vs simulated TTFT and E2E;
+- `repro.json`: what reproduces the run (model config, seed, traces, knobs, calibration,
+  library versions, device facts, git commit).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from realexec.validate import METRICS, TARGETS, ValidateConfig
+
+SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
+         "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "preemptions")
+SHORT = {"throughput_tok_s": "tput", "ttft_p50": "ttft50", "ttft_p90": "ttft90",
+         "ttft_p99": "ttft99", "tpot_p50": "tpot50", "tpot_p90": "tpot90", "tpot_p99": "tpot99",
+         "e2e_p50": "e2e50", "e2e_p90": "e2e90", "e2e_p99": "e2e99", "preemptions": "preempt"}
+
+
+def _cell(m: dict[str, Any], name: str) -> str:
+    err, spread = m.get("error"), m.get("spread")
+    if err is None:
+        return "-"
+    if name == "preemptions":
+        return f"{err:+.0f}"
+    mark = "" if name not in TARGETS or abs(err) <= TARGETS[name] else "*"
+    return f"{err:+.1%}{mark}" + (f"±{spread:.0%}" if spread is not None else "")
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """One row per (trace, mode, rate): signed error (sim - real) / real per metric, with the
+    real runs' spread (half range / mean) after ±; * marks a missed target."""
+    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'load':>5s} {'label':12s} {'n':>4s} "
+            + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
+    lines = [head]
+    for r in summary["results"]:
+        cells = " ".join(f"{_cell(r['metrics'][m], m):>12s}" for m in SHOWN)
+        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['load']:5.2f} "
+                     f"{r['label']:12s} {r['num_requests']:4d} {cells}")
+    for f in summary["failures"]:
+        rate = "-" if f.get("rate") is None else f"{f['rate']:.3f} req/s"
+        lines.append(f"FAILED {f.get('trace', '*')} {f['mode']} at {rate}: {f['error']}")
+    lines.append("cells: simulator error (sim - real)/real ± real run-to-run spread (half range "
+                 "/ mean); * = outside target (5% tput/p50, 10% p90/p99) ; preempt: sim - real")
+    return "\n".join(lines)
+
+
+def targets_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """Targets met over the under-loaded rates, per (trace, mode)."""
+    out: dict[str, Any] = {}
+    for r in summary["results"]:
+        if r["label"] != "under-loaded":
+            continue
+        key = f"{r['trace']}/{r['mode']}"
+        d = out.setdefault(key, {"met": 0, "checked": 0, "missed": []})
+        for m, ok in r["targets_met"].items():
+            d["checked"] += 1
+            d["met"] += int(ok)
+            if not ok:
+                d["missed"].append(f"{m}@{r['rate']:.3f}")
+    return out
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
+    from realexec.device import resolve_device
+    from realexec.profile_facts import device_facts
+
+    cal_copy = out / Path(cfg.calibration).name
+    if Path(cfg.calibration).resolve() != cal_copy.resolve():
+        shutil.copy(cfg.calibration, cal_copy)
+    repro = {
+        "command": "kvpd validate", "seed": cfg.seed, "model": validation.model_name,
+        "model_config": validation.model_config, "dtype": validation.dtype,
+        "threads_per_engine": validation.threads, "knobs": cfg.knobs.to_dict(),
+        "fractions_of_capacity": list(cfg.fractions), "rates": cfg.rates,
+        "duration_s": cfg.duration_s, "min_requests": cfg.min_requests,
+        "max_requests": cfg.max_requests, "repeats": cfg.repeats,
+        "capacity_requests": cfg.capacity_requests, "traces": validation.traces,
+        "trace_files": "runs/TRACE-MODE/rateI-trace.csv (exact requests of each run)",
+        "calibration": str(cal_copy), "calibration_source": str(cfg.calibration),
+        "calibration_device": validation.params.device,
+        "calibration_device_facts": validation.params.extra.get("device_facts"),
+        "device_facts": device_facts(resolve_device(cfg.device)),
+        "git_commit": _git_commit(),
+        "pd_first_token": "at hand-off by the prefill worker (as realexec/client.py streams it); "
+                          "the simulator's records are aligned to that (kv_ready_s)",
+    }
+    path = out / "repro.json"
+    path.write_text(json.dumps(repro, indent=2, default=str) + "\n")
+    return path
+
+
+def plot(validation: Any, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    groups: dict[tuple[str, str], list] = {}
+    for (kind, mode, _i), rec in sorted(validation.records.items()):
+        groups.setdefault((kind, mode), []).append(rec)
+    for (kind, mode), recs in groups.items():
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for j, rec in enumerate(recs):
+            color = f"C{j}"
+            for ax, col in zip(axes, ("ttft_s", "tpot_s")):
+                for src, ls in (("real", "-"), ("sim", "--")):
+                    v = np.sort(rec[src][col][~np.isnan(rec[src][col])])
+                    if v.size:
+                        ax.step(v, np.arange(1, v.size + 1) / v.size, ls, color=color,
+                                where="post", label=f"{src} {rec['rate']:.2f} req/s")
+        for ax, col in zip(axes, ("TTFT (s)", "TPOT (s)")):
+            ax.set_xlabel(col)
+            ax.set_ylabel("fraction of requests")
+            ax.set_xscale("log")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{kind} / {mode}: real (solid) vs simulated (dashed)")
+        fig.tight_layout()
+        p = out / f"{kind}-{mode}-cdf.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for j, rec in enumerate(recs):
+            for ax, col in zip(axes, ("ttft_s", "e2e_s")):
+                real = dict(zip(rec["real"]["request_id"], rec["real"][col]))
+                pairs = [(real[k], v) for k, v in zip(rec["sim"]["request_id"], rec["sim"][col])
+                         if k in real]
+                if pairs:
+                    x, y = np.array(pairs).T
+                    ax.scatter(x, y, s=8, color=f"C{j}", label=f"{rec['rate']:.2f} req/s")
+        for ax, col in zip(axes, ("TTFT (s)", "E2E (s)")):
+            lim = [max(ax.get_xlim()[0], 1e-3), max(ax.get_xlim()[1], ax.get_ylim()[1])]
+            ax.plot(lim, lim, "k--", lw=0.8)
+            ax.set_xlabel(f"real {col}")
+            ax.set_ylabel(f"simulated {col}")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{kind} / {mode}: per request")
+        fig.tight_layout()
+        p = out / f"{kind}-{mode}-scatter.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    return written
+
+
+def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) -> list[Path]:
+    out = cfg.out
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {**summary, "targets": targets_summary(summary),
+               "metric_paths": {m: list(p) for m, p in METRICS}}
+    (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    (out / "validation.txt").write_text(format_table(summary) + "\n")
+    return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
+            *plot(validation, out)]
