@@ -344,4 +344,6 @@ def worker_main(spec: WorkerSpec) -> None:
     try:
         loop.run()
     finally:
+        if loop.connector is not None:
+            loop.connector.close()
         ctx.destroy(linger=500)

@@ -6,9 +6,9 @@ sampled); the request enters the `role="decode"` scheduler as WAITING_FOR_REMOTE
 step allocates its blocks (`SchedulerOutput.kv_to_receive`; the head of the line waits while
 the pool is full) the KV staged for it is copied into those blocks, `on_kv_received` starts
 decoding and `kv_ack(ok)` tells the prefill worker to free its copy. KV may arrive before or
-after `add_remote`; it waits in a staging area (views of the received frames) bounded by
-`max_staging_bytes`; when that is full this worker stops reading the KV socket, so further
-KV stays on the prefill side. If the KV is not complete `kv_timeout_s` after the blocks were
+after `add_remote`; a receiver thread (`realexec.pd_receiver`) reads it while steps run and
+keeps it in a staging area (views of the received frames) bounded by `max_staging_bytes`;
+when that is full it stops reading the KV socket, so further KV stays on the prefill side. If the KV is not complete `kv_timeout_s` after the blocks were
 allocated, the transfer counts as lost: `on_kv_failed` makes this worker recompute the prompt
 and `kv_ack(ok=False)` frees the prefill side's blocks.
 """
@@ -23,8 +23,8 @@ from typing import Any
 import zmq
 
 from realexec.engine_proc import bind
-from realexec.pd_kv import StagedKV, check_kv_message, stage, write_staged
-from realexec.transport import ProtocolError, decode, encode
+from realexec.pd_kv import StagedKV, write_staged
+from realexec.pd_receiver import KVReceiver
 
 log = logging.getLogger("kvpd.decode")
 
@@ -44,19 +44,17 @@ class DecodeConnector:
         self.loop = loop
         self.spec = loop.spec
         self.llm = loop.llm
-        self.sock = ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.endpoint = bind(self.sock, self.spec, "kv")
-        self.socks = [self.sock]
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.RCVHWM, 0)
+        self.endpoint = bind(router, self.spec, "kv")
+        self.rx = KVReceiver(ctx, router, self.llm.kv_cache, self.spec.name,
+                             self.spec.max_staging_bytes)
+        self.socks = [self.rx.notify]  # the engine loop wakes when a transfer completes
         self.source: dict[str, str] = {}  # request id -> prefill worker (from add_remote)
-        self.staged: dict[str, StagedKV] = {}
-        self.staged_at: dict[str, float] = {}  # monotonic s of the first frame
         self.pending: dict[str, _Pending] = {}
         self.kv_info: dict[str, dict[str, Any]] = {}
-        self.staged_bytes = 0
-        self.num_received = self.num_lost = self.num_rejected = 0
-        self.bytes_received = 0
+        self.num_received = self.num_lost = 0
 
     # ------------------------------------------------------------- control
     def on_peers(self, body: dict[str, Any]) -> None:
@@ -66,15 +64,21 @@ class DecodeConnector:
         self.source[req.request_id] = body.get("prefill_worker", "")
 
     def on_abort(self, rid: str) -> None:
-        self._drop_staged(rid)
+        st = self.rx.drop(rid)
         self.pending.pop(rid, None)
         self.kv_info.pop(rid, None)
-        src = self.source.pop(rid, None)
+        src = self.source.pop(rid, None) or (st.prefill_worker if st else "")
         if src:
-            self._ack(src, rid, False, "aborted")
+            self.rx.ack(src, rid, False, "aborted")
 
     def want_read(self) -> bool:
-        return self.staged_bytes < self.spec.max_staging_bytes
+        return True
+
+    def close(self) -> None:
+        self.rx.stop()
+
+    def on_readable(self, sock: zmq.Socket) -> None:
+        self.rx.drain_notify()  # the work happens in tick()
 
     def next_deadline(self) -> float | None:
         return min((p.deadline for p in self.pending.values()), default=None)
@@ -84,59 +88,8 @@ class DecodeConnector:
 
     def stats(self) -> dict[str, Any]:
         return {"kv_received": self.num_received, "kv_lost": self.num_lost,
-                "kv_rejected": self.num_rejected, "kv_bytes_received": self.bytes_received,
-                "kv_staged": len(self.staged), "kv_staged_bytes": self.staged_bytes}
-
-    def _ack(self, worker: str, rid: str, ok: bool, reason: str = "") -> None:
-        body = {"request_id": rid, "ok": ok, "reason": reason}
-        self.sock.send_multipart([worker.encode(), *encode("kv_ack", body)])
-
-    def _drop_staged(self, rid: str) -> None:
-        st = self.staged.pop(rid, None)
-        self.staged_at.pop(rid, None)
-        if st is not None:
-            self.staged_bytes -= st.nbytes
-
-    # ----------------------------------------------------------- receiving
-    def on_readable(self, sock: zmq.Socket) -> None:
-        while self.want_read():
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            sender = bytes(frames[0].buffer).decode(errors="replace")
-            try:
-                msg = decode(frames[1:])
-                if msg.type == "kv_cancel":
-                    self._drop_staged(msg.body["request_id"])
-                    continue
-                if msg.type != "kv":
-                    raise ProtocolError(f"unexpected {msg.type} message on the KV socket")
-                check_kv_message(msg, self.llm.kv_cache)
-            except ProtocolError as exc:
-                self.loop.num_bad_messages += 1
-                self.num_rejected += 1
-                log.warning("%s: rejected a KV message from %s: %s", self.spec.name, sender, exc)
-                continue
-            self._on_kv(msg, sender)
-
-    def _on_kv(self, msg: Any, sender: str) -> None:
-        b = msg.body
-        rid = b["request_id"]
-        st = self.staged.get(rid)
-        if st is None:
-            st = StagedKV(rid, b["prefill_worker"], b["num_tokens"], self.llm.kv_cache.spec.num_layers)
-            self.staged[rid] = st
-            self.staged_at[rid] = time.monotonic()
-        elif st.num_tokens != b["num_tokens"]:
-            log.warning("%s: KV of %s changed length mid-transfer; dropped", self.spec.name, rid)
-            self.num_rejected += 1
-            self._drop_staged(rid)
-            return
-        before = st.nbytes
-        stage(st, msg)
-        self.staged_bytes += st.nbytes - before
-        self.bytes_received += st.nbytes - before
+                "num_bad_messages": self.loop.num_bad_messages + self.rx.num_bad,
+                **self.rx.stats()}
 
     # ------------------------------------------------------------ decoding
     def after_step(self, out: Any) -> None:
@@ -144,34 +97,36 @@ class DecodeConnector:
         for req, num_cached in out.scheduler_output.kv_to_receive:
             self.pending[req.request_id] = _Pending(req, num_cached, now + self.spec.kv_timeout_s,
                                                     time.time())
+        if out.scheduler_output.kv_to_receive:
+            self.tick()  # KV that arrived before the blocks did lands before the next step
 
     def tick(self) -> list[dict[str, Any]]:
         """Land complete transfers, give up on late ones, forget stale staged KV."""
         now = time.monotonic()
         sched = self.llm.scheduler
         for rid, p in list(self.pending.items()):
-            st = self.staged.get(rid)
-            if st is not None and st.complete:
+            st = self.rx.complete(rid)
+            if st is not None:
                 self._land(rid, p, st)
             elif now >= p.deadline:
                 del self.pending[rid]
-                self._drop_staged(rid)
+                st = self.rx.drop(rid)
                 self.num_lost += 1
                 log.warning("%s: KV of %s not received within %.1f s; recomputing its prompt",
                             self.spec.name, rid, self.spec.kv_timeout_s)
                 sched.on_kv_failed(rid)
-                self.kv_info[rid] = {"lost": True, "recomputed_tokens": p.request.num_prompt_tokens - p.num_cached}
+                self.kv_info[rid] = {"lost": True,
+                                     "recomputed_tokens": p.request.num_prompt_tokens - p.num_cached}
                 src = self.source.pop(rid, "") or (st.prefill_worker if st else "")
                 if src:
-                    self._ack(src, rid, False, "timeout")
+                    self.rx.ack(src, rid, False, "timeout")
         # KV nobody asked for (its request was aborted or never arrived) is dropped after a
         # few timeouts and its sender released.
-        stale = 4 * self.spec.kv_timeout_s
-        for rid, t in list(self.staged_at.items()):
-            if rid not in self.pending and rid not in sched.requests and now - t > stale:
-                st = self.staged[rid]
-                self._drop_staged(rid)
-                self._ack(st.prefill_worker, rid, False, "no such request on the decode side")
+        for rid in self.rx.stale(4 * self.spec.kv_timeout_s):
+            if rid not in self.pending and rid not in sched.requests:
+                st = self.rx.drop(rid)
+                if st is not None:
+                    self.rx.ack(st.prefill_worker, rid, False, "no such request on the decode side")
         return []
 
     def _land(self, rid: str, p: _Pending, st: StagedKV) -> None:
@@ -180,10 +135,10 @@ class DecodeConnector:
         ids = self.llm.kv_cache_manager.get_block_ids(rid)
         write_staged(self.llm.kv_cache, st, ids, p.num_cached)
         t_written = time.time()
-        self._drop_staged(rid)
+        self.rx.drop(rid)
         self.llm.scheduler.on_kv_received(rid)
         self.num_received += 1
-        self._ack(st.prefill_worker, rid, True)
+        self.rx.ack(st.prefill_worker, rid, True)
         self.source.pop(rid, None)
         transfer_s = max(st.t_last_recv - st.t_send, 1e-9)
         self.kv_info[rid] = {

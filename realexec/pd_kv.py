@@ -5,7 +5,9 @@ A `kv` message carries `runs`: one entry `[layer, kv, token_start, num_tokens]` 
 frame, where `kv` is 0 for keys and 1 for values and the frame is that layer's K or V of
 prompt tokens `[token_start, token_start + num_tokens)` as `[num_tokens, kv_heads, head_dim]`.
 A frame is one run of consecutive block ids of the sender's pool, so it is a contiguous slice
-of the pool tensor and goes out without a copy. Token ranges (not block ids) cross the wire,
+of the pool tensor and goes out without a copy. When the blocks are scattered (runs smaller
+than `ZERO_COPY_MIN_BYTES` on average) they are instead gathered into one frame per layer and
+K/V (one copy; many small frames cost more than the copy). Token ranges (not block ids) cross the wire,
 so the two sides may use different block sizes and block ids. The last run may extend past
 the prompt into the tail of its final block; the receiver writes only prompt tokens.
 """
@@ -33,16 +35,32 @@ def block_runs(block_ids: list[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
+# pyzmq copies any frame smaller than zmq.COPY_THRESHOLD (65536 bytes) instead of sending it
+# zero-copy, and each frame adds per-part overhead; below this mean run size we gather.
+ZERO_COPY_MIN_BYTES = 65536
+
+
 def kv_frames(cache: PagedKVCache, block_ids: list[int], num_tokens: int,
               layers: range) -> tuple[list[list[int]], list[torch.Tensor]]:
     """(runs, tensors) covering the first `num_tokens` tokens of `block_ids` in `layers`;
-    the tensors are views into `cache` (valid while the blocks are held)."""
+    the tensors are views into `cache` (valid while the blocks are held), or gathered copies
+    when the blocks are scattered."""
     bs = cache.block_size
     need = -(-num_tokens // bs)
     if need > len(block_ids):
         raise ValueError(f"{num_tokens} tokens need {need} blocks, the request holds {len(block_ids)}")
     runs, tensors = [], []
-    for idx, first, n in block_runs(block_ids[:need]):
+    block_runs_ = block_runs(block_ids[:need])
+    frame_bytes = cache.spec.bytes_per_block // (2 * cache.spec.num_layers)  # one layer's K
+    if need * frame_bytes < ZERO_COPY_MIN_BYTES * len(block_runs_) and len(block_runs_) > 1:
+        ids = torch.tensor(block_ids[:need], dtype=torch.long, device=cache.device)
+        shape = (-1, bs, cache.spec.num_kv_heads, cache.spec.head_dim)
+        for layer in layers:
+            for kv in (0, 1):  # whole-block rows: ~3x faster than gathering token slots
+                runs.append([layer, kv, 0, need * bs])
+                tensors.append(cache.kv[layer, kv].view(shape).index_select(0, ids).flatten(0, 1))
+        return runs, tensors
+    for idx, first, n in block_runs_:
         lo, hi = first * bs, (first + n) * bs
         for layer in layers:
             for kv in (0, 1):

@@ -128,6 +128,9 @@ class PrefillConnector:
     def want_read(self) -> bool:
         return True
 
+    def close(self) -> None:
+        return None
+
     def next_deadline(self) -> float | None:
         """Monotonic time of the next hold timeout (retried every 0.1 s while ZMQ still
         holds the frames)."""

@@ -8,6 +8,7 @@ import msgpack
 import pytest
 import torch
 
+from realexec import pd_kv
 from realexec.kv_cache import KVCacheSpec, PagedKVCache
 from realexec.pd_kv import StagedKV, block_runs, check_kv_message, kv_frames, stage, write_staged
 from realexec.transport import PROTOCOL_VERSION, ProtocolError, decode, encode
@@ -80,7 +81,10 @@ def _cache(num_blocks: int, block_size: int, layers: int = 3) -> PagedKVCache:
 
 
 @pytest.mark.parametrize("layerwise", [False, True])
-def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise):
+@pytest.mark.parametrize("gather", [False, True])
+def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise, gather, monkeypatch):
+    if not gather:  # send every run as a zero-copy view of the pool, however small
+        monkeypatch.setattr(pd_kv, "ZERO_COPY_MIN_BYTES", 0)
     n = 23  # prompt tokens: the last source block is partial
     src, dst = _cache(16, 4), _cache(12, 8)
     src_ids = [7, 8, 9, 2, 3, 11]  # 6 blocks of 4 >= 23 tokens, three runs
@@ -94,6 +98,10 @@ def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise)
     groups = [range(i, i + 1) for i in range(3)] if layerwise else [range(3)]
     for k, layers in enumerate(groups):
         runs, tensors = kv_frames(src, src_ids, n, layers)
+        views = [t.untyped_storage().data_ptr() == src.kv.untyped_storage().data_ptr()
+                 for t in tensors]
+        assert len(tensors) == 2 * len(layers) * (1 if gather else 3)  # 3 runs of blocks
+        assert all(views) != gather
         msg = decode([bytes(memoryview(f)) for f in encode("kv", {
             "request_id": "r", "num_tokens": n, "block_size": 4, "runs": runs,
             "last": k == len(groups) - 1, "t_send": 0.0, "prefill_worker": "p"}, tensors)])
