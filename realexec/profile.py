@@ -24,7 +24,13 @@ from typing import Any
 
 import torch
 
-from realexec.profile_facts import catalog_device, device_facts, model_identity
+from realexec.profile_facts import (
+    catalog_device,
+    cpu_available,
+    device_facts,
+    model_identity,
+    sched_times,
+)
 from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
@@ -139,6 +145,7 @@ class Profiler:
         self.dtype = dtype
         self.vocab = self.llm.vocab_size
         self._ids = 0
+        self.cpu_available: float | None = None  # see profile_facts.cpu_available
 
     # ---- helpers ----
     def _prompt(self, n: int) -> list[int]:
@@ -217,7 +224,10 @@ class Profiler:
         rows: dict[tuple, ProfileRow] = {}
         shapes: dict[tuple, list[BatchShape]] = {}
         order = list(range(len(points)))
+        sched0 = None
         for rnd in range(g.warmup + g.repeats):
+            if rnd == g.warmup:
+                sched0 = sched_times()
             self.rng.shuffle(order)
             t0 = time.perf_counter()
             for i in order:
@@ -229,6 +239,7 @@ class Profiler:
             self.progress(f"round {rnd + 1}/{g.warmup + g.repeats}"
                           f"{' (warm-up)' if rnd < g.warmup else ''}: {len(points)} points, "
                           f"{time.perf_counter() - t0:.1f} s")
+        self.cpu_available = cpu_available(sched0, sched_times())
         for key, row in rows.items():
             row.shape = shapes[key][len(shapes[key]) // 2]
         return sorted(rows.values(), key=lambda r: (STEP_KINDS.index(r.kind), r.shape.num_reqs,
@@ -301,6 +312,7 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
     rows = prof.run(kinds)
     facts = device_facts(dev)
     facts["loadavg_1m_start"] = facts_before["loadavg_1m"]
+    facts["cpu_available"] = prof.cpu_available
     meta = {
         "device": hardware or catalog_device(dev),
         "model": prof.name,

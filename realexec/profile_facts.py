@@ -91,3 +91,23 @@ def model_identity(model: str | dict[str, Any]) -> tuple[dict[str, Any], str]:
     return cfg, name
 
 
+
+
+def sched_times(pid: int | None = None) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process's main thread,
+    from /proc/PID/schedstat (Linux); None where it is not available."""
+    try:
+        run_ns, wait_ns = Path(f"/proc/{pid or 'self'}/schedstat").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
+def cpu_available(before: tuple[float, float] | None, after: tuple[float, float] | None
+                  ) -> float | None:
+    """Share of its runnable time a thread actually ran between two `sched_times` readings:
+    1.0 on an idle machine, 0.5 when it waited as long as it ran (CPU contention)."""
+    if before is None or after is None:
+        return None
+    run, wait = after[0] - before[0], after[1] - before[1]
+    return run / (run + wait) if run + wait > 0 else None

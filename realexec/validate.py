@@ -85,11 +85,14 @@ class ColocatedBackend:
         self.llm = LLM(model_config, **llm_kwargs)
 
     def replay(self, trace: workloads.Trace, seed: int):
+        """(ReplayResult, preemptions, CPU availability of the engine thread)."""
+        from realexec.profile_facts import cpu_available, sched_times
         from realexec.replay import replay
 
-        before = self.llm.scheduler.num_preemptions
+        before, s0 = self.llm.scheduler.num_preemptions, sched_times()
         res = replay(trace, "inproc", llm=self.llm, seed=seed)
-        return res, self.llm.scheduler.num_preemptions - before
+        avail = cpu_available(s0, sched_times())
+        return res, self.llm.scheduler.num_preemptions - before, avail
 
     def close(self) -> None:
         self.llm = None
@@ -111,16 +114,27 @@ class PDBackend:
         return sum(int(w["stats"].get("num_preemptions", 0))
                    for w in self.client.workers_status().values())
 
+    def _sched(self) -> dict[str, tuple[float, float] | None]:
+        from realexec.profile_facts import sched_times
+
+        return {n: sched_times(w["pid"]) for n, w in self.client.workers_status().items()
+                if w.get("pid")}
+
     def replay(self, trace: workloads.Trace, seed: int):
+        """(ReplayResult, preemptions, CPU availability of the workers' engine threads)."""
         from realexec.replay import replay
 
-        before = self._preemptions()
+        before, s0 = self._preemptions(), self._sched()
         res = replay(trace, "pd:1:1", client=self.client, seed=seed)
         time.sleep(0.3)  # let the last stats (sent with outputs/heartbeats) arrive
         if not self.client.is_healthy():
             down = [n for n, w in self.client.workers_status().items() if not w.get("alive", True)]
             raise RuntimeError(f"PD worker(s) down after the run: {down or 'unknown'}")
-        return res, self._preemptions() - before
+        s1 = self._sched()
+        run = sum(s1[n][0] - s0[n][0] for n in s1 if s1[n] and s0.get(n))
+        wait = sum(s1[n][1] - s0[n][1] for n in s1 if s1[n] and s0.get(n))
+        avail = run / (run + wait) if run + wait > 0 else None
+        return res, self._preemptions() - before, avail
 
     def close(self) -> None:
         self.client.close()
@@ -192,6 +206,7 @@ class Validation:
         facts = self.params.extra.get("device_facts") or {}
         self.dtype = str(self.params.extra.get("dtype") or "fp32")
         self.threads = cfg.threads or facts.get("torch_threads")
+        self.profile_avail = facts.get("cpu_available")
         self.results: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.traces: dict[str, dict[str, Any]] = {}
@@ -267,11 +282,11 @@ class Validation:
                                cfg.knobs, mode, trace_file, cfg.seed)
             sim = simulate(sc, handoff_first_token=mode == "pd")
             sim.write(folder / f"rate{i}-sim")
-            reals, recs = [], []
+            reals, recs, avails = [], [], []
             t0 = time.perf_counter()
             try:
                 for rep in range(cfg.repeats):
-                    res, preempt = backend.replay(trace, cfg.seed)
+                    res, preempt, avail = backend.replay(trace, cfg.seed)
                     why = _run_failure(res)
                     if why:
                         raise RuntimeError(why)
@@ -279,6 +294,7 @@ class Validation:
                     res.write(folder / f"rate{i}-real{rep}")
                     reals.append(res.summary)
                     recs.append(res.records)
+                    avails.append(avail)
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 self.failures.append({"trace": kind, "mode": mode, "rate": rate, "error": msg})
@@ -294,6 +310,7 @@ class Validation:
                 "trace": kind, "mode": mode, "rate": rate, "capacity": cap, "load": load,
                 "label": label, "queue_growing": growing, "num_requests": len(trace),
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
+                "cpu_available": avails, "cpu_available_profile": self.profile_avail,
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}
             e = metrics
