@@ -1,0 +1,170 @@
+"""Calibration: a synthetic profile made from known CostParams is recovered; too few points,
+mismatched models/devices and malformed profiles are refused with what was expected."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from kvpd.cli import main as kvpd_main
+from realexec.configs import LLAMA_50M
+from simulator.calibrate import FREE_FIELDS, calibrate, write_calibration
+from simulator.calibrate_io import ProfileRow, read_profile, write_profile
+from simulator.core.batch_shape import BatchShape
+from simulator.costmodel import CostModel
+from simulator.costparams import CostParams
+from simulator.models import ModelSpec
+
+CFG = {**LLAMA_50M, "_name_or_path": "llama-50m"}
+TRUE = CostParams(gemm_compute_efficiency=0.3, gemm_memory_efficiency=0.4,
+                  attn_compute_efficiency=0.2, attn_memory_efficiency=0.1,
+                  step_overhead_s=4e-3, token_overhead_s=2e-5)
+
+
+def _shapes() -> list[tuple[str, BatchShape]]:
+    out = [("prefill", BatchShape.from_lists([n], [0])) for n in (8, 32, 64, 128, 256, 512, 1024)]
+    out += [("chunk", BatchShape.from_lists([q], [c])) for c, q in ((256, 64), (512, 256), (1024, 512))]
+    for b in (1, 2, 4, 8, 16, 32, 48):
+        for c in (64, 512, 1536):
+            out.append(("decode", BatchShape.from_lists([1] * b, [c] * b)))
+    for b, p in ((4, 32), (8, 128), (24, 384), (16, 64)):
+        out.append(("mixed", BatchShape.from_lists([1] * b + [p], [300] * b + [0])))
+    return out
+
+
+def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, model="llama-50m",
+                      device="cpu", swap=True):
+    """A profile whose medians are the cost model's step times under `params` (+ noise)."""
+    rng = np.random.default_rng(seed)
+    cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
+    rows = []
+    for kind, shape in shapes if shapes is not None else _shapes():
+        t = cm.step_time(shape)
+        rows.append(ProfileRow(kind, shape, times_s=list(t * (1 + noise * rng.standard_normal(3)))))
+    if swap:  # 2 GB/s, 50 us latency
+        for kind in ("swap_out", "swap_in", "kv_transfer"):
+            for n in (1, 16, 256):
+                nbytes = n * 196608
+                rows.append(ProfileRow(kind, num_blocks=n, num_bytes=nbytes,
+                                       times_s=[50e-6 + nbytes / 2e9] * 3))
+    meta = {"device": device, "model": model, "model_config": CFG, "dtype": "fp32",
+            "device_facts": {"type": "cpu", "torch_threads": 1}}
+    return write_profile(rows, meta, tmp_path / "profile.csv")
+
+
+def test_fit_recovers_a_synthetic_profile(tmp_path):
+    cal = calibrate(synthetic_profile(tmp_path), seed=0)
+    s = cal.summary()
+    assert s["held_median_abs_err"] < 0.02 and s["held_mape"] < 0.03
+    # the fitted model predicts unseen shapes as the true one does
+    model = ModelSpec.from_hf_config(CFG, name="llama-50m")
+    true_cm = CostModel(model, "cpu", "fp32", params=TRUE)
+    fit_cm = CostModel(model, "cpu", "fp32", params=dataclasses.replace(cal.params, device=None, model=None))
+    for shape in (BatchShape.from_lists([1] * 12, [700] * 12), BatchShape.from_lists([200], [100]),
+                  BatchShape.from_lists([1] * 6 + [96], [50] * 6 + [0])):
+        assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.04)
+    # physics bounds hold
+    for f in FREE_FIELDS:
+        assert getattr(cal.params, f) >= 0
+    assert cal.params.model == "llama-50m" and cal.params.device == "cpu"
+    # links: latency + bytes / bandwidth
+    assert cal.links["swap"]["bandwidth_gb_s"] == pytest.approx(2.0, rel=0.01)
+    assert cal.links["kv_transfer"]["latency_us"] == pytest.approx(50, rel=0.05)
+
+
+def test_fit_is_deterministic_and_held_back_points_are_per_kind(tmp_path):
+    path = synthetic_profile(tmp_path)
+    a, b = calibrate(path, seed=3), calibrate(path, seed=3)
+    assert a.params.to_vector() == b.params.to_vector()
+    assert (a.held == b.held).all()
+    for kind in ("prefill", "chunk", "decode", "mixed"):
+        m = a.kinds == kind
+        assert a.held[m].any() and (~a.held[m]).any()
+
+
+def test_calibration_file_is_what_scenarios_load(tmp_path):
+    from simulator.run import run_scenario
+    from simulator.scenario import scenario_from_dict
+
+    cal = calibrate(synthetic_profile(tmp_path))
+    out = tmp_path / "cal" / "cpu.yaml"
+    written = write_calibration(cal, out)
+    assert out.is_file() and out.with_suffix(".fit.png").is_file() and len(written) == 2
+    loaded = CostParams.load(str(out), device="cpu", model="llama-50m")
+    assert loaded.to_vector() == pytest.approx(cal.params.to_vector())
+    assert loaded.extra["fit"]["per_kind"]["decode"]["n_held"] > 0
+    sc = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(out)},
+          "cache": {"num_gpu_blocks": 64}, "output": {"plots": False, "timeseries": False},
+          "workload": {"synthetic": {"num_requests": 5, "arrival": {"process": "poisson", "rate": 5},
+                                     "prompt_len": {"dist": "fixed", "value": 32},
+                                     "output_len": {"dist": "fixed", "value": 4}}}}
+    res = run_scenario(scenario_from_dict(sc))
+    assert res.summary["requests"]["finished"] == 5
+    # the step of a lone 32-token prompt is what the calibration predicts
+    cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=loaded)
+    assert res.requests[0].first_token_time == pytest.approx(cm.step_time(BatchShape.from_lists([32], [0])))
+
+
+def test_too_few_points_says_how_many_more(tmp_path):
+    few = _shapes()[:7]  # 7 prefill points: 5 left to fit 6 parameters
+    path = synthetic_profile(tmp_path, shapes=few, swap=False)
+    with pytest.raises(ValueError, match=r"too few profile points: 7 step points .*needs at least "
+                                         r"12 fitting points .*profile at least 9 more"):
+        calibrate(path)
+
+
+def test_mismatched_model_or_device_is_refused(tmp_path):
+    path = synthetic_profile(tmp_path, model="llama-50m", device="cpu")
+    with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'tiny-llama'"):
+        calibrate(path, model="tiny-llama")
+    with pytest.raises(ValueError, match="profile is for device 'cpu', not 'h100-sxm'"):
+        calibrate(path, device="h100-sxm")
+    out = tmp_path / "cpu.yaml"
+    write_calibration(calibrate(path), out, plot=False)
+    # a scenario naming another model than the calibration's
+    from simulator.run import run_scenario
+    from simulator.scenario import scenario_from_dict
+
+    sc = {"model": "llama-3-8b", "hardware": {"calibration": str(out)}, "output": {"plots": False},
+          "workload": {"synthetic": {"num_requests": 1, "arrival": {"process": "poisson", "rate": 1},
+                                     "prompt_len": {"dist": "fixed", "value": 8},
+                                     "output_len": {"dist": "fixed", "value": 2}}}}
+    with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'llama-3-8b'"):
+        run_scenario(scenario_from_dict(sc))
+    # ... and another device
+    sc2 = {**sc, "model": CFG, "hardware": {"calibration": str(out), "base": "h100-sxm"}}
+    with pytest.raises(ValueError, match="profile is for device 'cpu', not 'h100-sxm'"):
+        run_scenario(scenario_from_dict(sc2))
+
+
+def test_bad_profile_files_name_the_problem(tmp_path):
+    path = synthetic_profile(tmp_path)
+    text = path.read_text().splitlines()
+    text[3] = text[3].replace("prefill", "prefil", 1)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(text) + "\n")
+    (tmp_path / "bad.json").write_text(path.with_suffix(".json").read_text())
+    with pytest.raises(ValueError, match=r"bad.csv:4: kind 'prefil' is not one of"):
+        read_profile(bad)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    del meta["model_config"]
+    (tmp_path / "bad.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"bad.json: missing field\(s\) \['model_config'\]"):
+        read_profile(bad)
+    with pytest.raises(FileNotFoundError, match="profile file not found"):
+        read_profile(tmp_path / "nothing.csv")
+
+
+def test_cli_calibrate_writes_yaml_and_reports_per_kind(tmp_path, capsys):
+    path = synthetic_profile(tmp_path)
+    out = tmp_path / "c.yaml"
+    assert kvpd_main(["calibrate", str(path), "--out", str(out), "--no-plot"]) == 0
+    text = capsys.readouterr().out
+    for kind in ("prefill", "chunk", "decode", "mixed", "all"):
+        assert f"\n{kind}" in text
+    assert "hardware: {calibration:" in text and out.is_file()
+    assert kvpd_main(["calibrate", str(path), "--model", "other"]) == 2
+    assert "profile is for model 'llama-50m', not 'other'" in capsys.readouterr().err
