@@ -66,11 +66,14 @@ class ProfileGrid:
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"profile grid: repeats must be >= 1 and warmup >= 0, "
                              f"got {self.repeats}, {self.warmup}")
-        longest = max([*self.prefill_lens, *(c + q for c, q in self.chunks),
-                       *(c + len(self.mixed_prompts) + 3 for c in self.decode_contexts)])
-        if longest > max_model_len:
-            raise ValueError(f"profile grid: a point needs {longest} tokens of context but the "
-                             f"model holds {max_model_len}; shrink the grid")
+        needs = [("prefill_lens", n, n) for n in self.prefill_lens]
+        needs += [("chunks", (c, q), c + q) for c, q in self.chunks]
+        needs += [("decode_contexts", c, c + len(self.mixed_prompts) + 3)
+                  for c in self.decode_contexts]
+        for name, point, tokens in needs:
+            if tokens > max_model_len:
+                raise ValueError(f"profile grid: {name} point {point} needs {tokens} tokens of "
+                                 f"context but the model holds {max_model_len}; shrink the grid")
 
     def max_tokens_in_flight(self) -> int:
         """Tokens of KV the largest decode group holds (sizes the profiling KV pool)."""
@@ -84,7 +87,7 @@ class ProfileGrid:
 # `gpu` for a Llama-3-8B-shaped model on one large GPU (larger batches and contexts).
 GRID_PRESETS: dict[str, ProfileGrid] = {
     "default": ProfileGrid(),
-    "quick": ProfileGrid(prefill_lens=(8, 32, 96, 192), chunks=((64, 32), (128, 64)),
+    "quick": ProfileGrid(prefill_lens=(8, 16, 32, 64, 96, 192), chunks=((64, 32), (128, 64)),
                          decode_batches=(1, 4, 8), decode_contexts=(16, 96), mixed_batches=(4,),
                          mixed_contexts=(16,), mixed_prompts=(16, 48), swap_blocks=(1, 4),
                          transfer_tokens=(16, 64), warmup=1, repeats=3),

@@ -1,0 +1,96 @@
+"""`kvpd profile`: the grid's steps have the shapes asked for, every point is repeated, the
+files carry the facts calibration needs, and a profile feeds `kvpd calibrate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from kvpd.cli import main as kvpd_main
+from realexec.profile import GRID_PRESETS, ProfileGrid, Profiler, grid_preset
+from realexec.profile_facts import catalog_device, cpu_available, model_identity, sched_times
+from simulator.calibrate_io import read_profile
+
+GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
+                   decode_contexts=(8, 40), mixed_batches=(3,), mixed_contexts=(40,),
+                   mixed_prompts=(5, 12), swap_blocks=(1, 3), transfer_tokens=(16,), warmup=1,
+                   repeats=2)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    torch.set_num_threads(1)
+    prof = Profiler("tiny-llama", grid=GRID, seed=1)
+    return prof, prof.run(("steps", "swap"))
+
+
+def test_step_points_have_the_shapes_of_the_grid(rows):
+    prof, got = rows
+    by_kind = {}
+    for r in got:
+        by_kind.setdefault(r.kind, []).append(r)
+    assert sorted((r.shape.num_prefill_tokens, r.shape.prefill_context_tokens)
+                  for r in by_kind["prefill"]) == [(8, 8), (24, 24)]
+    (chunk,) = by_kind["chunk"]
+    assert (chunk.shape.num_prefill_tokens, chunk.shape.prefill_context_tokens) == (16, 48)
+    decodes = {(r.shape.num_decode_reqs, r.shape.decode_context_tokens) for r in by_kind["decode"]}
+    assert decodes == {(1, 8), (3, 24), (1, 40), (3, 120)}  # every context exactly C
+    mixed = sorted((r.shape.num_decode_reqs, r.shape.num_prefill_tokens) for r in by_kind["mixed"])
+    assert mixed == [(3, 5), (3, 12)]
+    for r in by_kind["mixed"]:
+        assert r.shape.num_prefill_reqs == 1 and r.shape.max_context >= 40
+    for r in got:
+        assert len(r.times_s) == GRID.repeats and min(r.times_s) > 0
+    assert {r.num_blocks for r in by_kind["swap_out"]} == {1, 3}
+    assert by_kind["swap_in"][1].num_bytes == 3 * prof.llm.kv_cache.spec.bytes_per_block
+    assert not prof.llm.has_unfinished_requests()  # every grid point cleaned up after itself
+
+
+def test_point_order_is_seeded(rows):
+    prof, _ = rows
+    other = Profiler("tiny-llama", grid=GRID, seed=1)
+    assert [p.args for p in other.step_points()] == [p.args for p in prof.step_points()]
+
+
+def test_facts_and_identity():
+    assert catalog_device(torch.device("cpu")) == "cpu"
+    cfg, name = model_identity("tiny-llama")
+    assert name == "tiny-llama" and cfg["_name_or_path"] == "tiny-llama"
+    cfg2, name2 = model_identity({**cfg, "_name_or_path": "mine"})
+    assert name2 == "mine"
+    with pytest.raises(ValueError, match="not a built-in name"):
+        model_identity("no-such-model")
+    a = sched_times()
+    if a is not None:  # Linux
+        assert cpu_available(a, (a[0] + 1.0, a[1] + 1.0)) == pytest.approx(0.5)
+
+
+def test_grid_checks():
+    with pytest.raises(ValueError, match="unknown profile grid 'huge'"):
+        grid_preset("huge")
+    assert grid_preset("quick", repeats=7).repeats == 7
+    assert set(GRID_PRESETS) >= {"default", "quick", "gpu"}
+    with pytest.raises(ValueError, match=r"prefill_lens point 600 needs 600 tokens of context but the model holds 512"):
+        Profiler("tiny-llama", grid=dataclasses.replace(GRID, prefill_lens=(600,)))
+
+
+def test_cli_profile_then_calibrate(tmp_path, capsys):
+    out = tmp_path / "prof" / "profile.csv"
+    assert kvpd_main(["profile", "--model", "tiny-llama", "--grid", "quick", "--threads", "1",
+                      "--repeats", "2", "--out", str(out)]) == 0
+    prof = read_profile(out)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["device"] == "cpu" and meta["model"] == "tiny-llama"
+    assert meta["device_facts"]["torch_threads"] == 1 and "versions" in meta["device_facts"]
+    kinds = set(prof.columns["kind"])
+    assert kinds == {"prefill", "chunk", "decode", "mixed", "swap_out", "swap_in", "kv_transfer"}
+    t = prof.columns["median_s"][prof.mask("kv_transfer")]
+    assert (t > 0).all()
+    cal = tmp_path / "cal.yaml"
+    assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot"]) == 0
+    assert "link kv_transfer" in capsys.readouterr().out
+    assert kvpd_main(["profile", "--model", "tiny-llama", "--threads", "0", "--out", str(out)]) == 2
+    assert "threads must be >= 1" in capsys.readouterr().err
