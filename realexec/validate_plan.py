@@ -185,7 +185,10 @@ def simulate(scenario: dict[str, Any], *, handoff_first_token: bool = False):
             if t is not None and len(r.token_times):
                 r.token_times[0] = r.first_token_time = t
         res.records = request_records(res.requests)
-        res.summary = summarize(res.requests, records=res.records)
+        res.summary = {**res.summary, **summarize(res.requests, records=res.records,
+                                                  kv_peak_usage=res.summary["kv"]["peak_usage"],
+                                                  wall_s=res.summary["wall_s"])}
+        res.summary["first_token"] = "at hand-off (kv_ready_s), as the real PD front end"
     return res
 
 

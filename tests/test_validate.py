@@ -1,0 +1,181 @@
+"""`kvpd validate` bookkeeping on a tiny model and very short traces: rates from the simulated
+capacity, real and simulated runs of the same requests on the same KV pool, errors computed
+from what was measured, every file written, failures reported per rate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import realexec.validate as validate_mod
+import workloads
+from kvpd.cli import main as kvpd_main
+from realexec.configs import TINY
+from realexec.validate import ValidateConfig, Validation, compare
+from realexec.validate_plan import RunKnobs, base_trace, run_trace
+from realexec.validate_report import format_table, write_report
+from simulator.costparams import CostParams
+
+KNOBS = RunKnobs(max_num_seqs=8, max_num_batched_tokens=128, num_gpu_blocks=48)
+
+
+def tiny_calibration(path: Path, model: str = "tiny-llama") -> Path:
+    """A calibration file as `kvpd calibrate` writes it (fitted numbers made up)."""
+    p = CostParams(gemm_compute_efficiency=0.05, gemm_memory_efficiency=0.5,
+                   attn_compute_efficiency=0.05, attn_memory_efficiency=0.2,
+                   step_overhead_s=2e-3, token_overhead_s=1e-5, device="cpu", model=model,
+                   extra={"dtype": "fp32", "device_facts": {"torch_threads": 1, "cpu_available": 0.9},
+                          "links": {"kv_transfer": {"name": "cpu-kv-transfer", "bandwidth_gb_s": 1.0,
+                                                    "latency_us": 200.0}},
+                          "hardware": {"calibration": str(path)}})
+    p.save(str(path))
+    return path
+
+
+def config(tmp_path: Path, **kw) -> ValidateConfig:
+    base = dict(calibration=tiny_calibration(tmp_path / "cal.yaml"), out=tmp_path / "out",
+                model="tiny-llama", traces=("gamma",), modes=("colocated",), fractions=(0.2, 0.6),
+                duration_s=1.0, min_requests=4, max_requests=6, repeats=2, context=96,
+                knobs=KNOBS, capacity_requests=12, threads=1)
+    base.update(kw)
+    return ValidateConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    torch.set_num_threads(1)
+    cfg = config(tmp_path_factory.mktemp("val"))
+    v = Validation(cfg)
+    summary = v.run()
+    write_report(cfg, v, summary)
+    return cfg, v, summary
+
+
+def test_rates_come_from_the_simulated_capacity(done):
+    cfg, _, summary = done
+    assert not summary["failures"]
+    res = summary["results"]
+    assert [r["trace"] for r in res] == ["gamma", "gamma"]
+    cap = res[0]["capacity"]
+    assert cap > 0
+    assert [r["rate"] for r in res] == pytest.approx([0.2 * cap, 0.6 * cap])
+    assert [r["load"] for r in res] == pytest.approx([0.2, 0.6])
+    for r in res:
+        assert 4 <= r["num_requests"] <= 6 and r["repeats"] == 2
+        assert r["label"] in ("under-loaded", "over-loaded")
+
+
+def test_real_and_simulated_runs_share_requests_and_kv_pool(done):
+    cfg, v, summary = done
+    folder = cfg.out / "runs" / "gamma-colocated"
+    trace_rows = (folder / "rate0-trace.csv").read_text().strip().splitlines()
+    n = summary["results"][0]["num_requests"]
+    assert len(trace_rows) == n + 1
+    sim_summary = json.loads((folder / "rate0-sim" / "summary.json").read_text())
+    assert sim_summary["cluster"][0]["num_gpu_blocks"] == KNOBS.num_gpu_blocks
+    rec = v.records[("gamma", "colocated", 0)]
+    real, sim = rec["real"], rec["sim"]
+    assert list(real["request_id"]) == list(sim["request_id"])
+    assert (real["prompt_tokens"] == sim["prompt_tokens"]).all()
+    assert (real["output_tokens"] == sim["output_tokens"]).all()
+    for rep in range(2):
+        real_summary = json.loads((folder / f"rate0-real{rep}" / "summary.json").read_text())
+        assert real_summary["requests"]["finished"] == n
+
+
+def test_errors_are_signed_relative_to_the_real_mean(done):
+    _, _, summary = done
+    m = summary["results"][0]["metrics"]["tpot_p50"]
+    mean = np.mean(m["real"])
+    assert m["real_mean"] == pytest.approx(mean)
+    assert m["error"] == pytest.approx((m["sim"] - mean) / mean)
+    assert m["spread"] == pytest.approx((max(m["real"]) - min(m["real"])) / 2 / mean)
+    assert summary["results"][0]["metrics"]["preemptions"]["error"] == pytest.approx(
+        summary["results"][0]["metrics"]["preemptions"]["sim"]
+        - np.mean(summary["results"][0]["metrics"]["preemptions"]["real"]))
+    got = compare([{"ttft_s": {"p50": 2.0}}, {"ttft_s": {"p50": 4.0}}], {"ttft_s": {"p50": 3.3}})
+    assert got["ttft_p50"]["error"] == pytest.approx(0.1) and got["ttft_p50"]["spread"] == pytest.approx(1 / 3)
+
+
+def test_report_files(done):
+    cfg, _, summary = done
+    out = cfg.out
+    for name in ("validation.json", "validation.txt", "repro.json", "gamma-colocated-cdf.png",
+                 "gamma-colocated-scatter.png", "cal.yaml"):
+        assert (out / name).is_file(), name
+    repro = json.loads((out / "repro.json").read_text())
+    assert repro["seed"] == 0 and repro["model"] == "tiny-llama"
+    assert repro["model_config"]["hidden_size"] == TINY["tiny-llama"]["hidden_size"]
+    assert repro["knobs"]["num_gpu_blocks"] == KNOBS.num_gpu_blocks
+    assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
+    assert "torch" in repro["device_facts"]["versions"]
+    table = (out / "validation.txt").read_text()
+    assert table.count("gamma  colocated") == 2 and "cpu:" in table
+
+
+def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real_replay = validate_mod.ColocatedBackend.replay
+
+    def flaky(self, trace, seed):
+        calls["n"] += 1
+        if calls["n"] == 3:  # warm-up, rate 0, then rate 1 fails
+            raise RuntimeError("engine crashed (injected)")
+        return real_replay(self, trace, seed)
+
+    monkeypatch.setattr(validate_mod.ColocatedBackend, "replay", flaky)
+    cfg = config(tmp_path, repeats=1, fractions=(0.2, 0.4, 0.6))
+    v = Validation(cfg)
+    summary = v.run()
+    assert [f["rate"] for f in summary["failures"]] == pytest.approx([0.4 * summary["results"][0]["capacity"]])
+    assert "engine crashed (injected)" in summary["failures"][0]["error"]
+    assert [r["load"] for r in summary["results"]] == pytest.approx([0.2, 0.6])
+    assert "FAILED gamma colocated at" in format_table(summary)
+
+
+def test_bad_input_is_refused(tmp_path, capsys):
+    cal = tiny_calibration(tmp_path / "other.yaml", model="llama-50m")
+    with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'tiny-llama'"):
+        Validation(config(tmp_path, calibration=cal))
+    assert kvpd_main(["validate", "--calibration", str(tmp_path / "none.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert kvpd_main(["validate", "--calibration", str(cal), "--min-requests", "9",
+                      "--max-requests", "3"]) == 2
+    assert "--min-requests must not exceed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        kvpd_main(["validate", "--calibration", str(cal), "--modes", "colocated,xyz"])
+    with pytest.raises(ValueError, match="trace kind 'zipf'"):
+        base_trace("zipf", 128)
+
+
+def test_run_trace_takes_the_first_requests_at_the_rate():
+    base, info = base_trace("gamma", 256, num_requests=200, seed=3)
+    t = run_trace(base, 2.0, 50)
+    assert len(t) == 50 and t.arrival_s[0] == 0.0
+    assert workloads.mean_rate(t) == pytest.approx(2.0, rel=1e-6)
+    assert (t.prompt_len == base.prompt_len[:50]).all()
+    assert info["spec"]["arrival"]["cv"] == 4.0
+
+
+def test_azure_slice_lengths_fit_the_context(traces_dir):
+    base, info = base_trace("azure", 1024, path=traces_dir / "azure2023_AzureLLMInferenceTrace_conv.csv")
+    assert info["window_s"] == [0.0, 180.0] and 0 < info["length_scale"] < 1
+    assert (base.prompt_len + base.output_len <= 1024).all() and (base.output_len >= 1).all()
+    assert base.arrival_s.max() <= 180.0
+
+
+@pytest.mark.slow
+def test_pd_validation_end_to_end(tmp_path):
+    cfg = config(tmp_path, modes=("pd",), fractions=(0.3,), repeats=1)
+    v = Validation(cfg)
+    summary = v.run()
+    assert not summary["failures"], summary["failures"]
+    (r,) = summary["results"]
+    assert r["mode"] == "pd" and r["metrics"]["ttft_p50"]["error"] is not None
+    folder = cfg.out / "runs" / "gamma-pd"
+    sim = json.loads((folder / "rate0-sim" / "summary.json").read_text())
+    assert [c["role"] for c in sim["cluster"]] == ["prefill", "decode"]
