@@ -5,7 +5,8 @@ per-request KV cache; (3) the paged KV cache of the real engine, one request at 
 (4) paged + static request-level batching; (5) paged + ORCA continuous batching; (6) HF
 `generate` with left-padded static batches, the external baseline. Rungs 1-3 run the
 "fixed" workload (equal prompts, one request at a time); rungs 4-6 a mixed-length slice of a
-real trace with staggered arrivals. Prints a table, writes JSON and a bar chart.
+real trace with staggered arrivals. Rungs 2-6 run `--repeats` times, alternating, and the
+fastest run counts (the cores may be shared). Prints a table, writes JSON and a bar chart.
 Run with `python bench/ladder.py` or `kvpd bench ladder`.
 """
 
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-len", type=int, default=128, help="rungs 1-3 prompt (tokens)")
     p.add_argument("--max-tokens", type=int, default=64, help="rungs 1-3 new tokens")
     p.add_argument("--repeats", type=int, default=2,
-                   help="runs per request of rungs 2 and 3 (the fastest counts)")
+                   help="runs of rungs 2-6 (2-3 per request, 4-6 per workload); the fastest counts")
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace for rungs 4-6")
     p.add_argument("--trace-requests", type=int, default=32, help="first N requests of it")
     p.add_argument("--prompt-scale", type=float, default=0.25, help="scale trace prompt lengths")
@@ -150,9 +151,14 @@ def run_ladder(args: argparse.Namespace) -> dict:
                           do_sample=False, pad_token_id=0)
     results = [rung_no_cache(runner, fixed)]
     results += list(rungs_contiguous_and_paged(runner, single, fixed, args.repeats))
-    results.append(rung_engine(4, "paged + static batching", static, mixed))
-    results.append(rung_engine(5, "paged + ORCA continuous batching", orca, mixed))
-    results.append(rung_hf_static(loaded, mixed, args.max_batch))
+    best: dict[int, object] = {}
+    for _ in range(args.repeats):  # rounds of 4, 5, 6 so load swings hit all three alike
+        for res in (rung_engine(4, "paged + static batching", static, mixed),
+                    rung_engine(5, "paged + ORCA continuous batching", orca, mixed),
+                    rung_hf_static(loaded, mixed, args.max_batch)):
+            if res.rung not in best or res.span_s < best[res.rung].span_s:
+                best[res.rung] = res
+    results += [best[4], best[5], best[6]]
     r = {x.rung: x for x in results}
     checks = {
         "rung2_over_rung1": r[2].output_tokens_per_s / r[1].output_tokens_per_s,
