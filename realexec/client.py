@@ -338,7 +338,8 @@ class EngineClient:
         elif msg.type == "fatal":
             self._mark_down(w, f"failed: {b['message']}")
         elif msg.type in ("outputs", "heartbeat"):
-            w.stats = b["stats"]
+            if b["stats"]:  # outputs between heartbeats carry none
+                w.stats = b["stats"]
             if msg.type == "outputs":
                 for item in b["items"]:
                     self._on_item(w, item, float(b["step_s"]), now)

@@ -53,6 +53,7 @@ class DecodeConnector:
         self.socks = [self.rx.notify]  # the engine loop wakes when a transfer completes
         self.source: dict[str, str] = {}  # request id -> prefill worker (from add_remote)
         self.pending: dict[str, _Pending] = {}
+        self.unneeded: dict[str, float] = {}  # request id -> monotonic s: prompt was all cached
         self.kv_info: dict[str, dict[str, Any]] = {}
         self.num_received = self.num_lost = 0
 
@@ -106,7 +107,7 @@ class DecodeConnector:
         sched = self.llm.scheduler
         for rid, p in list(self.pending.items()):
             st = self.rx.complete(rid)
-            if st is not None:
+            if st is not None or p.num_cached >= p.request.num_prompt_tokens:
                 self._land(rid, p, st)
             elif now >= p.deadline:
                 del self.pending[rid]
@@ -120,6 +121,10 @@ class DecodeConnector:
                 src = self.source.pop(rid, "") or (st.prefill_worker if st else "")
                 if src:
                     self.rx.ack(src, rid, False, "timeout")
+        for rid, t in list(self.unneeded.items()):  # KV of a fully cached prompt, once it came
+            if self.rx.complete(rid) is not None or now - t > 4 * self.spec.kv_timeout_s:
+                self.rx.drop(rid)
+                del self.unneeded[rid]
         # KV nobody asked for (its request was aborted or never arrived) is dropped after a
         # few timeouts and its sender released.
         for rid in self.rx.stale(4 * self.spec.kv_timeout_s):
@@ -129,20 +134,27 @@ class DecodeConnector:
                     self.rx.ack(st.prefill_worker, rid, False, "no such request on the decode side")
         return []
 
-    def _land(self, rid: str, p: _Pending, st: StagedKV) -> None:
+    def _land(self, rid: str, p: _Pending, st: StagedKV | None) -> None:
+        """Write the staged KV (none needed when the whole prompt was cached here) and start
+        decoding; acknowledge, so the prefill side frees its blocks."""
         del self.pending[rid]
         t0 = time.time()
-        ids = self.llm.kv_cache_manager.get_block_ids(rid)
-        write_staged(self.llm.kv_cache, st, ids, p.num_cached)
+        src = self.source.pop(rid, "") or (st.prefill_worker if st else "")
+        if st is not None:
+            write_staged(self.llm.kv_cache, st, self.llm.kv_cache_manager.get_block_ids(rid),
+                         p.num_cached)
+            self.rx.drop(rid)
+        else:
+            self.unneeded[rid] = time.monotonic()
         t_written = time.time()
-        self.rx.drop(rid)
         self.llm.scheduler.on_kv_received(rid)
         self.num_received += 1
-        self.rx.ack(st.prefill_worker, rid, True)
-        self.source.pop(rid, None)
-        transfer_s = max(st.t_last_recv - st.t_send, 1e-9)
-        self.kv_info[rid] = {
-            "bytes": st.nbytes, "transfer_s": transfer_s, "gbps": st.nbytes / transfer_s / 1e9,
-            "write_s": t_written - t0, "wait_s": max(0.0, t0 - max(p.t_alloc, st.t_last_recv)),
-            "cached_tokens": p.num_cached, "prefill_worker": st.prefill_worker,
-        }
+        if src:
+            self.rx.ack(src, rid, True)
+        info: dict[str, Any] = {"cached_tokens": p.num_cached, "prefill_worker": src,
+                                "write_s": t_written - t0}
+        if st is not None:
+            transfer_s = max(st.t_last_recv - st.t_send, 1e-9)
+            info.update(bytes=st.nbytes, transfer_s=transfer_s, gbps=st.nbytes / transfer_s / 1e9,
+                        wait_s=max(0.0, t0 - max(p.t_alloc, st.t_last_recv)))
+        self.kv_info[rid] = info
