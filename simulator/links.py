@@ -79,16 +79,17 @@ class SimLink:
             return
         n = len(self._active)
         least = min(entry[0] for entry in self._active.values())
+        # the transfers that finish first (ties within a relative 1e-9 finish together)
+        due = [k for k, e in self._active.items() if e[0] <= least * (1 + 1e-9) + 1e-9]
         delay = max(least, 0.0) * n / self.bandwidth
-        self.env.process(self._complete_after(delay, self._generation))
+        self.env.process(self._complete_after(delay, self._generation, due))
 
-    def _complete_after(self, delay: float, generation: int):
+    def _complete_after(self, delay: float, generation: int, due: list[int]):
         yield self.env.timeout(delay)
         if generation != self._generation:
             return  # superseded by a later start or finish
         self._advance()
-        # finish every transfer drained to (numerically) zero
-        eps = 1e-6
-        for key in [k for k, e in self._active.items() if e[0] <= eps]:
+        # finish the due transfers by construction: float residue must not keep them alive
+        for key in due:
             self._active.pop(key)[1].succeed()
         self._reschedule()

@@ -51,3 +51,29 @@ def test_records_and_files(tmp_path):
     for key in ("requests", "throughput", "ttft_s", "tpot_s", "e2e_s", "slo", "kv", "wall_s"):
         assert key in s
     assert np.isfinite(s["ttft_s"]["p99"])
+
+
+def test_vectorised_itl_columns_match_direct_numpy():
+    import random
+
+    rng = random.Random(1)
+    rows = []
+    for i in range(200):
+        r = Request(str(i), num_prompt_tokens=5, arrival_time=rng.random())
+        t = r.arrival_time
+        for _ in range(rng.randint(0, 30)):
+            t += rng.random()
+            r.append_output_token(None, t)
+        rows.append(r)
+    rec = request_records(rows)
+    for i, r in enumerate(rows):
+        tt = np.array(r.token_times)
+        if len(tt) > 1:
+            g = np.diff(tt)
+            assert rec["itl_p99_s"][i] == pytest.approx(np.percentile(g, 99))
+            assert rec["itl_max_s"][i] == pytest.approx(g.max())
+            assert rec["tpot_s"][i] == pytest.approx(g.mean())
+        else:
+            assert np.isnan(rec["tpot_s"][i])
+        if len(tt):
+            assert rec["e2e_s"][i] == pytest.approx(tt[-1] - r.arrival_time)

@@ -177,13 +177,17 @@ class KVCacheManager:
         blocks = self.req_to_blocks[rid]
         end = min(num_tokens // bs, len(blocks))
         hashes = extend_block_hashes(request, bs, end)
+        if len(hashes) < end and request.prompt_token_ids is None:
+            # content past the trace's hashed prompt is unknowable: never look again
+            self.num_cached_blocks[rid] = end
         end = min(end, len(hashes))
         keep_tokens = request.prompt_token_ids is not None
         pool = self.block_pool
         for i in range(start, end):
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
-        self.num_cached_blocks[rid] = max(start, end)
+        if end > self.num_cached_blocks[rid]:
+            self.num_cached_blocks[rid] = end
 
     def free(self, request: Request) -> None:
         """Release the request's device blocks (tail first, so the prefix stays cached longest)

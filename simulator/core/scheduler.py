@@ -125,11 +125,23 @@ class Scheduler:
 
         # 1. running requests: decodes and unfinished prompt chunks
         running = self.running
+        block_ids = kvm.req_to_block_ids
+        bs = self.block_size
+        caching = kvm.enable_prefix_caching
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = req.num_tokens - req.num_computed_tokens
-            if num_new > 1:
+            computed = req.num_computed_tokens
+            num_new = req.num_tokens - computed
+            if num_new == 1:
+                ids = block_ids[req.request_id]
+                # fast path: a decode whose token fits its last block and fills no block
+                if computed < len(ids) * bs and not (caching and (computed + 1) % bs == 0):
+                    out.add(req, 1, ids)
+                    budget -= 1
+                    i += 1
+                    continue
+            elif num_new > 1:
                 num_new = self._cap_prefill(req, num_new, threshold)
             if num_new > budget:
                 num_new = budget
@@ -157,9 +169,10 @@ class Scheduler:
                     break
                 continue
             if req.is_swapped:
-                num_new = req.num_tokens - req.num_computed_tokens
+                # a resumed request may continue in chunks, whatever the chunking knob
+                num_new = min(req.num_tokens - req.num_computed_tokens, budget)
                 need = kvm.blocks_needed(req.num_computed_tokens + num_new)
-                if num_new > budget or need > kvm.num_free_blocks:
+                if need > kvm.num_free_blocks:
                     break
                 mapping = kvm.swap_in(req)
                 req.is_swapped = False
@@ -293,11 +306,16 @@ class Scheduler:
         k = len(times)
         last = times[-1]
         removed = False
+        bs = self.block_size
         for i, req in enumerate(out.reqs):
-            req.num_computed_tokens = out.num_computed_before[i] + 1
-            if not kvm.allocate_slots(req, k - 1):
+            before = out.num_computed_before[i]
+            req.num_computed_tokens = before + 1
+            # blocks for steps 2..k (step 1's were allocated by schedule())
+            if (before + k > len(out.block_ids[i]) * bs or req.prompt_token_ids is not None) and (
+                not kvm.allocate_slots(req, k - 1)
+            ):
                 raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
-            req.num_computed_tokens += k - 1
+            req.num_computed_tokens = before + k
             if req.first_token_time is None:
                 req.first_token_time = times[0]
             req.num_output_tokens += k
