@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -346,6 +347,9 @@ def engine_context() -> zmq.Context:
 def worker_main(spec: WorkerSpec) -> None:
     """Process entry point: build the engine, report `ready`, serve until told to stop."""
     logging.basicConfig(level=spec.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # Ctrl-C in a terminal reaches the whole process group: the front end owns it and stops
+    # the workers with `shutdown` (or they notice it is gone).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = engine_context()
     out = ctx.socket(zmq.PUSH)
     out.setsockopt(zmq.SNDHWM, 0)  # never drop or block on outputs; the front end drains them
@@ -368,6 +372,7 @@ def worker_main(spec: WorkerSpec) -> None:
         out.close()
         ctx.term()
         return
+    signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "stopping", True))
     try:
         loop.run()
     finally:

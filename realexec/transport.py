@@ -1,13 +1,27 @@
 """ZeroMQ wire format of kvpd's serving processes: msgpack header + raw tensor frames.
 
 Socket topology (every socket is ipc:// in a private temp dir or tcp://127.0.0.1 with an
-ephemeral port; the worker binds, reports the endpoint it got in its `ready` message):
+ephemeral port; a worker binds its sockets and reports the endpoints in its `ready`):
 
-    front end PUSH --------> worker PULL  "input"   add, add_remote, abort, peers, shutdown
-    front end PULL <-------- worker PUSH  "output"  ready, outputs, heartbeat (the front end
-                                                     binds one PULL every worker connects to)
+    front end PUSH --------> worker PULL   "input"   add, add_remote, abort, peers, shutdown
+    front end PULL <-------- worker PUSH   "output"  ready, outputs, heartbeat, fatal
+                                                     (the front end binds one PULL that
+                                                     every worker connects to)
     prefill DEALER <-------> decode ROUTER "kv"      kv (+ tensor frames), kv_cancel  P -> D
                                                      kv_ack                           D -> P
+                                                     (one DEALER per decode worker, its
+                                                     identity the prefill worker's name)
+
+Request flow. Colocated: `add` -> one `outputs` item per step with the new token(s) -> the
+item with `fin` set. PD: the front end picks a prefill worker P and a decode worker D and
+sends `add` (with `kv_target` = D) to P. P computes the prompt, samples the first token and
+pushes the request's prompt KV to D (`kv`: all layers in one message, or one message per
+layer as each is computed); its `outputs` item carries the first token and `handoff`. The
+front end streams that token and sends `add_remote` (prompt, sampling, first token, P) to D.
+D allocates blocks (waiting while its pool is full), copies the staged KV into them, starts
+decoding and answers `kv_ack(ok)`, on which P frees its blocks; if the KV is not complete
+`kv_timeout_s` after D allocated, D recomputes the prompt and answers `kv_ack(ok=False)`.
+D's `outputs` carry the remaining tokens and, once, the transfer's bytes / seconds / GB/s.
 
 A message is a multipart ZMQ message. Frame 0 is a msgpack map
 `{"v": PROTOCOL_VERSION, "type": str, "body": map, "tensors": [[dtype, [dims...]], ...]}`;

@@ -203,3 +203,55 @@ def test_dead_engine_gives_503_and_health_down(tokenizer):
     finally:
         srv.stop()
         client.close()
+
+
+def test_serve_command_rejects_bad_options(capsys):
+    from kvpd.cli import main as kvpd_main
+
+    assert kvpd_main(["serve", "--model", "tiny-llama", "--port", "70000"]) == 2
+    assert "--port must be in [0, 65535]" in capsys.readouterr().err
+    assert kvpd_main(["serve", "--model", "tiny-llama", "--pd", "1-1"]) == 2
+    assert "--pd must look like P:D" in capsys.readouterr().err
+    assert kvpd_main(["serve", "--model", "tiny-llama", "--tokenizer", "/nonexistent"]) == 2
+
+
+@pytest.mark.slow
+def test_kvpd_serve_pd_end_to_end_with_the_openai_client(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvpd.cli", "serve", "--model", "tiny-llama", "--port", str(port),
+             "--pd", "1:1", "--num-gpu-blocks", "256", "--block-size", "4",
+             "--max-num-batched-tokens", "64", "--served-model-name", MODEL, "--num-threads", "1"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+
+            def healthy():
+                try:
+                    return httpx.get(f"{url}/health", timeout=1).status_code == 200
+                except httpx.HTTPError:
+                    assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+                    return False
+
+            wait_for(healthy, 120, "kvpd serve to come up")
+            oai = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            (p,) = prompts(14, [19])
+            r = oai.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0,
+                                       extra_body={"ignore_eos": True})
+            assert r.choices[0].token_ids == reference([p], 6)[0]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()

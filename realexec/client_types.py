@@ -1,0 +1,76 @@
+"""Records the front-end client hands out: `Delta` (a request's new tokens), `ClientRequest`
+(all the client knows of one request, client-side timestamps), `WorkerState`, and errors."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+
+class EngineDeadError(RuntimeError):
+    """A worker needed by a request is down."""
+
+
+class RequestFailed(RuntimeError):
+    """A request ended with an error (its message says why)."""
+
+
+@dataclass
+class Delta:
+    """New output of one request: tokens received together, at client time `t` (perf_counter s)."""
+
+    request_id: str
+    token_ids: list[int]
+    t: float
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class ClientRequest:
+    """What the client knows about one request; times are `time.perf_counter()` seconds."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: dict[str, Any]
+    t_submit: float
+    token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)  # engine step that made each token (NaN: n/a)
+    finish_reason: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    num_cached_tokens: int = 0
+    worker: str = ""  # the worker holding it now
+    prefill_worker: str = ""
+    decode_worker: str = ""
+    kv: dict[str, Any] = field(default_factory=dict)
+    sink: Callable[[Delta], None] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+
+@dataclass
+class WorkerState:
+    name: str
+    role: str
+    proc: Any = None
+    sock: zmq.Socket | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    ready: bool = False
+    down: str | None = None  # why it is down
+    last_seen: float = 0.0  # perf_counter s
+
+    @property
+    def alive(self) -> bool:
+        return self.ready and self.down is None
