@@ -135,12 +135,15 @@ def run_ladder(args: argparse.Namespace) -> dict:
     mixed = trace_workload(vocab, args, loaded.max_model_len)
     blocks = lambda w: sum(-(-(len(p) + m) // 16) for p, m in zip(w.prompts, w.max_tokens))  # noqa: E731
     runner = SingleRequestRunner(loaded)
-    single = LLM(loaded, max_num_seqs=1, num_gpu_blocks=blocks(fixed) + 8)
+    # No prefix caching: repeated runs of the same prompts would hit the cache of the run
+    # before and skip their prefill, which neither the baselines nor fresh traffic get.
     batch_tokens = args.max_batch * max(len(p) for p in mixed.prompts)
-    static = LLM(loaded, batching="static", max_num_seqs=args.max_batch, num_gpu_blocks=blocks(mixed) + 8,
-                 max_num_batched_tokens=max(batch_tokens, 2048), record_steps=True)
-    orca = LLM(loaded, max_num_seqs=args.max_batch, num_gpu_blocks=blocks(mixed) + 8,
-               record_steps=True)
+    common = {"enable_prefix_caching": False, "record_steps": True}
+    single = LLM(loaded, max_num_seqs=1, num_gpu_blocks=blocks(fixed) + 8, **common)
+    static = LLM(loaded, batching="static", max_num_seqs=args.max_batch,
+                 num_gpu_blocks=blocks(mixed) + 8,
+                 max_num_batched_tokens=max(batch_tokens, 2048), **common)
+    orca = LLM(loaded, max_num_seqs=args.max_batch, num_gpu_blocks=blocks(mixed) + 8, **common)
     # warm up every path once (first calls allocate and pick kernels)
     wp, wm = fixed.prompts[0][:16], 4
     runner.no_cache(wp, wm)
@@ -184,6 +187,8 @@ def run_ladder(args: argparse.Namespace) -> dict:
                   for x in results],
         "checks": checks,
         "bandwidth": bandwidth_report(results, hardware),
+        "prefix_hit_rates": {str(k): e.kv_cache_manager.get_stats().prefix_hit_rate
+                             for k, e in ((3, single), (4, static), (5, orca))},
         "wall_s": time.perf_counter() - t_start,
     }
 

@@ -55,12 +55,13 @@ def test_kvpd_bench_ladder_tiny(tmp_path, capsys):
     rc = main(["bench", "ladder", "--model", "tiny-llama", "--fixed-requests", "2",
                "--prompt-len", "12", "--max-tokens", "5", "--trace-requests", "6",
                "--max-prompt", "40", "--max-output", "7", "--rate", "500", "--max-batch", "3",
-               "--repeats", "1", "--out", str(tmp_path)])
+               "--repeats", "2", "--out", str(tmp_path)])
     assert rc == 0
     report = json.loads((tmp_path / "ladder.json").read_text())
     assert [r["rung"] for r in report["rungs"]] == [1, 2, 3, 4, 5, 6]
     c = report["checks"]
     assert c["identical_1_2_3"] == 2 and c["identical_4_5_6"] == 6  # same greedy tokens
+    assert report["prefix_hit_rates"] == {"3": 0.0, "4": 0.0, "5": 0.0}  # repeats reuse nothing
     assert (tmp_path / "ladder.png").stat().st_size > 0
     assert "(5)/(6)" in capsys.readouterr().out
 
