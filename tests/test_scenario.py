@@ -1,0 +1,76 @@
+"""Scenario loading, overrides and bad input; `kvpd simulate` end to end."""
+
+import json
+
+import pytest
+import yaml
+
+from kvpd.cli import main
+from simulator.run import run_scenario
+from simulator.scenario import load_scenario, scenario_from_dict, scenario_keys
+from tests.sim_helpers import BASE, merged
+
+
+def _write(tmp_path, data, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_unknown_key_names_file_path_and_close_match(tmp_path):
+    p = _write(tmp_path, merged(BASE, {"scheduler": {"max_num_seq": 8}}))
+    with pytest.raises(ValueError) as exc:
+        load_scenario(p)
+    msg = str(exc.value)
+    assert str(p) in msg and "scheduler.max_num_seq" in msg and "max_num_seqs" in msg
+
+
+def test_wrong_type_and_impossible_value(tmp_path):
+    with pytest.raises(ValueError, match="scheduler.max_num_seqs"):
+        load_scenario(_write(tmp_path, merged(BASE, {"scheduler": {"max_num_seqs": "many"}})))
+    with pytest.raises(ValueError, match="cache.gpu_memory_utilization"):
+        load_scenario(_write(tmp_path, merged(BASE, {"cache": {"gpu_memory_utilization": 1.5}})))
+    with pytest.raises(ValueError, match="cluster.pd.decode.replicas"):
+        load_scenario(_write(tmp_path, merged(BASE, {"cluster": {"pd": {"decode": {"replicas": 0}}}})))
+
+
+def test_set_overrides_any_key(tmp_path):
+    p = _write(tmp_path, BASE)
+    sc = load_scenario(p, ["scheduler.max_num_seqs=7", "cluster.pd.link=nvlink4", "slo.ttft_s=0.25"])
+    assert sc.scheduler.max_num_seqs == 7 and sc.cluster.pd.link == "nvlink4" and sc.slo.ttft_s == 0.25
+    with pytest.raises(ValueError, match="KEY.PATH=VALUE"):
+        load_scenario(p, ["scheduler.max_num_seqs"])
+    assert "scheduler.max_num_batched_tokens" in scenario_keys()
+
+
+def test_failures_before_simulating():
+    with pytest.raises(ValueError, match="weights do not fit"):
+        run_scenario(scenario_from_dict(merged(BASE, {"model": "llama-3-70b"})))
+    empty = merged(BASE, {"workload": {"synthetic": {"num_requests": 10}, "window_s": [5000, 6000]}})
+    with pytest.raises(ValueError, match="no requests"):
+        run_scenario(scenario_from_dict(empty))
+    with pytest.raises(ValueError, match="unknown|close|Unknown"):
+        run_scenario(scenario_from_dict(merged(BASE, {"hardware": "h100-sxmm"})))
+
+
+def test_kvpd_simulate_writes_files_and_compares(tmp_path, capsys):
+    a = _write(tmp_path, merged(BASE, {"name": "a"}), "a.yaml")
+    b = _write(tmp_path, merged(BASE, {"name": "b", "scheduler": {"max_num_seqs": 4}}), "b.yaml")
+    out = tmp_path / "out"
+    rc = main(["simulate", str(a), "--out", str(out), "--compare", str(b), "--set", "output.plots=true"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "TTFT" in text and " a " in text and " b" in text
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("requests", "throughput", "ttft_s", "tpot_s", "e2e_s", "slo", "kv", "wall_s"):
+        assert key in summary
+    assert summary["requests"]["total"] == 200
+    for f in ("requests.parquet", "timeseries.parquet", "latency_cdf.png", "replicas.png"):
+        assert (out / f).is_file(), f
+    assert (out / "compare-b" / "summary.json").is_file()
+
+
+def test_kvpd_simulate_bad_scenario_exits_2(tmp_path, capsys):
+    p = _write(tmp_path, merged(BASE, {"cluster": {"routr": "x"}}))
+    assert main(["simulate", str(p)]) == 2
+    assert "cluster.routr" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+"""Behaviour a correct simulator of this system must show (orderings and invariants)."""
+
+import json
+
+import pytest
+
+from simulator.core import BatchShape
+from simulator.costmodel import CostModel
+from tests.sim_helpers import BASE, merged, sim
+
+
+def test_every_request_is_accounted_for(traces_dir):
+    res = sim({"workload": {"synthetic": None, "trace": str(traces_dir / "azure2023_AzureLLMInferenceTrace_conv.csv"),
+                            "window_s": [0, 120]},
+               "scheduler": {"max_model_len": 2048}})
+    r = res.summary["requests"]
+    assert r["total"] > 400
+    assert r["finished"] + r["rejected"] == r["total"] and r["rejected"] > 0  # some prompts exceed 2048
+
+
+def test_low_rate_latencies_approach_the_cost_model_step_times():
+    res = sim({"workload": {"synthetic": {
+        "num_requests": 20, "arrival": {"process": "constant", "rate": 0.2},
+        "prompt_len": {"dist": "fixed", "value": 1000}, "output_len": {"dist": "fixed", "value": 50}}}})
+    cm = CostModel("llama-3-8b", "h100-sxm")
+    prompt = cm.step_time(BatchShape.from_lists([1000], [0]))
+    decode = cm.step_time(BatchShape.from_lists([1], [1000]))
+    s = res.summary
+    assert s["ttft_s"]["p50"] == pytest.approx(prompt, rel=0.01)
+    assert s["tpot_s"]["p50"] == pytest.approx(decode, rel=0.02)
+    assert s["queueing_s"]["max"] < 1e-9
+
+
+def test_orca_beats_static_batching_on_mixed_lengths():
+    patch = {"scheduler": {"max_num_seqs": 16},
+             "workload": {"synthetic": {"num_requests": 300, "arrival": {"process": "poisson", "rate": 20.0},
+                                        "output_len": {"dist": "lognormal", "mean": 200, "sigma": 1.0, "min": 1, "max": 2000}}}}
+    orca = sim(merged(patch, {"scheduler": {"batching": "continuous"}})).summary
+    static = sim(merged(patch, {"scheduler": {"batching": "static"}})).summary
+    assert orca["throughput"]["output_tokens_per_s"] >= static["throughput"]["output_tokens_per_s"]
+    assert orca["queueing_s"]["mean"] < 0.5 * static["queueing_s"]["mean"]
+
+
+def test_pd_slower_link_raises_ttft_not_tpot_at_low_load():
+    low = {"workload": {"synthetic": {"num_requests": 40, "arrival": {"process": "poisson", "rate": 0.5}}}}
+    pd = lambda link: merged(low, {"cluster": {"pd": {"link": link}}})  # noqa: E731
+    fast = sim(pd("nvlink4")).summary
+    slow = sim(pd("ethernet-100g")).summary
+    assert slow["ttft_s"]["p50"] > fast["ttft_s"]["p50"] * 1.2
+    assert slow["tpot_s"]["p50"] == pytest.approx(fast["tpot_s"]["p50"], rel=0.02)
+    assert slow["kv_transfer_s"]["mean"] > fast["kv_transfer_s"]["mean"]
+
+
+def test_prefix_caching_on_mooncake_raises_hit_rate_and_lowers_ttft(traces_dir):
+    # Mooncake's 10-40k-token prompts: an H200 holding Qwen2.5-7B's small KV (57 KB/token)
+    # keeps ~2M tokens, enough to see reuse; the trace's own (infinite-cache) reuse for
+    # the first 1000 requests is ~17%.
+    patch = {"model": "qwen2.5-7b", "hardware": "h200-sxm",
+             "workload": {"synthetic": None, "trace": str(traces_dir / "mooncake_synthetic_trace.jsonl"),
+                          "limit": 1000, "target_rate": 1.0},
+             "scheduler": {"max_model_len": 131072}}
+    on = sim(merged(patch, {"cache": {"enable_prefix_caching": True}})).summary
+    off = sim(merged(patch, {"cache": {"enable_prefix_caching": False}})).summary
+    big = sim(merged(patch, {"cache": {"num_gpu_blocks": 1_500_000}})).summary
+    assert off["kv"]["prefix_hit_rate"] == 0.0 < on["kv"]["prefix_hit_rate"] < big["kv"]["prefix_hit_rate"]
+    assert big["kv"]["prefix_hit_rate"] == pytest.approx(0.17, abs=0.02)
+    assert on["ttft_s"]["mean"] < off["ttft_s"]["mean"]
+    assert big["ttft_s"]["mean"] < on["ttft_s"]["mean"]
+
+
+def test_tiny_kv_pool_preempts_and_still_finishes_everyone():
+    for mode, swap in (("recompute", 0.0), ("swap", 4.0)):
+        s = sim({"cache": {"num_gpu_blocks": 200, "swap_space_gb": swap},
+                 "scheduler": {"preemption_mode": mode, "max_model_len": 3000},
+                 "workload": {"synthetic": {"arrival": {"process": "poisson", "rate": 50.0}}}}).summary
+        assert s["preemptions"] > 0, mode
+        assert s["requests"]["finished"] == s["requests"]["total"] == 200
+
+
+def test_same_scenario_and_seed_give_identical_summary(tmp_path):
+    a, b = sim(), sim()
+    for res, d in ((a, tmp_path / "a"), (b, tmp_path / "b")):
+        res.write(d)
+    sa = json.loads((tmp_path / "a" / "summary.json").read_text())
+    sb = json.loads((tmp_path / "b" / "summary.json").read_text())
+    for s in (sa, sb):
+        s.pop("wall_s")
+        s["sim"].pop("requests_per_wall_s")
+    assert sa == sb
+
+
+def test_decode_bursts_do_not_change_results():
+    patch = {"cluster": {"replicas": 2, "router": "least_outstanding_tokens"},
+             "cache": {"num_gpu_blocks": 400}, "scheduler": {"max_model_len": 3000}}
+    burst = sim(patch)
+    step = sim(merged(patch, {"sim": {"max_decode_burst": 1}}))
+    assert step.summary["sim"]["num_steps"] == burst.summary["sim"]["num_steps"]
+    for a, b in zip(burst.requests, step.requests):
+        assert list(a.token_times) == pytest.approx(list(b.token_times), rel=1e-12, abs=1e-12)
+
+
+def test_routers_spread_load():
+    for router in ("round_robin", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"):
+        res = sim({"cluster": {"replicas": 3, "router": router}})
+        used = {r.annotations["replica"] for r in res.requests}
+        assert used == {"r0", "r1", "r2"}, router
+        assert res.summary["requests"]["finished"] == 200
+
+
+def test_tp_helps_a_70b_decode():
+    base = merged(BASE, {"model": "llama-3-70b"})
+    tp4 = sim({"cluster": {"tp": 4}}, base).summary
+    tp8 = sim({"cluster": {"tp": 8}}, base).summary
+    assert tp8["tpot_s"]["p50"] < tp4["tpot_s"]["p50"]
