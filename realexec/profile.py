@@ -54,6 +54,9 @@ class ProfileGrid:
     mixed_batches: tuple[int, ...] = (2, 8, 24)
     mixed_contexts: tuple[int, ...] = (128, 768)
     mixed_prompts: tuple[int, ...] = (32, 128, 384)
+    # decode batches of unequal contexts (as real traffic has): (batch, mean context), the
+    # contexts spread evenly over [1/4, 7/4] x the mean (`ragged_contexts`)
+    ragged: tuple[tuple[int, int], ...] = ((4, 256), (8, 512), (16, 256), (16, 768), (32, 384))
     swap_blocks: tuple[int, ...] = (1, 4, 16, 64, 256)
     transfer_tokens: tuple[int, ...] = (16, 64, 256, 1024, 2048)
     warmup: int = 1  # untimed rounds
@@ -70,6 +73,7 @@ class ProfileGrid:
         needs += [("chunks", (c, q), c + q) for c, q in self.chunks]
         needs += [("decode_contexts", c, c + len(self.mixed_prompts) + 3)
                   for c in self.decode_contexts]
+        needs += [("ragged", (b, c), max(ragged_contexts(b, c)) + 1) for b, c in self.ragged]
         for name, point, tokens in needs:
             if tokens > max_model_len:
                 raise ValueError(f"profile grid: {name} point {point} needs {tokens} tokens of "
@@ -80,7 +84,15 @@ class ProfileGrid:
         extra = len(self.mixed_prompts) + 3
         b = max(self.decode_batches + self.mixed_batches)
         c = max(self.decode_contexts + self.mixed_contexts)
-        return b * (c + extra) + max(self.mixed_prompts + self.prefill_lens)
+        ragged = max((sum(ragged_contexts(b, c)) + b for b, c in self.ragged), default=0)
+        return max(b * (c + extra), ragged) + max(self.mixed_prompts + self.prefill_lens)
+
+
+def ragged_contexts(batch: int, mean: int) -> list[int]:
+    """Contexts (tokens) of a ragged decode batch: evenly spread over [1/4, 7/4] x `mean`."""
+    if batch == 1:
+        return [mean]
+    return [max(2, round(mean * (0.25 + 1.5 * i / (batch - 1)))) for i in range(batch)]
 
 
 # Named grids: `default` for the ~50M ladder model on a CPU; `quick` for tests and smoke runs;
@@ -89,13 +101,15 @@ GRID_PRESETS: dict[str, ProfileGrid] = {
     "default": ProfileGrid(),
     "quick": ProfileGrid(prefill_lens=(8, 16, 32, 64, 96, 192), chunks=((64, 32), (128, 64)),
                          decode_batches=(1, 4, 8), decode_contexts=(16, 96), mixed_batches=(4,),
-                         mixed_contexts=(16,), mixed_prompts=(16, 48), swap_blocks=(1, 4),
+                         mixed_contexts=(16,), mixed_prompts=(16, 48), ragged=((4, 48),),
+                         swap_blocks=(1, 4),
                          transfer_tokens=(16, 64), warmup=1, repeats=3),
     "gpu": ProfileGrid(prefill_lens=(16, 64, 128, 256, 512, 1024, 2048, 4096),
                        chunks=((512, 512), (1024, 1024), (2048, 512), (3072, 1024)),
                        decode_batches=(1, 4, 16, 32, 64, 128, 192),
                        decode_contexts=(128, 512, 1024, 2048),
                        mixed_batches=(16, 64), mixed_contexts=(512,), mixed_prompts=(256, 1024),
+                       ragged=((32, 1024), (128, 512)),
                        swap_blocks=(16, 256), transfer_tokens=(256, 2048), warmup=1, repeats=5),
 }
 
@@ -210,6 +224,17 @@ class Profiler:
         self._drain()
         return out
 
+    def _ragged(self, batch: int, mean: int) -> list[Sample]:
+        """One decode step of `batch` requests whose contexts spread around `mean`."""
+        ctxs = ragged_contexts(batch, mean)
+        reqs = [self._add(c - 1, 3) for c in ctxs]
+        self._budget(sum(ctxs))
+        self._free_run(lambda: all(r.num_output_tokens >= 1 for r in reqs))
+        self._budget(FULL_BUDGET)
+        out = [(("ragged", batch, mean), "decode", *self._timed_step())]
+        self._drain()
+        return out
+
     def step_points(self) -> list[Callable[[], list[Sample]]]:
         g = self.grid
         pts: list[Callable[[], list[Sample]]] = [
@@ -219,6 +244,7 @@ class Profiler:
             for b in g.decode_batches:
                 mixed = g.mixed_prompts if (b in g.mixed_batches and c in g.mixed_contexts) else ()
                 pts.append(functools.partial(self._group, b, c, mixed))
+        pts += [functools.partial(self._ragged, b, c) for b, c in g.ragged]
         return pts
 
     def steps(self) -> list[ProfileRow]:

@@ -82,7 +82,8 @@ class ColocatedBackend:
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any]) -> None:
         from realexec.llm import LLM
 
-        self.llm = LLM(model_config, **llm_kwargs)
+        self.llm = LLM(model_config, record_steps=True, **llm_kwargs)
+        self.steps: list = []  # StepRecords of the last replay (shape, measured seconds)
 
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the engine thread)."""
@@ -90,8 +91,10 @@ class ColocatedBackend:
         from realexec.replay import replay
 
         before, s0 = self.llm.scheduler.num_preemptions, sched_times()
+        self.llm.runner.steps.clear()
         res = replay(trace, "inproc", llm=self.llm, seed=seed)
         avail = cpu_available(s0, sched_times())
+        self.steps = list(self.llm.runner.steps)
         return res, self.llm.scheduler.num_preemptions - before, avail
 
     def close(self) -> None:
@@ -184,6 +187,28 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def step_errors(steps: list, cost_model, fit_only: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+    """How well the calibrated cost model predicts the real run's own steps (their shapes and
+    measured durations, schedule + execute): total predicted / total measured - 1 (what sets
+    throughput and latency), the median per-step error, and the same with the fit-only terms."""
+    from simulator.calibrate import extended_time
+
+    steps = [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
+    if not steps:
+        return None
+    real = np.array([s.duration_s for s in steps])
+    pred = np.array([cost_model.step_time(s.shape) for s in steps])
+    out = {"num_steps": len(steps), "total": float(pred.sum() / real.sum() - 1),
+           "median": float(np.median(pred / real - 1))}
+    terms = (fit_only or {}).get("terms")
+    if terms and fit_only.get("cost_model") is not None:
+        ext = np.array([extended_time(fit_only["cost_model"], s.shape, terms["decode_padding"],
+                                      terms["lm_head_row_passes_below"]) for s in steps])
+        out["total_fit_only"] = float(ext.sum() / real.sum() - 1)
+    return out
+
+
 def check_targets(metrics: dict[str, Any]) -> dict[str, bool]:
     return {m: abs(metrics[m]["error"]) <= tol for m, tol in TARGETS.items()
             if metrics.get(m, {}).get("error") is not None}
@@ -207,10 +232,27 @@ class Validation:
         self.dtype = str(self.params.extra.get("dtype") or "fp32")
         self.threads = cfg.threads or facts.get("torch_threads")
         self.profile_avail = facts.get("cpu_available")
+        self.cost_model, self.fit_only = self._cost_models()
         self.results: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.traces: dict[str, dict[str, Any]] = {}
         self.records: dict[tuple, dict[str, Any]] = {}  # (trace, mode, rate i) -> records
+
+    def _cost_models(self):
+        """The calibrated `CostModel` (what the simulator uses) and, where the calibration has
+        them, the fit-only terms with their own model (diagnostics of real steps only)."""
+        import dataclasses
+
+        from simulator.costmodel import CostModel
+        from simulator.models import ModelSpec
+
+        spec = ModelSpec.from_hf_config(self.model_config, name=self.model_name)
+        cm = CostModel(spec, self.params.device, self.dtype, params=self.params)
+        fo = dict(self.params.extra.get("fit_only") or {})
+        if fo.get("terms") and fo.get("params"):
+            p = dataclasses.replace(self.params, **fo["params"])
+            fo["cost_model"] = CostModel(spec, self.params.device, self.dtype, params=p)
+        return cm, fo
 
     def llm_kwargs(self) -> dict[str, Any]:
         k = self.cfg.knobs
@@ -282,7 +324,7 @@ class Validation:
                                cfg.knobs, mode, trace_file, cfg.seed)
             sim = simulate(sc, handoff_first_token=mode == "pd")
             sim.write(folder / f"rate{i}-sim")
-            reals, recs, avails = [], [], []
+            reals, recs, avails, steps = [], [], [], []
             t0 = time.perf_counter()
             try:
                 for rep in range(cfg.repeats):
@@ -295,6 +337,7 @@ class Validation:
                     reals.append(res.summary)
                     recs.append(res.records)
                     avails.append(avail)
+                    steps += getattr(backend, "steps", [])
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 self.failures.append({"trace": kind, "mode": mode, "rate": rate, "error": msg})
@@ -311,6 +354,7 @@ class Validation:
                 "label": label, "queue_growing": growing, "num_requests": len(trace),
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
+                "step_error": step_errors(steps, self.cost_model, self.fit_only),
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}
             e = metrics

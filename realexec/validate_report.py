@@ -39,6 +39,11 @@ def _cell(m: dict[str, Any], name: str) -> str:
     return f"{err:+.1%}{mark}" + (f"±{spread:.0%}" if spread is not None else "")
 
 
+def _step(r: dict[str, Any]) -> str:
+    e = r.get("step_error")
+    return f"{e['total']:+.0%}" if e else "-"
+
+
 def _avail(r: dict[str, Any]) -> str:
     real = [a for a in r.get("cpu_available") or [] if a is not None]
     prof = r.get("cpu_available_profile")
@@ -50,17 +55,19 @@ def format_table(summary: dict[str, Any]) -> str:
     """One row per (trace, mode, rate): signed error (sim - real) / real per metric, with the
     real runs' spread (half range / mean) after ±; * marks a missed target."""
     head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'load':>5s} {'label':12s} {'n':>4s} "
-            f"{'cpu':>9s} " + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
+            f"{'cpu':>9s} {'step':>6s} " + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
     lines = [head]
     for r in summary["results"]:
         cells = " ".join(f"{_cell(r['metrics'][m], m):>12s}" for m in SHOWN)
         lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['load']:5.2f} "
-                     f"{r['label']:12s} {r['num_requests']:4d} {_avail(r):>9s} {cells}")
+                     f"{r['label']:12s} {r['num_requests']:4d} {_avail(r):>9s} {_step(r):>6s} {cells}")
     for f in summary["failures"]:
         rate = "-" if f.get("rate") is None else f"{f['rate']:.3f} req/s"
         lines.append(f"FAILED {f.get('trace', '*')} {f['mode']} at {rate}: {f['error']}")
     lines.append("cells: simulator error (sim - real)/real ± real run-to-run spread (half range "
                  "/ mean); * = outside target (5% tput/p50, 10% p90/p99); preempt: sim - real")
+    lines.append("step: the cost model on the real run's own steps (shapes, measured times): "
+                 "predicted total / measured total - 1 (colocated only)")
     lines.append("cpu: share of its runnable time the engine thread got on a CPU in the real runs "
                  "/ during the profile (1.00 = no contention; lower = shared cores)")
     return "\n".join(lines)

@@ -16,7 +16,8 @@ from simulator.calibrate_io import read_profile
 
 GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
                    decode_contexts=(8, 40), mixed_batches=(3,), mixed_contexts=(40,),
-                   mixed_prompts=(5, 12), swap_blocks=(1, 3), transfer_tokens=(16,), warmup=1,
+                   mixed_prompts=(5, 12), ragged=((4, 20),), swap_blocks=(1, 3),
+                   transfer_tokens=(16,), warmup=1,
                    repeats=2)
 
 
@@ -37,7 +38,9 @@ def test_step_points_have_the_shapes_of_the_grid(rows):
     (chunk,) = by_kind["chunk"]
     assert (chunk.shape.num_prefill_tokens, chunk.shape.prefill_context_tokens) == (16, 48)
     decodes = {(r.shape.num_decode_reqs, r.shape.decode_context_tokens) for r in by_kind["decode"]}
-    assert decodes == {(1, 8), (3, 24), (1, 40), (3, 120)}  # every context exactly C
+    # every context exactly C; the ragged group spreads [5, 15, 25, 35] around 20
+    assert decodes == {(1, 8), (3, 24), (1, 40), (3, 120), (4, 80)}
+    assert max(r.shape.max_context for r in by_kind["decode"] if r.shape.num_reqs == 4) == 35
     mixed = sorted((r.shape.num_decode_reqs, r.shape.num_prefill_tokens) for r in by_kind["mixed"])
     assert mixed == [(3, 5), (3, 12)]
     for r in by_kind["mixed"]:

@@ -67,6 +67,9 @@ def test_rates_come_from_the_simulated_capacity(done):
     for r in res:
         assert 4 <= r["num_requests"] <= 6 and r["repeats"] == 2
         assert r["label"] in ("under-loaded", "over-loaded")
+        # the cost model was also checked against the real run's own steps
+        assert r["step_error"]["num_steps"] >= r["num_requests"]
+        assert len(r["cpu_available"]) == 2
 
 
 def test_real_and_simulated_runs_share_requests_and_kv_pool(done):
