@@ -358,14 +358,19 @@ class EngineClient:
         log.error("front end: worker %s is down: %s", w.name, why)
         if not self._ready.is_set() and all(x.ready or x.down for x in self.workers.values()):
             self._ready.set()
+        # A request fails if the dead worker holds it or was to decode it; its other workers
+        # are told to drop it (a prefill worker may still hold its KV for the dead decoder).
+        # Requests already decoding elsewhere go on: a decode worker whose prefill worker died
+        # recomputes the prompt when the KV does not come.
         for req in list(self.requests.values()):
-            if req.worker == w.name or (req.decode_worker == w.name and req.worker == req.prefill_worker):
-                if req.worker != w.name:  # still prefilling for a dead decode worker
-                    p = self.workers.get(req.worker)
-                    if p is not None and p.alive:
-                        with contextlib.suppress(zmq.ZMQError):
-                            self._send(p, "abort", {"request_ids": [req.request_id]})
-                self._fail(req.request_id, f"worker {w.name} is down: {why}")
+            if w.name not in (req.worker, req.decode_worker):
+                continue
+            for name in {req.worker, req.prefill_worker, req.decode_worker} - {w.name, ""}:
+                other = self.workers.get(name)
+                if other is not None and other.alive:
+                    with contextlib.suppress(zmq.ZMQError):
+                        self._send(other, "abort", {"request_ids": [req.request_id]})
+            self._fail(req.request_id, f"worker {w.name} is down: {why}")
 
     def _check_liveness(self, now: float) -> None:
         if self._closing:
