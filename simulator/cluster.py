@@ -5,9 +5,10 @@ a prefill pool and a decode pool. After its prompt a request's KV crosses the li
 of its prefill replica: the decode replica must first allocate the blocks (the
 request waits in WAITING_FOR_REMOTE_KV there, and its blocks stay held on the prefill
 side, so a full decode pool back-pressures the prefill pool). Only the blocks the
-decode side lacks are sent. The first token reaches the user when the decode
-replica holds the KV (as with vLLM's disaggregated proxy), so the transfer counts
-in TTFT, not TPOT.
+decode side lacks are sent. By default the first token reaches the user when the
+decode replica holds the KV (as with vLLM's disaggregated proxy), so the transfer
+counts in TTFT, not TPOT; `pd.first_token: prefill` streams it from the prefill
+replica instead (as DistServe and kvpd's real PD front end do).
 
 Link model: each prefill replica has one egress link of the scenario's link type,
 with min(tp_prefill, tp_decode) NICs in parallel (one per GPU, as in 8-GPU nodes with
@@ -108,6 +109,7 @@ class SimCluster:
                 for r in self.prefill_replicas
             }
             self.layerwise = c.pd.transfer == "layerwise"
+            self.first_token_at_decode = c.pd.first_token == "decode"
 
     def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:
         sc = self.scenario
@@ -178,9 +180,9 @@ class SimCluster:
         if req.is_finished:  # aborted meanwhile
             return
         decode.scheduler.on_kv_received(req.request_id)
-        # the user sees the first token once the decode replica holds the KV
-        req.token_times[0] = env.now
-        req.first_token_time = env.now
+        if self.first_token_at_decode:  # the user sees it once the decode replica holds the KV
+            req.token_times[0] = env.now
+            req.first_token_time = env.now
         decode.wake()
 
     # ---- statistics ----

@@ -38,6 +38,10 @@ class PDSpec(_Strict):
     decode: PoolSpec = PoolSpec()
     link: Spec = "ib-ndr"
     transfer: Literal["whole", "layerwise"] = "whole"
+    # when the user sees the first token: "decode" = once the decode replica holds the KV
+    # (vLLM's disaggregated proxy; the transfer counts in TTFT), "prefill" = as soon as the
+    # prefill replica samples it (DistServe; the transfer counts in the first gap)
+    first_token: Literal["decode", "prefill"] = "decode"
 
 
 class ClusterSpec(_Strict):

@@ -112,3 +112,11 @@ def test_tp_helps_a_70b_decode():
     tp4 = sim({"cluster": {"tp": 4}}, base).summary
     tp8 = sim({"cluster": {"tp": 8}}, base).summary
     assert tp8["tpot_s"]["p50"] < tp4["tpot_s"]["p50"]
+
+
+def test_pd_first_token_at_prefill_moves_the_transfer_out_of_ttft():
+    low = {"workload": {"synthetic": {"num_requests": 40, "arrival": {"process": "poisson", "rate": 0.5}}}}
+    at_decode = sim(merged(low, {"cluster": {"pd": {"link": "ethernet-100g"}}})).summary
+    at_prefill = sim(merged(low, {"cluster": {"pd": {"link": "ethernet-100g", "first_token": "prefill"}}})).summary
+    assert at_prefill["ttft_s"]["p50"] < at_decode["ttft_s"]["p50"]
+    assert at_prefill["itl_s"]["max"] > at_decode["itl_s"]["max"]
