@@ -73,7 +73,9 @@ def trace_workload(vocab: int, args: argparse.Namespace, max_model_len: int):
     rng = random.Random(args.seed + 1)
     prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in plens]
     arrivals = (t.arrival_s - t.arrival_s[0]).tolist()
-    return Workload(f"{args.trace.stem[:24]} x{len(prompts)} @{args.rate:g}/s", prompts,
+    stem = args.trace.stem
+    short = stem if len(stem) <= 20 else f"{stem[:9]}..{stem[-9:]}"
+    return Workload(f"{short} x{len(prompts)} @{args.rate:g}/s", prompts,
                     olens.tolist(), arrivals)
 
 
