@@ -112,7 +112,7 @@ def run(sched, reqs, executor, max_burst=1, check=True):
         if check:
             assert out.shape.num_tokens <= cfg.max_num_batched_tokens
             assert len(out.reqs) <= cfg.max_num_seqs or any("_" in r.request_id for r in out.reqs)
-            assert all(b.ref_cnt >= 0 for b in kvm.block_pool.blocks)
+            assert all(b.ref_cnt >= 0 for b in kvm.block_pool.blocks if b is not None)
             bs = kvm.block_size
             for r, ids, before, q in zip(out.reqs, out.block_ids, out.num_computed_before, out.num_new_tokens):
                 assert len(ids) * bs >= before + q

@@ -33,31 +33,42 @@ class BlockPool:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
-        # head = least recently freed = next to reuse
-        self.free_queue: OrderedDict[int, KVCacheBlock] = OrderedDict(
-            (b.block_id, b) for b in self.blocks
-        )
+        # block objects are made the first time they are handed out (None before)
+        self.blocks: list[KVCacheBlock | None] = [None] * num_blocks
+        # Blocks never handed out come first, in id order (kept as a counter, so a pool of
+        # millions of blocks is cheap to build); then freed blocks, least recently freed first.
+        self._next_unused = 0
+        self.free_queue: OrderedDict[int, KVCacheBlock] = OrderedDict()
         self.cached_hash_to_block: dict[int, KVCacheBlock] = {}
         self.num_evictions = 0
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return len(self.free_queue) + self.num_blocks - self._next_unused
 
     @property
     def usage(self) -> float:
         """Fraction of blocks referenced by at least one request (0..1)."""
-        return 1.0 - len(self.free_queue) / self.num_blocks
+        return 1.0 - self.num_free_blocks / self.num_blocks
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        """Take `num_blocks` free blocks (LRU first), evicting their cached hashes."""
-        if num_blocks > len(self.free_queue):
-            raise ValueError(
-                f"cannot allocate {num_blocks} blocks: only {len(self.free_queue)} free"
-            )
-        popitem = self.free_queue.popitem
+        """Take `num_blocks` free blocks (never used first, then LRU), evicting their
+        cached hashes."""
+        free = self.num_free_blocks
+        if num_blocks > free:
+            raise ValueError(f"cannot allocate {num_blocks} blocks: only {free} free")
         out = []
+        fresh = min(num_blocks, self.num_blocks - self._next_unused)
+        if fresh:
+            start = self._next_unused
+            self._next_unused += fresh
+            blocks = self.blocks
+            for i in range(start, start + fresh):
+                block = blocks[i] = KVCacheBlock(i)
+                block.ref_cnt = 1
+                out.append(block)
+            num_blocks -= fresh
+        popitem = self.free_queue.popitem
         for _ in range(num_blocks):
             block = popitem(last=False)[1]
             if block.block_hash is not None:
@@ -107,7 +118,7 @@ class BlockPool:
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash of unreferenced blocks; returns how many were dropped."""
         dropped = 0
-        for block in self.free_queue.values():
+        for block in list(self.free_queue.values()):
             if block.block_hash is not None:
                 self._evict(block)
                 dropped += 1

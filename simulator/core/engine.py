@@ -71,6 +71,8 @@ class EngineCore:
         output = self.scheduler.schedule(now)
         if output.is_empty and not output.blocks_to_copy:
             result = StepResult(duration_s=0.0)
+            # nothing ran: the executor has not seen these yet, hand them to the next step
+            self.scheduler.finished_req_ids[:0] = output.finished_req_ids
         else:
             result = self.executor.execute(output)
         end = now + result.duration_s

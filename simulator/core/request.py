@@ -88,7 +88,9 @@ class SamplingParams:
             )
         try:
             return cls(**options)
-        except (TypeError, ValueError) as exc:
+        except ValueError as exc:  # messages already name "sampling_params.<field>"
+            raise ValueError(str(exc).replace("sampling_params", where, 1)) from exc
+        except TypeError as exc:
             raise ValueError(f"{where}: {exc}") from exc
 
     @property
