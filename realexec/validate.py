@@ -228,6 +228,14 @@ class Validation:
         self.params = CostParams.load(str(cfg.calibration), model=self.model_name)
         if self.params.model is None or self.params.device is None:
             raise ValueError(f"{cfg.calibration}: names no model/device; write it with kvpd calibrate")
+        from realexec.device import resolve_device
+        from realexec.profile_facts import catalog_device
+
+        local = catalog_device(resolve_device(cfg.device))
+        if local != self.params.device:
+            raise ValueError(f"{cfg.calibration}: calibration is for device {self.params.device!r}, "
+                             f"but the real runs would be on {local!r}; profile and calibrate "
+                             "this device first")
         facts = self.params.extra.get("device_facts") or {}
         self.dtype = str(self.params.extra.get("dtype") or "fp32")
         self.threads = cfg.threads or facts.get("torch_threads")

@@ -5,9 +5,7 @@ Imports no torch: everything here is the simulator's side."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,40 +132,6 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
     return sc
 
 
-def _resolved_link_class():
-    """`SimLink` that also finishes a transfer whose remaining bytes would take less than a
-    few ulps of the clock: the released `simulator/links.py` can reschedule such a remainder
-    forever (env.now + delay == env.now; see the xfail in tests/test_capacity.py). Used by
-    validate until links.py is fixed; identical results otherwise."""
-    from simulator.links import SimLink
-
-    class ResolvedSimLink(SimLink):
-        def _complete_after(self, delay: float, generation: int):
-            yield self.env.timeout(delay)
-            if generation != self._generation:
-                return
-            self._advance()
-            n = max(len(self._active), 1)
-            eps = max(1e-6, 4 * math.ulp(self.env.now) * self.bandwidth / n)  # bytes
-            for key in [k for k, e in self._active.items() if e[0] <= eps]:
-                self._active.pop(key)[1].succeed()
-            self._reschedule()
-
-    return ResolvedSimLink
-
-
-@contextlib.contextmanager
-def _links_that_finish():
-    import simulator.cluster as cluster
-
-    original = cluster.SimLink
-    cluster.SimLink = _resolved_link_class()
-    try:
-        yield
-    finally:
-        cluster.SimLink = original
-
-
 def simulate(scenario: dict[str, Any], *, handoff_first_token: bool = False):
     """Run the scenario; with `handoff_first_token` (PD) the first token counts when the
     prefill side hands the request off (`kv_ready_s`), as the real front end streams it
@@ -177,8 +141,7 @@ def simulate(scenario: dict[str, Any], *, handoff_first_token: bool = False):
     from simulator.run import run_scenario
     from simulator.scenario import scenario_from_dict
 
-    with _links_that_finish():
-        res = run_scenario(scenario_from_dict(scenario, "validate scenario"))
+    res = run_scenario(scenario_from_dict(scenario, "validate scenario"))
     if handoff_first_token:
         for r in res.requests:
             t = r.annotations.get("kv_ready_s")

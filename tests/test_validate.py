@@ -144,6 +144,13 @@ def test_bad_input_is_refused(tmp_path, capsys):
     cal = tiny_calibration(tmp_path / "other.yaml", model="llama-50m")
     with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'tiny-llama'"):
         Validation(config(tmp_path, calibration=cal))
+    gpu = tiny_calibration(tmp_path / "gpu.yaml")
+    p = CostParams.load(str(gpu))
+    p.device = "h100-sxm"
+    p.save(str(gpu))
+    with pytest.raises(ValueError, match="calibration is for device 'h100-sxm', but the real runs "
+                                         "would be on 'cpu'"):
+        Validation(config(tmp_path, calibration=gpu))
     assert kvpd_main(["validate", "--calibration", str(tmp_path / "none.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert kvpd_main(["validate", "--calibration", str(cal), "--min-requests", "9",
