@@ -24,19 +24,13 @@ from typing import Any
 
 import torch
 
-from realexec.profile_facts import (
-    catalog_device,
-    cpu_available,
-    device_facts,
-    model_identity,
-    sched_times,
-)
+from realexec.profile_facts import catalog_device, device_facts, model_identity
 from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
 
 Progress = Callable[[str], None] | None
-Sample = tuple[tuple, str, float, BatchShape]
+Sample = tuple[tuple, str, float, float, BatchShape]  # key, kind, wall s, on-CPU s, shape
 PROFILE_KINDS = ("steps", "swap", "transfer")
 # Token budget of the profiling engine: larger than any grid point, so each point is one step.
 FULL_BUDGET = 8192
@@ -162,7 +156,8 @@ class Profiler:
         self.dtype = dtype
         self.vocab = self.llm.vocab_size
         self._ids = 0
-        self.cpu_available: float | None = None  # see profile_facts.cpu_available
+        self.cpu_available: float | None = None  # on-CPU / wall over the timed steps
+        self.cpu_time_valid = self.llm.device.type == "cpu" and torch.get_num_threads() == 1
 
     # ---- helpers ----
     def _prompt(self, n: int) -> list[int]:
@@ -174,10 +169,11 @@ class Profiler:
                                     {"max_tokens": max_tokens, "ignore_eos": True,
                                      "temperature": 0.0})
 
-    def _timed_step(self) -> tuple[float, BatchShape]:
-        t0 = time.perf_counter()
+    def _timed_step(self) -> tuple[float, float, BatchShape]:
+        """(wall s, on-CPU s of this thread, shape) of one engine step."""
+        c0, t0 = time.thread_time(), time.perf_counter()
         out = self.llm.step()
-        return time.perf_counter() - t0, out.scheduler_output.shape
+        return time.perf_counter() - t0, time.thread_time() - c0, out.scheduler_output.shape
 
     def _budget(self, tokens: int) -> None:
         sched = self.llm.scheduler
@@ -253,22 +249,26 @@ class Profiler:
         rows: dict[tuple, ProfileRow] = {}
         shapes: dict[tuple, list[BatchShape]] = {}
         order = list(range(len(points)))
-        sched0 = None
         for rnd in range(g.warmup + g.repeats):
-            if rnd == g.warmup:
-                sched0 = sched_times()
             self.rng.shuffle(order)
             t0 = time.perf_counter()
             for i in order:
-                for key, kind, dt, shape in points[i]():
+                for key, kind, dt, cpu, shape in points[i]():
                     if rnd < g.warmup:
                         continue
-                    rows.setdefault(key, ProfileRow(kind)).times_s.append(dt)
+                    row = rows.setdefault(key, ProfileRow(kind))
+                    row.times_s.append(dt)
+                    row.cpu_times_s.append(cpu)
                     shapes.setdefault(key, []).append(shape)
             self.progress(f"round {rnd + 1}/{g.warmup + g.repeats}"
                           f"{' (warm-up)' if rnd < g.warmup else ''}: {len(points)} points, "
                           f"{time.perf_counter() - t0:.1f} s")
-        self.cpu_available = cpu_available(sched0, sched_times())
+        if self.cpu_time_valid:
+            wall = sum(sum(r.times_s) for r in rows.values())
+            self.cpu_available = sum(sum(r.cpu_times_s) for r in rows.values()) / wall
+        else:  # several threads or an accelerator: on-CPU time of this thread means nothing
+            for r in rows.values():
+                r.cpu_times_s = []
         for key, row in rows.items():
             row.shape = shapes[key][len(shapes[key]) // 2]
         return sorted(rows.values(), key=lambda r: (STEP_KINDS.index(r.kind), r.shape.num_reqs,

@@ -353,6 +353,7 @@ class Validation:
                 backend.close()
                 backend = self._backend(mode)  # a fresh engine for the remaining rates
                 continue
+            adjusted = self._adjusted(sc, reals, avails, folder / f"rate{i}", mode)
             load = rate / cap if cap else float("inf")
             growing = _queue_growing(recs[0])
             metrics = compare(reals, sim.summary)
@@ -363,6 +364,7 @@ class Validation:
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
                 "step_error": step_errors(steps, self.cost_model, self.fit_only),
+                "adjusted": adjusted,
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}
             e = metrics
@@ -370,6 +372,32 @@ class Validation:
                      f"tput {e['throughput_tok_s']['error']:+.1%} ttft50 {e['ttft_p50']['error']:+.1%} "
                      f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
         return backend
+
+    def _adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
+                  avails: list[float | None], stem: Path, mode: str) -> dict[str, Any] | None:
+        """A diagnostic, not the validation: the simulator re-run with the device slowed or
+        sped up by (CPU share the real runs got) / (CPU share during the profile), i.e. what
+        the errors are once the machine's changed contention is taken out."""
+        import dataclasses
+
+        got = [a for a in avails if a is not None]
+        if not got or not self.profile_avail:
+            return None
+        f = float(np.mean(got)) / float(self.profile_avail)
+        p = self.params
+        hw = dict(p.extra.get("hardware") or {})
+        hw.update(base=p.device, name=p.device, fp32_tflops_scale=f, bf16_tflops_scale=f,
+                  mem_bw_tbps_scale=f)
+        adj = dataclasses.replace(p, step_overhead_s=p.step_overhead_s / f,
+                                  layer_overhead_s=p.layer_overhead_s / f,
+                                  token_overhead_s=p.token_overhead_s / f,
+                                  extra={**p.extra, "hardware": hw})
+        path = stem.with_name(stem.name + "-adjusted.yaml")
+        adj.save(str(path))
+        sc = dict(sc, hardware={**hw, "calibration": str(path.resolve())})
+        sim = simulate(sc, handoff_first_token=mode == "pd")
+        return {"cpu_available_real": float(np.mean(got)), "speed_factor": f,
+                "metrics": compare(reals, sim.summary)}
 
     def summary(self) -> dict[str, Any]:
         return {"results": self.results, "failures": self.failures, "traces": self.traces}

@@ -31,11 +31,12 @@ from scipy.optimize import least_squares, nnls
 
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
 from simulator.costmodel import CostModel
-from simulator.costparams import EFFICIENCY_FIELDS, CostParams
+from simulator.costparams import EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.models import ModelSpec
 
 HELD_FIELDS = ("comm_efficiency", "layer_overhead_s")
+STATISTICS = ("median", "mean", "cpu")
 FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
 POINTS_PER_PARAM = 2  # fitting points needed per free parameter (an over-determined fit)
 # Typical magnitudes (efficiency: a fraction; overheads: s) so that the solver's steps
@@ -79,6 +80,12 @@ class Calibration:
         for k, r in rows:
             lines.append(f"{k:9s} {r['n_train']:5d} {r['n_held']:5d} {pct(r['mape_train']):>10s} "
                          f"{pct(r['mape_held']):>10s} {pct(r['median_abs_err_held']):>13s}")
+        fit = self.params.extra.get("fit") or {}
+        if fit.get("wall_check"):
+            w = fit["wall_check"]
+            lines.append(f"(errors above on on-CPU time; x 1/{fit['cpu_available']:.2f} CPU share "
+                         f"vs measured mean wall time: held-back MAPE {pct(w['mape_held'])}, "
+                         f"median |err| {pct(w['median_abs_err_held'])})")
         if self.fit_only:
             f, t = self.fit_only, self.fit_only["terms"]
             lines.append(f"fit-only terms (proposed, not in the simulator): decode_padding "
@@ -225,6 +232,16 @@ def fit_extended(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
     return min(fits, key=lambda f: f[1]["cost"])
 
 
+def speed_scaled(params: CostParams, factor: float) -> CostParams:
+    """`params` with every step time divided by `factor` (efficiencies x factor, overheads /
+    factor; 0 < factor <= 1 keeps efficiencies in (0, 1]): a device `factor` as fast."""
+    if not 0 < factor <= 1:
+        raise ValueError(f"speed factor must be in (0, 1], got {factor}")
+    ch = {f: getattr(params, f) * factor for f in EFFICIENCY_FIELDS if f != "comm_efficiency"}
+    ch.update({f: getattr(params, f) / factor for f in OVERHEAD_FIELDS})
+    return dataclasses.replace(params, **ch)
+
+
 def fit_link(nbytes: np.ndarray, seconds: np.ndarray, name: str) -> dict[str, Any]:
     """latency + bytes / bandwidth by non-negative least squares on relative errors."""
     a = np.column_stack([1.0 / seconds, nbytes / seconds])
@@ -243,9 +260,12 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     `model` / `device`: what the caller expects; a profile of another is refused, naming both.
     `hardware`: the catalog accelerator whose peaks the efficiencies refer to (default: the
     profile's device). `statistic`: fit the points' `median` (robust) or `mean` (what a long
-    run averages, contention phases included) step time."""
-    if statistic not in ("median", "mean"):
-        raise ValueError(f"statistic must be 'median' or 'mean', got {statistic!r}")
+    run averages, contention phases included) wall time, or `cpu`: their median on-CPU time
+    (one-thread CPU profiles; free of other processes' noise), then slow every term by the
+    profile's CPU share (`device_facts.cpu_available`) so the saved parameters predict wall
+    time at the contention the profile saw. Errors are reported on the fitted statistic."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {list(STATISTICS)}, got {statistic!r}")
     prof = profile if isinstance(profile, Profile) else read_profile(profile)
     where = str(prof.path)
     if model is not None and model != prof.model:
@@ -257,7 +277,12 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     dtype = str(prof.meta["dtype"])
     step = np.flatnonzero(prof.mask(*STEP_KINDS))
     kinds = prof.columns["kind"][step]
-    measured = prof.columns[f"{statistic}_s"][step].astype(float)
+    measured = prof.columns[f"{statistic}_median_s" if statistic == "cpu" else f"{statistic}_s"][
+        step].astype(float)
+    share = prof.meta["device_facts"].get("cpu_available")
+    if statistic == "cpu" and (not share or not (measured > 0).all()):
+        raise ValueError(f"{where}: statistic 'cpu' needs a one-thread CPU profile with on-CPU "
+                         "times (cpu_median_s) and device_facts.cpu_available; use median or mean")
     shapes = [prof.shape(i) for i in step]
     held = held_back(kinds, held_out, seed)
     _check_enough(len(step), int((~held).sum()), len(FREE_FIELDS), held_out)
@@ -289,13 +314,20 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                                    f"{acc.name}-{name.replace('_', '-')}")
     cal = Calibration(fitted, prof, kinds, measured, predicted, held, per_kind, links)
     cal.fit_only = fit_only
+    fit_info: dict[str, Any] = {"statistic": statistic}
+    if statistic == "cpu":  # the saved parameters predict wall time at the profile's CPU share
+        fit_info.update(cpu_available=float(share),
+                        cpu_params={f: getattr(fitted, f) for f in FREE_FIELDS})
+        fitted = speed_scaled(fitted, float(share))
+        wall = prof.columns["mean_s"][step].astype(float)
+        fit_info["wall_check"] = _kind_stats(np.abs(predicted / share / wall - 1), held)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cal.params = dataclasses.replace(
         fitted, device=prof.device if hardware is None else acc.name, model=prof.model,
         source=f"kvpd calibrate {where} ({stamp})",
         extra={"profile": where, "dtype": dtype, "device_facts": prof.meta["device_facts"],
                "fit": {"free": list(FREE_FIELDS), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
-                       "held_out_fraction": held_out, "seed": seed, "statistic": statistic,
+                       "held_out_fraction": held_out, "seed": seed, **fit_info,
                        **cal.summary(),
                        "per_kind": per_kind},
                "links": links, "fit_only": fit_only})

@@ -10,6 +10,11 @@ library versions, the grid, the seed). Rows:
 - `kv_transfer`: the KV of `num_tokens` tokens (`num_bytes`) sent from a prefill worker
   to a decode worker (gather, send, receive, scatter) over the PD transport.
 
+`cpu_median_s`: for one-thread CPU profiles, the median on-CPU time of the engine thread per
+step (wall time minus the time other processes held the core; 0 where not measured). With
+the profile's `device_facts.cpu_available` (on-CPU / wall over all timed steps) it separates
+the model's cost from the machine's contention.
+
 Every row keeps the median of its `repeats` and the spread (`p10_s`, `p90_s`, `min_s`,
 `max_s`, `rel_iqr`: interquartile range / median). This module imports neither torch nor
 simpy, so the simulator can read profiles without the real executor.
@@ -33,7 +38,7 @@ SHAPE_FIELDS = ("num_reqs", "num_tokens", "num_decode_reqs", "decode_context_tok
 STEP_KINDS = ("prefill", "chunk", "decode", "mixed")
 COPY_KINDS = ("swap_out", "swap_in", "kv_transfer")
 KINDS = STEP_KINDS + COPY_KINDS
-TIME_FIELDS = ("median_s", "mean_s", "p10_s", "p90_s", "min_s", "max_s", "rel_iqr")
+TIME_FIELDS = ("median_s", "mean_s", "p10_s", "p90_s", "min_s", "max_s", "rel_iqr", "cpu_median_s")
 COLUMNS = ("kind", *SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats", *TIME_FIELDS)
 INT_COLUMNS = (*SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats")
 # Facts a profile's JSON must carry (written by realexec.profile).
@@ -49,6 +54,7 @@ class ProfileRow:
     num_blocks: int = 0
     num_bytes: int = 0
     times_s: list[float] = field(default_factory=list)
+    cpu_times_s: list[float] = field(default_factory=list)  # on-CPU seconds (1-thread CPU runs)
 
     def stats(self) -> dict[str, float]:
         t = np.asarray(self.times_s, dtype=float)
@@ -57,7 +63,8 @@ class ProfileRow:
         q10, q25, q50, q75, q90 = np.percentile(t, [10, 25, 50, 75, 90])
         return {"median_s": float(q50), "mean_s": float(t.mean()), "p10_s": float(q10),
                 "p90_s": float(q90), "min_s": float(t.min()), "max_s": float(t.max()),
-                "rel_iqr": float((q75 - q25) / q50) if q50 > 0 else 0.0}
+                "rel_iqr": float((q75 - q25) / q50) if q50 > 0 else 0.0,
+                "cpu_median_s": float(np.median(self.cpu_times_s)) if self.cpu_times_s else 0.0}
 
     def to_record(self) -> dict[str, Any]:
         rec: dict[str, Any] = {"kind": self.kind}

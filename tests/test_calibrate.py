@@ -36,14 +36,15 @@ def _shapes() -> list[tuple[str, BatchShape]]:
 
 
 def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, model="llama-50m",
-                      device="cpu", swap=True):
+                      device="cpu", swap=True, cpu_share=0.5):
     """A profile whose medians are the cost model's step times under `params` (+ noise)."""
     rng = np.random.default_rng(seed)
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
     rows = []
     for kind, shape in shapes if shapes is not None else _shapes():
         t = cm.step_time(shape)
-        rows.append(ProfileRow(kind, shape, times_s=list(t * (1 + noise * rng.standard_normal(3)))))
+        wall = t * (1 + noise * rng.standard_normal(3))
+        rows.append(ProfileRow(kind, shape, times_s=list(wall), cpu_times_s=list(wall * cpu_share)))
     if swap:  # 2 GB/s, 50 us latency
         for kind in ("swap_out", "swap_in", "kv_transfer"):
             for n in (1, 16, 256):
@@ -51,7 +52,7 @@ def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, mo
                 rows.append(ProfileRow(kind, num_blocks=n, num_bytes=nbytes,
                                        times_s=[50e-6 + nbytes / 2e9] * 3))
     meta = {"device": device, "model": model, "model_config": CFG, "dtype": "fp32",
-            "device_facts": {"type": "cpu", "torch_threads": 1}}
+            "device_facts": {"type": "cpu", "torch_threads": 1, "cpu_available": cpu_share}}
     return write_profile(rows, meta, tmp_path / "profile.csv")
 
 
@@ -73,6 +74,22 @@ def test_fit_recovers_a_synthetic_profile(tmp_path):
     # links: latency + bytes / bandwidth
     assert cal.links["swap"]["bandwidth_gb_s"] == pytest.approx(2.0, rel=0.01)
     assert cal.links["kv_transfer"]["latency_us"] == pytest.approx(50, rel=0.05)
+
+
+def test_cpu_time_fit_is_scaled_back_to_wall_time_by_the_cpu_share(tmp_path):
+    cal = calibrate(synthetic_profile(tmp_path, cpu_share=0.5), statistic="cpu")
+    fit = cal.params.extra["fit"]
+    assert fit["statistic"] == "cpu" and fit["cpu_available"] == 0.5
+    assert fit["wall_check"]["median_abs_err_held"] < 0.03
+    model = ModelSpec.from_hf_config(CFG, name="llama-50m")
+    true_cm = CostModel(model, "cpu", "fp32", params=TRUE)
+    fit_cm = CostModel(model, "cpu", "fp32", params=dataclasses.replace(cal.params, device=None, model=None))
+    shape = BatchShape.from_lists([1] * 12, [700] * 12)
+    assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.04)
+    assert cal.params.step_overhead_s == pytest.approx(fit["cpu_params"]["step_overhead_s"] / 0.5)
+    no_cpu = synthetic_profile(tmp_path / "w", cpu_share=0.0)
+    with pytest.raises(ValueError, match="statistic 'cpu' needs a one-thread CPU profile"):
+        calibrate(no_cpu, statistic="cpu")
 
 
 def test_fit_is_deterministic_and_held_back_points_are_per_kind(tmp_path):

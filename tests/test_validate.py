@@ -70,6 +70,10 @@ def test_rates_come_from_the_simulated_capacity(done):
         # the cost model was also checked against the real run's own steps
         assert r["step_error"]["num_steps"] >= r["num_requests"]
         assert len(r["cpu_available"]) == 2
+        # the diagnostic re-run scales the device by the CPU share the real runs got
+        got = [a for a in r["cpu_available"] if a is not None]
+        if got:
+            assert r["adjusted"]["speed_factor"] == pytest.approx(np.mean(got) / 0.9)
 
 
 def test_real_and_simulated_runs_share_requests_and_kv_pool(done):
@@ -117,7 +121,8 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 2 and "cpu:" in table
+    assert table.count("gamma  colocated") == 4 and "cpu:" in table  # main + diagnostic table
+    assert "contention-adjusted" in table
 
 
 def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, monkeypatch):

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: the profile's device)")
     p.add_argument("--held-out", type=float, default=0.25,
                    help="fraction of each step kind held back to measure the error")
-    p.add_argument("--statistic", choices=["median", "mean"], default="median",
-                   help="fit the points' median (robust) or mean step time")
+    p.add_argument("--statistic", choices=["median", "mean", "cpu"], default="median",
+                   help="fit the points' median or mean wall time, or (one-thread CPU "
+                   "profiles) their on-CPU time scaled by the profile's CPU share")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back choice and starts")
     p.add_argument("--no-plot", action="store_true", help="skip FILE.fit.png")
     p.set_defaults(func=run)
