@@ -138,7 +138,8 @@ class EngineClient:
 
     def workers_status(self) -> dict[str, dict[str, Any]]:
         return {w.name: {"role": w.role, "alive": w.alive, "down": w.down,
-                         "pid": getattr(w.proc, "pid", None), "stats": dict(w.stats)}
+                         "pid": getattr(w.proc, "pid", None), "stats": dict(w.stats),
+                         "stats_at": w.stats_at}
                 for w in self.workers.values()}
 
     def is_healthy(self) -> bool:
@@ -283,7 +284,7 @@ class EngineClient:
             self._mark_down(w, f"failed: {b['message']}")
         elif msg.type in ("outputs", "heartbeat"):
             if b["stats"]:  # outputs between heartbeats carry none
-                w.stats = b["stats"]
+                w.stats, w.stats_at = b["stats"], now
             if msg.type == "outputs":
                 for item in b["items"]:
                     self._on_item(w, item, float(b["step_s"]), now)

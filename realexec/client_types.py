@@ -67,6 +67,7 @@ class WorkerState:
     endpoints: dict[str, str] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    stats_at: float = 0.0  # perf_counter s when `stats` arrived
     ready: bool = False
     down: str | None = None  # why it is down
     last_seen: float = 0.0  # perf_counter s

@@ -3,8 +3,10 @@ raw ZeroMQ harness that talks to one engine process directly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -78,6 +80,16 @@ def wait_for(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
         time.sleep(0.02)
 
 
+@contextlib.contextmanager
+def paused(pid: int):
+    """SIGSTOP a worker for the block (so a request cannot finish on its own meanwhile)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def pool_whole(stats: dict[str, Any]) -> bool:
     """A worker's stats say every KV block is free and nothing is held or in flight."""
     return (stats.get("num_free_blocks") == stats.get("num_gpu_blocks")
@@ -86,8 +98,18 @@ def pool_whole(stats: dict[str, Any]) -> bool:
             and not stats.get("kv_held") and not stats.get("kv_staged"))
 
 
-def all_pools_whole(client: Any) -> bool:
-    return all(pool_whole(w["stats"]) for w in client.workers_status().values() if w["alive"])
+def all_pools_whole(client: Any, since: float = 0.0) -> bool:
+    """Every live worker's stats, received after `since` (perf_counter s), say its pool is whole."""
+    return all(pool_whole(w["stats"]) and w["stats_at"] > since
+               for w in client.workers_status().values() if w["alive"])
+
+
+def wait_pools_whole(client: Any, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
+    """Wait for stats newer than now that show every live pool whole; returns the status."""
+    since = time.perf_counter()
+    wait_for(lambda: all_pools_whole(client, since), timeout_s,
+             "every live worker to report a whole KV pool")
+    return client.workers_status()
 
 
 class RawEngine:

@@ -15,11 +15,12 @@ from realexec.transport import encode
 from tests.serving_helpers import (
     GREEDY,
     TINY_KWARGS,
-    all_pools_whole,
+    paused,
     prompts,
     reference,
     tiny_config,
     wait_for,
+    wait_pools_whole,
 )
 
 
@@ -44,7 +45,7 @@ def _run(client: EngineClient, ps: list[list[int]], max_tokens: int) -> list:
 
 def _check_equal_and_clean(client: EngineClient, ps, reqs, max_tokens: int) -> None:
     assert [r.token_ids for r in reqs] == reference(ps, max_tokens)
-    wait_for(lambda: all_pools_whole(client), 10, "both pools to be whole again")
+    wait_pools_whole(client)
 
 
 @pytest.fixture(scope="module")
@@ -68,21 +69,25 @@ def test_pd_greedy_output_equals_colocated(pd):
     # already has the first output token, so the whole prompt may come from its cache)
     assert reqs[7].kv["cached_tokens"] == 32 and reqs[8].kv["cached_tokens"] == 20
     stats = pd.workers_status()
-    assert stats["prefill-0"]["stats"]["kv_acked"] >= len(ps)
-    assert stats["decode-0"]["stats"]["kv_received"] >= len(ps)
+    assert stats["prefill-0"]["stats"]["kv_acked"] >= len(ps), stats
+    assert stats["decode-0"]["stats"]["kv_received"] >= len(ps), stats
 
 
 def test_request_finishing_on_the_prefill_worker_is_never_handed_off(pd):
     r = pd.generate(prompts(22, [12])[0], {**GREEDY, "max_tokens": 1}, timeout_s=60)
     assert len(r.token_ids) == 1 and r.finish_reason == "length" and not r.kv
-    wait_for(lambda: all_pools_whole(pd), 10, "both pools to be whole again")
+    wait_pools_whole(pd)
 
 
 def test_abort_while_decoding_frees_both_pools(pd):
+    aborted = pd.metrics.finished["abort"]
     it = pd.stream(prompts(23, [30])[0], {**GREEDY, "max_tokens": 400})
     assert [len(next(it).token_ids) for _ in range(4)] == [1, 1, 1, 1]  # 1st from prefill
-    it.close()
-    wait_for(lambda: all_pools_whole(pd) and not pd.requests, 10, "both pools to be whole")
+    with paused(pd.workers["decode-0"].proc.pid):
+        it.close()
+    assert pd.metrics.finished["abort"] == aborted + 1
+    wait_pools_whole(pd)
+    assert not pd.requests
 
 
 def test_garbled_kv_messages_are_rejected_and_serving_goes_on(pd):
@@ -130,23 +135,29 @@ def test_lost_kv_transfer_is_recomputed_on_the_decode_side():
         r = client.generate(ps[2][:20], {**GREEDY, "max_tokens": 8}, timeout_s=30)
         assert not r.kv.get("lost") and r.kv["cached_tokens"] == 20
         assert r.token_ids == reference([ps[2][:20]], 8)[0]
-        wait_for(lambda: all_pools_whole(client), 10, "both pools to be whole again")
+        wait_pools_whole(client)
         assert client.workers_status()["decode-0"]["stats"]["kv_lost"] == 3
 
 
 @pytest.mark.slow
 def test_full_decode_pool_back_pressures_and_every_request_completes():
-    # 24 decode blocks of 4 tokens: one 40 + 20 token request (15 blocks) at a time
+    # 24 decode blocks of 4 tokens: a 40 + 20 token request needs 15, so at most one fits
+    # whole; the prefill side must hold the rest of the KV until the decode side takes it
     cfg = tiny_config(pd=(1, 1), role_llm_kwargs={"decode": {"num_gpu_blocks": 24}})
     with EngineClient(cfg) as client:
         ps = prompts(26, [40, 40, 40, 40])
-        reqs = [client.submit(p, {**GREEDY, "max_tokens": 20}) for p in ps]
-        wait_for(lambda: client.workers_status()["prefill-0"]["stats"].get("kv_held", 0) >= 2, 30,
-                 "the prefill worker to hold KV the decode side has no room for")
+        with paused(client.workers["decode-0"].proc.pid):
+            reqs = [client.submit(p, {**GREEDY, "max_tokens": 20}) for p in ps]
+            since = time.perf_counter()
+            wait_for(lambda: client.workers["prefill-0"].stats_at > since
+                     and client.workers["prefill-0"].stats.get("kv_held") == 4, 30,
+                     "the prefill worker to hold all four requests' KV")
         for r in reqs:
             assert r.done.wait(60) and r.error is None, r.error
         _check_equal_and_clean(client, ps, reqs, 20)
-        assert client.workers_status()["prefill-0"]["stats"]["kv_hold_timeouts"] == 0
+        stats = client.workers_status()
+        assert stats["prefill-0"]["stats"]["kv_acked"] == 4
+        assert stats["prefill-0"]["stats"]["kv_hold_timeouts"] == 0
 
 
 @pytest.mark.slow
@@ -164,7 +175,7 @@ def test_killed_decode_worker_fails_its_requests_and_leaks_no_prefill_blocks():
         status = client.workers_status()
         assert not status["decode-0"]["alive"] and "code -9" in status["decode-0"]["down"]
         assert status["prefill-0"]["alive"]
-        wait_for(lambda: all_pools_whole(client), 10, "the prefill pool to be whole")
+        wait_pools_whole(client)
         with pytest.raises(EngineDeadError, match="no decode worker is up"):
             client.submit([1, 2, 3], {"max_tokens": 2})
         assert not client.requests

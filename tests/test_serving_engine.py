@@ -19,11 +19,12 @@ from realexec.transport import encode
 from tests.serving_helpers import (
     GREEDY,
     RawEngine,
-    all_pools_whole,
+    paused,
     prompts,
     reference,
     tiny_config,
     wait_for,
+    wait_pools_whole,
 )
 
 
@@ -64,20 +65,25 @@ def test_streaming_through_engine_process_equals_in_process_greedy(engine):
         times = r.token_times
         assert len(times) == 12 and times[0] > r.t_submit
         assert all(a <= b for a, b in zip(times, times[1:]))
-    wait_for(lambda: all_pools_whole(engine), 10, "the pool to be whole again")
+    wait_pools_whole(engine)
 
 
 def test_sync_stream_iterator_closed_early_aborts(engine):
+    aborted = engine.metrics.finished["abort"]
     it = engine.stream(prompts(2, [9])[0], {**GREEDY, "max_tokens": 400})
     got = [next(it) for _ in range(3)]
     assert all(len(d.token_ids) == 1 and not d.finished for d in got)
-    it.close()
-    wait_for(lambda: all_pools_whole(engine), 10, "the aborted request's blocks to be freed")
+    with paused(engine.workers["engine-0"].proc.pid):
+        it.close()
+        assert not engine.requests and engine.metrics.finished["abort"] == aborted + 1
+    wait_pools_whole(engine)
 
 
 def test_async_client_streams_and_cancelling_aborts(engine):
     aclient = AsyncEngineClient(engine)
     (p,) = prompts(3, [11])
+    pid = engine.workers["engine-0"].proc.pid
+    aborted = engine.metrics.finished["abort"]
 
     async def main():
         whole = await aclient.generate(p, {**GREEDY, "max_tokens": 6})
@@ -85,18 +91,28 @@ def test_async_client_streams_and_cancelling_aborts(engine):
         async for d in aclient.stream(p, {**GREEDY, "max_tokens": 400}):
             seen.append(d)
             if len(seen) == 2:
-                break  # leaving the loop closes the generator, which aborts the request
-        task = asyncio.ensure_future(aclient.generate(p, {**GREEDY, "max_tokens": 400}))
-        await asyncio.sleep(0.3)
+                os.kill(pid, signal.SIGSTOP)
+                break  # the dropped generator is closed by the loop, which aborts the request
+        while engine.requests:
+            await asyncio.sleep(0.01)
+        os.kill(pid, signal.SIGCONT)
+        task = asyncio.ensure_future(aclient.generate(p, {**GREEDY, "max_tokens": 400}, "c"))
+        while not (engine.requests.get("c") and engine.requests["c"].token_ids):
+            await asyncio.sleep(0.01)
+        os.kill(pid, signal.SIGSTOP)
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            os.kill(pid, signal.SIGCONT)
         return whole, seen
 
     whole, seen = asyncio.run(main())
     assert whole.token_ids == reference([p], 6)[0]
     assert [d.token_ids[0] for d in seen] == whole.token_ids[:2]
-    wait_for(lambda: all_pools_whole(engine), 10, "cancelled requests' blocks to be freed")
+    assert engine.metrics.finished["abort"] == aborted + 2
+    wait_pools_whole(engine)
     assert not engine.requests
 
 

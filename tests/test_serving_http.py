@@ -13,12 +13,12 @@ import pytest
 from realexec.client import EngineClient
 from realexec.http_server import ServerThread, create_app, load_tokenizer
 from tests.serving_helpers import (
-    all_pools_whole,
     prompts,
     reference,
     save_tiny_tokenizer,
     tiny_config,
     wait_for,
+    wait_pools_whole,
 )
 
 MODEL = "tiny"
@@ -156,25 +156,33 @@ def test_models_health_and_metrics(server, oai):
 
 
 def test_client_disconnect_aborts_and_frees_blocks(server):
+    # The engine is paused (SIGSTOP) while the client goes away, so the request cannot finish
+    # on its own first; the front end must abort it, and the engine frees it once resumed.
+    client = server.client
+    pid = client.workers["engine-0"].proc.pid
     (p,) = prompts(13, [40])
     body = {"model": MODEL, "prompt": p, "max_tokens": 450, "temperature": 0, "stream": True,
             "ignore_eos": True}
-    with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=30) as r:
-        got = []
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                got.append(line)
-            if len(got) == 3:
-                break
-    assert len(got) == 3  # then the connection is closed mid-stream
-    wait_for(lambda: all_pools_whole(server.client) and not server.client.requests, 10,
-             "the disconnected stream's request to be aborted")
-    # a non-streaming request whose client gives up is aborted too
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.base_url}/v1/completions", timeout=0.5,
-                   json={**body, "stream": False})
-    wait_for(lambda: all_pools_whole(server.client) and not server.client.requests, 10,
-             "the timed-out request to be aborted")
+    aborted = client.metrics.finished["abort"]
+    try:  # (paused() cannot span the SIGSTOP sent mid-stream below)
+        with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=30) as r:
+            got = []
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    got.append(line)
+                if len(got) == 3:
+                    os.kill(pid, signal.SIGSTOP)
+                    break
+        assert len(got) == 3  # the connection closed mid-stream
+        wait_for(lambda: not client.requests, 10, "the disconnected stream to be aborted")
+        # a non-streaming request whose client gives up is aborted too
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.base_url}/v1/completions", timeout=0.5, json={**body, "stream": False})
+        wait_for(lambda: not client.requests, 10, "the timed-out request to be aborted")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert client.metrics.finished["abort"] == aborted + 2
+    wait_pools_whole(client)
     assert 'finish_reason="abort"' in httpx.get(f"{server.base_url}/metrics").text
 
 
