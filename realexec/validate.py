@@ -204,7 +204,8 @@ def step_errors(steps: list, cost_model, fit_only: dict[str, Any] | None = None
     terms = (fit_only or {}).get("terms")
     if terms and fit_only.get("cost_model") is not None:
         ext = np.array([extended_time(fit_only["cost_model"], s.shape, terms["decode_padding"],
-                                      terms["lm_head_row_passes_below"]) for s in steps])
+                                      terms["lm_head_row_passes_below"], terms.get("overlap", 1.0))
+                        for s in steps])
         out["total_fit_only"] = float(ext.sum() / real.sum() - 1)
     return out
 

@@ -90,7 +90,7 @@ class Calibration:
             f, t = self.fit_only, self.fit_only["terms"]
             lines.append(f"fit-only terms (proposed, not in the simulator): decode_padding "
                          f"{t['decode_padding']:.2f}, lm_head_row_passes_below "
-                         f"{t['lm_head_row_passes_below']} -> held-back MAPE "
+                         f"{t['lm_head_row_passes_below']}, overlap {t['overlap']:.2f} -> held-back MAPE "
                          f"{pct(f['mape_held'])}, median |err| {pct(f['median_abs_err_held'])}")
         for name, link in self.links.items():
             lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
@@ -162,7 +162,7 @@ def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
     (see `extended_time`); returns (params, {"decode_padding", "lm_head_row_passes_below"})."""
     lo_all, hi_all = CostParams.fit_bounds()
     bounds_of = dict(zip(CostParams.FIT_FIELDS, zip(lo_all, hi_all)))
-    ext = row_passes_below is not None
+    ext = 2 if row_passes_below is not None else 0  # decode_padding, overlap
     lo = np.array([bounds_of[f][0] for f in FREE_FIELDS] + [0.0] * ext)
     hi = np.array([bounds_of[f][1] for f in FREE_FIELDS] + [1.0] * ext)
     scale = np.array([_X_SCALE.get(f, 0.1) for f in FREE_FIELDS] + [0.1] * ext)
@@ -175,11 +175,11 @@ def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
         if not ext:
             return _predict(model, acc, dtype, make(x), shapes) / measured - 1.0
         cm = CostModel(model, acc, dtype, params=make(x))
-        pred = np.array([extended_time(cm, s, x[n], row_passes_below) for s in shapes])
+        pred = np.array([extended_time(cm, s, x[n], row_passes_below, x[n + 1]) for s in shapes])
         return pred / measured - 1.0
 
     rng = np.random.default_rng(seed)
-    x0 = np.clip(np.array([getattr(base, f) for f in FREE_FIELDS] + [0.5] * ext), lo, hi)
+    x0 = np.clip(np.array([getattr(base, f) for f in FREE_FIELDS] + [0.5, 1.0][:ext]), lo, hi)
     starts = [x0]
     is_eff = np.array([f in EFFICIENCY_FIELDS for f in FREE_FIELDS] + [True] * ext)
     for _ in range(_NUM_STARTS - 1):
@@ -193,7 +193,8 @@ def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
         if best is None or res.cost < best.cost:
             best = res
     terms = {"decode_padding": float(best.x[n]), "lm_head_row_passes_below": row_passes_below,
-             "cost": float(best.cost)} if ext else {"cost": float(best.cost)}
+             "overlap": float(best.x[n + 1]), "cost": float(best.cost)} if ext else {
+        "cost": float(best.cost)}
     return make(best.x), terms
 
 
@@ -203,19 +204,27 @@ def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
 # context (KV gather + one batched SDPA, realexec/attention.py), so it reads up to
 # decodes x max_context KV rather than the sum of the contexts (`decode_padding` in [0, 1] of
 # that extra read); (2) fp32 GEMMs of 2-3 rows (MKL has no small-M kernel) stream the LM head's
-# weights once per row (`lm_head_row_passes_below` = 4: 2 or 3 logit rows cost 2 or 3 reads).
-# They are fitted and reported beside the stock fit; the simulator does not use them.
+# weights once per row (`lm_head_row_passes_below` = 4: 2 or 3 logit rows cost 2 or 3 reads);
+# (3) a CPU overlaps an operator's memory traffic with its arithmetic only partly: each
+# operator takes max(compute, memory) + (1 - overlap) x min(compute, memory) (`overlap` in
+# [0, 1]; 1 is the roofline). They are fitted and reported beside the stock fit; the simulator
+# does not use them.
 ROW_PASS_CHOICES = (0, 4)  # off, or MKL's small-M behaviour (measured: 1, 2, 3 rows -> 1, 2, 3 reads)
 
 
-def extended_time(cm: CostModel, shape: Any, padding: float, row_passes_below: int) -> float:
-    """`cm.step_time(shape)` plus the two fit-only terms."""
+def extended_time(cm: CostModel, shape: Any, padding: float, row_passes_below: int,
+                  overlap: float = 1.0) -> float:
+    """`cm.step_time(shape)` with the fit-only terms."""
     s = shape
     if padding and shape.num_decode_reqs:
         extra = max(shape.num_decode_reqs * shape.max_context - shape.decode_context_tokens, 0)
         s = dataclasses.replace(shape, decode_context_tokens=int(
             round(shape.decode_context_tokens + padding * extra)))
-    t = cm.step_time(s)
+    if overlap < 1:
+        ops = cm.explain(s)
+        t = ops.total_s + (1 - overlap) * sum(min(o.compute_s, o.memory_s) for o in ops.ops)
+    else:
+        t = cm.step_time(s)
     rows = shape.num_reqs
     if row_passes_below and 1 < rows < row_passes_below:
         last = cm._stages[-1]
@@ -294,7 +303,8 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     ext_params, terms = fit_extended(spec, acc, dtype, train_shapes, measured[train], base, seed)
     cm_ext = CostModel(spec, acc, dtype, params=ext_params)
     ext_pred = np.array([extended_time(cm_ext, s, terms["decode_padding"],
-                                       terms["lm_head_row_passes_below"]) for s in shapes])
+                                       terms["lm_head_row_passes_below"], terms["overlap"])
+                         for s in shapes])
     ext_err = np.abs(ext_pred / measured - 1)
     fit_only = {"terms": {k: v for k, v in terms.items() if k != "cost"},
                 "params": {f: getattr(ext_params, f) for f in FREE_FIELDS},

@@ -113,6 +113,11 @@ def test_calibration_file_is_what_scenarios_load(tmp_path):
     loaded = CostParams.load(str(out), device="cpu", model="llama-50m")
     assert loaded.to_vector() == pytest.approx(cal.params.to_vector())
     assert loaded.extra["fit"]["per_kind"]["decode"]["n_held"] > 0
+    # the proposed terms are fitted and reported, not used: a roofline profile needs none
+    terms = loaded.extra["fit_only"]["terms"]
+    assert set(terms) == {"decode_padding", "lm_head_row_passes_below", "overlap"}
+    assert 0 <= terms["decode_padding"] <= 1 and 0 <= terms["overlap"] <= 1
+    assert loaded.extra["fit_only"]["median_abs_err_held"] < 0.03
     sc = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(out)},
           "cache": {"num_gpu_blocks": 64}, "output": {"plots": False, "timeseries": False},
           "workload": {"synthetic": {"num_requests": 5, "arrival": {"process": "poisson", "rate": 5},
