@@ -222,6 +222,11 @@ class Scheduler:
         """Decode role: allocate blocks for a request whose KV comes from a prefill worker."""
         kvm = self.kv_cache_manager
         hits, num_hit = kvm.get_computed_blocks(req)
+        # keep a watermark of free blocks (1% of the pool, as vLLM v0) so the requests
+        # already decoding can grow without being preempted by each arrival
+        need = kvm.blocks_needed(req.num_prompt_tokens) - len(hits)
+        if kvm.num_free_blocks - need < max(1, kvm.num_gpu_blocks // 100) and self.running:
+            return False
         if not kvm.allocate_slots(req, req.num_prompt_tokens - num_hit, hits, cache=False):
             return False  # back-pressure: the KV waits on the prefill side
         self.waiting.pop()
