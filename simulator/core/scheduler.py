@@ -238,7 +238,10 @@ class Scheduler:
 
     def _pick_victim(self) -> Request:
         if self.config.policy == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            # lowest priority, latest arrival; ties go to the latest admitted, so the
+            # oldest request always makes progress (no preemption ping-pong)
+            running = self.running
+            return running[max(range(len(running)), key=lambda i: (running[i].priority, running[i].arrival_time, i))]
         return self.running[-1]
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> int:
