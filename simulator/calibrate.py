@@ -388,6 +388,10 @@ def plot_fit(cal: Calibration, path: Path) -> Path:
     ax.plot(lim, lim, "k--", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("predicted step time (ms)")
     s = cal.summary()
