@@ -24,6 +24,7 @@ class BatchShape:
     prefill_context_tokens: int = 0  # sum over prefills of context before + new (KV read)
     prefill_attn_pairs: int = 0  # sum over prefills of causal query-key pairs
     max_context: int = 0  # longest context incl. new tokens in this step
+    max_decode_context: int = 0  # longest decode context incl. the new token
 
     def add(self, num_new_tokens: int, num_context_before: int) -> None:
         """Add one request computing `num_new_tokens` after `num_context_before` cached tokens."""
@@ -33,6 +34,8 @@ class BatchShape:
         if num_new_tokens == 1 and num_context_before > 0:
             self.num_decode_reqs += 1
             self.decode_context_tokens += total
+            if total > self.max_decode_context:
+                self.max_decode_context = total
         else:
             self.num_prefill_reqs += 1
             self.num_prefill_tokens += num_new_tokens
@@ -61,4 +64,5 @@ class BatchShape:
             num_decode_reqs=self.num_decode_reqs,
             decode_context_tokens=self.decode_context_tokens + steps * self.num_decode_reqs,
             max_context=self.max_context + steps,
+            max_decode_context=self.max_decode_context + steps,
         )
