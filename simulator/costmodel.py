@@ -15,6 +15,13 @@ overheads. Per layer and per tensor-parallel rank:
   as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step and per token) and
   `layer_overhead`.
 
+Three `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
+the ideal, i.e. GPU estimates are unchanged; `kvpd calibrate` fits them on a CPU):
+`overlap` (each roofline operator takes max(c, m) + (1 - overlap) x min(c, m)),
+`decode_padding` (decode attention over sum_ctx + p x (decodes x max_decode_context - sum_ctx)
+KV tokens, as a padded batched kernel) and `gemm_row_passes_below` (the LM head's weights are
+read once per row when 1 < rows < that value, as fp32 MKL does for small M).
+
 Pipeline parallelism splits layers into `pp` stages and the batch into `m` micro-batches:
 the step takes sum_s t_s + (m - 1) max_s t_s (fill/drain bubble included), with the
 activations sent between stages over the scale-up link (`pp_send`).
@@ -72,6 +79,7 @@ class CostModel:
         p = self.params
         self._step_ovh, self._tok_ovh = p.step_overhead_s, p.token_overhead_s
         self._microbatches = p.pp_microbatches or pp
+        self._padding = float(p.decode_padding)
 
     # ------------------------------------------------------------------ precomputation
     def _stage_coefs(self, s: int) -> dict[str, Any]:
@@ -141,6 +149,7 @@ class CostModel:
             lm[0] * gc, lm[1] * gm, lm[2] * gm, raw.get("sampling", 0.0) * gm,
             gather[0] * lk, gather[1],
             send[0] * lk, send[1],
+            1.0 - p.overlap, float(p.gemm_row_passes_below),
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last}
 
@@ -150,18 +159,29 @@ class CostModel:
         T = shape.num_tokens
         if T <= 0:
             return 0.0
+        Dctx = self.decode_attn_tokens(shape)
         if self.pp == 1:
             t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
                                  shape.prefill_attn_pairs, shape.prefill_context_tokens,
-                                 shape.num_decode_reqs, shape.decode_context_tokens)
+                                 shape.num_decode_reqs, Dctx)
             return t + self._step_ovh + T * self._tok_ovh
         mb = self.num_microbatches(shape)
         times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
                                   shape.num_prefill_tokens / mb, shape.prefill_attn_pairs / mb,
                                   shape.prefill_context_tokens / mb, shape.num_decode_reqs / mb,
-                                  shape.decode_context_tokens / mb)
+                                  Dctx / mb)
                  for st in self._stages]
         return sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
+
+    def decode_attn_tokens(self, shape: BatchShape) -> float:
+        """KV tokens (per layer) decode attention reads and multiplies this step: the decodes'
+        contexts plus `decode_padding` x the padding to `max_decode_context` (tokens)."""
+        D = shape.decode_context_tokens
+        if self._padding:
+            pad = shape.num_decode_reqs * shape.max_decode_context - D
+            if pad > 0:
+                return D + self._padding * pad
+        return D
 
     def num_microbatches(self, shape: BatchShape) -> int:
         """Pipeline micro-batches of this step: `pp_microbatches` (default pp), at most one
@@ -175,30 +195,32 @@ class CostModel:
                     Rd: float, Dctx: float) -> float:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
-         cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0) = fast
+         cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below) = fast
+        # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         a = T * qc
         b = qm0 + T * qm1
-        t = a if a > b else b
+        t = a + ov * b if a > b else b + ov * a
         a = P * ac
         b = Pctx * akv + Tp * aq
-        t += a if a > b else b
+        t += a + ov * b if a > b else b + ov * a
         a = Dctx * ac
         b = Dctx * akv + Rd * aq
-        t += a if a > b else b
+        t += a + ov * b if a > b else b + ov * a
         a = T * oc
         b = om0 + T * om1
-        t += a if a > b else b
+        t += a + ov * b if a > b else b + ov * a
         a = T * mc
         if n_exp > 1:  # MoE: expected number of distinct experts the T tokens hit
             b = mm0 * n_exp * (1.0 - hit ** T) + rtr + T * mm1
         else:
             b = mm0 + T * mm1
-        t += a if a > b else b
+        t += a + ov * b if a > b else b + ov * a
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = R * lc
-            b = lm0 + R * lm1
-            t += (a if a > b else b) + R * smp + g0 + R * g1
+            # small-row GEMM: the weights are read once per row when 1 < R < passes_below
+            b = (lm0 * R if 1.0 < R < passes_below else lm0) + R * lm1
+            t += (a + ov * b if a > b else b + ov * a) + R * smp + g0 + R * g1
         else:  # activations to the next stage
             t += s0 + T * s1
         return t

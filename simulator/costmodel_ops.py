@@ -15,9 +15,12 @@ if TYPE_CHECKING:
     from simulator.costmodel import CostModel
 
 
-def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: float) -> OpCost:
+def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: float,
+              ov: float = 0.0) -> OpCost:
+    """max(c, m) + ov x min(c, m) seconds, ov = 1 - `CostParams.overlap`."""
     c, m = flops * rate_c, nbytes * rate_m
-    return OpCost(name, flops, nbytes, c if c > m else m, "compute" if c > m else "memory", c, m)
+    t = c + ov * m if c > m else m + ov * c
+    return OpCost(name, flops, nbytes, t, "compute" if c > m else "memory", c, m)
 
 
 def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float, P: float,
@@ -25,25 +28,26 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     """Operators of one stage for one micro-batch (same arithmetic as `_stage_time`)."""
     raw, rate = st["raw"], st["rate"]
     gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
-    model = cm.model
+    model, p = cm.model, cm.params
+    ov = 1.0 - p.overlap
     ops: list[OpCost] = []
     fl, wb, act = raw["qkv_proj"]
-    ops.append(_roofline("qkv_proj", T * fl, wb + T * act, gc, gm))
+    ops.append(_roofline("qkv_proj", T * fl, wb + T * act, gc, gm, ov))
     fa, kv_ctx, per_new = raw["attn"]
     if Tp or Pctx:
-        ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am))
-    if Rd or Dctx:
-        ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am))
+        ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am, ov))
+    if Rd or Dctx:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
+        ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am, ov))
     fl, wb, act = raw["o_proj"]
-    ops.append(_roofline("o_proj", T * fl, wb + T * act, gc, gm))
+    ops.append(_roofline("o_proj", T * fl, wb + T * act, gc, gm, ov))
     fl, wb, act = raw["mlp"]
     if model.is_moe:
         E, k = model.num_experts, model.experts_per_token
         hit = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts hit by T tokens
         ops.append(_roofline("moe_experts", T * fl, wb * hit + raw["router_bytes"] + T * act,
-                             gc, gm))
+                             gc, gm, ov))
     else:
-        ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm))
+        ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm, ov))
     efl, eb = raw["elementwise"]
     ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm))
     if cm.tp > 1:
@@ -54,7 +58,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                       "overhead"))
     if st["last"]:
         fl, wb, act = raw["lm_head"]
-        ops.append(_roofline("lm_head", R * fl, wb + R * act, gc, gm))
+        passes = R if 1.0 < R < p.gemm_row_passes_below else 1.0  # small-row GEMM re-reads
+        ops.append(_roofline("lm_head", R * fl, wb * passes + R * act, gc, gm, ov))
         sb = R * raw["sampling"]
         ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm))
         if cm.tp > 1:
@@ -85,7 +90,7 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
     per_stage = [
         _stage_ops(cm, st, T / mb, shape.num_reqs / mb, shape.num_prefill_tokens / mb,
                    shape.prefill_attn_pairs / mb, shape.prefill_context_tokens / mb,
-                   shape.num_decode_reqs / mb, shape.decode_context_tokens / mb)
+                   shape.num_decode_reqs / mb, cm.decode_attn_tokens(shape) / mb)
         for st in cm._stages
     ]
     times = [sum(op.time_s for op in ops) for ops in per_stage]
@@ -113,15 +118,19 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
         return np.zeros(num_steps)
     mb = cm.num_microbatches(shape)
     R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
-    ctx = (shape.decode_context_tokens + np.arange(num_steps, dtype=np.float64)
+    # the padding to the longest decode context stays constant as every context grows by one
+    ctx = (cm.decode_attn_tokens(shape) + np.arange(num_steps, dtype=np.float64)
            * shape.num_decode_reqs) / mb
+    ov = 1.0 - cm.params.overlap
     stage_times = []
     for st in cm._stages:
         fast = st["fast"]
         ac, akv, aq = fast[12], fast[13], fast[14]
         # the stage without its decode-attention term, then the growing attention term
         rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aq
-        stage_times.append(rest + np.maximum(ctx * ac, ctx * akv + Rd * aq))
+        c, m = ctx * ac, ctx * akv + Rd * aq
+        stage_times.append(rest + (np.maximum(c, m) + ov * np.minimum(c, m) if ov else
+                                   np.maximum(c, m)))
     total = stage_times[0] if cm.pp == 1 else (
         np.sum(stage_times, axis=0) + (mb - 1) * np.max(stage_times, axis=0))
     return total + (cm.params.step_overhead_s + T * cm.params.token_overhead_s)

@@ -18,6 +18,9 @@ import yaml
 EFFICIENCY_FIELDS = ("gemm_compute_efficiency", "gemm_memory_efficiency",
                      "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency")
 OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s")
+# Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
+# fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
+BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 
 
 @dataclass
@@ -52,6 +55,21 @@ class CostParams:
     # Host-side work per scheduled token (position/slot-mapping tensors, detokenising):
     # ~0.1 us per token in numpy (order of magnitude, calibrated per device).
     token_overhead_s: float = 1e-7
+    # Padded decode attention: a batched decode kernel that gathers every decode's KV padded to
+    # the longest decode context of the step (the real CPU executor: KV gather + one batched
+    # SDPA, realexec/attention.py) reads and multiplies sum_ctx + p x (decodes x max_ctx -
+    # sum_ctx) KV tokens. 0: paged kernels touch only each request's own blocks (vLLM
+    # PagedAttention / FlashInfer); 1: fully padded. Fitted by `kvpd calibrate`.
+    decode_padding: float = 0.0
+    # Memory/compute overlap of one operator: it takes max(c, m) + (1 - overlap) x min(c, m).
+    # 1: the roofline (GPU kernels hide memory traffic behind arithmetic); a CPU core stalls
+    # on part of it (fitted 0.4-0.7 on the CPU executor, issue 8 report).
+    overlap: float = 1.0
+    # Small-row GEMM passes: fp32 MKL has no small-M kernel and streams the weights once per
+    # row when 1 < rows < this value (measured on the CPU executor: 2 or 3 LM-head rows cost
+    # 2 or 3 weight reads, 4+ one); applied to the LM head, whose rows are the step's
+    # requests. 0: off (GPU GEMMs read the weights once).
+    gemm_row_passes_below: int = 0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).
@@ -60,7 +78,9 @@ class CostParams:
     source: str = "defaults (simulator/costparams.py)"
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept on save/load
 
-    FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS
+    FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS + BEHAVIOUR_FIELDS
+    # Integer parameters a calibration chooses (not part of the least-squares vector).
+    INT_FIELDS = ("gemm_row_passes_below", "pp_microbatches")
 
     def __post_init__(self) -> None:
         self.validate("CostParams")
@@ -75,9 +95,14 @@ class CostParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"{where}: {name} must be seconds >= 0, got {v!r}")
-        pm = self.pp_microbatches
-        if isinstance(pm, bool) or not isinstance(pm, int) or pm < 0:
-            raise ValueError(f"{where}: pp_microbatches must be an integer >= 0, got {pm!r}")
+        for name in BEHAVIOUR_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ValueError(f"{where}: {name} must be a fraction in [0, 1], got {v!r}")
+        for name in self.INT_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{where}: {name} must be an integer >= 0, got {v!r}")
 
     @classmethod
     def default_for(cls, accelerator: Any) -> CostParams:
@@ -99,13 +124,13 @@ class CostParams:
     @classmethod
     def fit_bounds(cls) -> tuple[list[float], list[float]]:
         """Lower/upper bounds for `least_squares` in `FIT_FIELDS` order."""
-        lo = [1e-3] * len(EFFICIENCY_FIELDS) + [0.0] * len(OVERHEAD_FIELDS)
-        hi = [1.0] * len(EFFICIENCY_FIELDS) + [1.0] * len(OVERHEAD_FIELDS)
+        lo = [1e-3] * len(EFFICIENCY_FIELDS) + [0.0] * len(OVERHEAD_FIELDS + BEHAVIOUR_FIELDS)
+        hi = [1.0] * len(EFFICIENCY_FIELDS + OVERHEAD_FIELDS + BEHAVIOUR_FIELDS)
         return lo, hi
 
     # ---- YAML ----
     def to_dict(self) -> dict[str, Any]:
-        params = {f: getattr(self, f) for f in (*self.FIT_FIELDS, "pp_microbatches")}
+        params = {f: getattr(self, f) for f in (*self.FIT_FIELDS, *self.INT_FIELDS)}
         return {"device": self.device, "model": self.model, "source": self.source,
                 "params": params, "extra": dict(self.extra)}
 
@@ -124,7 +149,7 @@ class CostParams:
         top = set(data) - {"device", "model", "source", "params", "extra"}
         if top:
             raise ValueError(f"{path}: unknown top-level field(s) {sorted(top)}")
-        allowed = {*cls.FIT_FIELDS, "pp_microbatches"}
+        allowed = {*cls.FIT_FIELDS, *cls.INT_FIELDS}
         bad = set(data["params"]) - allowed
         if bad:
             raise ValueError(f"{path}: unknown parameter(s) {sorted(bad)}; expected {sorted(allowed)}")

@@ -161,12 +161,14 @@ def test_catalog_matmul_efficiency_becomes_the_default() -> None:
 # ---- calibration profiles ----------------------------------------------------------------
 
 def test_params_roundtrip_and_refuse_another_device_or_model(tmp_path) -> None:
-    fitted = CostParams().from_vector([0.7, 0.8, 0.4, 0.6, 0.9, 1e-3, 2e-6, 5e-8],
-                                      device="h100-sxm", model="llama-3-8b", source="fit")
+    fitted = dataclasses.replace(CostParams().from_vector(
+        [0.7, 0.8, 0.4, 0.6, 0.9, 1e-3, 2e-6, 5e-8, 0.3, 0.6], device="h100-sxm",
+        model="llama-3-8b", source="fit"), gemm_row_passes_below=4)
     path = tmp_path / "profile.yaml"
     fitted.save(str(path))
     loaded = CostParams.load(str(path), device="h100-sxm", model="llama-3-8b")
     assert loaded.to_vector() == fitted.to_vector()
+    assert (loaded.decode_padding, loaded.overlap, loaded.gemm_row_passes_below) == (0.3, 0.6, 4)
     assert (loaded.device, loaded.model) == ("h100-sxm", "llama-3-8b")
     with pytest.raises(ValueError, match="profile is for device 'h100-sxm', not 'a100-80gb-sxm'"):
         CostParams.load(str(path), device="a100-80gb-sxm")
@@ -182,6 +184,9 @@ def test_params_roundtrip_and_refuse_another_device_or_model(tmp_path) -> None:
 @pytest.mark.parametrize("text, message", [
     ("params: {gemm_compute_efficiency: 1.5}", "gemm_compute_efficiency must be a fraction"),
     ("params: {step_overhead_s: -1}", "step_overhead_s must be seconds >= 0"),
+    ("params: {decode_padding: 1.5}", r"decode_padding must be a fraction in \[0, 1\]"),
+    ("params: {overlap: -0.1}", r"overlap must be a fraction in \[0, 1\]"),
+    ("params: {gemm_row_passes_below: 2.5}", "gemm_row_passes_below must be an integer >= 0"),
     ("params: {warp_speed: 9}", r"unknown parameter\(s\) \['warp_speed'\]"),
     ("device: h100\n", "'params' mapping"),
     ("params: {}\nowner: me", r"unknown top-level field\(s\) \['owner'\]"),
@@ -199,5 +204,5 @@ def test_fit_helpers_are_consistent() -> None:
     lo, hi = CostParams.fit_bounds()
     assert len(lo) == len(hi) == len(p.to_vector()) == len(CostParams.FIT_FIELDS)
     assert all(a <= v <= b for a, v, b in zip(lo, p.to_vector(), hi))
-    with pytest.raises(ValueError, match="expected 8 values"):
+    with pytest.raises(ValueError, match="expected 10 values"):
         p.from_vector([0.5])

@@ -1,0 +1,101 @@
+"""The executor-behaviour CostParams (decode_padding, overlap, gemm_row_passes_below): each
+does what its docstring says, defaults are the plain roofline, and the fast paths
+(step_time, decode_run_times) agree with explain()."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.core.batch_shape import BatchShape
+from simulator.costmodel import CostModel
+from simulator.costparams import CostParams
+
+CPU = CostParams(decode_padding=0.6, overlap=0.4, gemm_row_passes_below=4)
+CONFIGS = [("gpt2", "cpu", "fp32", 1, 1), ("llama-3-8b", "h100-sxm", "bf16", 1, 1),
+           ("llama-3-70b", "h100-sxm", "bf16", 4, 2), ("mixtral-8x7b", "mi300x", "fp8", 1, 2)]
+
+
+def _cm(params: CostParams, cfg=CONFIGS[0]) -> CostModel:
+    model, hw, dtype, tp, pp = cfg
+    return CostModel(model, hw, dtype=dtype, tp=tp, pp=pp, params=params)
+
+
+def test_defaults_are_the_roofline() -> None:
+    p = CostParams()
+    assert (p.decode_padding, p.overlap, p.gemm_row_passes_below) == (0.0, 1.0, 0)
+    shape = BatchShape.from_lists([1, 1, 1, 200], [10, 900, 50, 0])
+    for cfg in CONFIGS:
+        br = _cm(CostParams(), cfg).explain(shape)
+        for op in br.ops:
+            if op.bound in ("compute", "memory"):
+                assert op.time_s == max(op.compute_s, op.memory_s)
+        assert _cm(CostParams(), cfg).decode_attn_tokens(shape) == 963
+
+
+def test_full_padding_reads_every_decode_at_the_longest_context() -> None:
+    ragged = BatchShape.from_lists([1] * 3, [10, 900, 50])
+    padded = BatchShape.from_lists([1] * 3, [900] * 3)
+    cm = _cm(CostParams(decode_padding=1.0))
+    assert cm.decode_attn_tokens(ragged) == 3 * 901
+    assert cm.step_time(ragged) == pytest.approx(_cm(CostParams()).step_time(padded), rel=1e-12)
+    half = _cm(CostParams(decode_padding=0.5)).decode_attn_tokens(ragged)
+    assert half == 963 + 0.5 * (3 * 901 - 963)
+    # a uniform batch has nothing to pad
+    assert cm.step_time(padded) == _cm(CostParams()).step_time(padded)
+
+
+def test_overlap_adds_the_hidden_share_of_each_operator() -> None:
+    shape = BatchShape.from_lists([1] * 8 + [300], [400] * 8 + [0])
+    base = _cm(CostParams()).explain(shape)
+    for ov in (0.0, 0.3, 1.0):
+        br = _cm(CostParams(overlap=ov)).explain(shape)
+        extra = sum(min(o.compute_s, o.memory_s) for o in base.ops)
+        assert br.total_s == pytest.approx(base.total_s + (1 - ov) * extra, rel=1e-12)
+        assert _cm(CostParams(overlap=ov)).step_time(shape) == pytest.approx(br.total_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("rows, passes", [(1, 1), (2, 2), (3, 3), (4, 1), (16, 1)])
+def test_small_row_lm_head_reads_the_weights_once_per_row(rows: int, passes: int) -> None:
+    shape = BatchShape.from_lists([1] * rows, [100] * rows)
+    on, off = _cm(CostParams(gemm_row_passes_below=4)), _cm(CostParams())
+    lm_on = next(o for o in on.explain(shape).ops if o.name == "lm_head")
+    lm_off = next(o for o in off.explain(shape).ops if o.name == "lm_head")
+    wb = on._stages[-1]["raw"]["lm_head"][1]
+    assert lm_on.bytes == pytest.approx(lm_off.bytes + (passes - 1) * wb, rel=1e-12)
+    assert on.step_time(shape) == pytest.approx(on.explain(shape).total_s, rel=1e-12)
+    assert (on.step_time(shape) > off.step_time(shape)) == (passes > 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(news=st.lists(st.one_of(st.just(1), st.integers(1, 400)), min_size=1, max_size=30),
+       ctxs=st.lists(st.integers(0, 5000), min_size=30, max_size=30),
+       pad=st.floats(0, 1), ov=st.floats(0, 1), below=st.sampled_from([0, 4, 64]),
+       cfg=st.sampled_from(CONFIGS))
+def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, cfg) -> None:
+    cm = _cm(CostParams(decode_padding=pad, overlap=ov, gemm_row_passes_below=below), cfg)
+    shape = BatchShape.from_lists(news, ctxs[: len(news)])
+    assert cm.explain(shape).total_s == pytest.approx(cm.step_time(shape), rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.integers(1, 100), ctx=st.integers(1, 4000), steps=st.integers(1, 100),
+       spread=st.integers(0, 500), cfg=st.sampled_from(CONFIGS))
+def test_decode_run_times_equal_repeated_step_time_with_the_terms(batch, ctx, steps, spread,
+                                                                  cfg) -> None:
+    cm = _cm(CPU, cfg)
+    shape = BatchShape.from_lists([1] * batch, [ctx + (i * 37) % (spread + 1) for i in range(batch)])
+    run = cm.decode_run_times(shape, steps)
+    expected = np.array([cm.step_time(shape.advanced(k)) for k in range(steps)])
+    np.testing.assert_allclose(run, expected, rtol=1e-12, atol=0)
+
+
+def test_the_terms_only_slow_a_step() -> None:
+    shape = BatchShape.from_lists([1] * 3 + [64], [10, 700, 90, 0])
+    base = _cm(CostParams()).step_time(shape)
+    for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 8}):
+        assert _cm(dataclasses.replace(CostParams(), **change)).step_time(shape) > base
