@@ -3,8 +3,11 @@
 The fit (`scipy.optimize.least_squares`, soft-L1 loss on relative errors, a few seeded
 starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads (seconds,
 >= 0) so that `CostModel.step_time` matches the measured medians of the step kinds
-(`prefill`, `chunk`, `decode`, `mixed`). Two parameters are held, because one single-device
-profile of one model cannot tell them apart from others:
+(`prefill`, `chunk`, `decode`, `mixed`). The fit includes the executor-behaviour terms
+`decode_padding` and `overlap` (fractions in [0, 1]) and chooses `gemm_row_passes_below`
+from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms at their roofline defaults
+is reported beside it (`extra.fit.roofline_only`). Two parameters are held, because one
+single-device profile of one model cannot tell them apart from others:
 
 - `comm_efficiency`: there is no tensor-parallel traffic on one device;
 - `layer_overhead_s`: with one model depth it adds the same seconds to every step as
@@ -30,14 +33,19 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
+from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
-from simulator.costparams import EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
+from simulator.costparams import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.models import ModelSpec
 
 HELD_FIELDS = ("comm_efficiency", "layer_overhead_s")
 STATISTICS = ("median", "mean", "cpu")
 FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
+ROOFLINE_FIELDS = tuple(f for f in FREE_FIELDS if f not in BEHAVIOUR_FIELDS)
+# `gemm_row_passes_below` candidates: off, or MKL's small-M behaviour (measured on the CPU
+# executor: 1, 2, 3 LM-head rows -> 1, 2, 3 weight reads, 4+ rows -> 1).
+ROW_PASS_CHOICES = (0, 4)
 POINTS_PER_PARAM = 2  # fitting points needed per free parameter (an over-determined fit)
 # Typical magnitudes (efficiency: a fraction; overheads: s) so that the solver's steps
 # are comparable across parameters.
@@ -59,7 +67,7 @@ class Calibration:
     per_kind: dict[str, dict[str, Any]]
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     hardware: dict[str, Any] = field(default_factory=dict)
-    fit_only: dict[str, Any] = field(default_factory=dict)  # the proposed terms' fit
+    roofline_only: dict[str, Any] = field(default_factory=dict)  # errors without the terms
 
     @property
     def rel_err(self) -> np.ndarray:
@@ -86,12 +94,13 @@ class Calibration:
             lines.append(f"(errors above on on-CPU time; x 1/{fit['cpu_available']:.2f} CPU share "
                          f"vs measured mean wall time: held-back MAPE {pct(w['mape_held'])}, "
                          f"median |err| {pct(w['median_abs_err_held'])})")
-        if self.fit_only:
-            f, t = self.fit_only, self.fit_only["terms"]
-            lines.append(f"fit-only terms (proposed, not in the simulator): decode_padding "
-                         f"{t['decode_padding']:.2f}, lm_head_row_passes_below "
-                         f"{t['lm_head_row_passes_below']}, overlap {t['overlap']:.2f} -> held-back MAPE "
-                         f"{pct(f['mape_held'])}, median |err| {pct(f['median_abs_err_held'])}")
+        p = self.params
+        lines.append(f"executor terms: decode_padding {p.decode_padding:.2f}, overlap "
+                     f"{p.overlap:.2f}, gemm_row_passes_below {p.gemm_row_passes_below}")
+        if self.roofline_only:
+            r = self.roofline_only
+            lines.append(f"(roofline only, terms at defaults: held-back MAPE {pct(r['mape_held'])}, "
+                         f"median |err| {pct(r['median_abs_err_held'])})")
         for name, link in self.links.items():
             lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
                          f"{link['latency_us']:.0f} us latency (MAPE {link['mape']:.1%})")
@@ -156,89 +165,60 @@ def _predict(model: ModelSpec, acc: Accelerator, dtype: str, params: CostParams,
 
 def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
                measured: np.ndarray, base: CostParams, seed: int = 0,
-               row_passes_below: int | None = None) -> tuple[CostParams, dict[str, Any]]:
-    """Least-squares fit of `FREE_FIELDS` (relative errors, soft-L1 loss), best of
-    `_NUM_STARTS` starts. With `row_passes_below` (not None) the fit-only terms are fitted too
-    (see `extended_time`); returns (params, {"decode_padding", "lm_head_row_passes_below"})."""
+               free: tuple[str, ...] = FREE_FIELDS) -> tuple[CostParams, float]:
+    """Least-squares fit of `free` (relative errors, soft-L1 loss), best of `_NUM_STARTS`
+    starts; the other fields keep `base`'s values. Returns (params, final cost)."""
     lo_all, hi_all = CostParams.fit_bounds()
     bounds_of = dict(zip(CostParams.FIT_FIELDS, zip(lo_all, hi_all)))
-    ext = 2 if row_passes_below is not None else 0  # decode_padding, overlap
-    lo = np.array([bounds_of[f][0] for f in FREE_FIELDS] + [0.0] * ext)
-    hi = np.array([bounds_of[f][1] for f in FREE_FIELDS] + [1.0] * ext)
-    scale = np.array([_X_SCALE.get(f, 0.1) for f in FREE_FIELDS] + [0.1] * ext)
-    n = len(FREE_FIELDS)
+    lo = np.array([bounds_of[f][0] for f in free])
+    hi = np.array([bounds_of[f][1] for f in free])
+    scale = np.array([_X_SCALE.get(f, 0.1) for f in free])
 
     def make(x: np.ndarray) -> CostParams:
-        return dataclasses.replace(base, **dict(zip(FREE_FIELDS, map(float, x[:n]))))
+        return dataclasses.replace(base, **dict(zip(free, map(float, x))))
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        if not ext:
-            return _predict(model, acc, dtype, make(x), shapes) / measured - 1.0
-        cm = CostModel(model, acc, dtype, params=make(x))
-        pred = np.array([extended_time(cm, s, x[n], row_passes_below, x[n + 1]) for s in shapes])
-        return pred / measured - 1.0
+        return _predict(model, acc, dtype, make(x), shapes) / measured - 1.0
 
     rng = np.random.default_rng(seed)
-    x0 = np.clip(np.array([getattr(base, f) for f in FREE_FIELDS] + [0.5, 1.0][:ext]), lo, hi)
+    x0 = np.clip(np.array([getattr(base, f) for f in free]), lo, hi)
     starts = [x0]
-    is_eff = np.array([f in EFFICIENCY_FIELDS for f in FREE_FIELDS] + [True] * ext)
+    is_frac = np.array([f not in OVERHEAD_FIELDS for f in free])
     for _ in range(_NUM_STARTS - 1):
-        eff = rng.uniform(0.05, 1.0, size=lo.size)
+        frac = rng.uniform(0.05, 1.0, size=lo.size)
         ovh = scale * rng.uniform(0.0, 20.0, size=lo.size)
-        starts.append(np.clip(np.where(is_eff, eff, ovh), lo, hi))
+        starts.append(np.clip(np.where(is_frac, frac, ovh), lo, hi))
     best = None
     for x in starts:
         res = least_squares(residuals, x, bounds=(lo, hi), x_scale=scale, loss="soft_l1",
                             f_scale=0.05, max_nfev=400)
         if best is None or res.cost < best.cost:
             best = res
-    terms = {"decode_padding": float(best.x[n]), "lm_head_row_passes_below": row_passes_below,
-             "overlap": float(best.x[n + 1]), "cost": float(best.cost)} if ext else {
-        "cost": float(best.cost)}
-    return make(best.x), terms
+    return make(best.x), float(best.cost)
 
 
-# ------------------------------------------------------------ fit-only terms (proposed)
-# Two behaviours of the real executor on a CPU that `CostModel` has no term for (issue 8's
-# report proposes them): (1) decode attention pads every decode of a step to the longest
-# context (KV gather + one batched SDPA, realexec/attention.py), so it reads up to
-# decodes x max_context KV rather than the sum of the contexts (`decode_padding` in [0, 1] of
-# that extra read); (2) fp32 GEMMs of 2-3 rows (MKL has no small-M kernel) stream the LM head's
-# weights once per row (`lm_head_row_passes_below` = 4: 2 or 3 logit rows cost 2 or 3 reads);
-# (3) a CPU overlaps an operator's memory traffic with its arithmetic only partly: each
-# operator takes max(compute, memory) + (1 - overlap) x min(compute, memory) (`overlap` in
-# [0, 1]; 1 is the roofline). They are fitted and reported beside the stock fit; the simulator
-# does not use them.
-ROW_PASS_CHOICES = (0, 4)  # off, or MKL's small-M behaviour (measured: 1, 2, 3 rows -> 1, 2, 3 reads)
+def fit_with_row_passes(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
+                        measured: np.ndarray, base: CostParams, seed: int = 0
+                        ) -> tuple[CostParams, float]:
+    """`fit_params` of `FREE_FIELDS` for each `ROW_PASS_CHOICES` value of
+    `gemm_row_passes_below`; the fit with the lower cost."""
+    fits = [fit_params(model, acc, dtype, shapes, measured,
+                       dataclasses.replace(base, gemm_row_passes_below=k), seed)
+            for k in ROW_PASS_CHOICES]
+    return min(fits, key=lambda f: f[1])
 
 
-def extended_time(cm: CostModel, shape: Any, padding: float, row_passes_below: int,
-                  overlap: float = 1.0) -> float:
-    """`cm.step_time(shape)` with the fit-only terms."""
-    s = shape
-    if padding and shape.num_decode_reqs:
-        extra = max(shape.num_decode_reqs * shape.max_context - shape.decode_context_tokens, 0)
-        s = dataclasses.replace(shape, decode_context_tokens=int(
-            round(shape.decode_context_tokens + padding * extra)))
-    if overlap < 1:
-        ops = cm.explain(s)
-        t = ops.total_s + (1 - overlap) * sum(min(o.compute_s, o.memory_s) for o in ops.ops)
-    else:
-        t = cm.step_time(s)
-    rows = shape.num_reqs
-    if row_passes_below and 1 < rows < row_passes_below:
-        last = cm._stages[-1]
-        t += (rows - 1) * last["raw"]["lm_head"][1] * last["rate"]["gemm_m"]
-    return t
-
-
-def fit_extended(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
-                 measured: np.ndarray, base: CostParams, seed: int = 0
-                 ) -> tuple[CostParams, dict[str, Any]]:
-    """The stock parameters plus the fit-only terms; `lm_head_row_passes_below` is the
-    choice of `ROW_PASS_CHOICES` with the lower fit cost."""
-    fits = [fit_params(model, acc, dtype, shapes, measured, base, seed, k) for k in ROW_PASS_CHOICES]
-    return min(fits, key=lambda f: f[1]["cost"])
+def step_shape(prof: Profile, i: int) -> BatchShape:
+    """The `BatchShape` of profile row `i`. Profiles do not record `max_decode_context`: a
+    `decode` step's longest context is `max_context`; a `mixed` step's decodes share one
+    context in the profiler's grid (realexec/profile.py), so it is their mean (rounded up)."""
+    shape = prof.shape(i)
+    if shape.num_decode_reqs and not shape.max_decode_context:
+        if shape.num_prefill_reqs == 0:
+            shape.max_decode_context = shape.max_context
+        else:
+            shape.max_decode_context = -(-shape.decode_context_tokens // shape.num_decode_reqs)
+    return shape
 
 
 def speed_scaled(params: CostParams, factor: float) -> CostParams:
@@ -292,26 +272,21 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     if statistic == "cpu" and (not share or not (measured > 0).all()):
         raise ValueError(f"{where}: statistic 'cpu' needs a one-thread CPU profile with on-CPU "
                          "times (cpu_median_s) and device_facts.cpu_available; use median or mean")
-    shapes = [prof.shape(i) for i in step]
+    shapes = [step_shape(prof, i) for i in step]
     held = held_back(kinds, held_out, seed)
     _check_enough(len(step), int((~held).sum()), len(FREE_FIELDS), held_out)
     base = CostParams.default_for(acc)
     train = ~held
     train_shapes = [s for s, t in zip(shapes, train) if t]
-    fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed)
+    fitted, _ = fit_with_row_passes(spec, acc, dtype, train_shapes, measured[train], base, seed)
     predicted = _predict(spec, acc, dtype, fitted, shapes)
-    ext_params, terms = fit_extended(spec, acc, dtype, train_shapes, measured[train], base, seed)
-    cm_ext = CostModel(spec, acc, dtype, params=ext_params)
-    ext_pred = np.array([extended_time(cm_ext, s, terms["decode_padding"],
-                                       terms["lm_head_row_passes_below"], terms["overlap"])
-                         for s in shapes])
-    ext_err = np.abs(ext_pred / measured - 1)
-    fit_only = {"terms": {k: v for k, v in terms.items() if k != "cost"},
-                "params": {f: getattr(ext_params, f) for f in FREE_FIELDS},
-                **_kind_stats(ext_err, held),
-                "per_kind": {k: _kind_stats(ext_err[kinds == k], held[kinds == k])
-                             for k in STEP_KINDS if (kinds == k).any()},
-                "note": "fitted with the proposed terms; the simulator does not use them"}
+    # the same fit without the executor terms (plain roofline), for the report only
+    roof, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed,
+                         free=ROOFLINE_FIELDS)
+    roof_err = np.abs(_predict(spec, acc, dtype, roof, shapes) / measured - 1)
+    roofline_only = {**_kind_stats(roof_err, held),
+                     "per_kind": {k: _kind_stats(roof_err[kinds == k], held[kinds == k])
+                                  for k in STEP_KINDS if (kinds == k).any()}}
     err = np.abs(predicted / measured - 1)
     per_kind = {k: _kind_stats(err[kinds == k], held[kinds == k])
                 for k in STEP_KINDS if (kinds == k).any()}
@@ -322,8 +297,8 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
             links[name] = fit_link(prof.columns["num_bytes"][m].astype(float),
                                    prof.columns["median_s"][m].astype(float),
                                    f"{acc.name}-{name.replace('_', '-')}")
-    cal = Calibration(fitted, prof, kinds, measured, predicted, held, per_kind, links)
-    cal.fit_only = fit_only
+    cal = Calibration(fitted, prof, kinds, measured, predicted, held, per_kind, links,
+                      roofline_only=roofline_only)
     fit_info: dict[str, Any] = {"statistic": statistic}
     if statistic == "cpu":  # the saved parameters predict wall time at the profile's CPU share
         fit_info.update(cpu_available=float(share),
@@ -339,8 +314,8 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                "fit": {"free": list(FREE_FIELDS), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
                        "held_out_fraction": held_out, "seed": seed, **fit_info,
                        **cal.summary(),
-                       "per_kind": per_kind},
-               "links": links, "fit_only": fit_only})
+                       "per_kind": per_kind, "roofline_only": roofline_only},
+               "links": links})
     cal.hardware = hardware_spec(cal.params, links)
     cal.params.extra["hardware"] = cal.hardware
     return cal
