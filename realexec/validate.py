@@ -187,13 +187,10 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def step_errors(steps: list, cost_model, fit_only: dict[str, Any] | None = None
-                ) -> dict[str, Any] | None:
+def step_errors(steps: list, cost_model) -> dict[str, Any] | None:
     """How well the calibrated cost model predicts the real run's own steps (their shapes and
     measured durations, schedule + execute): total predicted / total measured - 1 (what sets
-    throughput and latency), the median per-step error, and the same with the fit-only terms."""
-    from simulator.calibrate import extended_time
-
+    throughput and latency) and the median per-step error."""
     steps = [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
     if not steps:
         return None
@@ -201,12 +198,6 @@ def step_errors(steps: list, cost_model, fit_only: dict[str, Any] | None = None
     pred = np.array([cost_model.step_time(s.shape) for s in steps])
     out = {"num_steps": len(steps), "total": float(pred.sum() / real.sum() - 1),
            "median": float(np.median(pred / real - 1))}
-    terms = (fit_only or {}).get("terms")
-    if terms and fit_only.get("cost_model") is not None:
-        ext = np.array([extended_time(fit_only["cost_model"], s.shape, terms["decode_padding"],
-                                      terms["lm_head_row_passes_below"], terms.get("overlap", 1.0))
-                        for s in steps])
-        out["total_fit_only"] = float(ext.sum() / real.sum() - 1)
     return out
 
 
@@ -241,27 +232,19 @@ class Validation:
         self.dtype = str(self.params.extra.get("dtype") or "fp32")
         self.threads = cfg.threads or facts.get("torch_threads")
         self.profile_avail = facts.get("cpu_available")
-        self.cost_model, self.fit_only = self._cost_models()
+        self.cost_model = self._cost_model()
         self.results: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.traces: dict[str, dict[str, Any]] = {}
         self.records: dict[tuple, dict[str, Any]] = {}  # (trace, mode, rate i) -> records
 
-    def _cost_models(self):
-        """The calibrated `CostModel` (what the simulator uses) and, where the calibration has
-        them, the fit-only terms with their own model (diagnostics of real steps only)."""
-        import dataclasses
-
+    def _cost_model(self):
+        """The calibrated `CostModel` (what the simulator uses)."""
         from simulator.costmodel import CostModel
         from simulator.models import ModelSpec
 
         spec = ModelSpec.from_hf_config(self.model_config, name=self.model_name)
-        cm = CostModel(spec, self.params.device, self.dtype, params=self.params)
-        fo = dict(self.params.extra.get("fit_only") or {})
-        if fo.get("terms") and fo.get("params"):
-            p = dataclasses.replace(self.params, **fo["params"])
-            fo["cost_model"] = CostModel(spec, self.params.device, self.dtype, params=p)
-        return cm, fo
+        return CostModel(spec, self.params.device, self.dtype, params=self.params)
 
     def llm_kwargs(self) -> dict[str, Any]:
         k = self.cfg.knobs
@@ -331,7 +314,7 @@ class Validation:
             workloads.write_trace(trace, trace_file)
             sc = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
                                cfg.knobs, mode, trace_file, cfg.seed)
-            sim = simulate(sc, handoff_first_token=mode == "pd")
+            sim = simulate(sc)
             sim.write(folder / f"rate{i}-sim")
             reals, recs, avails, steps = [], [], [], []
             t0 = time.perf_counter()
@@ -364,7 +347,7 @@ class Validation:
                 "label": label, "queue_growing": growing, "num_requests": len(trace),
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
-                "step_error": step_errors(steps, self.cost_model, self.fit_only),
+                "step_error": step_errors(steps, self.cost_model),
                 "adjusted": adjusted,
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}
@@ -396,7 +379,7 @@ class Validation:
         path = stem.with_name(stem.name + "-adjusted.yaml")
         adj.save(str(path))
         sc = dict(sc, hardware={**hw, "calibration": str(path.resolve())})
-        sim = simulate(sc, handoff_first_token=mode == "pd")
+        sim = simulate(sc)
         return {"cpu_available_real": float(np.mean(got)), "speed_factor": f,
                 "metrics": compare(reals, sim.summary)}
 

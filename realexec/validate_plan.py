@@ -19,6 +19,9 @@ from simulator.costparams import CostParams
 AZURE_CONV = Path("/work/shared/data/traces/azure2023_AzureLLMInferenceTrace_conv.csv")
 TRACE_KINDS = ("azure", "gamma")
 MODES = ("colocated", "pd")
+# When a PD run's first token counts (simulator `cluster.pd.first_token`): at the prefill
+# hand-off, as the real front end streams it (realexec/client.py).
+PD_FIRST_TOKEN = "prefill"
 # A bursty synthetic trace of a very different shape: Gamma arrivals with CV 4 (the issue's
 # spec), short prompts (median 24 tokens) and medium outputs; lognormal lengths.
 GAMMA_SPEC: dict[str, Any] = {
@@ -125,34 +128,21 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         if not link:
             raise ValueError(f"{calibration}: no kv_transfer link fitted; profile with transfers "
                              "to validate PD")
+        # the real PD front end streams the first token when the prefill worker hands the
+        # request off (realexec/client.py), so the simulator counts it there too
         sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
-                                "transfer": "whole"}}
+                                "transfer": "whole", "first_token": PD_FIRST_TOKEN}}
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
     return sc
 
 
-def simulate(scenario: dict[str, Any], *, handoff_first_token: bool = False):
-    """Run the scenario; with `handoff_first_token` (PD) the first token counts when the
-    prefill side hands the request off (`kv_ready_s`), as the real front end streams it
-    (realexec/client.py), instead of when the KV lands (simulator/cluster.py). Returns the
-    `SimResult` with its summary recomputed accordingly."""
-    from simulator.metrics import request_records, summarize
+def simulate(scenario: dict[str, Any]):
+    """Run the scenario; returns the simulator's `SimResult`."""
     from simulator.run import run_scenario
     from simulator.scenario import scenario_from_dict
 
-    res = run_scenario(scenario_from_dict(scenario, "validate scenario"))
-    if handoff_first_token:
-        for r in res.requests:
-            t = r.annotations.get("kv_ready_s")
-            if t is not None and len(r.token_times):
-                r.token_times[0] = r.first_token_time = t
-        res.records = request_records(res.requests)
-        res.summary = {**res.summary, **summarize(res.requests, records=res.records,
-                                                  kv_peak_usage=res.summary["kv"]["peak_usage"],
-                                                  wall_s=res.summary["wall_s"])}
-        res.summary["first_token"] = "at hand-off (kv_ready_s), as the real PD front end"
-    return res
+    return run_scenario(scenario_from_dict(scenario, "validate scenario"))
 
 
 def capacity(scenario: dict[str, Any], base: workloads.Trace, num_requests: int,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from realexec.validate import METRICS, TARGETS, ValidateConfig
+from realexec.validate_plan import PD_FIRST_TOKEN
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
          "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "preemptions")
@@ -138,8 +139,9 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
         "calibration_device_facts": validation.params.extra.get("device_facts"),
         "device_facts": device_facts(resolve_device(cfg.device)),
         "git_commit": _git_commit(),
-        "pd_first_token": "at hand-off by the prefill worker (as realexec/client.py streams it); "
-                          "the simulator's records are aligned to that (kv_ready_s)",
+        "pd_first_token": {"real": "at hand-off by the prefill worker (realexec/client.py "
+                                   "streams it)",
+                           "simulator": f"cluster.pd.first_token: {PD_FIRST_TOKEN}"},
     }
     path = out / "repro.json"
     path.write_text(json.dumps(repro, indent=2, default=str) + "\n")

@@ -6,7 +6,9 @@ starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads 
 (`prefill`, `chunk`, `decode`, `mixed`). The fit includes the executor-behaviour terms
 `decode_padding` and `overlap` (fractions in [0, 1]) and chooses `gemm_row_passes_below`
 from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms at their roofline defaults
-is reported beside it (`extra.fit.roofline_only`). Two parameters are held, because one
+is reported beside it (`extra.fit.roofline_only`). A profile with fewer than
+`POINTS_PER_PARAM` x `len(FREE_FIELDS)` fitting points keeps those terms at their defaults
+and fits the roofline parameters only. Two parameters are held, because one
 single-device profile of one model cannot tell them apart from others:
 
 - `comm_efficiency`: there is no tensor-parallel traffic on one device;
@@ -96,7 +98,8 @@ class Calibration:
                          f"median |err| {pct(w['median_abs_err_held'])})")
         p = self.params
         lines.append(f"executor terms: decode_padding {p.decode_padding:.2f}, overlap "
-                     f"{p.overlap:.2f}, gemm_row_passes_below {p.gemm_row_passes_below}")
+                     f"{p.overlap:.2f}, gemm_row_passes_below {p.gemm_row_passes_below}"
+                     + ("" if self.roofline_only else " (held: too few points to fit them)"))
         if self.roofline_only:
             r = self.roofline_only
             lines.append(f"(roofline only, terms at defaults: held-back MAPE {pct(r['mape_held'])}, "
@@ -274,19 +277,26 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                          "times (cpu_median_s) and device_facts.cpu_available; use median or mean")
     shapes = [step_shape(prof, i) for i in step]
     held = held_back(kinds, held_out, seed)
-    _check_enough(len(step), int((~held).sum()), len(FREE_FIELDS), held_out)
+    n_train = int((~held).sum())
+    _check_enough(len(step), n_train, len(ROOFLINE_FIELDS), held_out)
+    # the executor terms need their own points; a small profile keeps them at the roofline
+    free = FREE_FIELDS if n_train >= POINTS_PER_PARAM * len(FREE_FIELDS) else ROOFLINE_FIELDS
     base = CostParams.default_for(acc)
     train = ~held
     train_shapes = [s for s, t in zip(shapes, train) if t]
-    fitted, _ = fit_with_row_passes(spec, acc, dtype, train_shapes, measured[train], base, seed)
+    roofline_only: dict[str, Any] = {}
+    if free == ROOFLINE_FIELDS:
+        fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed, free)
+    else:
+        fitted, _ = fit_with_row_passes(spec, acc, dtype, train_shapes, measured[train], base, seed)
+        # the same fit without the executor terms (plain roofline), for the report only
+        roof, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed,
+                             free=ROOFLINE_FIELDS)
+        roof_err = np.abs(_predict(spec, acc, dtype, roof, shapes) / measured - 1)
+        roofline_only = {**_kind_stats(roof_err, held),
+                         "per_kind": {k: _kind_stats(roof_err[kinds == k], held[kinds == k])
+                                      for k in STEP_KINDS if (kinds == k).any()}}
     predicted = _predict(spec, acc, dtype, fitted, shapes)
-    # the same fit without the executor terms (plain roofline), for the report only
-    roof, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed,
-                         free=ROOFLINE_FIELDS)
-    roof_err = np.abs(_predict(spec, acc, dtype, roof, shapes) / measured - 1)
-    roofline_only = {**_kind_stats(roof_err, held),
-                     "per_kind": {k: _kind_stats(roof_err[kinds == k], held[kinds == k])
-                                  for k in STEP_KINDS if (kinds == k).any()}}
     err = np.abs(predicted / measured - 1)
     per_kind = {k: _kind_stats(err[kinds == k], held[kinds == k])
                 for k in STEP_KINDS if (kinds == k).any()}
@@ -302,7 +312,7 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     fit_info: dict[str, Any] = {"statistic": statistic}
     if statistic == "cpu":  # the saved parameters predict wall time at the profile's CPU share
         fit_info.update(cpu_available=float(share),
-                        cpu_params={f: getattr(fitted, f) for f in FREE_FIELDS})
+                        cpu_params={f: getattr(fitted, f) for f in free})
         fitted = speed_scaled(fitted, float(share))
         wall = prof.columns["mean_s"][step].astype(float)
         fit_info["wall_check"] = _kind_stats(np.abs(predicted / share / wall - 1), held)
@@ -311,7 +321,7 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
         fitted, device=prof.device if hardware is None else acc.name, model=prof.model,
         source=f"kvpd calibrate {where} ({stamp})",
         extra={"profile": where, "dtype": dtype, "device_facts": prof.meta["device_facts"],
-               "fit": {"free": list(FREE_FIELDS), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
+               "fit": {"free": list(free) + (["gemm_row_passes_below"] if free == FREE_FIELDS else []), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
                        "held_out_fraction": held_out, "seed": seed, **fit_info,
                        **cal.summary(),
                        "per_kind": per_kind, "roofline_only": roofline_only},

@@ -153,11 +153,20 @@ def test_calibration_file_is_what_scenarios_load(tmp_path):
 
 
 def test_too_few_points_says_how_many_more(tmp_path):
-    few = _shapes()[:7]  # 7 prefill points: 5 left to fit 8 parameters
+    few = _shapes()[:7]  # 7 prefill points: 5 left to fit 6 roofline parameters
     path = synthetic_profile(tmp_path, shapes=few, swap=False)
     with pytest.raises(ValueError, match=r"too few profile points: 7 step points .*needs at least "
-                                         r"16 fitting points .*profile at least 15 more"):
+                                         r"12 fitting points .*profile at least 9 more"):
         calibrate(path)
+
+
+def test_a_small_profile_keeps_the_executor_terms_at_the_roofline(tmp_path):
+    path = synthetic_profile(tmp_path, params=TRUE_CPU, shapes=_shapes()[:18], swap=False)
+    cal = calibrate(path)  # 13 fitting points: enough for 6 parameters, not for 8
+    p = cal.params
+    assert (p.decode_padding, p.overlap, p.gemm_row_passes_below) == (0.0, 1.0, 0)
+    assert "decode_padding" not in cal.params.extra["fit"]["free"]
+    assert "held: too few points" in cal.format_table() and not cal.roofline_only
 
 
 def test_mismatched_model_or_device_is_refused(tmp_path):
