@@ -15,7 +15,7 @@ class OpCost:
     name: str
     flops: float
     bytes: float  # bytes moved to/from device memory, or over a link for communication
-    time_s: float
+    time_s: float  # roofline ops: max(c, m) + (1 - CostParams.overlap) x min(c, m)
     bound: str  # one of BOUNDS
     compute_s: float = 0.0  # flops / (peak x efficiency)
     memory_s: float = 0.0  # bytes / (bandwidth x efficiency)
