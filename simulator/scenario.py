@@ -152,7 +152,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
 def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid scenario"]
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not isinstance(p, int) or True)
+        loc = tuple(err["loc"])
         key = ".".join(str(p) for p in loc)
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(Scenario, loc)
