@@ -199,8 +199,8 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
     return scenario
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override and validate a scenario file; errors name the file and key path."""
+def read_scenario_yaml(path: str | Path) -> dict[str, Any]:
+    """A scenario file's raw mapping (not validated); errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"scenario file not found: {path}")
@@ -210,6 +210,13 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a scenario must be a YAML mapping")
+    return data
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; errors name the file and key path."""
+    path = Path(path)
+    data = read_scenario_yaml(path)
     apply_overrides(data, overrides or [])
     return scenario_from_dict(data, str(path), str(path.resolve().parent))
 

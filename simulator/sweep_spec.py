@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from simulator.scenario import Scenario, parse_override
+from simulator.scenario import Scenario, parse_override, read_scenario_yaml
 from simulator.sweep_keys import build_scenario, check_key, set_path
 
 SPEC_KEYS = ("name", "description", "base", "set", "mode", "samples", "seed", "out", "cost_table",
@@ -313,12 +313,7 @@ def sweep_from_dict(raw: Any, source: str = "<sweep>", base_dir: str = ".",
         base_path = Path(base_dir) / base_path
     if not base_path.is_file():
         raise FileNotFoundError(f"{source}: base scenario not found: {base_path}")
-    try:
-        base_data = yaml.safe_load(base_path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{base_path}: not valid YAML: {exc}") from None
-    if not isinstance(base_data, dict):
-        raise ValueError(f"{base_path}: a scenario must be a YAML mapping")
+    base_data = read_scenario_yaml(base_path)
     common = _set_overrides(raw.get("set"), f"{source}: set")
     common.update(_set_overrides(list(overrides or []), "--set"))
     for k, v in common.items():
