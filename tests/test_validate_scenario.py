@@ -1,0 +1,21 @@
+"""The simulator scenario that mirrors a real validation run."""
+
+from realexec.validate_plan import RunKnobs, scenario_dict
+from simulator.costparams import CostParams
+from simulator.scenario import scenario_from_dict
+
+
+def test_pd_scenario_counts_the_first_token_at_hand_off_like_the_real_front_end(tmp_path):
+    params = CostParams()
+    params.extra["links"] = {"kv_transfer": {"name": "zmq-ipc", "bandwidth_gb_s": 1.5, "latency_us": 200.0}}
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+    knobs = RunKnobs(num_gpu_blocks=77)
+    sc = scenario_dict(cfg, "fp32", tmp_path / "cal.yaml", params, knobs, "pd", tmp_path / "t.csv")
+    assert sc["cluster"]["pd"]["first_token"] == "prefill"
+    assert sc["cache"]["num_gpu_blocks"] == 77
+    parsed = scenario_from_dict(sc)
+    assert parsed.cluster.pd.first_token == "prefill"
+    colo = scenario_dict(cfg, "fp32", tmp_path / "cal.yaml", params, knobs, "colocated", tmp_path / "t.csv")
+    assert "cluster" not in colo
