@@ -90,14 +90,12 @@ class SimReplica:
             if swap_bytes and self.pcie is not None:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
+            start = env.now
             if k == 1:
-                start = env.now
                 duration = self.cost_model.step_time(out.shape)
                 yield env.timeout(duration)
                 result = StepResult(duration)
-                ends = None
             else:
-                start = env.now
                 ends = yield from self._burst(out, k, start)
                 result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             end = env.now

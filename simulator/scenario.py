@@ -175,16 +175,21 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, yaml.safe_load(raw) if raw.strip() else None
 
 
+def set_path(data: dict[str, Any], key: str | list[str], value: Any) -> None:
+    """`data[a][b][c] = value` for key "a.b.c", creating (or replacing non-dict) parents."""
+    parts = key.split(".") if isinstance(key, str) else key
+    cur = data
+    for part in parts[:-1]:
+        nxt = cur.get(part)
+        if not isinstance(nxt, dict):
+            nxt = cur[part] = {}
+        cur = nxt
+    cur[parts[-1]] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
-        path, value = parse_override(text)
-        cur = data
-        for part in path[:-1]:
-            nxt = cur.get(part)
-            if not isinstance(nxt, dict):
-                nxt = cur[part] = {}
-            cur = nxt
-        cur[path[-1]] = value
+        set_path(data, *parse_override(text))
     return data
 
 

@@ -11,19 +11,12 @@ import typing
 from typing import Any
 
 from simulator.scenario import Scenario, scenario_from_dict, scenario_keys
+from simulator.scenario import set_path as scenario_set_path
 
 
 def set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    """`data[a][b][c] = value` for key "a.b.c", creating (or replacing non-dict) parents,
-    the same rule as `simulator.scenario.apply_overrides`."""
-    parts = key.split(".")
-    cur = data
-    for part in parts[:-1]:
-        nxt = cur.get(part)
-        if not isinstance(nxt, dict):
-            nxt = cur[part] = {}
-        cur = nxt
-    cur[parts[-1]] = copy.deepcopy(value)
+    """`data[a][b][c] = a copy of value` (the rule of `simulator.scenario.set_path`)."""
+    scenario_set_path(data, key, copy.deepcopy(value))
 
 
 def build_scenario(base: dict[str, Any], overrides: dict[str, Any], source: str,

@@ -162,9 +162,7 @@ class KVCacheManager:
                 new = pool.get_new_blocks(need)
                 blocks.extend(new)
                 ids.extend(b.block_id for b in new)
-                usage = pool.usage
-                if usage > self.peak_usage:
-                    self.peak_usage = usage
+                self._note_usage()
         if cache and self.enable_prefix_caching and num_total // bs > self.num_cached_blocks[rid]:
             self.cache_full_blocks(request, num_total)
         return True
@@ -259,10 +257,13 @@ class KVCacheManager:
         self.num_cached_blocks[rid] = 0
         self.free_cpu_blocks.extend(cpu)
         self.num_swapped_in_blocks += len(cpu)
+        self._note_usage()
+        return [(c, b.block_id) for c, b in zip(cpu, blocks)]
+
+    def _note_usage(self) -> None:
         usage = self.block_pool.usage
         if usage > self.peak_usage:
             self.peak_usage = usage
-        return [(c, b.block_id) for c, b in zip(cpu, blocks)]
 
     def get_stats(self) -> KVCacheStats:
         return KVCacheStats(

@@ -297,9 +297,7 @@ class Scheduler:
             req.append_output_token(token, now)
             stop = req.check_stop(token)
             if stop is not None:
-                req.finish(stop, now)
-                self._free(req)
-                finished.append(req)
+                self._finish(req, stop, now, finished)
                 removed = True
             elif prefill_role:
                 req.status = REMOTE
@@ -330,9 +328,7 @@ class Scheduler:
             req.token_times.extend(times)
             stop = req.check_stop(None)
             if stop is not None:
-                req.finish(stop, last)
-                self._free(req)
-                finished.append(req)
+                self._finish(req, stop, last, finished)
                 removed = True
         if removed:
             self.running = [r for r in self.running if r.status == RUNNING]
@@ -387,6 +383,11 @@ class Scheduler:
         return lo
 
     # ----------------------------------------------------------------- helpers
+    def _finish(self, req: Request, status: RequestStatus, now: float, finished: list[Request]) -> None:
+        req.finish(status, now)
+        self._free(req)
+        finished.append(req)
+
     def _free(self, req: Request) -> None:
         self.kv_cache_manager.free(req)
         self.requests.pop(req.request_id, None)
