@@ -4,7 +4,8 @@ The fit (`scipy.optimize.least_squares`, soft-L1 loss on relative errors, a few 
 starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads (seconds,
 >= 0) so that `CostModel.step_time` matches the measured medians of the step kinds
 (`prefill`, `chunk`, `decode`, `mixed`). The fit includes the executor-behaviour terms
-`decode_padding` and `overlap` (fractions in [0, 1]) and chooses `gemm_row_passes_below`
+`decode_padding` and `overlap` (fractions in [0, 1]) and `gemv_memory_efficiency` (one-row
+GEMMs), and chooses `gemm_row_passes_below`
 from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms at their roofline defaults
 is reported beside it (`extra.fit.roofline_only`). A profile with fewer than
 `POINTS_PER_PARAM` x `len(FREE_FIELDS)` fitting points keeps those terms at their defaults
@@ -44,7 +45,10 @@ from simulator.models import ModelSpec
 HELD_FIELDS = ("comm_efficiency", "layer_overhead_s")
 STATISTICS = ("median", "mean", "cpu")
 FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
-ROOFLINE_FIELDS = tuple(f for f in FREE_FIELDS if f not in BEHAVIOUR_FIELDS)
+# executor terms: fitted with enough points, else (and in the "roofline only" comparison)
+# at their roofline values (GEMV streams as GEMM)
+EXECUTOR_FIELDS = (*BEHAVIOUR_FIELDS, "gemv_memory_efficiency")
+ROOFLINE_FIELDS = tuple(f for f in FREE_FIELDS if f not in EXECUTOR_FIELDS)
 # `gemm_row_passes_below` candidates: off, or MKL's small-M behaviour (measured on the CPU
 # executor: 1, 2, 3 LM-head rows -> 1, 2, 3 weight reads, 4+ rows -> 1).
 ROW_PASS_CHOICES = (0, 4)
@@ -178,7 +182,11 @@ def fit_params(model: ModelSpec, acc: Accelerator, dtype: str, shapes: list,
     scale = np.array([_X_SCALE.get(f, 0.1) for f in free])
 
     def make(x: np.ndarray) -> CostParams:
-        return dataclasses.replace(base, **dict(zip(free, map(float, x))))
+        values = dict(zip(free, map(float, x)))
+        if "gemv_memory_efficiency" not in free:  # not fitted: GEMV streams as GEMM
+            values["gemv_memory_efficiency"] = values.get("gemm_memory_efficiency",
+                                                          base.gemm_memory_efficiency)
+        return dataclasses.replace(base, **values)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return _predict(model, acc, dtype, make(x), shapes) / measured - 1.0

@@ -15,12 +15,14 @@ overheads. Per layer and per tensor-parallel rank:
   as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step and per token) and
   `layer_overhead`.
 
-Three `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
+Four `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
 the ideal, i.e. GPU estimates are unchanged; `kvpd calibrate` fits them on a CPU):
 `overlap` (each roofline operator takes max(c, m) + (1 - overlap) x min(c, m)),
 `decode_padding` (decode attention over sum_ctx + p x (decodes x max_decode_context - sum_ctx)
-KV tokens, as a padded batched kernel) and `gemm_row_passes_below` (the LM head's weights are
-read once per row when 1 < rows < that value, as fp32 MKL does for small M).
+KV tokens, as a padded batched kernel), `gemv_memory_efficiency` (one-row GEMMs: the linears
+of a one-token step, the LM head of a one-request step) and `gemm_row_passes_below` (the
+per-layer linears of a step with 1 < tokens < that value run as one GEMV pass per token, as
+fp32 MKL does for small M).
 
 Pipeline parallelism splits layers into `pp` stages and the batch into `m` micro-batches:
 the step takes sum_s t_s + (m - 1) max_s t_s (fill/drain bubble included), with the
@@ -97,6 +99,7 @@ class CostModel:
         rate = {
             "gemm_c": 1.0 / (acc.peak_flops(self.dtype) * p.gemm_compute_efficiency),
             "gemm_m": 1.0 / (bw * p.gemm_memory_efficiency),
+            "gemv_m": 1.0 / (bw * p.gemv_memory_efficiency),
             "attn_c": 1.0 / (acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
                              * p.attn_compute_efficiency),
             "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
@@ -150,6 +153,11 @@ class CostModel:
             gather[0] * lk, gather[1],
             send[0] * lk, send[1],
             1.0 - p.overlap, float(p.gemm_row_passes_below),
+            # weight seconds of one GEMV pass (one row) of qkv, o, the MLP (the k experts one
+            # token routes to, plus the router) and the LM head
+            raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
+            (raw["mlp"][1] * (k if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
+            lm[1] * rate["gemv_m"],
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last}
 
@@ -195,31 +203,36 @@ class CostModel:
                     Rd: float, Dctx: float) -> float:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
-         cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below) = fast
+         cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
+         qv, ovv, mv, lmv) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
-        a = T * qc
-        b = qm0 + T * qm1
-        t = a + ov * b if a > b else b + ov * a
+        if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
+            t = 0.0
+            for a, b in ((qc, qv + qm1), (oc, ovv + om1), (mc, mv + mm1)):
+                t += T * (a + ov * b if a > b else b + ov * a)
+        else:
+            a = T * qc
+            b = qm0 + T * qm1
+            t = a + ov * b if a > b else b + ov * a
+            a = T * oc
+            b = om0 + T * om1
+            t += a + ov * b if a > b else b + ov * a
+            a = T * mc
+            if n_exp > 1:  # MoE: expected number of distinct experts the T tokens hit
+                b = mm0 * n_exp * (1.0 - hit ** T) + rtr + T * mm1
+            else:
+                b = mm0 + T * mm1
+            t += a + ov * b if a > b else b + ov * a
         a = P * ac
         b = Pctx * akv + Tp * aq
         t += a + ov * b if a > b else b + ov * a
         a = Dctx * ac
         b = Dctx * akv + Rd * aq
         t += a + ov * b if a > b else b + ov * a
-        a = T * oc
-        b = om0 + T * om1
-        t += a + ov * b if a > b else b + ov * a
-        a = T * mc
-        if n_exp > 1:  # MoE: expected number of distinct experts the T tokens hit
-            b = mm0 * n_exp * (1.0 - hit ** T) + rtr + T * mm1
-        else:
-            b = mm0 + T * mm1
-        t += a + ov * b if a > b else b + ov * a
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = R * lc
-            # small-row GEMM: the weights are read once per row when 1 < R < passes_below
-            b = (lm0 * R if 1.0 < R < passes_below else lm0) + R * lm1
+            b = (lmv if R == 1.0 else lm0) + R * lm1  # one request: a GEMV
             t += (a + ov * b if a > b else b + ov * a) + R * smp + g0 + R * g1
         else:  # activations to the next stage
             t += s0 + T * s1

@@ -31,17 +31,33 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     model, p = cm.model, cm.params
     ov = 1.0 - p.overlap
     ops: list[OpCost] = []
+    gv = rate["gemv_m"]
+    gemv = T == 1.0 or 1.0 < T < p.gemm_row_passes_below  # linears as T GEMV passes
+
+    def linear(name: str, fl: float, wb: float, act: float) -> OpCost:
+        if not gemv:
+            return _roofline(name, T * fl, wb + T * act, gc, gm, ov)
+        one = _roofline(name, fl, 0.0, gc, gm, ov)  # per pass: weights at the GEMV rate
+        c, m = one.compute_s, wb * gv + act * gm
+        t = c + ov * m if c > m else m + ov * c
+        return OpCost(name, T * fl, T * (wb + act), T * t, "compute" if c > m else "memory",
+                      T * c, T * m)
+
     fl, wb, act = raw["qkv_proj"]
-    ops.append(_roofline("qkv_proj", T * fl, wb + T * act, gc, gm, ov))
+    ops.append(linear("qkv_proj", fl, wb, act))
     fa, kv_ctx, per_new = raw["attn"]
     if Tp or Pctx:
         ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am, ov))
     if Rd or Dctx:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am, ov))
     fl, wb, act = raw["o_proj"]
-    ops.append(_roofline("o_proj", T * fl, wb + T * act, gc, gm, ov))
+    ops.append(linear("o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]
-    if model.is_moe:
+    if gemv:  # one token reaches k experts (and the router)
+        k = model.experts_per_token if model.is_moe else 1
+        ops.append(linear("moe_experts" if model.is_moe else "mlp", fl,
+                          wb * k + raw["router_bytes"], act))
+    elif model.is_moe:
         E, k = model.num_experts, model.experts_per_token
         hit = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts hit by T tokens
         ops.append(_roofline("moe_experts", T * fl, wb * hit + raw["router_bytes"] + T * act,
@@ -58,8 +74,12 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                       "overhead"))
     if st["last"]:
         fl, wb, act = raw["lm_head"]
-        passes = R if 1.0 < R < p.gemm_row_passes_below else 1.0  # small-row GEMM re-reads
-        ops.append(_roofline("lm_head", R * fl, wb * passes + R * act, gc, gm, ov))
+        if R == 1.0:  # one request: a GEMV
+            c, m = fl * gc, wb * gv + act * gm
+            ops.append(OpCost("lm_head", fl, wb + act, c + ov * m if c > m else m + ov * c,
+                              "compute" if c > m else "memory", c, m))
+        else:
+            ops.append(_roofline("lm_head", R * fl, wb + R * act, gc, gm, ov))
         sb = R * raw["sampling"]
         ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm))
         if cm.tp > 1:

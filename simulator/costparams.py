@@ -16,7 +16,8 @@ import yaml
 
 # Efficiencies are fractions of the datasheet peak in (0, 1]; overheads are seconds >= 0.
 EFFICIENCY_FIELDS = ("gemm_compute_efficiency", "gemm_memory_efficiency",
-                     "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency")
+                     "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency",
+                     "gemv_memory_efficiency")
 OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s")
 # Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
@@ -34,6 +35,13 @@ class CostParams:
     # Streaming weights: STREAM-like copies reach ~85-92% of datasheet HBM bandwidth on
     # A100/H100 (BabelStream results); 0.85 leaves room for GEMM tails on small batches.
     gemm_memory_efficiency: float = 0.85
+    # One-row GEMMs (GEMV: every linear layer of a one-token step, the LM head of a
+    # one-request step) stream their weights at this fraction of bandwidth. GPU GEMV kernels
+    # stream like GEMMs (default: as gemm_memory_efficiency); CPU BLAS has a dedicated GEMV
+    # kernel that streams ~1.8x faster than its small-M GEMM, which packs the weights first
+    # (fp32 MKL, 1 thread, measured here: a 65 MB LM head takes 6.1 ms for 1 row, 10.8 ms for
+    # 4). Fitted by `kvpd calibrate`.
+    gemv_memory_efficiency: float = 0.85
     # Prefill attention: FlashAttention-2 reaches 50-73% of peak on A100 (Dao 2023,
     # arXiv:2307.08691); FA3 ~75% on H100 (Shah et al. 2024, arXiv:2407.08608). Variable-length
     # serving batches sit at the low end: 0.5.
@@ -65,10 +73,11 @@ class CostParams:
     # 1: the roofline (GPU kernels hide memory traffic behind arithmetic); a CPU core stalls
     # on part of it (fitted 0.4-0.7 on the CPU executor, issue 8 report).
     overlap: float = 1.0
-    # Small-row GEMM passes: fp32 MKL has no small-M kernel and streams the weights once per
-    # row when 1 < rows < this value (measured on the CPU executor: 2 or 3 LM-head rows cost
-    # 2 or 3 weight reads, 4+ one); applied to the LM head, whose rows are the step's
-    # requests. 0: off (GPU GEMMs read the weights once).
+    # Small-row GEMM passes: fp32 MKL has no small-M kernel and runs a GEMM of 1 < rows < this
+    # value as `rows` GEMV passes over the weights (measured: 2 or 3 rows cost 1.8x / 2.7x one
+    # row, 4 rows 2.3x for a 2 MB matrix); applied to the per-layer linears, whose rows are
+    # the step's tokens. The LM head is exempt: the CPU executor pads its 2-3 rows to 4
+    # (realexec/paged_model.py), so it runs as one GEMM. 0: off (GPU GEMMs read weights once).
     gemm_row_passes_below: int = 0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
@@ -153,8 +162,11 @@ class CostParams:
         bad = set(data["params"]) - allowed
         if bad:
             raise ValueError(f"{path}: unknown parameter(s) {sorted(bad)}; expected {sorted(allowed)}")
+        values = dict(data["params"])
+        if "gemm_memory_efficiency" in values:  # files from before the GEMV term: GEMV = GEMM
+            values.setdefault("gemv_memory_efficiency", values["gemm_memory_efficiency"])
         try:
-            params = cls(**data["params"], device=data.get("device"), model=data.get("model"),
+            params = cls(**values, device=data.get("device"), model=data.get("model"),
                          source=str(data.get("source") or path), extra=dict(data.get("extra") or {}))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None

@@ -20,10 +20,12 @@ from simulator.models import ModelSpec
 
 CFG = {**LLAMA_50M, "_name_or_path": "llama-50m"}
 TRUE = CostParams(gemm_compute_efficiency=0.3, gemm_memory_efficiency=0.4,
-                  attn_compute_efficiency=0.2, attn_memory_efficiency=0.1,
+                  gemv_memory_efficiency=0.4, attn_compute_efficiency=0.2, attn_memory_efficiency=0.1,
                   step_overhead_s=4e-3, token_overhead_s=2e-5)
-# the CPU executor's behaviour (issue 8): padded decode attention, partial overlap, MKL small-M
-TRUE_CPU = dataclasses.replace(TRUE, decode_padding=0.7, overlap=0.5, gemm_row_passes_below=4)
+# the CPU executor's behaviour (issue 8): padded decode attention, partial overlap, MKL's
+# faster GEMV and small-M GEMMs as GEMV passes
+TRUE_CPU = dataclasses.replace(TRUE, decode_padding=0.7, overlap=0.5, gemm_row_passes_below=4,
+                               gemv_memory_efficiency=0.7)
 
 
 def _shapes() -> list[tuple[str, BatchShape]]:
@@ -74,6 +76,7 @@ def test_fit_recovers_a_synthetic_profile(tmp_path):
     # a roofline profile needs none of the executor terms
     assert cal.params.gemm_row_passes_below == 0
     assert cal.params.decode_padding < 0.15 and cal.params.overlap > 0.85
+    assert cal.params.gemv_memory_efficiency == pytest.approx(0.4, rel=0.1)
     # physics bounds hold
     for f in FREE_FIELDS:
         assert getattr(cal.params, f) >= 0
@@ -89,6 +92,7 @@ def test_fit_recovers_the_executor_terms(tmp_path):
     assert p.gemm_row_passes_below == 4
     assert p.decode_padding == pytest.approx(0.7, abs=0.1)
     assert p.overlap == pytest.approx(0.5, abs=0.1)
+    assert p.gemv_memory_efficiency == pytest.approx(0.7, rel=0.1)
     assert cal.summary()["held_median_abs_err"] < 0.02
     # without them the same fit is clearly worse, and the report says so
     assert cal.roofline_only["mape_held"] > 2 * cal.summary()["held_mape"]

@@ -1,4 +1,5 @@
-"""The executor-behaviour CostParams (decode_padding, overlap, gemm_row_passes_below): each
+"""The executor-behaviour CostParams (decode_padding, overlap, gemv_memory_efficiency,
+gemm_row_passes_below): each
 does what its docstring says, defaults are the plain roofline, and the fast paths
 (step_time, decode_run_times) agree with explain()."""
 
@@ -59,25 +60,59 @@ def test_overlap_adds_the_hidden_share_of_each_operator() -> None:
         assert _cm(CostParams(overlap=ov)).step_time(shape) == pytest.approx(br.total_s, rel=1e-12)
 
 
+LINEARS = ("qkv_proj", "o_proj", "mlp")
+
+
+def _op(cm: CostModel, shape: BatchShape, name: str):
+    return next(o for o in cm.explain(shape).ops if o.name == name)
+
+
 @pytest.mark.parametrize("rows, passes", [(1, 1), (2, 2), (3, 3), (4, 1), (16, 1)])
-def test_small_row_lm_head_reads_the_weights_once_per_row(rows: int, passes: int) -> None:
+def test_small_row_linears_read_the_weights_once_per_row(rows: int, passes: int) -> None:
     shape = BatchShape.from_lists([1] * rows, [100] * rows)
     on, off = _cm(CostParams(gemm_row_passes_below=4)), _cm(CostParams())
-    lm_on = next(o for o in on.explain(shape).ops if o.name == "lm_head")
-    lm_off = next(o for o in off.explain(shape).ops if o.name == "lm_head")
-    wb = on._stages[-1]["raw"]["lm_head"][1]
-    assert lm_on.bytes == pytest.approx(lm_off.bytes + (passes - 1) * wb, rel=1e-12)
+    raw = on._stages[-1]["raw"]
+    for name in LINEARS:
+        wb = raw[name][1]
+        assert _op(on, shape, name).bytes == pytest.approx(
+            _op(off, shape, name).bytes + (passes - 1) * wb, rel=1e-12)
+    # the executor pads the LM head's 2-3 rows to 4: one GEMM, never per-row passes
+    assert _op(on, shape, "lm_head").bytes == _op(off, shape, "lm_head").bytes
     assert on.step_time(shape) == pytest.approx(on.explain(shape).total_s, rel=1e-12)
     assert (on.step_time(shape) > off.step_time(shape)) == (passes > 1)
+
+
+def test_gemv_efficiency_prices_one_row_gemms_only() -> None:
+    gemv, base = _cm(CostParams(gemv_memory_efficiency=0.425)), _cm(CostParams())
+    one = BatchShape.from_lists([1], [100])  # one token: every linear and the LM head a GEMV
+    assert gemv.step_time(one) > base.step_time(one)
+    for name in (*LINEARS, "lm_head"):
+        w = gemv._stages[-1]["raw"][name][1] * gemv._stages[-1]["rate"]["gemm_m"]
+        assert _op(gemv, one, name).memory_s == pytest.approx(_op(base, one, name).memory_s + w,
+                                                              rel=1e-9)
+    # two decodes: GEMMs (no GEMV), so the GEMV efficiency does not enter
+    two = BatchShape.from_lists([1, 1], [100, 100])
+    assert gemv.step_time(two) == base.step_time(two)
+    # one request with a 64-token chunk: GEMM linears, GEMV LM head
+    chunk = BatchShape.from_lists([64], [0])
+    assert _op(gemv, chunk, "mlp").time_s == _op(base, chunk, "mlp").time_s
+    assert _op(gemv, chunk, "lm_head").time_s > _op(base, chunk, "lm_head").time_s
+
+
+def test_older_calibration_files_read_gemv_as_gemm(tmp_path) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("device: cpu\nmodel: gpt2\nparams: {gemm_memory_efficiency: 0.3}\n")
+    assert CostParams.load(str(path)).gemv_memory_efficiency == 0.3
 
 
 @settings(max_examples=40, deadline=None)
 @given(news=st.lists(st.one_of(st.just(1), st.integers(1, 400)), min_size=1, max_size=30),
        ctxs=st.lists(st.integers(0, 5000), min_size=30, max_size=30),
        pad=st.floats(0, 1), ov=st.floats(0, 1), below=st.sampled_from([0, 4, 64]),
-       cfg=st.sampled_from(CONFIGS))
-def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, cfg) -> None:
-    cm = _cm(CostParams(decode_padding=pad, overlap=ov, gemm_row_passes_below=below), cfg)
+       gemv=st.floats(0.01, 1), cfg=st.sampled_from(CONFIGS))
+def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, gemv, cfg) -> None:
+    cm = _cm(CostParams(decode_padding=pad, overlap=ov, gemm_row_passes_below=below,
+                        gemv_memory_efficiency=gemv), cfg)
     shape = BatchShape.from_lists(news, ctxs[: len(news)])
     assert cm.explain(shape).total_s == pytest.approx(cm.step_time(shape), rel=1e-12)
 
@@ -97,5 +132,8 @@ def test_decode_run_times_equal_repeated_step_time_with_the_terms(batch, ctx, st
 def test_the_terms_only_slow_a_step() -> None:
     shape = BatchShape.from_lists([1] * 3 + [64], [10, 700, 90, 0])
     base = _cm(CostParams()).step_time(shape)
-    for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 8}):
+    single = BatchShape.from_lists([1], [300])
+    assert _cm(CostParams(gemv_memory_efficiency=0.5)).step_time(single) > \
+        _cm(CostParams()).step_time(single)
+    for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 128}):
         assert _cm(dataclasses.replace(CostParams(), **change)).step_time(shape) > base
