@@ -79,7 +79,10 @@ class EngineClient:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> EngineClient:
-        """Spawn the workers and wait until all are ready (RuntimeError if one fails)."""
+        """Spawn the workers and wait until all are ready (RuntimeError if one fails); a
+        started client is returned as is (`with EngineClient(cfg).start() as c` is fine)."""
+        if self._thread is not None:
+            return self
         for spec in self.config.worker_specs(self.output_addr, self._ipc_dir):
             self.workers[spec.name] = WorkerState(spec.name, spec.role, spawn_worker(spec))
         self._thread = threading.Thread(target=self._io_loop, name="kvpd-client-io", daemon=True)

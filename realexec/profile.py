@@ -24,7 +24,12 @@ from typing import Any
 
 import torch
 
-from realexec.profile_facts import catalog_device, device_facts, model_identity
+from realexec.profile_facts import (
+    catalog_device,
+    device_facts,
+    memory_bandwidth_share,
+    model_identity,
+)
 from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
@@ -342,6 +347,9 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
     facts = device_facts(dev)
     facts["loadavg_1m_start"] = facts_before["loadavg_1m"]
     facts["cpu_available"] = prof.cpu_available
+    if dev.type == "cpu":  # what co-located PD workers share (cluster.host_memory_share)
+        prof.progress("host memory bandwidth: alone and 2 processes at once")
+        facts.update(memory_bandwidth_share())
     meta = {
         "device": hardware or catalog_device(dev),
         "model": prof.name,

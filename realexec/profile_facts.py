@@ -91,6 +91,58 @@ def model_identity(model: str | dict[str, Any]) -> tuple[dict[str, Any], str]:
     return cfg, name
 
 
+def _stream_gb_s(seconds: float, nbytes: int, queue: Any = None, go: Any = None) -> float:
+    """GB/s of repeated one-thread reductions over an `nbytes` fp32 tensor (a streaming read,
+    as a memory-bound decode step's weight reads) for `seconds`; in a child process, reports
+    "ready" on `queue`, waits for `go`, then puts its GB/s on `queue`."""
+    import time
+
+    torch.set_num_threads(1)
+    a = torch.ones(nbytes // 4)
+    a.sum()
+    if go is not None:
+        queue.put("ready")
+        go.wait(120)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a.sum()
+        n += 1
+    gb_s = n * nbytes / (time.perf_counter() - t0) / 1e9
+    if queue is not None:
+        queue.put(gb_s)
+    return gb_s
+
+
+def memory_bandwidth_share(processes: int = 2, seconds: float = 2.0,
+                           nbytes: int = 256 << 20) -> dict[str, float]:
+    """Host memory bandwidth of one thread alone, and the share of it each of `processes`
+    concurrent processes gets (what two PD workers on one CPU machine see:
+    `cluster.host_memory_share`). Spawns `processes` processes for about `seconds`."""
+    import multiprocessing as mp
+
+    threads = torch.get_num_threads()
+    try:
+        alone = _stream_gb_s(seconds, nbytes)
+    finally:
+        torch.set_num_threads(threads)
+    ctx = mp.get_context("spawn")
+    queue, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_stream_gb_s, args=(seconds, nbytes, queue, go), daemon=True)
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:  # every process has imported torch and touched its tensor
+            queue.get(timeout=120)
+        go.set()
+        got = [float(queue.get(timeout=120)) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    return {"mem_bw_gb_s": alone, "mem_bw_share": float(sum(got) / len(got) / alone),
+            "mem_bw_share_processes": processes}
 
 
 def sched_times(pid: int | None = None) -> tuple[float, float] | None:

@@ -132,6 +132,11 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         # request off (realexec/client.py), so the simulator counts it there too
         sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
                                 "transfer": "whole", "first_token": PD_FIRST_TOKEN}}
+        # the real prefill and decode workers are two processes on this one host: each
+        # step streams memory at the measured share while the other worker is in a step
+        share = (params.extra.get("device_facts") or {}).get("mem_bw_share")
+        if share:
+            sc["cluster"]["host_memory_share"] = min(1.0, float(share))
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
     return sc

@@ -15,10 +15,15 @@ with min(tp_prefill, tp_decode) NICs in parallel (one per GPU, as in 8-GPU nodes
 one NIC per GPU); transfers in flight on it share its bandwidth. Layer-wise transfer
 overlaps the prompt's computation: the exposed share is max(1/L, 1 - compute/transfer)
 of the bytes, where L is the number of layers.
+
+Host sharing (`cluster.host_memory_share`): all replicas on one host (kvpd's CPU validation
+runs 1P1D as two processes on one machine). A step that starts while another replica is in
+a step gets that share of the memory bandwidth (priced per step at its start).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import simpy
@@ -110,6 +115,25 @@ class SimCluster:
             }
             self.layerwise = c.pd.transfer == "layerwise"
             self.first_token_at_decode = c.pd.first_token == "decode"
+        if c.host_memory_share is not None:
+            self._share_host(c.host_memory_share)
+
+    def _share_host(self, share: float) -> None:
+        """Every replica is every other's neighbour on one host: a step that starts while
+        another is in a step streams memory at `share` x the device bandwidth."""
+        contended = {}
+        for plan in self.pools:
+            cm = plan.cost_model
+            acc = dataclasses.replace(cm.accelerator,
+                                      mem_bw_bytes_per_s=cm.accelerator.mem_bw_bytes_per_s * share)
+            contended[plan.role] = CostModel(cm.model, acc, self.scenario.dtype, cm.tp, cm.pp,
+                                             cm.params, kv_cache_dtype=cm.kv_cache_dtype,
+                                             link=cm.link)
+        for r in self.replicas:
+            role = "colocated" if self.scenario.cluster.pd is None else (
+                "prefill" if r in self.prefill_replicas else "decode")
+            r.contended_cost_model = contended[role]
+            r.neighbours = [n for n in self.replicas if n is not r]
 
     def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:
         sc = self.scenario

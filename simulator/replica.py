@@ -6,6 +6,10 @@ a duration from the cost model (plus PCIe time for swap traffic), then
 polling). Runs of identical all-decode steps are simulated as one *decode burst*
 (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
+
+Replicas sharing one host (`cluster.host_memory_share`) price a step with a slower-memory
+cost model when it starts while a neighbour is in a step; a neighbour starting or ending a
+step wakes the others, so a burst is re-priced from its next step.
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ class SimReplica:
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
         self.busy_s = 0.0
+        # host sharing (`cluster.host_memory_share`): the cost model of a step that starts
+        # while a neighbour (a replica on the same host) is in a step
+        self.contended_cost_model = None
+        self.neighbours: list[SimReplica] = []
+        self.in_step = False
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -91,13 +100,15 @@ class SimReplica:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
+            cost_model = self._enter_step()
             if k == 1:
-                duration = self.cost_model.step_time(out.shape)
+                duration = cost_model.step_time(out.shape)
                 yield env.timeout(duration)
                 result = StepResult(duration)
             else:
-                ends = yield from self._burst(out, k, start)
+                ends = yield from self._burst(out, k, start, cost_model)
                 result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
+            self._leave_step()
             end = env.now
             self.busy_s += end - now
             self.num_steps += result.num_steps
@@ -108,10 +119,27 @@ class SimReplica:
                 if ready:
                     self.on_kv_ready(self, ready)
 
-    def _burst(self, out: SchedulerOutput, k: int, start: float):
+    def _enter_step(self):
+        """The cost model of the step starting now (contended while a neighbour is in a
+        step); tells the neighbours, so their bursts are re-priced from their next step."""
+        if self.contended_cost_model is None:
+            return self.cost_model
+        contended = any(n.in_step for n in self.neighbours)
+        self.in_step = True
+        for n in self.neighbours:
+            n.wake()
+        return self.contended_cost_model if contended else self.cost_model
+
+    def _leave_step(self) -> None:
+        if self.contended_cost_model is not None:
+            self.in_step = False
+            for n in self.neighbours:
+                n.wake()
+
+    def _burst(self, out: SchedulerOutput, k: int, start: float, cost_model):
         """Run up to k decode steps; a wake-up cuts the burst at the step in progress."""
         env = self.env
-        durations = self.cost_model.decode_run_times(out.shape, k).tolist()
+        durations = cost_model.decode_run_times(out.shape, k).tolist()
         ends = list(accumulate(durations, initial=start))[1:]
         self._wake = env.event()
         timer = env.timeout(ends[-1] - start)

@@ -51,6 +51,11 @@ class ClusterSpec(_Strict):
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
+    # All replicas run on one host and share its memory bandwidth (e.g. 1P1D workers on one
+    # CPU machine): while another replica is in a step, a step streams memory at this
+    # fraction of the device's bandwidth (two STREAM copies on one host each get ~0.6 of one
+    # alone; `kvpd profile` measures it as device_facts.mem_bw_share). None: separate devices.
+    host_memory_share: float | None = Field(None, gt=0, le=1)
 
 
 class SchedulerSpec(_Strict):

@@ -11,7 +11,13 @@ import torch
 
 from kvpd.cli import main as kvpd_main
 from realexec.profile import GRID_PRESETS, ProfileGrid, Profiler, grid_preset
-from realexec.profile_facts import catalog_device, cpu_available, model_identity, sched_times
+from realexec.profile_facts import (
+    catalog_device,
+    cpu_available,
+    memory_bandwidth_share,
+    model_identity,
+    sched_times,
+)
 from simulator.calibrate_io import read_profile
 
 GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
@@ -88,6 +94,7 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["device"] == "cpu" and meta["model"] == "tiny-llama"
     assert meta["device_facts"]["torch_threads"] == 1 and "versions" in meta["device_facts"]
+    assert meta["device_facts"]["mem_bw_share"] > 0 and meta["device_facts"]["mem_bw_gb_s"] > 0
     kinds = set(prof.columns["kind"])
     assert kinds == {"prefill", "chunk", "decode", "mixed", "swap_out", "swap_in", "kv_transfer"}
     t = prof.columns["median_s"][prof.mask("kv_transfer")]
@@ -97,3 +104,12 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     assert "link kv_transfer" in capsys.readouterr().out
     assert kvpd_main(["profile", "--model", "tiny-llama", "--threads", "0", "--out", str(out)]) == 2
     assert "threads must be >= 1" in capsys.readouterr().err
+
+
+def test_memory_bandwidth_share_of_two_processes():
+    threads = torch.get_num_threads()
+    m = memory_bandwidth_share(processes=2, seconds=0.3, nbytes=64 << 20)
+    assert m["mem_bw_gb_s"] > 0.1 and m["mem_bw_share_processes"] == 2
+    # two streams on one host get at most (about) what one gets alone
+    assert 0.05 < m["mem_bw_share"] < 1.3
+    assert torch.get_num_threads() == threads

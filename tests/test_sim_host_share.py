@@ -1,0 +1,87 @@
+"""`cluster.host_memory_share`: replicas on one host share its memory bandwidth. A step that
+starts while another replica is in a step is priced with the slower memory; bursts stay
+equal to step-by-step simulation, and a share of 1 changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.scenario import scenario_from_dict
+from tests.sim_helpers import BASE, merged, sim
+
+PD = merged(BASE, {"cluster": {"pd": {"link": "nvlink4", "first_token": "prefill"}},
+                   "workload": {"synthetic": {"num_requests": 120}}})
+
+
+def _summary(scenario: dict) -> dict:
+    """The run's summary without its wall-clock figures."""
+    s = sim(scenario).summary
+    return {k: v for k, v in s.items() if k not in ("wall_s", "sim")}
+
+
+def _pd(share: float | None, **sim_opts) -> dict:
+    patch: dict = {"cluster": {"host_memory_share": share}}
+    if sim_opts:
+        patch["sim"] = sim_opts
+    return _summary(merged(PD, patch))
+
+
+def test_share_of_one_is_separate_devices() -> None:
+    assert _pd(1.0) == _pd(None)
+
+
+def test_shared_bandwidth_slows_both_pools() -> None:
+    alone, shared = _pd(None), _pd(0.5)
+    assert shared["tpot_s"]["p50"] > alone["tpot_s"]["p50"]
+    assert shared["ttft_s"]["p50"] > alone["ttft_s"]["p50"]
+    assert shared["requests"]["finished"] == alone["requests"]["finished"]
+
+
+def test_bursts_equal_step_by_step_with_sharing() -> None:
+    burst, steps = _pd(0.6), _pd(0.6, max_decode_burst=1)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        for q in ("p50", "p99"):
+            assert burst[key][q] == pytest.approx(steps[key][q], rel=1e-9)
+
+
+def test_a_lone_replica_has_no_neighbour() -> None:
+    one = merged(BASE, {"workload": {"synthetic": {"num_requests": 60}}})
+    assert _summary(merged(one, {"cluster": {"host_memory_share": 0.3}})) == _summary(one)
+
+
+def test_deterministic() -> None:
+    assert _pd(0.6) == _pd(0.6)
+
+
+@pytest.mark.parametrize("bad", [0, -0.2, 1.5])
+def test_out_of_range_share_is_refused(bad) -> None:
+    with pytest.raises(ValueError, match="host_memory_share"):
+        scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": bad}}))
+
+
+def test_contended_steps_use_the_share_of_bandwidth() -> None:
+    import simpy
+
+    from simulator.cluster import SimCluster
+    from simulator.core.batch_shape import BatchShape
+    from simulator.models import get_model
+    from simulator.timeline import Timeline
+
+    sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": 0.5}}))
+    c = SimCluster(simpy.Environment(), sc, get_model("llama-3-8b"), Timeline(enabled=False),
+                   lambda *_: None)
+    p, d = c.prefill_replicas[0], c.decode_replicas[0]
+    assert p.neighbours == [d] and d.neighbours == [p]
+    acc, slow = d.cost_model.accelerator, d.contended_cost_model.accelerator
+    assert slow.mem_bw_bytes_per_s == pytest.approx(0.5 * acc.mem_bw_bytes_per_s)
+    # a memory-bound decode step costs about twice as much; a long prompt much less so
+    decode = BatchShape.from_lists([1] * 8, [500] * 8)
+    prompt = BatchShape.from_lists([4096], [0])
+    r_dec = d.contended_cost_model.step_time(decode) / d.cost_model.step_time(decode)
+    r_pre = p.contended_cost_model.step_time(prompt) / p.cost_model.step_time(prompt)
+    assert 1.6 < r_dec <= 2.0 and 1.0 <= r_pre < r_dec
+    # priced at the start of a step: contended only while the neighbour is in one
+    assert d._enter_step() is d.cost_model
+    d._leave_step()
+    p.in_step = True
+    assert d._enter_step() is d.contended_cost_model
