@@ -31,6 +31,7 @@ def main() -> int:
                    "by the profile's CPU share; see simulator/calibrate.py)")
     p.add_argument("--duration-s", type=float, default=10.0)
     p.add_argument("--min-requests", type=int, default=10)
+    p.add_argument("--max-requests", type=int, default=400)
     p.add_argument("--real-repeats", type=int, default=2)
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--traces", default="azure,gamma")
@@ -74,7 +75,8 @@ def main() -> int:
     cfg = ValidateConfig(
         calibration=cal_path, out=args.out / "validate", model="llama-50m",
         traces=tuple(args.traces.split(",")), modes=tuple(args.modes.split(",")),
-        duration_s=args.duration_s, min_requests=args.min_requests, repeats=args.real_repeats,
+        duration_s=args.duration_s, min_requests=args.min_requests,
+        max_requests=args.max_requests, repeats=args.real_repeats,
         context=args.context, knobs=RunKnobs(), threads=args.threads, device="cpu")
     v = Validation(cfg, progress=lambda m: print("  " + m, flush=True))
     summary = v.run()

@@ -16,9 +16,10 @@ one NIC per GPU); transfers in flight on it share its bandwidth. Layer-wise tran
 overlaps the prompt's computation: the exposed share is max(1/L, 1 - compute/transfer)
 of the bytes, where L is the number of layers.
 
-Host sharing (`cluster.host_memory_share`): all replicas on one host (kvpd's CPU validation
-runs 1P1D as two processes on one machine). A step that starts while another replica is in
-a step gets that share of the memory bandwidth (priced per step at its start).
+Host sharing (`cluster.host_memory_share` = s): all replicas on one host (kvpd's CPU
+validation runs 1P1D as two processes on one machine). A step that starts while another
+replica is in a step whose memory share of time is f streams at 1 - (1 - s) f of the
+bandwidth (two pure streams: s each); priced per step at its start.
 """
 
 from __future__ import annotations
@@ -115,12 +116,12 @@ class SimCluster:
             }
             self.layerwise = c.pd.transfer == "layerwise"
             self.first_token_at_decode = c.pd.first_token == "decode"
-        if c.host_memory_share is not None:
+        if c.host_memory_share is not None and c.host_memory_share < 1:
             self._share_host(c.host_memory_share)
 
     def _share_host(self, share: float) -> None:
-        """Every replica is every other's neighbour on one host: a step that starts while
-        another is in a step streams memory at `share` x the device bandwidth."""
+        """Every replica is every other's neighbour on one host; the contended cost models
+        stream memory at `share` x the device bandwidth (`SimReplica._durations`)."""
         contended = {}
         for plan in self.pools:
             cm = plan.cost_model
@@ -133,6 +134,7 @@ class SimCluster:
             role = "colocated" if self.scenario.cluster.pd is None else (
                 "prefill" if r in self.prefill_replicas else "decode")
             r.contended_cost_model = contended[role]
+            r.host_memory_share = share
             r.neighbours = [n for n in self.replicas if n is not r]
 
     def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:

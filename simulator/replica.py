@@ -7,9 +7,10 @@ polling). Runs of identical all-decode steps are simulated as one *decode burst*
 (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
 
-Replicas sharing one host (`cluster.host_memory_share`) price a step with a slower-memory
-cost model when it starts while a neighbour is in a step; a neighbour starting or ending a
-step wakes the others, so a burst is re-priced from its next step.
+Replicas sharing one host (`cluster.host_memory_share`) stretch a step's memory time when it
+starts while a neighbour is in a step, by as much as that neighbour streams memory; a
+neighbour starting or ending a step wakes the others, so a burst is re-priced from its next
+step.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from itertools import accumulate
 
 import simpy
 
+from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
-from simulator.core.scheduler_output import SchedulerOutput, StepResult
+from simulator.core.scheduler_output import StepResult
 from simulator.links import SimLink
 from simulator.timeline import Timeline
 
@@ -58,8 +60,10 @@ class SimReplica:
         # host sharing (`cluster.host_memory_share`): the cost model of a step that starts
         # while a neighbour (a replica on the same host) is in a step
         self.contended_cost_model = None
+        self.host_memory_share = 1.0
         self.neighbours: list[SimReplica] = []
         self.in_step = False
+        self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -100,13 +104,13 @@ class SimReplica:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
-            cost_model = self._enter_step()
+            durations = self._durations(out.shape, k)
             if k == 1:
-                duration = cost_model.step_time(out.shape)
+                duration = durations[0]
                 yield env.timeout(duration)
                 result = StepResult(duration)
             else:
-                ends = yield from self._burst(out, k, start, cost_model)
+                ends = yield from self._burst(durations, start)
                 result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             self._leave_step()
             end = env.now
@@ -119,16 +123,28 @@ class SimReplica:
                 if ready:
                     self.on_kv_ready(self, ready)
 
-    def _enter_step(self):
-        """The cost model of the step starting now (contended while a neighbour is in a
-        step); tells the neighbours, so their bursts are re-priced from their next step."""
-        if self.contended_cost_model is None:
-            return self.cost_model
-        contended = any(n.in_step for n in self.neighbours)
+    def _durations(self, shape: BatchShape, k: int) -> list[float]:
+        """Seconds of the next `k` steps from `shape` (k > 1: a decode burst). Sharing a host,
+        a step's memory time stretches by the bandwidth the neighbours in a step take: with
+        share s and the busiest neighbour spending a fraction f of its step on memory, the
+        step streams at 1 - (1 - s) f of the bandwidth (f = 1: two streams, s each)."""
+        cm = self.cost_model
+        base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
+        slow_cm = self.contended_cost_model
+        if slow_cm is None:
+            return base
+        slow = [slow_cm.step_time(shape)] if k == 1 else slow_cm.decode_run_times(shape, k).tolist()
+        s = self.host_memory_share
+        # memory seconds scale with 1 / bandwidth: t(s) - t(1) = m (1/s - 1)
+        self.mem_fraction = (slow[0] - base[0]) / (1.0 / s - 1.0) / base[0] if base[0] > 0 else 0.0
+        f = max((n.mem_fraction for n in self.neighbours if n.in_step), default=0.0)
         self.in_step = True
-        for n in self.neighbours:
+        for n in self.neighbours:  # re-price their bursts from their next step
             n.wake()
-        return self.contended_cost_model if contended else self.cost_model
+        if f <= 0.0:
+            return base
+        g = (1.0 / (1.0 - (1.0 - s) * f) - 1.0) / (1.0 / s - 1.0)  # 0 (f = 0) .. 1 (f = 1)
+        return [b + g * (c - b) for b, c in zip(base, slow)]
 
     def _leave_step(self) -> None:
         if self.contended_cost_model is not None:
@@ -136,10 +152,9 @@ class SimReplica:
             for n in self.neighbours:
                 n.wake()
 
-    def _burst(self, out: SchedulerOutput, k: int, start: float, cost_model):
-        """Run up to k decode steps; a wake-up cuts the burst at the step in progress."""
+    def _burst(self, durations: list[float], start: float):
+        """Run the burst's decode steps; a wake-up cuts it at the step in progress."""
         env = self.env
-        durations = cost_model.decode_run_times(out.shape, k).tolist()
         ends = list(accumulate(durations, initial=start))[1:]
         self._wake = env.event()
         timer = env.timeout(ends[-1] - start)

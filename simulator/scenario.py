@@ -52,9 +52,10 @@ class ClusterSpec(_Strict):
     router_load_cap: float = Field(1.5, ge=1.0)
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
     # All replicas run on one host and share its memory bandwidth (e.g. 1P1D workers on one
-    # CPU machine): while another replica is in a step, a step streams memory at this
-    # fraction of the device's bandwidth (two STREAM copies on one host each get ~0.6 of one
-    # alone; `kvpd profile` measures it as device_facts.mem_bw_share). None: separate devices.
+    # CPU machine): the share of its bandwidth each of two streaming processes gets (two
+    # STREAM reads on this 2-core host each get ~0.63 of one alone; `kvpd profile` measures
+    # it as device_facts.mem_bw_share). A step starting while a neighbour is in a step whose
+    # time is a fraction f memory streams at 1 - (1 - share) f. None: separate devices.
     host_memory_share: float | None = Field(None, gt=0, le=1)
 
 
