@@ -102,7 +102,9 @@ class Calibration:
                          f"median |err| {pct(w['median_abs_err_held'])})")
         p = self.params
         lines.append(f"executor terms: decode_padding {p.decode_padding:.2f}, overlap "
-                     f"{p.overlap:.2f}, gemm_row_passes_below {p.gemm_row_passes_below}"
+                     f"{p.overlap:.2f}, gemv_memory_efficiency {p.gemv_memory_efficiency:.2f} "
+                     f"(GEMM {p.gemm_memory_efficiency:.2f}), gemm_row_passes_below "
+                     f"{p.gemm_row_passes_below}"
                      + ("" if self.roofline_only else " (held: too few points to fit them)"))
         if self.roofline_only:
             r = self.roofline_only
