@@ -119,8 +119,10 @@ def synth_prompts(trace: workloads.Trace, vocab_size: int, seed: int = 0) -> lis
 def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: list[int],
             token_times: list[float], finish_reason: str | None, error: str | None,
             cached: int = 0, first_scheduled: float | None = None,
-            annotations: dict[str, Any] | None = None) -> Request:
-    """A finished core `Request` carrying client-side timestamps (s since the replay start)."""
+            annotations: dict[str, Any] | None = None, preemptions: int = 0) -> Request:
+    """A finished core `Request` carrying client-side timestamps (s since the replay start).
+    `preemptions`: how often the engine preempted it (known in-process; the ZMQ and HTTP
+    front ends do not report it per request, so those records carry 0)."""
     req = Request(str(i), prompt_token_ids=prompt,
                   sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
                   arrival_time=arrival)
@@ -130,6 +132,7 @@ def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: li
     req.first_token_time = token_times[0] if token_times else None
     req.first_scheduled_time = first_scheduled
     req.num_cached_tokens = cached
+    req.num_preemptions = preemptions
     req.annotations.update(annotations or {})
     end = token_times[-1] if token_times else arrival
     if error is not None:
@@ -177,7 +180,7 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]]) -
         fs = None if r.first_scheduled_time is None else r.first_scheduled_time - start
         out.append(_record(i, prompts[i], int(outs[i]), r.arrival_time - start, r.output_token_ids,
                            times, r.finish_reason, None, max(r.num_cached_tokens, 0), fs,
-                           {"replica": "inproc"}))
+                           {"replica": "inproc"}, r.num_preemptions))
     kvs = llm.kv_cache_manager.get_stats()
     return out, {"kv_peak_usage": kvs.peak_usage, "prefix_hit_rate": kvs.prefix_hit_rate}
 

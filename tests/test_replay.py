@@ -97,6 +97,28 @@ def test_inproc_replay_writes_the_simulators_files(tmp_path):
     assert res.records["arrival_s"].tolist() == pytest.approx(trace.arrival_s.tolist(), abs=0.05)
 
 
+def test_inproc_replay_keeps_each_requests_preemptions():
+    """A pool too small for the burst preempts (recompute); the per-request records add up to
+    the scheduler's own counter."""
+    import torch
+
+    from realexec.llm import LLM
+
+    trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
+                            output_len=np.full(6, 20), name="burst")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        llm = LLM(TINY, **{**TINY_KWARGS, "num_gpu_blocks": 24})
+        res = replay(trace, "inproc", llm=llm, seed=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert res.summary["requests"]["finished"] == 6
+    assert llm.scheduler.num_preemptions > 0
+    assert int(res.records["preemptions"].sum()) == llm.scheduler.num_preemptions
+    assert res.summary["preemptions"] == llm.scheduler.num_preemptions
+
+
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
     path = workloads.write_trace(_trace(), tmp_path / "t.csv")
     assert kvpd_main(["replay", str(path), "--target", "tpu"]) == 2
