@@ -156,19 +156,20 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
         finally:
             await gen.aclose()
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
+    async def _serve(request: Request, chat: bool) -> Any:
+        """`_complete`, with a dead engine answered as 503."""
         try:
-            return await _complete(request, chat=False)
+            return await _complete(request, chat)
         except EngineDeadError as exc:
             raise ApiError(str(exc), 503, err_type="service_unavailable") from None
 
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        return await _serve(request, chat=False)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        try:
-            return await _complete(request, chat=True)
-        except EngineDeadError as exc:
-            raise ApiError(str(exc), 503, err_type="service_unavailable") from None
+        return await _serve(request, chat=True)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -148,6 +148,17 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
     return path
 
 
+def _save(fig: Any, title: str, path: Path) -> Path:
+    """Title, lay out, write and close a figure; returns its path."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(validation: Any, out: Path) -> list[Path]:
     import matplotlib
 
@@ -173,12 +184,8 @@ def plot(validation: Any, out: Path) -> list[Path]:
             ax.set_ylabel("fraction of requests")
             ax.set_xscale("log")
             ax.legend(fontsize=7)
-        fig.suptitle(f"{kind} / {mode}: real (solid) vs simulated (dashed)")
-        fig.tight_layout()
-        p = out / f"{kind}-{mode}-cdf.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        written.append(p)
+        written.append(_save(fig, f"{kind} / {mode}: real (solid) vs simulated (dashed)",
+                             out / f"{kind}-{mode}-cdf.png"))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for j, rec in enumerate(recs):
             for ax, col in zip(axes, ("ttft_s", "e2e_s")):
@@ -194,12 +201,8 @@ def plot(validation: Any, out: Path) -> list[Path]:
             ax.set_xlabel(f"real {col}")
             ax.set_ylabel(f"simulated {col}")
             ax.legend(fontsize=7)
-        fig.suptitle(f"{kind} / {mode}: per request")
-        fig.tight_layout()
-        p = out / f"{kind}-{mode}-scatter.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        written.append(p)
+        written.append(_save(fig, f"{kind} / {mode}: per request",
+                             out / f"{kind}-{mode}-scatter.png"))
     return written
 
 

@@ -50,7 +50,7 @@ FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
 EXECUTOR_FIELDS = (*BEHAVIOUR_FIELDS, "gemv_memory_efficiency")
 ROOFLINE_FIELDS = tuple(f for f in FREE_FIELDS if f not in EXECUTOR_FIELDS)
 # `gemm_row_passes_below` candidates: off, or MKL's small-M behaviour (measured on the CPU
-# executor: 1, 2, 3 LM-head rows -> 1, 2, 3 weight reads, 4+ rows -> 1).
+# executor: linears of 2 or 3 rows cost 1.8x / 2.7x one row, 4+ rows run as one GEMM).
 ROW_PASS_CHOICES = (0, 4)
 POINTS_PER_PARAM = 2  # fitting points needed per free parameter (an over-determined fit)
 # Typical magnitudes (efficiency: a fraction; overheads: s) so that the solver's steps

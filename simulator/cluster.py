@@ -122,20 +122,17 @@ class SimCluster:
     def _share_host(self, share: float) -> None:
         """Every replica is every other's neighbour on one host; the contended cost models
         stream memory at `share` x the device bandwidth (`SimReplica._durations`)."""
-        contended = {}
-        for plan in self.pools:
+        pools = ([self.replicas] if self.scenario.cluster.pd is None
+                 else [self.prefill_replicas, self.decode_replicas])
+        for plan, replicas in zip(self.pools, pools):
             cm = plan.cost_model
             acc = dataclasses.replace(cm.accelerator,
                                       mem_bw_bytes_per_s=cm.accelerator.mem_bw_bytes_per_s * share)
-            contended[plan.role] = CostModel(cm.model, acc, self.scenario.dtype, cm.tp, cm.pp,
-                                             cm.params, kv_cache_dtype=cm.kv_cache_dtype,
-                                             link=cm.link)
-        for r in self.replicas:
-            role = "colocated" if self.scenario.cluster.pd is None else (
-                "prefill" if r in self.prefill_replicas else "decode")
-            r.contended_cost_model = contended[role]
-            r.host_memory_share = share
-            r.neighbours = [n for n in self.replicas if n is not r]
+            slow = CostModel(cm.model, acc, self.scenario.dtype, cm.tp, cm.pp, cm.params,
+                             kv_cache_dtype=cm.kv_cache_dtype, link=cm.link)
+            for r in replicas:
+                r.contended_cost_model, r.host_memory_share = slow, share
+                r.neighbours = [n for n in self.replicas if n is not r]
 
     def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:
         sc = self.scenario

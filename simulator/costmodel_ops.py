@@ -15,12 +15,16 @@ if TYPE_CHECKING:
     from simulator.costmodel import CostModel
 
 
+def _timed(name: str, flops: float, nbytes: float, c: float, m: float, ov: float) -> OpCost:
+    """An operator of `c` compute and `m` memory seconds: max(c, m) + ov x min(c, m)."""
+    t = c + ov * m if c > m else m + ov * c
+    return OpCost(name, flops, nbytes, t, "compute" if c > m else "memory", c, m)
+
+
 def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: float,
               ov: float = 0.0) -> OpCost:
     """max(c, m) + ov x min(c, m) seconds, ov = 1 - `CostParams.overlap`."""
-    c, m = flops * rate_c, nbytes * rate_m
-    t = c + ov * m if c > m else m + ov * c
-    return OpCost(name, flops, nbytes, t, "compute" if c > m else "memory", c, m)
+    return _timed(name, flops, nbytes, flops * rate_c, nbytes * rate_m, ov)
 
 
 def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float, P: float,
@@ -37,11 +41,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     def linear(name: str, fl: float, wb: float, act: float) -> OpCost:
         if not gemv:
             return _roofline(name, T * fl, wb + T * act, gc, gm, ov)
-        one = _roofline(name, fl, 0.0, gc, gm, ov)  # per pass: weights at the GEMV rate
-        c, m = one.compute_s, wb * gv + act * gm
-        t = c + ov * m if c > m else m + ov * c
-        return OpCost(name, T * fl, T * (wb + act), T * t, "compute" if c > m else "memory",
-                      T * c, T * m)
+        # T passes, each streaming the weights at the GEMV rate
+        return _timed(name, T * fl, T * (wb + act), T * fl * gc, T * (wb * gv + act * gm), ov)
 
     fl, wb, act = raw["qkv_proj"]
     ops.append(linear("qkv_proj", fl, wb, act))
@@ -75,9 +76,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if st["last"]:
         fl, wb, act = raw["lm_head"]
         if R == 1.0:  # one request: a GEMV
-            c, m = fl * gc, wb * gv + act * gm
-            ops.append(OpCost("lm_head", fl, wb + act, c + ov * m if c > m else m + ov * c,
-                              "compute" if c > m else "memory", c, m))
+            ops.append(_timed("lm_head", fl, wb + act, fl * gc, wb * gv + act * gm, ov))
         else:
             ops.append(_roofline("lm_head", R * fl, wb + R * act, gc, gm, ov))
         sb = R * raw["sampling"]
