@@ -44,6 +44,7 @@ class WorkerSpec:
     recomputing the prompt itself. kv_hold_timeout_s: prefill side: how long it holds a
     handed-off request's blocks without an acknowledgement. heartbeat_s: idle heartbeat period.
     fault_drop_kv: drop every outgoing KV transfer (tests and benchmarks of the fallback).
+    step_log: a file to append one JSON line per step to (`realexec.step_log`); "" for none.
     """
 
     name: str
@@ -59,6 +60,7 @@ class WorkerSpec:
     num_threads: int | None = None
     max_staging_bytes: int = 1 << 30
     fault_drop_kv: bool = False
+    step_log: str = ""
     parent_pid: int = 0
     log_level: str = "WARNING"
 
@@ -125,6 +127,11 @@ class EngineLoop:
         self._last_sent = 0.0
         self._last_stats = 0.0
         self.step_s = 0.0  # duration of the latest step (schedule + execute + update)
+        self.step_log = None
+        if spec.step_log:
+            from realexec.step_log import StepLogWriter
+
+            self.step_log = StepLogWriter(spec.step_log)
 
     # ---------------------------------------------------------------- output
     def push(self, msg_type: str, body: dict[str, Any]) -> None:
@@ -230,12 +237,14 @@ class EngineLoop:
     # ------------------------------------------------------------------ step
     def step(self) -> tuple[list[dict[str, Any]], bool]:
         """One engine step; returns (output items, whether it did anything)."""
-        t0 = time.perf_counter()
+        t_wall, t0 = time.time(), time.perf_counter()
         out = self.llm.step()
         step_s = time.perf_counter() - t0
         self.num_steps += 1
         self.step_s = step_s
         so = out.scheduler_output
+        if self.step_log is not None and so.reqs:
+            self.step_log.add(t_wall, step_s, so.shape)
         handoff = {r.request_id for r in out.kv_ready}
         if self.connector is not None:
             self.connector.after_step(out)
@@ -315,6 +324,8 @@ class EngineLoop:
             elif now - self._last_sent >= spec.heartbeat_s:
                 self.push("heartbeat", {"worker": spec.name, "t_wall": time.time(),
                                         "stats": self._stats_now(now)})
+            if not busy and self.step_log is not None:
+                self.step_log.flush()
             if now - last_parent_check >= spec.heartbeat_s:
                 last_parent_check = now
                 if spec.parent_pid and os.getppid() != spec.parent_pid:
@@ -376,6 +387,8 @@ def worker_main(spec: WorkerSpec) -> None:
     try:
         loop.run()
     finally:
+        if loop.step_log is not None:
+            loop.step_log.flush()
         if loop.connector is not None:
             loop.connector.close()
         ctx.destroy(linger=500)

@@ -35,6 +35,8 @@ class ServeConfig:
     role_llm_kwargs: per-role overrides of `llm_kwargs` ({"decode": {"num_gpu_blocks": 64}}).
     num_threads: torch threads per worker (default: the CPUs split evenly among workers).
     fault_drop_kv: prefill workers drop every KV transfer (tests/benchmarks of the fallback).
+    step_log_dir: a folder where each worker appends its steps to `<worker>.steps.jsonl`
+    (`realexec.step_log`); None for no logs.
     """
 
     model: Any = "llama-50m"
@@ -51,6 +53,7 @@ class ServeConfig:
     num_threads: int | None = None
     max_staging_bytes: int = 1 << 30
     fault_drop_kv: bool = False
+    step_log_dir: str | None = None
     log_level: str = "WARNING"
 
     def __post_init__(self) -> None:
@@ -95,6 +98,8 @@ class ServeConfig:
                 heartbeat_s=self.heartbeat_s, num_threads=threads,
                 max_staging_bytes=self.max_staging_bytes,
                 fault_drop_kv=self.fault_drop_kv and role == "prefill",
+                step_log=os.path.join(self.step_log_dir, f"{name}.steps.jsonl")
+                if self.step_log_dir else "",
                 parent_pid=os.getpid(), log_level=self.log_level,
             )
             for name, role in roles

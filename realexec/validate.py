@@ -29,6 +29,7 @@ from realexec.validate_plan import (
     scenario_dict,
     simulate,
 )
+from realexec.validate_steps import pd_step_errors, step_errors
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -83,7 +84,7 @@ class ColocatedBackend:
         from realexec.llm import LLM
 
         self.llm = LLM(model_config, record_steps=True, **llm_kwargs)
-        self.steps: list = []  # StepRecords of the last replay (shape, measured seconds)
+        self.steps: dict[str, list] = {}  # role -> StepRecords of the last replay
 
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the engine thread)."""
@@ -94,7 +95,7 @@ class ColocatedBackend:
         self.llm.runner.steps.clear()
         res = replay(trace, "inproc", llm=self.llm, seed=seed)
         avail = cpu_available(s0, sched_times())
-        self.steps = list(self.llm.runner.steps)
+        self.steps = {"colocated": list(self.llm.runner.steps)}
         return res, self.llm.scheduler.num_preemptions - before, avail
 
     def close(self) -> None:
@@ -102,16 +103,29 @@ class ColocatedBackend:
 
 
 class PDBackend:
-    """A 1P1D deployment (`EngineClient`, prefill and decode worker processes)."""
+    """A 1P1D deployment (`EngineClient`, prefill and decode worker processes); the workers
+    log their steps under `step_log_dir` (kept beside the results)."""
 
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
-                 threads: int | None) -> None:
+                 threads: int | None, step_log_dir: Path) -> None:
         from realexec.client import EngineClient
         from realexec.serve_config import ServeConfig
 
         cfg = ServeConfig(model=model_config, llm_kwargs=llm_kwargs, pd=(1, 1),
-                          kv_mode="full", num_threads=threads)
+                          kv_mode="full", num_threads=threads, step_log_dir=str(step_log_dir))
         self.client = EngineClient(cfg).start()
+        self.logs = {w.role: (step_log_dir / f"{w.name}.steps.jsonl") for w in
+                     self.client.workers.values()}
+        self.offsets = {role: 0 for role in self.logs}
+        self.steps: dict[str, list] = {}  # role -> LoggedSteps of the last replay
+
+    def _read_steps(self) -> dict[str, list]:
+        from realexec.step_log import read_step_log
+
+        out = {}
+        for role, path in self.logs.items():
+            out[role], self.offsets[role] = read_step_log(path, self.offsets[role])
+        return out
 
     def _preemptions(self) -> int:
         return sum(int(w["stats"].get("num_preemptions", 0))
@@ -128,8 +142,9 @@ class PDBackend:
         from realexec.replay import replay
 
         before, s0 = self._preemptions(), self._sched()
+        self._read_steps()  # skip steps of earlier runs not read yet (warm-up)
         res = replay(trace, "pd:1:1", client=self.client, seed=seed)
-        time.sleep(0.3)  # let the last stats (sent with outputs/heartbeats) arrive
+        time.sleep(0.3)  # let the last stats (outputs/heartbeats) and step logs arrive
         if not self.client.is_healthy():
             down = [n for n, w in self.client.workers_status().items() if not w.get("alive", True)]
             raise RuntimeError(f"PD worker(s) down after the run: {down or 'unknown'}")
@@ -137,6 +152,7 @@ class PDBackend:
         run = sum(s1[n][0] - s0[n][0] for n in s1 if s1[n] and s0.get(n))
         wait = sum(s1[n][1] - s0[n][1] for n in s1 if s1[n] and s0.get(n))
         avail = run / (run + wait) if run + wait > 0 else None
+        self.steps = self._read_steps()
         return res, self._preemptions() - before, avail
 
     def close(self) -> None:
@@ -184,20 +200,6 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
         else:
             err = (sv - mean) / mean if mean else None
         out[name] = {"real": vals, "real_mean": mean, "spread": spread, "sim": sv, "error": err}
-    return out
-
-
-def step_errors(steps: list, cost_model) -> dict[str, Any] | None:
-    """How well the calibrated cost model predicts the real run's own steps (their shapes and
-    measured durations, schedule + execute): total predicted / total measured - 1 (what sets
-    throughput and latency) and the median per-step error."""
-    steps = [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
-    if not steps:
-        return None
-    real = np.array([s.duration_s for s in steps])
-    pred = np.array([cost_model.step_time(s.shape) for s in steps])
-    out = {"num_steps": len(steps), "total": float(pred.sum() / real.sum() - 1),
-           "median": float(np.median(pred / real - 1))}
     return out
 
 
@@ -262,7 +264,8 @@ class Validation:
             torch.set_num_threads(int(self.threads))
         if mode == "colocated":
             return ColocatedBackend(self.model_config, self.llm_kwargs())
-        return PDBackend(self.model_config, self.llm_kwargs(), self.threads)
+        return PDBackend(self.model_config, self.llm_kwargs(), self.threads,
+                         self.cfg.out / "runs" / "pd-steps")
 
     def context(self) -> int:
         from simulator.models import ModelSpec
@@ -316,7 +319,8 @@ class Validation:
                                cfg.knobs, mode, trace_file, cfg.seed)
             sim = simulate(sc)
             sim.write(folder / f"rate{i}-sim")
-            reals, recs, avails, steps = [], [], [], []
+            reals, recs, avails = [], [], []
+            steps: dict[str, list] = {}
             t0 = time.perf_counter()
             try:
                 for rep in range(cfg.repeats):
@@ -329,7 +333,8 @@ class Validation:
                     reals.append(res.summary)
                     recs.append(res.records)
                     avails.append(avail)
-                    steps += getattr(backend, "steps", [])
+                    for role, rs in backend.steps.items():
+                        steps.setdefault(role, []).extend(rs)
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 self.failures.append({"trace": kind, "mode": mode, "rate": rate, "error": msg})
@@ -347,7 +352,9 @@ class Validation:
                 "label": label, "queue_growing": growing, "num_requests": len(trace),
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
-                "step_error": step_errors(steps, self.cost_model),
+                "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
+                "step_error_by_role": (pd_step_errors(steps, self.cost_model, sc["cluster"].get(
+                    "host_memory_share")) if mode == "pd" else None),
                 "adjusted": adjusted,
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}

@@ -41,8 +41,39 @@ def _cell(m: dict[str, Any], name: str) -> str:
 
 
 def _step(r: dict[str, Any]) -> str:
+    roles = r.get("step_error_by_role")
+    if roles:  # PD: prefill / decode worker, priced as the simulator does (host sharing)
+        parts = [f"{role[0].upper()}{(e.get('shared') or e['plain'])['total']:+.0%}"
+                 for role, e in sorted(roles.items(), key=lambda kv: kv[0] != "prefill")]
+        return "/".join(parts)
     e = r.get("step_error")
     return f"{e['total']:+.0%}" if e else "-"
+
+
+def format_pd_steps(summary: dict[str, Any]) -> str:
+    """The cost model on the PD workers' own steps: per role, predicted total / measured
+    total - 1 without (plain) and with host sharing (shared), over the steps that started
+    while the other worker was in a step and over those that started alone."""
+    lines = [f"{'trace':6s} {'rate':>6s} {'role':8s} {'steps':>6s} {'overlap':>7s} "
+             f"{'plain':>7s} {'shared':>7s}  {'overlapped pl/sh':>17s}  {'alone pl/sh':>13s}"]
+
+    def pct(e: dict[str, Any] | None, key: str) -> str:
+        return f"{e[key]['total']:+.1%}" if e and key in e else "-"
+
+    for r in summary["results"]:
+        for role, e in (r.get("step_error_by_role") or {}).items():
+            ov, al = e.get("overlapped"), e.get("alone")
+            lines.append(
+                f"{r['trace']:6s} {r['rate']:6.3f} {role:8s} {e['plain']['num_steps']:6d} "
+                f"{e['overlapped_fraction']:7.0%} {pct(e, 'plain'):>7s} {pct(e, 'shared'):>7s}  "
+                f"{pct(ov, 'plain') + '/' + pct(ov, 'shared'):>17s}  "
+                f"{pct(al, 'plain') + '/' + pct(al, 'shared'):>13s}")
+    if len(lines) == 1:
+        return ""
+    lines.append("PD workers' own steps: cost model predicted total / measured total - 1; plain: "
+                 "alone on the host, shared: with cluster.host_memory_share as simulated; "
+                 "overlap: share of steps that started while the other worker was in a step")
+    return "\n".join(lines)
 
 
 def _avail(r: dict[str, Any]) -> str:
@@ -72,19 +103,19 @@ def format_table(summary: dict[str, Any]) -> str:
     """One row per (trace, mode, rate): signed error (sim - real) / real per metric, with the
     real runs' spread (half range / mean) after ±; * marks a missed target."""
     head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'load':>5s} {'label':12s} {'n':>4s} "
-            f"{'cpu':>9s} {'step':>6s} " + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
+            f"{'cpu':>9s} {'step':>11s} " + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
     lines = [head]
     for r in summary["results"]:
         cells = " ".join(f"{_cell(r['metrics'][m], m):>12s}" for m in SHOWN)
         lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['load']:5.2f} "
-                     f"{r['label']:12s} {r['num_requests']:4d} {_avail(r):>9s} {_step(r):>6s} {cells}")
+                     f"{r['label']:12s} {r['num_requests']:4d} {_avail(r):>9s} {_step(r):>11s} {cells}")
     for f in summary["failures"]:
         rate = "-" if f.get("rate") is None else f"{f['rate']:.3f} req/s"
         lines.append(f"FAILED {f.get('trace', '*')} {f['mode']} at {rate}: {f['error']}")
     lines.append("cells: simulator error (sim - real)/real ± real run-to-run spread (half range "
                  "/ mean); * = outside target (5% tput/p50, 10% p90/p99); preempt: sim - real")
     lines.append("step: the cost model on the real run's own steps (shapes, measured times): "
-                 "predicted total / measured total - 1 (colocated only)")
+                 "predicted total / measured total - 1 (PD: P prefill / D decode worker, with host sharing)")
     lines.append("cpu: share of its runnable time the engine thread got on a CPU in the real runs "
                  "/ during the profile (1.00 = no contention; lower = shared cores)")
     return "\n".join(lines)
@@ -213,7 +244,9 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
                "targets_adjusted": targets_summary(summary, adjusted=True),
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    (out / "validation.txt").write_text(format_table(summary) + "\n\ncontention-adjusted "
-                                        "diagnostic:\n" + format_adjusted(summary) + "\n")
+    pd_steps = format_pd_steps(summary)
+    (out / "validation.txt").write_text(
+        format_table(summary) + "\n\ncontention-adjusted diagnostic:\n" + format_adjusted(summary)
+        + "\n" + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

@@ -24,7 +24,6 @@ bandwidth (two pure streams: s each); priced per step at its start.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import simpy
@@ -35,6 +34,7 @@ from simulator.core.scheduler import Scheduler
 from simulator.costmodel import CostModel
 from simulator.costparams import CostParams
 from simulator.hardware import Accelerator, Link, get_accelerator, get_link
+from simulator.host_share import contended_cost_model
 from simulator.links import SimLink
 from simulator.memory_plan import MemoryPlan, plan_memory
 from simulator.models import ModelSpec
@@ -125,11 +125,7 @@ class SimCluster:
         pools = ([self.replicas] if self.scenario.cluster.pd is None
                  else [self.prefill_replicas, self.decode_replicas])
         for plan, replicas in zip(self.pools, pools):
-            cm = plan.cost_model
-            acc = dataclasses.replace(cm.accelerator,
-                                      mem_bw_bytes_per_s=cm.accelerator.mem_bw_bytes_per_s * share)
-            slow = CostModel(cm.model, acc, self.scenario.dtype, cm.tp, cm.pp, cm.params,
-                             kv_cache_dtype=cm.kv_cache_dtype, link=cm.link)
+            slow = contended_cost_model(plan.cost_model, share)
             for r in replicas:
                 r.contended_cost_model, r.host_memory_share = slow, share
                 r.neighbours = [n for n in self.replicas if n is not r]

@@ -24,6 +24,7 @@ from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
+from simulator.host_share import memory_fraction, shared_time
 from simulator.links import SimLink
 from simulator.timeline import Timeline
 
@@ -135,16 +136,12 @@ class SimReplica:
             return base
         slow = [slow_cm.step_time(shape)] if k == 1 else slow_cm.decode_run_times(shape, k).tolist()
         s = self.host_memory_share
-        # memory seconds scale with 1 / bandwidth: t(s) - t(1) = m (1/s - 1)
-        self.mem_fraction = (slow[0] - base[0]) / (1.0 / s - 1.0) / base[0] if base[0] > 0 else 0.0
+        self.mem_fraction = memory_fraction(base[0], slow[0], s)
         f = max((n.mem_fraction for n in self.neighbours if n.in_step), default=0.0)
         self.in_step = True
         for n in self.neighbours:  # re-price their bursts from their next step
             n.wake()
-        if f <= 0.0:
-            return base
-        g = (1.0 / (1.0 - (1.0 - s) * f) - 1.0) / (1.0 / s - 1.0)  # 0 (f = 0) .. 1 (f = 1)
-        return [b + g * (c - b) for b, c in zip(base, slow)]
+        return [shared_time(b, c, s, f) for b, c in zip(base, slow)]
 
     def _leave_step(self) -> None:
         if self.contended_cost_model is not None:

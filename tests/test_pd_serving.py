@@ -49,10 +49,33 @@ def _check_equal_and_clean(client: EngineClient, ps, reqs, max_tokens: int) -> N
 
 
 @pytest.fixture(scope="module")
-def pd():
-    client = EngineClient(tiny_config(pd=(1, 1))).start()
+def pd(tmp_path_factory):
+    client = EngineClient(tiny_config(pd=(1, 1), step_log_dir=str(tmp_path_factory.mktemp("steps"))))
+    client.start()
     yield client
     client.close()
+
+
+def test_workers_log_their_steps(pd):
+    from realexec.step_log import read_step_log
+
+    logs = {w.role: os.path.join(pd.config.step_log_dir, f"{w.name}.steps.jsonl")
+            for w in pd.workers.values()}
+    offsets = {role: read_step_log(path)[1] for role, path in logs.items()}  # earlier tests'
+    ps = prompts(22, [5, 17, 40])
+    _run(pd, ps, 9)
+    time.sleep(0.3)  # idle workers flush their logs
+    pre = read_step_log(logs["prefill"], offsets["prefill"])[0]
+    dec = read_step_log(logs["decode"], offsets["decode"])[0]
+    # the prefill worker computed every prompt token (no shared prefixes) and no decodes;
+    # the decode worker decoded every output token after the first and computed no prompt
+    assert sum(s.shape.num_prefill_tokens for s in pre) == sum(map(len, ps))
+    assert sum(s.shape.num_decode_reqs for s in pre) == 0
+    assert sum(s.shape.num_decode_reqs for s in dec) == len(ps) * 8
+    assert sum(s.shape.num_prefill_tokens for s in dec) == 0
+    for steps in (pre, dec):  # one engine thread: steps follow one another
+        assert all(s.duration_s > 0 for s in steps)
+        assert all(a.t_end <= b.t_start + 1e-6 for a, b in zip(steps, steps[1:]))
 
 
 def test_pd_greedy_output_equals_colocated(pd):

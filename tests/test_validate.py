@@ -28,7 +28,8 @@ def tiny_calibration(path: Path, model: str = "tiny-llama") -> Path:
     p = CostParams(gemm_compute_efficiency=0.05, gemm_memory_efficiency=0.5,
                    attn_compute_efficiency=0.05, attn_memory_efficiency=0.2,
                    step_overhead_s=2e-3, token_overhead_s=1e-5, device="cpu", model=model,
-                   extra={"dtype": "fp32", "device_facts": {"torch_threads": 1, "cpu_available": 0.9},
+                   extra={"dtype": "fp32", "device_facts": {"torch_threads": 1, "cpu_available": 0.9,
+                                                  "mem_bw_share": 0.6},
                           "links": {"kv_transfer": {"name": "cpu-kv-transfer", "bandwidth_gb_s": 1.0,
                                                     "latency_us": 200.0}},
                           "hardware": {"calibration": str(path)}})
@@ -188,9 +189,18 @@ def test_pd_validation_end_to_end(tmp_path):
     cfg = config(tmp_path, modes=("pd",), fractions=(0.3,), repeats=1)
     v = Validation(cfg)
     summary = v.run()
+    write_report(cfg, v, summary)
     assert not summary["failures"], summary["failures"]
     (r,) = summary["results"]
     assert r["mode"] == "pd" and r["metrics"]["ttft_p50"]["error"] is not None
     folder = cfg.out / "runs" / "gamma-pd"
     sim = json.loads((folder / "rate0-sim" / "summary.json").read_text())
     assert [c["role"] for c in sim["cluster"]] == ["prefill", "decode"]
+    # the cost model was checked on both workers' own steps, with host sharing
+    roles = r["step_error_by_role"]
+    assert set(roles) == {"prefill", "decode"}
+    assert roles["prefill"]["plain"]["num_steps"] >= 1 and "shared" in roles["prefill"]
+    assert roles["decode"]["plain"]["num_steps"] >= 1
+    assert r["step_error"]["num_steps"] == sum(e["plain"]["num_steps"] for e in roles.values())
+    assert list((cfg.out / "runs" / "pd-steps").glob("*.steps.jsonl"))
+    assert "PD workers' own steps" in (cfg.out / "validation.txt").read_text()

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     from realexec.validate import ValidateConfig, Validation
     from realexec.validate_plan import AZURE_CONV, RunKnobs
-    from realexec.validate_report import format_table, write_report
+    from realexec.validate_report import format_pd_steps, format_table, write_report
 
     for name in ("repeats", "min_requests", "max_requests", "num_gpu_blocks", "max_num_seqs"):
         if getattr(args, name) < 1:
@@ -99,5 +99,7 @@ def run(args: argparse.Namespace) -> int:
     summary = v.run()
     paths = write_report(cfg, v, summary)
     print(format_table({**summary}))
+    if pd_steps := format_pd_steps(summary):
+        print(pd_steps)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if summary["failures"] else 0

@@ -1,0 +1,79 @@
+"""Per-step logs of serving workers: one JSON line per engine step that ran requests.
+
+A worker started with `WorkerSpec.step_log` appends `{"t": wall start (s, epoch), "s":
+duration (s, schedule + execute + update), "shape": BatchShape fields}` per step. Lines are
+buffered and written when the worker goes idle, every `FLUSH_EVERY` steps and at exit, so a
+reader sees a run's steps a heartbeat after its last request finished. `kvpd validate` reads
+them to check the calibrated cost model on the PD workers' own steps and to see when the
+two workers' steps overlapped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.core.batch_shape import BatchShape
+
+FLUSH_EVERY = 256  # steps
+
+
+@dataclasses.dataclass(slots=True)
+class LoggedStep:
+    """One step read back from a log: wall start (s, epoch), duration (s) and shape."""
+
+    t_start: float
+    duration_s: float
+    shape: BatchShape
+
+    @property
+    def t_end(self) -> float:
+        return self.t_start + self.duration_s
+
+
+class StepLogWriter:
+    """Buffered JSON-lines writer (the worker side)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.buffer: list[str] = []
+
+    def add(self, t_start: float, duration_s: float, shape: BatchShape) -> None:
+        self.buffer.append(json.dumps({"t": t_start, "s": duration_s,
+                                       "shape": dataclasses.asdict(shape)}))
+        if len(self.buffer) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        with self.path.open("a") as f:
+            f.write("\n".join(self.buffer) + "\n")
+        self.buffer.clear()
+
+
+def read_step_log(path: str | Path, offset: int = 0) -> tuple[list[LoggedStep], int]:
+    """The complete lines of `path` from byte `offset` on, and the offset after them (a
+    partly written last line is left for the next read). A missing file reads as empty; a
+    malformed line raises ValueError naming the file and line."""
+    p = Path(path)
+    if not p.exists():
+        return [], offset
+    with p.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    steps = []
+    for i, line in enumerate(data[:end].splitlines()):
+        if not line.strip():
+            continue
+        try:
+            d: dict[str, Any] = json.loads(line)
+            steps.append(LoggedStep(float(d["t"]), float(d["s"]), BatchShape(**d["shape"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{p}: step log line {i + 1} after byte {offset} is malformed: "
+                             f"{exc}") from None
+    return steps, offset + end

@@ -1,0 +1,82 @@
+"""The calibrated cost model checked on a real run's own steps (their shapes and measured
+durations): what part of `kvpd validate`'s end-to-end error comes from step times.
+
+Colocated runs record steps in process (`ModelRunner.record_steps`); PD workers write step
+logs (`realexec.step_log`) with wall-clock starts, so a PD worker's steps can also be priced
+as the simulator prices them on a shared host (`simulator.host_share`): a step that starts
+while the other worker is in a step streams memory at the contended rate.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from simulator.host_share import contended_cost_model, memory_fraction, shared_time
+
+
+def _summary(pred: np.ndarray, real: np.ndarray) -> dict[str, Any]:
+    return {"num_steps": int(real.size), "total": float(pred.sum() / real.sum() - 1),
+            "median": float(np.median(pred / real - 1))}
+
+
+def _usable(steps: Sequence) -> list:
+    return [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
+
+
+def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
+    """Total predicted / total measured - 1 (what sets throughput and latency) and the
+    median per-step error; None without steps."""
+    steps = _usable(steps)
+    if not steps:
+        return None
+    real = np.array([s.duration_s for s in steps])
+    pred = np.array([cost_model.step_time(s.shape) for s in steps])
+    return _summary(pred, real)
+
+
+def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model,
+                   share: float | None) -> dict[str, Any]:
+    """Per worker role ("prefill", "decode"; steps with `t_start`), the cost model's error
+    alone (`plain`) and priced with host sharing (`shared`, when `share` < 1), over all
+    steps and split by whether the other worker was in a step when the step started
+    (`overlapped`, `alone`)."""
+    slow = contended_cost_model(cost_model, share) if share and share < 1 else None
+    priced: dict[str, list[tuple[Any, float, float]]] = {}
+    for role, steps in steps_by_role.items():
+        rows = []
+        for s in sorted(_usable(steps), key=lambda s: s.t_start):
+            base = cost_model.step_time(s.shape)
+            rows.append((s, base, slow.step_time(s.shape) if slow is not None else base))
+        priced[role] = rows
+    out: dict[str, Any] = {}
+    for role, rows in priced.items():
+        if not rows:
+            continue
+        others = sorted((r for o, rr in priced.items() if o != role for r in rr),
+                        key=lambda r: r[0].t_start)
+        starts = [r[0].t_start for r in others]
+        real = np.array([s.duration_s for s, _, _ in rows])
+        plain = np.array([b for _, b, _ in rows])
+        shared, overlapped = [], []
+        for s, b, c in rows:
+            i = bisect.bisect_right(starts, s.t_start) - 1
+            busy = i >= 0 and others[i][0].t_end > s.t_start
+            f = memory_fraction(others[i][1], others[i][2], share) if busy and slow else 0.0
+            shared.append(shared_time(b, c, share, f) if slow else b)
+            overlapped.append(busy)
+        shared_a, mask = np.array(shared), np.array(overlapped)
+        entry: dict[str, Any] = {"plain": _summary(plain, real),
+                                 "overlapped_fraction": float(mask.mean())}
+        if slow is not None:
+            entry["shared"] = _summary(shared_a, real)
+        for name, m in (("overlapped", mask), ("alone", ~mask)):
+            if m.any():
+                entry[name] = {"plain": _summary(plain[m], real[m])}
+                if slow is not None:
+                    entry[name]["shared"] = _summary(shared_a[m], real[m])
+        out[role] = entry
+    return out

@@ -1,0 +1,96 @@
+"""Step logs of serving workers (`realexec.step_log`) and the cost model checked on the
+PD workers' own steps (`realexec.validate_steps`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
+from realexec.validate_steps import pd_step_errors, step_errors
+from simulator.core.batch_shape import BatchShape
+from simulator.costmodel import CostModel
+from simulator.host_share import contended_cost_model, memory_fraction, shared_time
+
+
+def _prefill(n: int) -> BatchShape:
+    return BatchShape.from_lists([n], [0])
+
+
+def _decode(k: int, ctx: int = 64) -> BatchShape:
+    return BatchShape.from_lists([1] * k, [ctx] * k)
+
+
+def test_written_steps_read_back_and_partial_lines_wait(tmp_path):
+    path = tmp_path / "w" / "prefill-0.steps.jsonl"
+    w = StepLogWriter(str(path))
+    w.add(10.0, 0.02, _prefill(17))
+    w.add(10.03, 0.01, _decode(3))
+    assert read_step_log(path) == ([], 0)  # buffered until flushed
+    w.flush()
+    steps, off = read_step_log(path)
+    assert [(s.t_start, s.duration_s) for s in steps] == [(10.0, 0.02), (10.03, 0.01)]
+    assert steps[0].shape == _prefill(17) and steps[1].shape == _decode(3)
+    assert steps[0].t_end == pytest.approx(10.02)
+    with path.open("a") as f:  # a line still being written is left for the next read
+        f.write('{"t": 11.0, "s": 0.0')
+    assert read_step_log(path, off) == ([], off)
+    with path.open("a") as f:
+        f.write(', "shape": {"num_reqs": 1, "num_tokens": 1}}\n')
+    more, off2 = read_step_log(path, off)
+    assert len(more) == 1 and more[0].shape.num_tokens == 1 and off2 > off
+    assert read_step_log(tmp_path / "missing.jsonl", 5) == ([], 5)
+
+
+def test_the_writer_flushes_on_its_own_when_the_buffer_fills(tmp_path):
+    w = StepLogWriter(str(tmp_path / "d.jsonl"))
+    for i in range(FLUSH_EVERY):
+        w.add(float(i), 0.01, _decode(1))
+    assert len(read_step_log(tmp_path / "d.jsonl")[0]) == FLUSH_EVERY
+
+
+def test_a_malformed_line_names_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"t": 1, "s": 0.1, "shape": {"num_reqs": 1}}\n{"t": 2, "s": 0.1}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl: step log line 2"):
+        read_step_log(path)
+    path.write_text('{"t": 1, "s": 0.1, "shape": {"bogus": 1}}\n')
+    with pytest.raises(ValueError, match="line 1"):
+        read_step_log(path)
+
+
+@pytest.fixture(scope="module")
+def cm() -> CostModel:
+    return CostModel("llama-3-8b", "cpu", "fp32")
+
+
+def test_plain_errors_compare_predicted_and_measured_totals(cm):
+    shapes = [_prefill(100), _decode(4)]
+    real = [2 * cm.step_time(s) for s in shapes]  # the real steps took twice as long
+    steps = [LoggedStep(float(i), r, s) for i, (r, s) in enumerate(zip(real, shapes))]
+    e = step_errors(steps, cm)
+    assert e["num_steps"] == 2 and e["total"] == pytest.approx(-0.5) and e["median"] == pytest.approx(-0.5)
+    assert step_errors([LoggedStep(0.0, 0.0, BatchShape())], cm) is None
+
+
+def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):
+    share = 0.5
+    slow = contended_cost_model(cm, share)
+    d = _decode(8, 512)
+    td = cm.step_time(d)
+    p1, p2 = _prefill(16), _prefill(400)
+    # decode step [0, td); prefill 1 starts inside it, prefill 2 after it ended
+    steps = {"decode": [LoggedStep(0.0, td, d)],
+             "prefill": [LoggedStep(td / 2, cm.step_time(p1), p1),
+                         LoggedStep(td * 3, cm.step_time(p2), p2)]}
+    out = pd_step_errors(steps, cm, share)
+    pre = out["prefill"]
+    assert pre["overlapped_fraction"] == 0.5
+    assert pre["alone"]["shared"]["total"] == pytest.approx(0.0)  # alone: the plain time
+    f = memory_fraction(td, slow.step_time(d), share)
+    want = shared_time(cm.step_time(p1), slow.step_time(p1), share, f)
+    assert pre["overlapped"]["shared"]["total"] == pytest.approx(want / cm.step_time(p1) - 1)
+    assert want > cm.step_time(p1)  # a memory-bound neighbour slows the small prefill
+    assert out["decode"]["overlapped_fraction"] == 0.0  # no prefill was running at 0
+    # without a share (or share 1) only the plain error is reported
+    assert "shared" not in pd_step_errors(steps, cm, None)["prefill"]
+    assert "shared" not in pd_step_errors(steps, cm, 1.0)["prefill"]
