@@ -28,6 +28,7 @@ from simulator.core.scheduler_output import SchedulerOutput, StepResult
 class StepRecord:
     """One executed step, for profiling: its shape and measured times (s)."""
 
+    t_start: float  # wall clock (s, epoch) when execution began
     shape: BatchShape
     execute_s: float  # copies + forward + sampling, synchronized
     duration_s: float  # what was reported to the core (includes scheduling when clocked)
@@ -69,7 +70,7 @@ class ModelRunner:
         return g
 
     def execute(self, output: SchedulerOutput) -> StepResult:
-        t0 = time.perf_counter()
+        t_wall, t0 = time.time(), time.perf_counter()
         for rid in output.finished_req_ids:
             self.drop_request(rid)
         cache = self.cache
@@ -86,7 +87,7 @@ class ModelRunner:
             duration = self.clock() - self.step_start
         if self.record_steps:
             n = len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out)
-            self.steps.append(StepRecord(output.shape, execute_s, duration, n))
+            self.steps.append(StepRecord(t_wall, output.shape, execute_s, duration, n))
         return StepResult(duration_s=duration, sampled_token_ids=sampled)
 
     @torch.inference_mode()

@@ -80,11 +80,14 @@ def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
 class ColocatedBackend:
     """One in-process `LLM`, replayed through `realexec.replay` (target `inproc`)."""
 
-    def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any]) -> None:
+    def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
+                 step_log: Path) -> None:
         from realexec.llm import LLM
+        from realexec.step_log import StepLogWriter
 
         self.llm = LLM(model_config, record_steps=True, **llm_kwargs)
         self.steps: dict[str, list] = {}  # role -> StepRecords of the last replay
+        self.log = StepLogWriter(str(step_log))  # kept beside the results, as PD workers do
 
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the engine thread)."""
@@ -96,6 +99,10 @@ class ColocatedBackend:
         res = replay(trace, "inproc", llm=self.llm, seed=seed)
         avail = cpu_available(s0, sched_times())
         self.steps = {"colocated": list(self.llm.runner.steps)}
+        for s in self.steps["colocated"]:
+            if s.shape.num_reqs:
+                self.log.add(s.t_start, s.duration_s, s.shape)
+        self.log.flush()
         return res, self.llm.scheduler.num_preemptions - before, avail
 
     def close(self) -> None:
@@ -263,7 +270,8 @@ class Validation:
         if self.threads:
             torch.set_num_threads(int(self.threads))
         if mode == "colocated":
-            return ColocatedBackend(self.model_config, self.llm_kwargs())
+            return ColocatedBackend(self.model_config, self.llm_kwargs(),
+                                    self.cfg.out / "runs" / "colocated-steps" / "engine.steps.jsonl")
         return PDBackend(self.model_config, self.llm_kwargs(), self.threads,
                          self.cfg.out / "runs" / "pd-steps")
 
@@ -353,8 +361,9 @@ class Validation:
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
                 "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
-                "step_error_by_role": (pd_step_errors(steps, self.cost_model, sc["cluster"].get(
-                    "host_memory_share")) if mode == "pd" else None),
+                "step_error_by_role": (pd_step_errors(
+                    steps, self.cost_model, sc["cluster"].get("host_memory_share"),
+                    sc["cluster"].get("host_compute_share")) if mode == "pd" else None),
                 "adjusted": adjusted,
                 "metrics": metrics, "targets_met": check_targets(metrics)})
             self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.host_share import contended_cost_model, memory_fraction, shared_time
+from simulator.host_share import HostSharing
 
 
 def _summary(pred: np.ndarray, real: np.ndarray) -> dict[str, Any]:
@@ -38,19 +38,20 @@ def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
     return _summary(pred, real)
 
 
-def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model,
-                   share: float | None) -> dict[str, Any]:
+def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share: float | None,
+                   compute_share: float | None = None) -> dict[str, Any]:
     """Per worker role ("prefill", "decode"; steps with `t_start`), the cost model's error
-    alone (`plain`) and priced with host sharing (`shared`, when `share` < 1), over all
-    steps and split by whether the other worker was in a step when the step started
-    (`overlapped`, `alone`)."""
-    slow = contended_cost_model(cost_model, share) if share and share < 1 else None
+    alone (`plain`) and priced with host sharing as the simulator does (`shared`, when a
+    share is < 1), over all steps and split by whether the other worker was in a step when
+    the step started (`overlapped`, `alone`)."""
+    s, c = memory_share or 1.0, compute_share or 1.0
+    hs = HostSharing(cost_model, s, c) if s < 1 or c < 1 else None
     priced: dict[str, list[tuple[Any, float, float]]] = {}
     for role, steps in steps_by_role.items():
         rows = []
-        for s in sorted(_usable(steps), key=lambda s: s.t_start):
-            base = cost_model.step_time(s.shape)
-            rows.append((s, base, slow.step_time(s.shape) if slow is not None else base))
+        for st in sorted(_usable(steps), key=lambda st: st.t_start):
+            base = cost_model.step_time(st.shape)
+            rows.append((st, base, hs.memory_seconds(st.shape, base) if hs else 0.0))
         priced[role] = rows
     out: dict[str, Any] = {}
     for role, rows in priced.items():
@@ -59,24 +60,24 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model,
         others = sorted((r for o, rr in priced.items() if o != role for r in rr),
                         key=lambda r: r[0].t_start)
         starts = [r[0].t_start for r in others]
-        real = np.array([s.duration_s for s, _, _ in rows])
+        real = np.array([st.duration_s for st, _, _ in rows])
         plain = np.array([b for _, b, _ in rows])
         shared, overlapped = [], []
-        for s, b, c in rows:
-            i = bisect.bisect_right(starts, s.t_start) - 1
-            busy = i >= 0 and others[i][0].t_end > s.t_start
-            f = memory_fraction(others[i][1], others[i][2], share) if busy and slow else 0.0
-            shared.append(shared_time(b, c, share, f) if slow else b)
+        for st, b, m in rows:
+            i = bisect.bisect_right(starts, st.t_start) - 1
+            busy = i >= 0 and others[i][0].t_end > st.t_start
+            f = others[i][2] / others[i][1] if busy and others[i][1] > 0 else (0.0 if busy else None)
+            shared.append(hs.price(b, m, f) if hs else b)
             overlapped.append(busy)
         shared_a, mask = np.array(shared), np.array(overlapped)
         entry: dict[str, Any] = {"plain": _summary(plain, real),
                                  "overlapped_fraction": float(mask.mean())}
-        if slow is not None:
+        if hs is not None:
             entry["shared"] = _summary(shared_a, real)
         for name, m in (("overlapped", mask), ("alone", ~mask)):
             if m.any():
                 entry[name] = {"plain": _summary(plain[m], real[m])}
-                if slow is not None:
+                if hs is not None:
                     entry[name]["shared"] = _summary(shared_a[m], real[m])
         out[role] = entry
     return out

@@ -16,10 +16,11 @@ one NIC per GPU); transfers in flight on it share its bandwidth. Layer-wise tran
 overlaps the prompt's computation: the exposed share is max(1/L, 1 - compute/transfer)
 of the bytes, where L is the number of layers.
 
-Host sharing (`cluster.host_memory_share` = s): all replicas on one host (kvpd's CPU
-validation runs 1P1D as two processes on one machine). A step that starts while another
-replica is in a step whose memory share of time is f streams at 1 - (1 - s) f of the
-bandwidth (two pure streams: s each); priced per step at its start.
+Host sharing (`cluster.host_memory_share` = s, `cluster.host_compute_share` = c): all
+replicas on one host (kvpd's CPU validation runs 1P1D as two processes on one machine). A
+step that starts while another replica is in a step whose memory share of time is f streams
+at 1 - (1 - s) f of the bandwidth and computes at c of its speed (`simulator.host_share`);
+priced per step at its start.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from simulator.core.scheduler import Scheduler
 from simulator.costmodel import CostModel
 from simulator.costparams import CostParams
 from simulator.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.host_share import contended_cost_model
+from simulator.host_share import HostSharing
 from simulator.links import SimLink
 from simulator.memory_plan import MemoryPlan, plan_memory
 from simulator.models import ModelSpec
@@ -116,18 +117,19 @@ class SimCluster:
             }
             self.layerwise = c.pd.transfer == "layerwise"
             self.first_token_at_decode = c.pd.first_token == "decode"
-        if c.host_memory_share is not None and c.host_memory_share < 1:
-            self._share_host(c.host_memory_share)
+        mem_share, compute_share = c.host_memory_share or 1.0, c.host_compute_share or 1.0
+        if mem_share < 1 or compute_share < 1:
+            self._share_host(mem_share, compute_share)
 
-    def _share_host(self, share: float) -> None:
-        """Every replica is every other's neighbour on one host; the contended cost models
-        stream memory at `share` x the device bandwidth (`SimReplica._durations`)."""
+    def _share_host(self, memory_share: float, compute_share: float) -> None:
+        """Every replica is every other's neighbour on one host (`simulator.host_share`,
+        `SimReplica._durations`)."""
         pools = ([self.replicas] if self.scenario.cluster.pd is None
                  else [self.prefill_replicas, self.decode_replicas])
         for plan, replicas in zip(self.pools, pools):
-            slow = contended_cost_model(plan.cost_model, share)
+            sharing = HostSharing(plan.cost_model, memory_share, compute_share)
             for r in replicas:
-                r.contended_cost_model, r.host_memory_share = slow, share
+                r.host_sharing = sharing
                 r.neighbours = [n for n in self.replicas if n is not r]
 
     def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:

@@ -1,8 +1,14 @@
-"""Host sharing (`cluster.host_memory_share` = s): engines on one host share its memory
-bandwidth. A step that starts while a neighbour is in a step whose memory share of time is
-f streams at 1 - (1 - s) f of the bandwidth (two pure streams: s each). The simulator
-(`SimReplica`) and `kvpd validate`'s check on the real PD workers' steps price steps with
-these functions.
+"""Host sharing: engines on one host (kvpd's CPU validation runs 1P1D as two processes on one
+machine) slow each other down while both are in a step.
+
+A step's time splits into memory seconds m and the rest k (the cost model's decomposition).
+When it starts while a neighbour is in a step whose memory share of time is f:
+- memory streams at 1 - (1 - s) f of the bandwidth (`cluster.host_memory_share` = s; two
+  pure streams: s each): m becomes m / (1 - (1 - s) f);
+- the rest runs at c of its speed alone (`cluster.host_compute_share` = c: a busy neighbour
+  core takes shared caches and clock headroom): k becomes k / c.
+A step starting with no neighbour in a step takes m + k. The simulator (`SimReplica`) and
+`kvpd validate`'s check on the real PD workers' steps price steps with these functions.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.costmodel import CostModel
+
+REFERENCE_SHARE = 0.5  # bandwidth of the reference model that splits out memory seconds
 
 
 def contended_cost_model(cm: CostModel, share: float) -> CostModel:
@@ -20,19 +28,43 @@ def contended_cost_model(cm: CostModel, share: float) -> CostModel:
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link)
 
 
-def memory_fraction(alone_s: float, contended_s: float, share: float) -> float:
-    """Share of a step's time spent on memory, from its time alone and at `share` of the
-    bandwidth (memory seconds scale with 1 / bandwidth: t(s) - t(1) = m (1/s - 1))."""
-    if alone_s <= 0 or share >= 1:
-        return 0.0
-    return (contended_s - alone_s) / (1.0 / share - 1.0) / alone_s
+def memory_seconds(alone_s: float, contended_s: float, share: float) -> float:
+    """Memory seconds of a step from its time alone and at `share` < 1 of the bandwidth
+    (memory seconds scale with 1 / bandwidth: t(s) - t(1) = m (1/s - 1))."""
+    return max(0.0, (contended_s - alone_s) / (1.0 / share - 1.0))
 
 
-def shared_time(alone_s: float, contended_s: float, share: float, neighbour_fraction: float) -> float:
-    """A step's seconds when it starts beside a neighbour spending `neighbour_fraction` of
-    its step on memory (0: the time alone; 1: at `share` of the bandwidth)."""
+def shared_time(alone_s: float, memory_s: float, memory_share: float, compute_share: float,
+                neighbour_fraction: float | None) -> float:
+    """A step's seconds when it starts beside a neighbour in a step spending
+    `neighbour_fraction` of it on memory (None: no neighbour in a step: `alone_s`)."""
     f = neighbour_fraction
-    if f <= 0.0 or share >= 1:
+    if f is None:
         return alone_s
-    g = (1.0 / (1.0 - (1.0 - share) * f) - 1.0) / (1.0 / share - 1.0)  # 0 (f = 0) .. 1 (f = 1)
-    return alone_s + g * (contended_s - alone_s)
+    rest = (alone_s - memory_s) / compute_share
+    return rest + memory_s / (1.0 - (1.0 - memory_share) * f)
+
+
+class HostSharing:
+    """Prices steps of one engine on a shared host: `split` (memory seconds of the steps
+    of a shape, from the cost model) and `price` (their seconds beside a neighbour)."""
+
+    def __init__(self, cm: CostModel, memory_share: float = 1.0, compute_share: float = 1.0) -> None:
+        if not (0 < memory_share <= 1 and 0 < compute_share <= 1):
+            raise ValueError(f"host shares must be in (0, 1], got memory {memory_share}, "
+                             f"compute {compute_share}")
+        self.memory_share = memory_share
+        self.compute_share = compute_share
+        self.reference = contended_cost_model(cm, REFERENCE_SHARE)
+
+    def memory_seconds(self, shape, alone_s: float) -> float:
+        return memory_seconds(alone_s, self.reference.step_time(shape), REFERENCE_SHARE)
+
+    def memory_seconds_run(self, shape, alone_s: list[float]) -> list[float]:
+        """Memory seconds of a decode burst of len(alone_s) steps from `shape`."""
+        slow = self.reference.decode_run_times(shape, len(alone_s)).tolist()
+        return [memory_seconds(a, c, REFERENCE_SHARE) for a, c in zip(alone_s, slow)]
+
+    def price(self, alone_s: float, memory_s: float, neighbour_fraction: float | None) -> float:
+        return shared_time(alone_s, memory_s, self.memory_share, self.compute_share,
+                           neighbour_fraction)

@@ -7,8 +7,8 @@ polling). Runs of identical all-decode steps are simulated as one *decode burst*
 (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
 
-Replicas sharing one host (`cluster.host_memory_share`) stretch a step's memory time when it
-starts while a neighbour is in a step, by as much as that neighbour streams memory; a
+Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) stretch a step when it
+starts while a neighbour is in a step (`simulator.host_share`); a
 neighbour starting or ending a step wakes the others, so a burst is re-priced from its next
 step.
 """
@@ -24,7 +24,7 @@ from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
-from simulator.host_share import memory_fraction, shared_time
+from simulator.host_share import HostSharing
 from simulator.links import SimLink
 from simulator.timeline import Timeline
 
@@ -58,10 +58,9 @@ class SimReplica:
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
         self.busy_s = 0.0
-        # host sharing (`cluster.host_memory_share`): the cost model of a step that starts
-        # while a neighbour (a replica on the same host) is in a step
-        self.contended_cost_model = None
-        self.host_memory_share = 1.0
+        # host sharing (`cluster.host_memory_share`, `host_compute_share`): prices a step
+        # that starts while a neighbour (a replica on the same host) is in a step
+        self.host_sharing: HostSharing | None = None
         self.neighbours: list[SimReplica] = []
         self.in_step = False
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
@@ -125,26 +124,26 @@ class SimReplica:
                     self.on_kv_ready(self, ready)
 
     def _durations(self, shape: BatchShape, k: int) -> list[float]:
-        """Seconds of the next `k` steps from `shape` (k > 1: a decode burst). Sharing a host,
-        a step's memory time stretches by the bandwidth the neighbours in a step take: with
-        share s and the busiest neighbour spending a fraction f of its step on memory, the
-        step streams at 1 - (1 - s) f of the bandwidth (f = 1: two streams, s each)."""
+        """Seconds of the next `k` steps from `shape` (k > 1: a decode burst). Sharing a host
+        (`simulator.host_share`), a step that starts while a neighbour is in a step streams
+        memory at 1 - (1 - s) f of the bandwidth (f: the busiest neighbour's memory share of
+        its step) and computes at c of its speed."""
         cm = self.cost_model
         base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
-        slow_cm = self.contended_cost_model
-        if slow_cm is None:
+        hs = self.host_sharing
+        if hs is None:
             return base
-        slow = [slow_cm.step_time(shape)] if k == 1 else slow_cm.decode_run_times(shape, k).tolist()
-        s = self.host_memory_share
-        self.mem_fraction = memory_fraction(base[0], slow[0], s)
-        f = max((n.mem_fraction for n in self.neighbours if n.in_step), default=0.0)
+        mem = [hs.memory_seconds(shape, base[0])] if k == 1 else hs.memory_seconds_run(shape, base)
+        self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0
+        busy = [n.mem_fraction for n in self.neighbours if n.in_step]
+        f = max(busy) if busy else None
         self.in_step = True
         for n in self.neighbours:  # re-price their bursts from their next step
             n.wake()
-        return [shared_time(b, c, s, f) for b, c in zip(base, slow)]
+        return [hs.price(b, m, f) for b, m in zip(base, mem)]
 
     def _leave_step(self) -> None:
-        if self.contended_cost_model is not None:
+        if self.host_sharing is not None:
             self.in_step = False
             for n in self.neighbours:
                 n.wake()

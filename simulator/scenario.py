@@ -57,6 +57,10 @@ class ClusterSpec(_Strict):
     # it as device_facts.mem_bw_share). A step starting while a neighbour is in a step whose
     # time is a fraction f memory streams at 1 - (1 - share) f. None: separate devices.
     host_memory_share: float | None = Field(None, gt=0, le=1)
+    # ... and computes at this share of its speed alone (a busy neighbour core takes shared
+    # caches and clock headroom; `kvpd calibrate` fits it from the profile's contended
+    # steps). None: 1. See simulator/host_share.py.
+    host_compute_share: float | None = Field(None, gt=0, le=1)
 
 
 class SchedulerSpec(_Strict):

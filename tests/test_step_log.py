@@ -9,7 +9,7 @@ from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_
 from realexec.validate_steps import pd_step_errors, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
-from simulator.host_share import contended_cost_model, memory_fraction, shared_time
+from simulator.host_share import HostSharing, contended_cost_model
 
 
 def _prefill(n: int) -> BatchShape:
@@ -73,8 +73,7 @@ def test_plain_errors_compare_predicted_and_measured_totals(cm):
 
 
 def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):
-    share = 0.5
-    slow = contended_cost_model(cm, share)
+    hs = HostSharing(cm, 0.5, 0.9)
     d = _decode(8, 512)
     td = cm.step_time(d)
     p1, p2 = _prefill(16), _prefill(400)
@@ -82,15 +81,34 @@ def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):
     steps = {"decode": [LoggedStep(0.0, td, d)],
              "prefill": [LoggedStep(td / 2, cm.step_time(p1), p1),
                          LoggedStep(td * 3, cm.step_time(p2), p2)]}
-    out = pd_step_errors(steps, cm, share)
+    out = pd_step_errors(steps, cm, 0.5, 0.9)
     pre = out["prefill"]
     assert pre["overlapped_fraction"] == 0.5
     assert pre["alone"]["shared"]["total"] == pytest.approx(0.0)  # alone: the plain time
-    f = memory_fraction(td, slow.step_time(d), share)
-    want = shared_time(cm.step_time(p1), slow.step_time(p1), share, f)
-    assert pre["overlapped"]["shared"]["total"] == pytest.approx(want / cm.step_time(p1) - 1)
-    assert want > cm.step_time(p1)  # a memory-bound neighbour slows the small prefill
+    a1 = cm.step_time(p1)
+    f = hs.memory_seconds(d, td) / td
+    want = hs.price(a1, hs.memory_seconds(p1, a1), f)
+    assert pre["overlapped"]["shared"]["total"] == pytest.approx(want / a1 - 1)
+    assert want > a1  # a memory-bound neighbour slows the small prefill
     assert out["decode"]["overlapped_fraction"] == 0.0  # no prefill was running at 0
-    # without a share (or share 1) only the plain error is reported
+    # without shares (or shares of 1) only the plain error is reported
     assert "shared" not in pd_step_errors(steps, cm, None)["prefill"]
-    assert "shared" not in pd_step_errors(steps, cm, 1.0)["prefill"]
+    assert "shared" not in pd_step_errors(steps, cm, 1.0, 1.0)["prefill"]
+    assert "shared" in pd_step_errors(steps, cm, None, 0.9)["prefill"]
+
+
+def test_host_sharing_splits_memory_and_compute(cm):
+    """Alone: the plain time; beside a pure stream (f = 1): memory at the memory share;
+    beside a neighbour that streams nothing (f = 0): only the compute share applies."""
+    shape = _prefill(128)
+    a = cm.step_time(shape)
+    hs = HostSharing(cm, 0.5, 0.8)
+    m = hs.memory_seconds(shape, a)
+    assert 0 < m < a
+    slow = contended_cost_model(cm, 0.5).step_time(shape)
+    assert hs.price(a, m, None) == a
+    assert hs.price(a, m, 1.0) == pytest.approx((a - m) / 0.8 + m / 0.5)
+    assert HostSharing(cm, 0.5, 1.0).price(a, m, 1.0) == pytest.approx(slow)
+    assert hs.price(a, m, 0.0) == pytest.approx((a - m) / 0.8 + m)
+    with pytest.raises(ValueError, match="host shares"):
+        HostSharing(cm, 0.5, 0.0)

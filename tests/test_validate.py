@@ -75,6 +75,11 @@ def test_rates_come_from_the_simulated_capacity(done):
         got = [a for a in r["cpu_available"] if a is not None]
         if got:
             assert r["adjusted"]["speed_factor"] == pytest.approx(np.mean(got) / 0.9)
+    # and those steps are kept beside the results (warm-up run included)
+    from realexec.step_log import read_step_log
+
+    logged = read_step_log(cfg.out / "runs" / "colocated-steps" / "engine.steps.jsonl")[0]
+    assert len(logged) >= sum(r["step_error"]["num_steps"] for r in res)
 
 
 def test_real_and_simulated_runs_share_requests_and_kv_pool(done):
