@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from realexec.profile_contention import host_contention
 from realexec.profile_facts import (
     catalog_device,
     device_facts,
@@ -350,6 +351,8 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
     if dev.type == "cpu":  # what co-located PD workers share (cluster.host_memory_share)
         prof.progress("host memory bandwidth: alone and 2 processes at once")
         facts.update(memory_bandwidth_share())
+        if "steps" in kinds:  # steps beside a busy neighbour (cluster.host_*_share)
+            facts["host_contention"] = host_contention(prof)
     meta = {
         "device": hardware or catalog_device(dev),
         "model": prof.name,

@@ -132,11 +132,17 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         # request off (realexec/client.py), so the simulator counts it there too
         sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
                                 "transfer": "whole", "first_token": PD_FIRST_TOKEN}}
-        # the real prefill and decode workers are two processes on this one host: each
-        # step streams memory at the measured share while the other worker is in a step
-        share = (params.extra.get("device_facts") or {}).get("mem_bw_share")
+        # the real prefill and decode workers are two processes on this one host: a step
+        # that starts while the other worker is in one streams memory and computes at the
+        # shares fitted from the profile's contended steps (else the measured bandwidth
+        # share of two streams)
+        fitted = params.extra.get("host_sharing") or {}
+        share = fitted.get("memory_share") or (params.extra.get("device_facts") or {}).get(
+            "mem_bw_share")
         if share:
             sc["cluster"]["host_memory_share"] = min(1.0, float(share))
+        if fitted.get("compute_share"):
+            sc["cluster"]["host_compute_share"] = min(1.0, float(fitted["compute_share"]))
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
     return sc

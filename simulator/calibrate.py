@@ -20,7 +20,9 @@ single-device profile of one model cannot tell them apart from others:
 A seeded, per-kind share of the points (`held_out`) is held back and only used to report
 the error (MAPE, median absolute error). Swap copies and PD KV transfers are fitted as
 links (latency + bytes / bandwidth, non-negative least squares) for the scenario's
-`hardware.pcie` and `cluster.pd.link`.
+`hardware.pcie` and `cluster.pd.link`. A CPU profile's steps timed beside a busy neighbour
+process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate_host`) that
+`kvpd validate` simulates its 1P1D runs with.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
+from simulator.calibrate_host import fit_host_sharing
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
@@ -113,6 +116,13 @@ class Calibration:
         for name, link in self.links.items():
             lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
                          f"{link['latency_us']:.0f} us latency (MAPE {link['mape']:.1%})")
+        hs = self.params.extra.get("host_sharing")
+        if hs and "error" in hs:
+            lines.append(f"host sharing: not fitted ({hs['error']})")
+        elif hs:
+            lines.append(f"host sharing: memory share {hs['memory_share']:.2f}, compute share "
+                         f"{hs['compute_share']:.2f} ({hs['num_points']} contended points, "
+                         f"MAPE {hs['mape']:.1%})")
         return "\n".join(lines)
 
     def _all_row(self) -> dict[str, Any]:  # noqa: D102
@@ -336,6 +346,13 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                        **cal.summary(),
                        "per_kind": per_kind, "roofline_only": roofline_only},
                "links": links})
+    contention = prof.meta["device_facts"].get("host_contention")
+    if contention:  # CPU profiles: steps timed beside a busy neighbour process
+        try:
+            cal.params.extra["host_sharing"] = fit_host_sharing(
+                contention, CostModel(spec, acc, dtype, params=cal.params))
+        except ValueError as exc:
+            cal.params.extra["host_sharing"] = {"error": str(exc)}
     cal.hardware = hardware_spec(cal.params, links)
     cal.params.extra["hardware"] = cal.hardware
     return cal

@@ -41,8 +41,27 @@ def _shapes() -> list[tuple[str, BatchShape]]:
     return out
 
 
+def contention(params, memory_share: float, compute_share: float, shapes=None) -> dict:
+    """Contended points as `kvpd profile` records them, made from the host-sharing model
+    with these shares (step times alone from the cost model under `params`)."""
+    from simulator.host_share import HostSharing
+
+    cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
+    hs = HostSharing(cm, memory_share, compute_share)
+    shapes = shapes or [BatchShape.from_lists([n], [0]) for n in (16, 128, 512)] + [
+        BatchShape.from_lists([1] * b, [384] * b) for b in (1, 16)]
+    points = []
+    for shape in shapes:
+        a = cm.step_time(shape)
+        m = hs.memory_seconds(shape, a)
+        points.append({"kind": "decode" if shape.num_decode_reqs else "prefill",
+                       "shape": dataclasses.asdict(shape), "none_s": a,
+                       "stream_s": hs.price(a, m, 1.0), "spin_s": hs.price(a, m, 0.0)})
+    return {"neighbour_modes": ["none", "stream", "spin"], "repeats": 3, "points": points}
+
+
 def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, model="llama-50m",
-                      device="cpu", swap=True, cpu_share=0.5):
+                      device="cpu", swap=True, cpu_share=0.5, host_contention=None):
     """A profile whose medians are the cost model's step times under `params` (+ noise)."""
     rng = np.random.default_rng(seed)
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
@@ -59,6 +78,8 @@ def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, mo
                                        times_s=[50e-6 + nbytes / 2e9] * 3))
     meta = {"device": device, "model": model, "model_config": CFG, "dtype": "fp32",
             "device_facts": {"type": "cpu", "torch_threads": 1, "cpu_available": cpu_share}}
+    if host_contention is not None:
+        meta["device_facts"]["host_contention"] = host_contention
     return write_profile(rows, meta, tmp_path / "profile.csv")
 
 
@@ -225,3 +246,27 @@ def test_cli_calibrate_writes_yaml_and_reports_per_kind(tmp_path, capsys):
     assert "hardware: {calibration:" in text and out.is_file()
     assert kvpd_main(["calibrate", str(path), "--model", "other"]) == 2
     assert "profile is for model 'llama-50m', not 'other'" in capsys.readouterr().err
+
+
+def test_host_sharing_is_fitted_from_the_contended_points(tmp_path):
+    from simulator.calibrate_host import fit_host_sharing
+
+    cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=TRUE)
+    fit = fit_host_sharing(contention(TRUE, 0.45, 0.9), cm)
+    assert fit["memory_share"] == pytest.approx(0.45, rel=1e-3)
+    assert fit["compute_share"] == pytest.approx(0.9, rel=1e-3)
+    assert fit["num_points"] == 5 and fit["mape"] < 1e-3
+    # through calibrate: the fitted parameters reproduce the shares; the table says so
+    cal = calibrate(synthetic_profile(tmp_path, noise=0.0, cpu_share=1.0,
+                                      host_contention=contention(TRUE, 0.45, 0.9)))
+    hs = cal.params.extra["host_sharing"]
+    assert hs["memory_share"] == pytest.approx(0.45, abs=0.03)
+    assert hs["compute_share"] == pytest.approx(0.9, abs=0.03)
+    assert "host sharing: memory share 0.4" in cal.format_table()
+
+
+def test_too_few_contended_points_say_how_many_more(tmp_path):
+    one = contention(TRUE, 0.5, 1.0, shapes=[BatchShape.from_lists([64], [0])])
+    cal = calibrate(synthetic_profile(tmp_path, host_contention=one))
+    assert "needs 2 (1 more)" in cal.params.extra["host_sharing"]["error"]
+    assert "host sharing: not fitted" in cal.format_table()

@@ -95,13 +95,15 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     assert meta["device"] == "cpu" and meta["model"] == "tiny-llama"
     assert meta["device_facts"]["torch_threads"] == 1 and "versions" in meta["device_facts"]
     assert meta["device_facts"]["mem_bw_share"] > 0 and meta["device_facts"]["mem_bw_gb_s"] > 0
+    assert len(meta["device_facts"]["host_contention"]["points"]) >= 2
     kinds = set(prof.columns["kind"])
     assert kinds == {"prefill", "chunk", "decode", "mixed", "swap_out", "swap_in", "kv_transfer"}
     t = prof.columns["median_s"][prof.mask("kv_transfer")]
     assert (t > 0).all()
     cal = tmp_path / "cal.yaml"
     assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot"]) == 0
-    assert "link kv_transfer" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "link kv_transfer" in printed and "host sharing: memory share" in printed
     assert kvpd_main(["profile", "--model", "tiny-llama", "--threads", "0", "--out", str(out)]) == 2
     assert "threads must be >= 1" in capsys.readouterr().err
 
@@ -113,3 +115,19 @@ def test_memory_bandwidth_share_of_two_processes():
     # two streams on one host get at most (about) what one gets alone
     assert 0.05 < m["mem_bw_share"] < 1.3
     assert torch.get_num_threads() == threads
+
+
+def test_steps_beside_a_busy_neighbour(rows):
+    from realexec.profile_contention import MODES, contention_points, host_contention
+
+    prof, _ = rows
+    # prompts of 16..512 tokens from the grid, the smallest and largest decode batch <= 16
+    assert contention_points(GRID) == [("prefill", (24,)), ("decode", (1, 40, ())),
+                                       ("decode", (3, 40, ()))]
+    res = host_contention(prof, repeats=2, warmup=0, nbytes=32 << 20)
+    assert res["neighbour_modes"] == list(MODES) and res["repeats"] == 2
+    got = [(p["kind"], p["shape"]["num_tokens"], p["shape"]["num_decode_reqs"]) for p in res["points"]]
+    assert got == [("prefill", 24, 0), ("decode", 1, 1), ("decode", 3, 3)]
+    for p in res["points"]:
+        assert all(p[f"{m}_s"] > 0 for m in MODES)
+    assert not prof.llm.has_unfinished_requests()  # every timed request was drained

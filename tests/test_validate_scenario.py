@@ -35,3 +35,11 @@ def test_pd_scenario_shares_the_host_memory_the_profile_measured(tmp_path):
     sc = scenario_dict(*args, "pd", tmp_path / "t.csv")
     assert scenario_from_dict(sc).cluster.host_memory_share == 0.63
     assert "cluster" not in scenario_dict(*args, "colocated", tmp_path / "t.csv")
+    # shares fitted from the profile's contended steps win over the two-stream measurement
+    params.extra["host_sharing"] = {"memory_share": 0.41, "compute_share": 0.95}
+    c = scenario_from_dict(scenario_dict(*args, "pd", tmp_path / "t.csv")).cluster
+    assert (c.host_memory_share, c.host_compute_share) == (0.41, 0.95)
+    # a fit that failed (too few points) falls back to the measurement
+    params.extra["host_sharing"] = {"error": "too few"}
+    c = scenario_from_dict(scenario_dict(*args, "pd", tmp_path / "t.csv")).cluster
+    assert (c.host_memory_share, c.host_compute_share) == (0.63, None)
