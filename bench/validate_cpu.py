@@ -96,7 +96,7 @@ def main() -> int:
     adj = targets_summary(summary, adjusted=True)
     for key, d in targets_summary(summary).items():
         a = adj.get(key, {"met": 0, "checked": 0})
-        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (contention-adjusted diagnostic: "
+        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (speed-adjusted diagnostic: "
               f"{a['met']} / {a['checked']})   missed: {', '.join(d['missed']) or '-'}")
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; files in {args.out}")
     (args.out / "bench.json").write_text(json.dumps(

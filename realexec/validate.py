@@ -246,6 +246,7 @@ class Validation:
         self.failures: list[dict[str, Any]] = []
         self.traces: dict[str, dict[str, Any]] = {}
         self.records: dict[tuple, dict[str, Any]] = {}  # (trace, mode, rate i) -> records
+        self.probe = None  # SpeedProbe, built on first use
 
     def _cost_model(self):
         """The calibrated `CostModel` (what the simulator uses)."""
@@ -327,6 +328,9 @@ class Validation:
                                cfg.knobs, mode, trace_file, cfg.seed)
             sim = simulate(sc)
             sim.write(folder / f"rate{i}-sim")
+            probe = self._probe()
+            self.say(f"[{tag}] speed probe: the machine runs at {probe['speed']:.2f} x the "
+                     "calibrated step times" if probe.get("speed") else f"[{tag}] speed probe failed")
             reals, recs, avails = [], [], []
             steps: dict[str, list] = {}
             t0 = time.perf_counter()
@@ -350,7 +354,7 @@ class Validation:
                 backend.close()
                 backend = self._backend(mode)  # a fresh engine for the remaining rates
                 continue
-            adjusted = self._adjusted(sc, reals, avails, folder / f"rate{i}", mode)
+            adjusted = self._adjusted(sc, reals, avails, probe.get("speed"), folder / f"rate{i}")
             load = rate / cap if cap else float("inf")
             growing = _queue_growing(recs[0])
             metrics = compare(reals, sim.summary)
@@ -360,6 +364,7 @@ class Validation:
                 "label": label, "queue_growing": growing, "num_requests": len(trace),
                 "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
                 "cpu_available": avails, "cpu_available_profile": self.profile_avail,
+                "probe": probe,
                 "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
                 "step_error_by_role": (pd_step_errors(
                     steps, self.cost_model, sc["cluster"].get("host_memory_share"),
@@ -373,17 +378,33 @@ class Validation:
                      f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
         return backend
 
+    def _probe(self) -> dict[str, Any]:
+        """The machine's speed now relative to the calibration (`SpeedProbe`); {} on failure."""
+        try:
+            if self.probe is None:
+                from realexec.validate_probe import SpeedProbe
+
+                self.probe = SpeedProbe(self.model_config, self.dtype, self.cfg.device,
+                                        self.cost_model, self.cfg.seed)
+            return self.probe.measure()
+        except Exception as exc:  # a diagnostic: never fails the validation
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
     def _adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
-                  avails: list[float | None], stem: Path, mode: str) -> dict[str, Any] | None:
+                  avails: list[float | None], probe_speed: float | None,
+                  stem: Path) -> dict[str, Any] | None:
         """A diagnostic, not the validation: the simulator re-run with the device slowed or
-        sped up by (CPU share the real runs got) / (CPU share during the profile), i.e. what
-        the errors are once the machine's changed contention is taken out."""
+        sped up by how fast the machine was at this rate relative to the calibration: the
+        speed probe's (calibrated / measured step times just before the runs) times (CPU
+        share the real runs got) / (CPU share during the profile). What the errors are once
+        the machine's drift and changed contention are taken out."""
         import dataclasses
 
         got = [a for a in avails if a is not None]
-        if not got or not self.profile_avail:
+        cpu = float(np.mean(got)) / float(self.profile_avail) if got and self.profile_avail else None
+        if cpu is None and not probe_speed:
             return None
-        f = float(np.mean(got)) / float(self.profile_avail)
+        f = (cpu or 1.0) * (probe_speed or 1.0)
         p = self.params
         hw = dict(p.extra.get("hardware") or {})
         hw.update(base=p.device, name=p.device, fp32_tflops_scale=f, bf16_tflops_scale=f,
@@ -396,7 +417,8 @@ class Validation:
         adj.save(str(path))
         sc = dict(sc, hardware={**hw, "calibration": str(path.resolve())})
         sim = simulate(sc)
-        return {"cpu_available_real": float(np.mean(got)), "speed_factor": f,
+        return {"cpu_available_real": float(np.mean(got)) if got else None, "cpu_factor": cpu,
+                "probe_speed": probe_speed, "speed_factor": f,
                 "metrics": compare(reals, sim.summary)}
 
     def summary(self) -> dict[str, Any]:

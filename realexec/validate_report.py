@@ -84,18 +84,23 @@ def _avail(r: dict[str, Any]) -> str:
 
 
 def format_adjusted(summary: dict[str, Any]) -> str:
-    """The diagnostic re-run: errors once the device speed follows the real runs' CPU share."""
-    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'speed':>6s} "
+    """The diagnostic re-run: errors once the device speed follows the machine's speed at
+    each rate (speed probe x CPU share)."""
+    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'probe':>6s} {'speed':>6s} "
             + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
     lines = [head]
     for r in summary["results"]:
         a = r.get("adjusted")
         if not a:
             continue
+        probe = a.get("probe_speed")
         cells = " ".join(f"{_cell(a['metrics'][m], m):>12s}" for m in SHOWN)
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {a['speed_factor']:6.2f} {cells}")
-    lines.append("speed: (CPU share of the real runs) / (CPU share during the profile); the "
-                 "simulated device is scaled by it (a diagnostic, not the validation)")
+        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} "
+                     f"{'-' if probe is None else f'{probe:.2f}':>6s} {a['speed_factor']:6.2f} {cells}")
+    lines.append("probe: calibrated / measured time of a few profile steps re-timed just before "
+                 "the rate's runs (< 1: the machine is slower than when profiled); speed: probe x "
+                 "(CPU share of the real runs) / (CPU share during the profile); the simulated "
+                 "device is scaled by it (a diagnostic, not the validation)")
     return "\n".join(lines)
 
 
@@ -122,7 +127,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def targets_summary(summary: dict[str, Any], adjusted: bool = False) -> dict[str, Any]:
-    """Targets met over the under-loaded rates, per (trace, mode) (of the contention-adjusted
+    """Targets met over the under-loaded rates, per (trace, mode) (of the speed-adjusted
     diagnostic with `adjusted`)."""
     from realexec.validate import check_targets
 
@@ -246,7 +251,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     pd_steps = format_pd_steps(summary)
     (out / "validation.txt").write_text(
-        format_table(summary) + "\n\ncontention-adjusted diagnostic:\n" + format_adjusted(summary)
+        format_table(summary) + "\n\nspeed-adjusted diagnostic:\n" + format_adjusted(summary)
         + "\n" + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

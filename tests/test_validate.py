@@ -71,10 +71,15 @@ def test_rates_come_from_the_simulated_capacity(done):
         # the cost model was also checked against the real run's own steps
         assert r["step_error"]["num_steps"] >= r["num_requests"]
         assert len(r["cpu_available"]) == 2
-        # the diagnostic re-run scales the device by the CPU share the real runs got
+        # the diagnostic re-run scales the device by the machine's speed at this rate: the
+        # speed probe (calibrated / measured probe steps) x the CPU share the real runs got
+        probe = r["probe"]
+        assert probe["speed"] > 0 and {p["kind"] for p in probe["points"]} == {"prefill", "decode"}
+        assert probe["speed"] == pytest.approx(sum(p["predicted_s"] for p in probe["points"])
+                                               / sum(p["measured_s"] for p in probe["points"]))
         got = [a for a in r["cpu_available"] if a is not None]
-        if got:
-            assert r["adjusted"]["speed_factor"] == pytest.approx(np.mean(got) / 0.9)
+        cpu = np.mean(got) / 0.9 if got else 1.0
+        assert r["adjusted"]["speed_factor"] == pytest.approx(cpu * probe["speed"])
     # and those steps are kept beside the results (warm-up run included)
     from realexec.step_log import read_step_log
 
