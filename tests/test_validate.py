@@ -133,7 +133,7 @@ def test_report_files(done):
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
     assert table.count("gamma  colocated") == 4 and "cpu:" in table  # main + diagnostic table
-    assert "contention-adjusted" in table
+    assert "speed-adjusted" in table and "probe:" in table
 
 
 def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, monkeypatch):
