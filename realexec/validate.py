@@ -329,8 +329,8 @@ class Validation:
             sim = simulate(sc)
             sim.write(folder / f"rate{i}-sim")
             probe = self._probe()
-            self.say(f"[{tag}] speed probe: the machine runs at {probe['speed']:.2f} x the "
-                     "calibrated step times" if probe.get("speed") else f"[{tag}] speed probe failed")
+            self.say(f"[{tag}] speed probe: the machine runs at {probe['speed']:.2f} x its "
+                     "calibrated speed" if probe.get("speed") else f"[{tag}] speed probe failed")
             reals, recs, avails = [], [], []
             steps: dict[str, list] = {}
             t0 = time.perf_counter()

@@ -7,10 +7,9 @@ polling). Runs of identical all-decode steps are simulated as one *decode burst*
 (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
 
-Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) stretch a step when it
-starts while a neighbour is in a step (`simulator.host_share`); a
-neighbour starting or ending a step wakes the others, so a burst is re-priced from its next
-step.
+Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) stretch a
+step that starts while a neighbour is in a step (`simulator.host_share`); a neighbour
+starting or ending a step wakes the others, so a burst is re-priced from its next step.
 """
 
 from __future__ import annotations
