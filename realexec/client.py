@@ -306,6 +306,7 @@ class EngineClient:
             req.num_cached_tokens = int(item["cached"])
         if item.get("kv"):
             req.kv.update(item["kv"])
+        req.num_preemptions += int(item.get("pre") or 0)
         toks = item["tok"]
         if toks:
             req.token_ids.extend(toks)

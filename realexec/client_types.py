@@ -46,6 +46,7 @@ class ClientRequest:
     stop_reason: str | None = None
     error: str | None = None
     num_cached_tokens: int = 0
+    num_preemptions: int = 0  # summed over the workers it ran on (reported when it left each)
     worker: str = ""  # the worker holding it now
     prefill_worker: str = ""
     decode_worker: str = ""

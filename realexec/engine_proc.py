@@ -268,6 +268,8 @@ class EngineLoop:
                 item["stop"] = req.stop_reason
             if rid in handoff:
                 item["handoff"] = True
+            if (fin is not None or rid in handoff) and req.num_preemptions:
+                item["pre"] = req.num_preemptions  # times this worker preempted it
             kv = self.connector.pop_kv_info(rid) if self.connector is not None else None
             if kv:
                 item["kv"] = kv

@@ -121,8 +121,8 @@ def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: li
             cached: int = 0, first_scheduled: float | None = None,
             annotations: dict[str, Any] | None = None, preemptions: int = 0) -> Request:
     """A finished core `Request` carrying client-side timestamps (s since the replay start).
-    `preemptions`: how often the engine preempted it (known in-process; the ZMQ and HTTP
-    front ends do not report it per request, so those records carry 0)."""
+    `preemptions`: how often the engine preempted it (in process, and as the ZMQ workers
+    report it; the HTTP API does not carry it, so HTTP records hold 0)."""
     req = Request(str(i), prompt_token_ids=prompt,
                   sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
                   arrival_time=arrival)
@@ -214,7 +214,7 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
                "step_s": r.step_s}
         out.append(_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
                            [t - t0 for t in r.token_times], r.finish_reason, r.error,
-                           r.num_cached_tokens, None, ann))
+                           r.num_cached_tokens, None, ann, r.num_preemptions))
     stats = [w["stats"] for w in client.workers_status().values()]
     prefill = [s for n, s in zip(client.workers_status(), stats) if not n.startswith("decode")]
     extra = {"kv_peak_usage": max((s.get("kv_peak_usage", 0.0) for s in stats), default=0.0),

@@ -22,6 +22,8 @@ D allocates blocks (waiting while its pool is full), copies the staged KV into t
 decoding and answers `kv_ack(ok)`, on which P frees its blocks; if the KV is not complete
 `kv_timeout_s` after D allocated, D recomputes the prompt and answers `kv_ack(ok=False)`.
 D's `outputs` carry the remaining tokens and, once, the transfer's bytes / seconds / GB/s.
+The item with which a request leaves a worker (`fin` or `handoff`) carries `pre`, how often
+that worker preempted it, when it did.
 
 A message is a multipart ZMQ message. Frame 0 is a msgpack map
 `{"v": PROTOCOL_VERSION, "type": str, "body": map, "tensors": [[dtype, [dims...]], ...]}`;
@@ -91,6 +93,7 @@ OUTPUT_ITEM_SCHEMA: dict[str, tuple[Any, bool]] = {
     "id": _f(str), "tok": _f("list[int]"), "fin": _f((str, type(None))),
     "stop": _f((str, type(None)), True), "cached": _f(int, True), "err": _f(str, True),
     "handoff": _f(bool, True), "kv": _f(dict, True), "t_tok": _f("list[float]", True),
+    "pre": _f(int, True),
 }
 
 

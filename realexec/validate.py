@@ -4,8 +4,10 @@ the simulator with the calibrated device, and report the simulator's signed rela
 For each trace (the Azure conversation slice, a bursty Gamma trace) and mode (colocated, 1P1D
 PD), the calibrated simulator's capacity for that trace sets the rates (low, medium, near
 saturation: `fractions` of it). Each rate runs `repeats` times on the real engine (so the
-report shows run-to-run spread beside the errors) and once in the simulator, with the same
-scheduler knobs, the same number of KV blocks and the same requests. A rate whose real engine
+report shows run-to-run spread beside the errors; the repeats go round the rates, so a slow
+phase of a shared machine spreads over them) and once in the simulator, with the same
+scheduler knobs, the same number of KV blocks and the same requests. A speed probe before
+each real run (`realexec.validate_probe`) records how fast the machine is then. A rate whose real engine
 fails is reported with its error; the others keep their results.
 """
 
@@ -216,6 +218,25 @@ def check_targets(metrics: dict[str, Any]) -> dict[str, bool]:
 
 
 # ----------------------------------------------------------------------------- the run
+@dataclass
+class _RateRun:
+    """One rate of one (trace, mode): its requests, scenario and simulated run, and what its
+    real repeats gave so far."""
+
+    index: int
+    rate: float  # requests/s
+    trace: workloads.Trace
+    scenario: dict[str, Any]
+    sim: Any
+    reals: list[dict[str, Any]] = field(default_factory=list)  # summaries
+    recs: list[dict[str, np.ndarray]] = field(default_factory=list)  # per-request records
+    avails: list[float | None] = field(default_factory=list)  # CPU share of each repeat
+    steps: dict[str, list] = field(default_factory=dict)  # role -> real steps
+    probes: list[dict[str, Any]] = field(default_factory=list)  # speed probe before each repeat
+    wall_s: float = 0.0
+    failed: str | None = None
+
+
 class Validation:
     """Runs a `ValidateConfig`; `results` fills as rates complete."""
 
@@ -319,64 +340,90 @@ class Validation:
                  + ", ".join(f"{r:.3f}" for r in rates))
         warm = run_trace(base, rates[0], 4)
         backend.replay(warm, cfg.seed + 1)  # first-request costs out of the measured runs
-        for i, rate in enumerate(rates):
-            n = int(np.clip(round(rate * cfg.duration_s), cfg.min_requests, cfg.max_requests))
-            trace = run_trace(base, rate, n)
-            trace_file = folder / f"rate{i}-trace.csv"
-            workloads.write_trace(trace, trace_file)
-            sc = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
-                               cfg.knobs, mode, trace_file, cfg.seed)
-            sim = simulate(sc)
-            sim.write(folder / f"rate{i}-sim")
-            probe = self._probe()
-            self.say(f"[{tag}] speed probe: the machine runs at {probe['speed']:.2f} x its "
-                     "calibrated speed" if probe.get("speed") else f"[{tag}] speed probe failed")
-            reals, recs, avails = [], [], []
-            steps: dict[str, list] = {}
-            t0 = time.perf_counter()
-            try:
-                for rep in range(cfg.repeats):
-                    res, preempt, avail = backend.replay(trace, cfg.seed)
+        runs = [self._rate_run(i, rate, base, mode, folder) for i, rate in enumerate(rates)]
+        # repeats go round the rates (0, 1, 2, 0, 1, 2, ...): a slow phase of a shared
+        # machine then lands on several rates once, and shows in their spread, instead of
+        # on one rate twice
+        for rep in range(cfg.repeats):
+            for run in runs:
+                if run.failed:
+                    continue
+                run.probes.append(self._probe())
+                speed = run.probes[-1].get("speed")
+                self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: speed probe "
+                         + (f"{speed:.2f} x the calibrated speed" if speed else "failed"))
+                t0 = time.perf_counter()
+                try:
+                    res, preempt, avail = backend.replay(run.trace, cfg.seed)
                     why = _run_failure(res)
                     if why:
                         raise RuntimeError(why)
-                    res.summary["preemptions"] = int(preempt)
-                    res.write(folder / f"rate{i}-real{rep}")
-                    reals.append(res.summary)
-                    recs.append(res.records)
-                    avails.append(avail)
-                    for role, rs in backend.steps.items():
-                        steps.setdefault(role, []).extend(rs)
-            except Exception as exc:
-                msg = f"{type(exc).__name__}: {exc}"
-                self.failures.append({"trace": kind, "mode": mode, "rate": rate, "error": msg})
-                self.say(f"[{tag}] rate {rate:.3f} req/s: real engine failed: {msg}")
-                backend.close()
-                backend = self._backend(mode)  # a fresh engine for the remaining rates
-                continue
-            adjusted = self._adjusted(sc, reals, avails, probe.get("speed"), folder / f"rate{i}")
-            load = rate / cap if cap else float("inf")
-            growing = _queue_growing(recs[0])
-            metrics = compare(reals, sim.summary)
-            label = "over-loaded" if (load >= 1 or growing) else "under-loaded"
-            self.results.append({
-                "trace": kind, "mode": mode, "rate": rate, "capacity": cap, "load": load,
-                "label": label, "queue_growing": growing, "num_requests": len(trace),
-                "repeats": len(reals), "real_wall_s": time.perf_counter() - t0,
-                "cpu_available": avails, "cpu_available_profile": self.profile_avail,
-                "probe": probe,
-                "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
-                "step_error_by_role": (pd_step_errors(
-                    steps, self.cost_model, sc["cluster"].get("host_memory_share"),
-                    sc["cluster"].get("host_compute_share")) if mode == "pd" else None),
-                "adjusted": adjusted,
-                "metrics": metrics, "targets_met": check_targets(metrics)})
-            self.records[(kind, mode, i)] = {"real": recs[0], "sim": sim.records, "rate": rate}
-            e = metrics
-            self.say(f"[{tag}] rate {rate:.3f} ({label}, {len(trace)} req): "
-                     f"tput {e['throughput_tok_s']['error']:+.1%} ttft50 {e['ttft_p50']['error']:+.1%} "
-                     f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
+                except Exception as exc:
+                    run.failed = f"{type(exc).__name__}: {exc}"
+                    self.failures.append({"trace": kind, "mode": mode, "rate": run.rate,
+                                          "error": run.failed})
+                    self.say(f"[{tag}] rate {run.rate:.3f} req/s: real engine failed: {run.failed}")
+                    backend.close()
+                    backend = self._backend(mode)  # a fresh engine for the remaining rates
+                    continue
+                finally:
+                    run.wall_s += time.perf_counter() - t0
+                res.summary["preemptions"] = int(preempt)
+                res.write(folder / f"rate{run.index}-real{rep}")
+                run.reals.append(res.summary)
+                run.recs.append(res.records)
+                run.avails.append(avail)
+                for role, rs in backend.steps.items():
+                    run.steps.setdefault(role, []).extend(rs)
+        for run in runs:
+            if not run.failed:
+                self._result(kind, mode, cap, run, folder)
         return backend
+
+    def _rate_run(self, i: int, rate: float, base: workloads.Trace, mode: str,
+                  folder: Path) -> _RateRun:
+        """Rate i's requests (written beside the results) and its simulated run."""
+        cfg = self.cfg
+        n = int(np.clip(round(rate * cfg.duration_s), cfg.min_requests, cfg.max_requests))
+        trace = run_trace(base, rate, n)
+        trace_file = folder / f"rate{i}-trace.csv"
+        workloads.write_trace(trace, trace_file)
+        sc = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
+                           cfg.knobs, mode, trace_file, cfg.seed)
+        sim = simulate(sc)
+        sim.write(folder / f"rate{i}-sim")
+        return _RateRun(i, rate, trace, sc, sim)
+
+    def _result(self, kind: str, mode: str, cap: float, run: _RateRun, folder: Path) -> None:
+        tag = f"{kind}-{mode}"
+        speeds = [p["speed"] for p in run.probes if p.get("speed")]
+        probe = {"speed": float(np.mean(speeds)) if speeds else None, "runs": run.probes}
+        adjusted = self._adjusted(run.scenario, run.reals, run.avails, probe["speed"],
+                                  folder / f"rate{run.index}")
+        load = run.rate / cap if cap else float("inf")
+        growing = _queue_growing(run.recs[0])
+        metrics = compare(run.reals, run.sim.summary)
+        label = "over-loaded" if (load >= 1 or growing) else "under-loaded"
+        cluster = run.scenario.get("cluster") or {}
+        steps = run.steps
+        self.results.append({
+            "trace": kind, "mode": mode, "rate": run.rate, "capacity": cap, "load": load,
+            "label": label, "queue_growing": growing, "num_requests": len(run.trace),
+            "repeats": len(run.reals), "real_wall_s": run.wall_s,
+            "cpu_available": run.avails, "cpu_available_profile": self.profile_avail,
+            "probe": probe,
+            "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
+            "step_error_by_role": (pd_step_errors(
+                steps, self.cost_model, cluster.get("host_memory_share"),
+                cluster.get("host_compute_share")) if mode == "pd" else None),
+            "adjusted": adjusted,
+            "metrics": metrics, "targets_met": check_targets(metrics)})
+        self.records[(kind, mode, run.index)] = {"real": run.recs[0], "sim": run.sim.records,
+                                                 "rate": run.rate}
+        e = metrics
+        self.say(f"[{tag}] rate {run.rate:.3f} ({label}, {len(run.trace)} req): "
+                 f"tput {e['throughput_tok_s']['error']:+.1%} ttft50 {e['ttft_p50']['error']:+.1%} "
+                 f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
 
     def _probe(self) -> dict[str, Any]:
         """The machine's speed now relative to the calibration (`SpeedProbe`); {} on failure."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -117,6 +118,22 @@ def test_inproc_replay_keeps_each_requests_preemptions():
     assert llm.scheduler.num_preemptions > 0
     assert int(res.records["preemptions"].sum()) == llm.scheduler.num_preemptions
     assert res.summary["preemptions"] == llm.scheduler.num_preemptions
+
+
+def test_engine_replay_keeps_each_requests_preemptions():
+    """Through the ZMQ front end: the worker reports each request's preemptions when it
+    finishes, and they add up to the worker's own counter."""
+    from realexec.client import EngineClient
+
+    trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
+                            output_len=np.full(6, 20), name="burst")
+    cfg = tiny_config(llm_kwargs={**TINY_KWARGS, "num_gpu_blocks": 24})
+    with EngineClient(cfg) as client:
+        res = replay(trace, "engine", client=client, seed=1)
+        time.sleep(0.2)  # the stats ride on the last outputs / the next heartbeat
+        counted = int(client.workers_status()["engine-0"]["stats"]["num_preemptions"])
+    assert res.summary["requests"]["finished"] == 6
+    assert counted > 0 and int(res.records["preemptions"].sum()) == counted
 
 
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):

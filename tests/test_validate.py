@@ -73,10 +73,13 @@ def test_rates_come_from_the_simulated_capacity(done):
         assert len(r["cpu_available"]) == 2
         # the diagnostic re-run scales the device by the machine's speed at this rate: the
         # speed probe (calibrated / measured probe steps) x the CPU share the real runs got
-        probe = r["probe"]
-        assert probe["speed"] > 0 and {p["kind"] for p in probe["points"]} == {"prefill", "decode"}
-        assert probe["speed"] == pytest.approx(sum(p["predicted_s"] for p in probe["points"])
-                                               / sum(p["measured_s"] for p in probe["points"]))
+        probe = r["probe"]  # one probe before each repeat; the speed is their mean
+        assert len(probe["runs"]) == 2
+        for run in probe["runs"]:
+            assert {p["kind"] for p in run["points"]} == {"prefill", "decode"}
+            assert run["speed"] == pytest.approx(sum(p["predicted_s"] for p in run["points"])
+                                                 / sum(p["measured_s"] for p in run["points"]))
+        assert probe["speed"] == pytest.approx(np.mean([run["speed"] for run in probe["runs"]]))
         got = [a for a in r["cpu_available"] if a is not None]
         cpu = np.mean(got) / 0.9 if got else 1.0
         assert r["adjusted"]["speed_factor"] == pytest.approx(cpu * probe["speed"])
