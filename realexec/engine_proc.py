@@ -237,7 +237,8 @@ class EngineLoop:
     # ------------------------------------------------------------------ step
     def step(self) -> tuple[list[dict[str, Any]], bool]:
         """One engine step; returns (output items, whether it did anything)."""
-        t_wall, t0 = time.time(), time.perf_counter()
+        t_wall = time.time() if self.step_log is not None else 0.0
+        t0 = time.perf_counter()
         out = self.llm.step()
         step_s = time.perf_counter() - t0
         self.num_steps += 1

@@ -65,7 +65,8 @@ def host_contention(prof, repeats: int | None = None, warmup: int | None = None,
     repeats = g.repeats if repeats is None else repeats
     warmup = g.warmup if warmup is None else warmup
     fns = {"prefill": prof._prefill, "decode": prof._group}
-    points = [functools.partial(fns[kind], *args) for kind, args in contention_points(g)]
+    kinds = contention_points(g)
+    points = [functools.partial(fns[kind], *args) for kind, args in kinds]
     ctx = mp.get_context("spawn")
     mode, ready = ctx.Value("i", 0), ctx.Event()
     proc = ctx.Process(target=_neighbour, args=(mode, ready, nbytes), daemon=True)
@@ -94,7 +95,7 @@ def host_contention(prof, repeats: int | None = None, warmup: int | None = None,
             proc.kill()
     out = []
     for i in range(len(points)):
-        row: dict[str, Any] = {"kind": contention_points(g)[i][0],
+        row: dict[str, Any] = {"kind": kinds[i][0],
                                "shape": dataclasses.asdict(shapes[i])}
         for name in MODES:
             row[f"{name}_s"] = float(np.median(times[(i, name)]))

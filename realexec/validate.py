@@ -426,7 +426,8 @@ class Validation:
                  f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
 
     def _probe(self) -> dict[str, Any]:
-        """The machine's speed now relative to the calibration (`SpeedProbe`); {} on failure."""
+        """The machine's speed now relative to the calibration (`SpeedProbe`); {"error": why}
+        when the probe fails (it is a diagnostic: the validation goes on)."""
         try:
             if self.probe is None:
                 from realexec.validate_probe import SpeedProbe
@@ -434,7 +435,7 @@ class Validation:
                 self.probe = SpeedProbe(self.model_config, self.dtype, self.cfg.device,
                                         self.cost_model, self.cfg.seed)
             return self.probe.measure()
-        except Exception as exc:  # a diagnostic: never fails the validation
+        except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],

@@ -11,6 +11,7 @@ speed = predicted total / measured total (< 1: the machine is slower than when p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from realexec.profile import ProfileGrid, Profiler
@@ -23,8 +24,6 @@ PROBE_GRID = ProfileGrid(prefill_lens=(128, 512), chunks=(), decode_batches=(8,)
 
 def probe_grid(max_model_len: int) -> ProfileGrid:
     """`PROBE_GRID` shrunk to fit a model of `max_model_len` tokens."""
-    import dataclasses
-
     cap = max(8, max_model_len // 2)
     return dataclasses.replace(PROBE_GRID,
                                prefill_lens=tuple(sorted({min(n, cap) for n in PROBE_GRID.prefill_lens})),

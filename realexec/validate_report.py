@@ -71,7 +71,7 @@ def format_pd_steps(summary: dict[str, Any]) -> str:
     if len(lines) == 1:
         return ""
     lines.append("PD workers' own steps: cost model predicted total / measured total - 1; plain: "
-                 "alone on the host, shared: with cluster.host_memory_share as simulated; "
+                 "alone on the host, shared: with the host shares as simulated; "
                  "overlap: share of steps that started while the other worker was in a step")
     return "\n".join(lines)
 

@@ -66,9 +66,13 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
         for st, b, m in rows:
             i = bisect.bisect_right(starts, st.t_start) - 1
             busy = i >= 0 and others[i][0].t_end > st.t_start
-            f = others[i][2] / others[i][1] if busy and others[i][1] > 0 else (0.0 if busy else None)
-            shared.append(hs.price(b, m, f) if hs else b)
             overlapped.append(busy)
+            if hs is None:
+                shared.append(b)
+                continue
+            _, nb, nm = others[i]  # the neighbour's step in progress: alone s, memory s
+            f = (nm / nb if nb > 0 else 0.0) if busy else None
+            shared.append(hs.price(b, m, f))
         shared_a, mask = np.array(shared), np.array(overlapped)
         entry: dict[str, Any] = {"plain": _summary(plain, real),
                                  "overlapped_fraction": float(mask.mean())}

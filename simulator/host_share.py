@@ -46,8 +46,8 @@ def shared_time(alone_s: float, memory_s: float, memory_share: float, compute_sh
 
 
 class HostSharing:
-    """Prices steps of one engine on a shared host: `split` (memory seconds of the steps
-    of a shape, from the cost model) and `price` (their seconds beside a neighbour)."""
+    """Prices steps of one engine on a shared host: `memory_seconds` of a step or a
+    decode burst (from the cost model) and `price` (a step's seconds beside a neighbour)."""
 
     def __init__(self, cm: CostModel, memory_share: float = 1.0, compute_share: float = 1.0) -> None:
         if not (0 < memory_share <= 1 and 0 < compute_share <= 1):
@@ -58,6 +58,7 @@ class HostSharing:
         self.reference = contended_cost_model(cm, REFERENCE_SHARE)
 
     def memory_seconds(self, shape, alone_s: float) -> float:
+        """Memory seconds of one step of `shape` that takes `alone_s` alone."""
         return memory_seconds(alone_s, self.reference.step_time(shape), REFERENCE_SHARE)
 
     def memory_seconds_run(self, shape, alone_s: list[float]) -> list[float]:
