@@ -406,17 +406,19 @@ class Validation:
         label = "over-loaded" if (load >= 1 or growing) else "under-loaded"
         cluster = run.scenario.get("cluster") or {}
         steps = run.steps
+        step_error = step_errors([x for rs in steps.values() for x in rs], self.cost_model)
+        by_role = (pd_step_errors(steps, self.cost_model, cluster.get("host_memory_share"),
+                                  cluster.get("host_compute_share")) if mode == "pd" else None)
         self.results.append({
             "trace": kind, "mode": mode, "rate": run.rate, "capacity": cap, "load": load,
             "label": label, "queue_growing": growing, "num_requests": len(run.trace),
             "repeats": len(run.reals), "real_wall_s": run.wall_s,
             "cpu_available": run.avails, "cpu_available_profile": self.profile_avail,
             "probe": probe,
-            "step_error": step_errors([x for rs in steps.values() for x in rs], self.cost_model),
-            "step_error_by_role": (pd_step_errors(
-                steps, self.cost_model, cluster.get("host_memory_share"),
-                cluster.get("host_compute_share")) if mode == "pd" else None),
+            "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
+            "step_adjusted": self._step_adjusted(run.scenario, run.reals, step_error, by_role,
+                                                 folder / f"rate{run.index}"),
             "metrics": metrics, "targets_met": check_targets(metrics)})
         self.records[(kind, mode, run.index)] = {"real": run.recs[0], "sim": run.sim.records,
                                                  "rate": run.rate}
@@ -446,28 +448,61 @@ class Validation:
         speed probe's (calibrated / measured step times just before the runs) times (CPU
         share the real runs got) / (CPU share during the profile). What the errors are once
         the machine's drift and changed contention are taken out."""
-        import dataclasses
-
         got = [a for a in avails if a is not None]
         cpu = float(np.mean(got)) / float(self.profile_avail) if got and self.profile_avail else None
         if cpu is None and not probe_speed:
             return None
         f = (cpu or 1.0) * (probe_speed or 1.0)
-        p = self.params
-        hw = dict(p.extra.get("hardware") or {})
-        hw.update(base=p.device, name=p.device, fp32_tflops_scale=f, bf16_tflops_scale=f,
-                  mem_bw_tbps_scale=f)
-        adj = dataclasses.replace(p, step_overhead_s=p.step_overhead_s / f,
-                                  layer_overhead_s=p.layer_overhead_s / f,
-                                  token_overhead_s=p.token_overhead_s / f,
-                                  extra={**p.extra, "hardware": hw})
-        path = stem.with_name(stem.name + "-adjusted.yaml")
-        adj.save(str(path))
-        sc = dict(sc, hardware={**hw, "calibration": str(path.resolve())})
+        sc = dict(sc, hardware=self._scaled_hardware(f, stem.with_name(stem.name + "-adjusted.yaml")))
         sim = simulate(sc)
         return {"cpu_available_real": float(np.mean(got)) if got else None, "cpu_factor": cpu,
                 "probe_speed": probe_speed, "speed_factor": f,
                 "metrics": compare(reals, sim.summary)}
+
+    def _step_adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
+                       step_error: dict[str, Any] | None, by_role: dict[str, Any] | None,
+                       stem: Path) -> dict[str, Any] | None:
+        """A diagnostic, not the validation: the simulator re-run with each engine's device
+        running at the speed its own steps ran in the real runs (factor = the cost model's
+        total over those steps / their measured total; PD: per worker, priced with host
+        sharing as the simulator prices it). What is left is the error of everything but
+        step times: scheduling, batching, queueing, KV transfers, the front end. None
+        without logged steps."""
+        if by_role is not None:
+            factors = {}
+            for role in ("prefill", "decode"):
+                e = by_role.get(role)
+                if not e:
+                    return None
+                factors[role] = 1.0 + (e.get("shared") or e["plain"])["total"]
+            pd = dict(sc["cluster"]["pd"])
+            for role, f in factors.items():
+                path = stem.with_name(f"{stem.name}-{role}-step-speed.yaml")
+                pd[role] = {**(pd.get(role) or {}), "hardware": self._scaled_hardware(f, path)}
+            sc = {**sc, "cluster": {**sc["cluster"], "pd": pd}}
+        elif step_error:
+            factors = {"engine": 1.0 + step_error["total"]}
+            path = stem.with_name(stem.name + "-step-speed.yaml")
+            sc = dict(sc, hardware=self._scaled_hardware(factors["engine"], path))
+        else:
+            return None
+        return {"factors": factors, "metrics": compare(reals, simulate(sc).summary)}
+
+    def _scaled_hardware(self, factor: float, path: Path) -> dict[str, Any]:
+        """A hardware spec: the calibrated device running `factor` x as fast (every step
+        time / factor; links unchanged), its calibration written to `path`."""
+        import dataclasses
+
+        p = self.params
+        hw = dict(p.extra.get("hardware") or {})
+        hw.update(base=p.device, name=p.device, fp32_tflops_scale=factor,
+                  bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
+        scaled = dataclasses.replace(p, step_overhead_s=p.step_overhead_s / factor,
+                                     layer_overhead_s=p.layer_overhead_s / factor,
+                                     token_overhead_s=p.token_overhead_s / factor,
+                                     extra={**p.extra, "hardware": hw})
+        scaled.save(str(path))
+        return {**hw, "calibration": str(path.resolve())}
 
     def summary(self) -> dict[str, Any]:
         return {"results": self.results, "failures": self.failures, "traces": self.traces}

@@ -83,6 +83,10 @@ def test_rates_come_from_the_simulated_capacity(done):
         got = [a for a in r["cpu_available"] if a is not None]
         cpu = np.mean(got) / 0.9 if got else 1.0
         assert r["adjusted"]["speed_factor"] == pytest.approx(cpu * probe["speed"])
+        # the second diagnostic runs the device at the speed the engine's own steps ran
+        step = r["step_adjusted"]
+        assert step["factors"] == {"engine": pytest.approx(1 + r["step_error"]["total"])}
+        assert set(step["metrics"]) == set(r["metrics"])
     # and those steps are kept beside the results (warm-up run included)
     from realexec.step_log import read_step_log
 
@@ -135,8 +139,32 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 4 and "cpu:" in table  # main + diagnostic table
+    assert table.count("gamma  colocated") == 6 and "cpu:" in table  # main + 2 diagnostic tables
     assert "speed-adjusted" in table and "probe:" in table
+    assert "step-speed diagnostic" in table
+    saved = json.loads((out / "validation.json").read_text())
+    assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
+
+
+def test_scaled_hardware_scales_every_step_time(done, tmp_path):
+    """The diagnostics' device at factor f takes 1/f of the calibrated time on any step."""
+    from simulator.cluster import resolve_hardware
+    from simulator.core.batch_shape import BatchShape
+    from simulator.costmodel import CostModel
+    from simulator.models import ModelSpec
+    from simulator.scenario import scenario_from_dict
+
+    _, v, _ = done
+    sc = scenario_from_dict({"model": v.model_config, "hardware": "a100-80gb",
+                             "workload": {"synthetic": {"num_requests": 1}}})
+    model = ModelSpec.from_hf_config(v.model_config, name="tiny-llama")
+    base = v.cost_model
+    spec = v._scaled_hardware(0.8, tmp_path / "slow.yaml")
+    acc, params = resolve_hardware(spec, sc)
+    slow = CostModel(model, acc, "fp32", params=params)
+    for shape in (BatchShape.from_lists([37], [0]), BatchShape.from_lists([1] * 5, [60] * 5),
+                  BatchShape.from_lists([16, 1, 1], [32, 40, 50])):
+        assert slow.step_time(shape) == pytest.approx(base.step_time(shape) / 0.8, rel=1e-9)
 
 
 def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, monkeypatch):
@@ -217,3 +245,10 @@ def test_pd_validation_end_to_end(tmp_path):
     assert r["step_error"]["num_steps"] == sum(e["plain"]["num_steps"] for e in roles.values())
     assert list((cfg.out / "runs" / "pd-steps").glob("*.steps.jsonl"))
     assert "PD workers' own steps" in (cfg.out / "validation.txt").read_text()
+    # the step-speed diagnostic runs each worker's pool at the speed its own steps ran
+    factors = r["step_adjusted"]["factors"]
+    assert factors == {role: pytest.approx(1 + roles[role]["shared"]["total"])
+                       if "shared" in roles[role] else pytest.approx(1 + roles[role]["plain"]["total"])
+                       for role in ("prefill", "decode")}
+    for role in ("prefill", "decode"):
+        assert (folder / f"rate0-{role}-step-speed.yaml").is_file()
