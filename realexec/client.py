@@ -344,7 +344,8 @@ class EngineClient:
         self.metrics.on_finish(req)
         req.done.set()
         if req.sink is not None:
-            req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason))
+            req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason,
+                           num_preemptions=req.num_preemptions))
 
     def _fail(self, rid: str, error: str) -> None:
         req = self.requests.pop(rid, None)

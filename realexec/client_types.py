@@ -29,6 +29,7 @@ class Delta:
     finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
+    num_preemptions: int = 0  # on the finishing delta: times preempted, over all its workers
 
 
 @dataclass

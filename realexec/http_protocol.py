@@ -190,8 +190,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def engine_stats(num_preemptions: int | None) -> dict[str, Any]:
+    """kvpd's extension field of a response or of its finishing chunk (clients that do not
+    know it ignore it): how often the engine preempted the request (None: not known)."""
+    return {} if num_preemptions is None else {"kvpd": {"num_preemptions": int(num_preemptions)}}
+
+
 def completion_body(rid: str, model: str, text: str, token_ids: list[int], finish: str | None,
-                    prompt_tokens: int, chat: bool) -> dict[str, Any]:
+                    prompt_tokens: int, chat: bool, num_preemptions: int | None = None) -> dict[str, Any]:
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish, "token_ids": token_ids}
@@ -200,11 +206,12 @@ def completion_body(rid: str, model: str, text: str, token_ids: list[int], finis
                   "token_ids": token_ids}
     return {"id": rid, "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, len(token_ids))}
+            "usage": usage(prompt_tokens, len(token_ids)), **engine_stats(num_preemptions)}
 
 
 def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
-               finish: str | None, chat: bool, role: bool = False) -> dict[str, Any]:
+               finish: str | None, chat: bool, role: bool = False,
+               num_preemptions: int | None = None) -> dict[str, Any]:
     if chat:
         delta: dict[str, Any] = {}
         if role:
@@ -217,7 +224,8 @@ def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
                   "token_ids": token_ids}
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice]}
+            "created": int(time.time()), "model": model, "choices": [choice],
+            **engine_stats(num_preemptions)}
 
 
 class Detokenizer:

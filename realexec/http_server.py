@@ -97,9 +97,9 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
     async def _whole(request: Request, rid: str, req: ParsedRequest, chat: bool) -> JSONResponse:
         detok = Detokenizer(tokenizer, req.stop_strings)
         toks: list[int] = []
-        finish = None
+        preempted: list[int] = []  # the finishing delta's count, when the engine finished it
         gen = aclient.stream(req.prompt_token_ids, req.sampling, rid)
-        task = asyncio.ensure_future(_collect(gen, detok, toks, rid))
+        task = asyncio.ensure_future(_collect(gen, detok, toks, rid, preempted))
         while not task.done():
             await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
             if not task.done() and await request.is_disconnected():
@@ -108,9 +108,11 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                 return JSONResponse({}, status_code=499)
         finish = task.result()
         return JSONResponse(completion_body(rid, served_model_name, detok.text, toks, finish,
-                                            len(req.prompt_token_ids), chat))
+                                            len(req.prompt_token_ids), chat,
+                                            preempted[0] if preempted else None))
 
-    async def _collect(gen: Any, detok: Detokenizer, toks: list[int], rid: str) -> str | None:
+    async def _collect(gen: Any, detok: Detokenizer, toks: list[int], rid: str,
+                       preempted: list[int]) -> str | None:
         try:
             async for delta in gen:
                 if delta.error:
@@ -122,6 +124,7 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                     client.abort(rid, "stop string")
                     return "stop"
                 if delta.finished:
+                    preempted.append(delta.num_preemptions)
                     return "stop" if delta.finish_reason == "stop" else delta.finish_reason
         finally:
             await gen.aclose()
@@ -145,7 +148,8 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                     client.abort(rid, "stop string")
                     finish = "stop"
                 if delta.token_ids or finish:
-                    yield _sse(chunk_body(rid, served_model_name, text, delta.token_ids, finish, chat))
+                    yield _sse(chunk_body(rid, served_model_name, text, delta.token_ids, finish, chat,
+                                          num_preemptions=delta.num_preemptions if delta.finished else None))
                 if finish:
                     break
             if req.include_usage:

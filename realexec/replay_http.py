@@ -1,6 +1,8 @@
 """Replay over HTTP: one streaming `/v1/completions` request (token-id prompt, `ignore_eos`,
 greedy) per trace row, sent at its arrival time; each server-sent chunk is stamped on
-arrival (`time.perf_counter()`), and its `token_ids` count the tokens it carries."""
+arrival (`time.perf_counter()`), and its `token_ids` count the tokens it carries; the
+finishing chunk's `kvpd.num_preemptions` (kvpd's extension field) is the request's
+preemptions."""
 
 from __future__ import annotations
 
@@ -24,13 +26,13 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
             "ignore_eos": True, "stream": True}
     toks: list[int] = []
     times: list[float] = []
-    finish, error = None, None
+    finish, error, preempted = None, None, 0
     try:
         async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 return {"i": i, "sent": sent, "toks": [], "times": [], "finish": None,
-                        "error": f"HTTP {resp.status_code}: {text[:500]}"}
+                        "error": f"HTTP {resp.status_code}: {text[:500]}", "preempted": 0}
             async for line in resp.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -42,6 +44,7 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
                 if "error" in chunk:
                     error = chunk["error"].get("message", str(chunk["error"]))
                     break
+                preempted = int((chunk.get("kvpd") or {}).get("num_preemptions", preempted))
                 for choice in chunk.get("choices", []):
                     ids = choice.get("token_ids") or []
                     toks.extend(ids)
@@ -49,7 +52,8 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
                     finish = choice.get("finish_reason") or finish
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return {"i": i, "sent": sent, "toks": toks, "times": times, "finish": finish, "error": error}
+    return {"i": i, "sent": sent, "toks": toks, "times": times, "finish": finish, "error": error,
+            "preempted": preempted}
 
 
 async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
@@ -73,5 +77,6 @@ def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list
     rows = asyncio.run(_run(url, model, trace, prompts, timeout_s))
     outs = trace.output_len.tolist()
     reqs = [_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
-                    r["finish"], r["error"], 0, None, {"replica": url}) for r in rows]
+                    r["finish"], r["error"], 0, None, {"replica": url}, r["preempted"])
+            for r in rows]
     return reqs, {}

@@ -120,20 +120,40 @@ def test_inproc_replay_keeps_each_requests_preemptions():
     assert res.summary["preemptions"] == llm.scheduler.num_preemptions
 
 
-def test_engine_replay_keeps_each_requests_preemptions():
-    """Through the ZMQ front end: the worker reports each request's preemptions when it
-    finishes, and they add up to the worker's own counter."""
+def test_engine_and_http_replays_keep_each_requests_preemptions():
+    """Through the ZMQ front end, then over HTTP (the finishing chunk's `kvpd` field): the
+    worker reports each request's preemptions when it finishes, and they add up to the
+    worker's own counter."""
+    import httpx
+
     from realexec.client import EngineClient
+    from realexec.http_server import ServerThread, create_app
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
                             output_len=np.full(6, 20), name="burst")
     cfg = tiny_config(llm_kwargs={**TINY_KWARGS, "num_gpu_blocks": 24})
+
+    def counted(client) -> int:
+        time.sleep(0.2)  # the stats ride on the last outputs / the next heartbeat
+        return int(client.workers_status()["engine-0"]["stats"]["num_preemptions"])
+
     with EngineClient(cfg) as client:
         res = replay(trace, "engine", client=client, seed=1)
-        time.sleep(0.2)  # the stats ride on the last outputs / the next heartbeat
-        counted = int(client.workers_status()["engine-0"]["stats"]["num_preemptions"])
+        after_engine = counted(client)
+        srv = ServerThread(create_app(client, "tiny")).start()
+        try:
+            via_http = replay(trace, srv.base_url, model="tiny", vocab_size=256, seed=1)
+            after_http = counted(client)
+            plain = httpx.post(f"{srv.base_url}/v1/completions", timeout=60, json={
+                "model": "tiny", "prompt": [5, 6, 7], "max_tokens": 3}).json()
+        finally:
+            srv.stop()
     assert res.summary["requests"]["finished"] == 6
-    assert counted > 0 and int(res.records["preemptions"].sum()) == counted
+    assert after_engine > 0 and int(res.records["preemptions"].sum()) == after_engine
+    assert via_http.summary["requests"]["finished"] == 6
+    assert after_http > after_engine
+    assert int(via_http.records["preemptions"].sum()) == after_http - after_engine
+    assert plain["kvpd"] == {"num_preemptions": 0}  # alone in the pool: never preempted
 
 
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
