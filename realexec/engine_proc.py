@@ -13,7 +13,6 @@ else changes. The worker exits when told (`shutdown`) or when its parent process
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -82,19 +81,6 @@ def bind(sock: zmq.Socket, spec: WorkerSpec, what: str) -> str:
     else:
         sock.bind(f"ipc://{os.path.join(spec.ipc_dir, f'{spec.name}-{what}')}")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-
-
-def set_role(llm: Any, role: str) -> None:
-    """Give a freshly built `LLM` a prefill or decode scheduler (same configs otherwise)."""
-    from simulator.core.engine import EngineCore
-    from simulator.core.scheduler import Scheduler
-
-    old = llm.scheduler
-    if old.has_unfinished_requests():
-        raise RuntimeError("set_role needs an engine with no requests")
-    cfg = dataclasses.replace(old.config, role=role)
-    llm.scheduler = Scheduler(cfg, old.cache_config)
-    llm.engine = EngineCore(llm.scheduler, llm.engine.executor)
 
 
 class EngineLoop:
@@ -376,9 +362,7 @@ def worker_main(spec: WorkerSpec) -> None:
             torch.set_num_threads(spec.num_threads)
         from realexec.llm import LLM
 
-        llm = LLM(**spec.llm_kwargs)
-        if spec.role != "colocated":
-            set_role(llm, spec.role)
+        llm = LLM(**spec.llm_kwargs, role=spec.role)
         loop = EngineLoop(spec, llm, ctx, out)
     except Exception as exc:  # report why the worker could not start, then exit
         log.exception("%s failed to start", spec.name)

@@ -88,7 +88,8 @@ class LLM:
     `max_model_len` tokens can use). `num_cpu_blocks` is the host pool for
     swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
     `seed` drives sampling of requests without their own seed (as vLLM's); `model_seed` the
-    random weights of a model given by its config alone.
+    random weights of a model given by its config alone. `role`: "colocated", or "prefill" /
+    "decode" for a PD worker's scheduler.
     """
 
     def __init__(
@@ -113,6 +114,7 @@ class LLM:
         model_seed: int = 0,
         initializer_range: float | None = None,
         record_steps: bool = False,
+        role: str = "colocated",
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -138,6 +140,7 @@ class LLM:
             preemption_mode=preemption_mode,
             policy=policy,
             batching=batching,
+            role=role,
         )
         spec = KVCacheSpec(self.model.num_layers, self.model.num_kv_heads, self.model.head_dim,
                            block_size, self.loaded.dtype)

@@ -14,6 +14,7 @@ from realexec.client import EngineClient, EngineDeadError
 from realexec.transport import encode
 from tests.serving_helpers import (
     GREEDY,
+    TINY,
     TINY_KWARGS,
     paused,
     prompts,
@@ -210,3 +211,13 @@ def test_tiny_kwargs_fit_the_mixed_prompts():
     # guard for the tests above: every prompt + output fits one worker's pool
     blocks = TINY_KWARGS["num_gpu_blocks"] * TINY_KWARGS["block_size"]
     assert sum(len(p) + 9 for p in _mixed_prompts()) < blocks
+
+
+def test_llm_builds_a_prefill_or_decode_scheduler_and_names_a_bad_role():
+    """A PD worker's engine is an `LLM` built with its role; a bad role is refused by name."""
+    from realexec import LLM
+
+    for role in ("prefill", "decode"):
+        assert LLM(TINY, **{**TINY_KWARGS, "role": role}).scheduler.config.role == role
+    with pytest.raises(ValueError, match="scheduler.role must be one of"):
+        LLM(TINY, **{**TINY_KWARGS, "role": "both"})
