@@ -83,46 +83,52 @@ def _avail(r: dict[str, Any]) -> str:
     return a + "/" + (f"{prof:.2f}" if prof is not None else "-")
 
 
-def format_adjusted(summary: dict[str, Any]) -> str:
-    """The diagnostic re-run: errors once the device speed follows the machine's speed at
-    each rate (speed probe x CPU share)."""
-    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'probe':>6s} {'speed':>6s} "
+def _diagnostic_table(summary: dict[str, Any], key: str, columns: list[tuple[str, int]],
+                      cells_of, legend: str) -> str:
+    """One row per rate that has the diagnostic `key`: its own `columns` (name, width;
+    values from `cells_of(diagnostic)`), then its errors per metric."""
+    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} "
+            + " ".join(f"{name:>{w}s}" for name, w in columns) + " "
             + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
     lines = [head]
     for r in summary["results"]:
-        a = r.get("adjusted")
+        a = r.get(key)
         if not a:
             continue
-        probe = a.get("probe_speed")
+        own = " ".join(f"{v:>{w}s}" for v, (_, w) in zip(cells_of(a), columns))
         cells = " ".join(f"{_cell(a['metrics'][m], m):>12s}" for m in SHOWN)
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} "
-                     f"{'-' if probe is None else f'{probe:.2f}':>6s} {a['speed_factor']:6.2f} {cells}")
-    lines.append("probe: calibrated / measured time of a few profile steps re-timed just before "
-                 "the rate's runs (< 1: the machine is slower than when profiled); speed: probe x "
-                 "(CPU share of the real runs) / (CPU share during the profile); the simulated "
-                 "device is scaled by it (a diagnostic, not the validation)")
+        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {own} {cells}")
+    lines.append(legend)
     return "\n".join(lines)
+
+
+def format_adjusted(summary: dict[str, Any]) -> str:
+    """The diagnostic re-run: errors once the device speed follows the machine's speed at
+    each rate (speed probe x CPU share)."""
+    def cells(a: dict[str, Any]) -> list[str]:
+        probe = a.get("probe_speed")
+        return ["-" if probe is None else f"{probe:.2f}", f"{a['speed_factor']:.2f}"]
+
+    return _diagnostic_table(
+        summary, "adjusted", [("probe", 6), ("speed", 6)], cells,
+        "probe: calibrated / measured time of a few profile steps re-timed just before the "
+        "rate's runs (< 1: the machine is slower than when profiled); speed: probe x (CPU "
+        "share of the real runs) / (CPU share during the profile); the simulated device is "
+        "scaled by it (a diagnostic, not the validation)")
 
 
 def format_step_adjusted(summary: dict[str, Any]) -> str:
     """The diagnostic re-run at the speed each engine's own steps ran in the real runs."""
-    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'speed':>11s} "
-            + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
-    lines = [head]
-    for r in summary["results"]:
-        a = r.get("step_adjusted")
-        if not a:
-            continue
+    def cells(a: dict[str, Any]) -> list[str]:
         f = a["factors"]
-        speed = (f"{f['prefill']:.2f}/{f['decode']:.2f}" if "prefill" in f
-                 else f"{f['engine']:.2f}")
-        cells = " ".join(f"{_cell(a['metrics'][m], m):>12s}" for m in SHOWN)
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {speed:>11s} {cells}")
-    lines.append("speed: the cost model's total over the real runs' own steps / their measured "
-                 "total (PD: prefill/decode worker, with host sharing); the simulated device of "
-                 "each engine is scaled by it, so what is left is the error of everything but "
-                 "step times (a diagnostic, not the validation)")
-    return "\n".join(lines)
+        return [f"{f['prefill']:.2f}/{f['decode']:.2f}" if "prefill" in f else f"{f['engine']:.2f}"]
+
+    return _diagnostic_table(
+        summary, "step_adjusted", [("speed", 11)], cells,
+        "speed: the cost model's total over the real runs' own steps / their measured total "
+        "(PD: prefill/decode worker, with host sharing); the simulated device of each engine "
+        "is scaled by it, so what is left is the error of everything but step times (a "
+        "diagnostic, not the validation)")
 
 
 def format_table(summary: dict[str, Any]) -> str:
