@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.capacity_slo import SLOSet
-from simulator.sweep_keys import build_scenario
+from simulator.sweep_keys import BaseScenario
 from simulator.sweep_worker import PointTask, simulate
 
 # Bracketing stops after this many doublings / halvings of the start rate (x4096 / /1024).
@@ -43,12 +43,9 @@ def round_rate(rate: float) -> float:
 class Probe:
     """Simulates one candidate scenario at a rate (and replay variant), with a cache."""
 
-    base_data: dict[str, Any]
-    source: str
-    base_dir: str
+    base: BaseScenario
     overrides: dict[str, Any]
     slos: SLOSet
-    cost_table: dict[str, float] = field(default_factory=dict)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     _cache: dict[tuple[float, int], dict[str, Any]] = field(default_factory=dict)
     variants: list[dict[str, Any]] = field(default_factory=list)  # replay overrides, [0] = base
@@ -59,8 +56,7 @@ class Probe:
         if key not in self._cache:
             overrides = {**self.overrides, **(self.variants[variant] if self.variants else {}),
                          **self.slos.per_request(), "workload.target_rate": key[0]}
-            task = PointTask("", self.base_data, self.source, self.base_dir, overrides,
-                             self.cost_table, self.timeout_s)
+            task = PointTask("", self.base, overrides, self.timeout_s)
             self._cache[key] = m = simulate(task)
             ok, reasons = self.slos.check(m)
             kept = {k: m.get(k) for k in (*KEEP, *(t.column for t in self.slos.targets))}
@@ -87,20 +83,19 @@ class SearchResult:
     confidence: dict[str, Any] = field(default_factory=dict)
 
 
-def trace_rate(base_data: dict[str, Any], source: str, base_dir: str,
-               overrides: dict[str, Any]) -> tuple[float, float]:
+def trace_rate(base: BaseScenario, overrides: dict[str, Any]) -> tuple[float, float]:
     """(mean rate in requests/s, duration in s) of the scenario's trace after its transforms."""
     from simulator.run import build_trace
     from workloads.transforms import mean_rate
 
-    trace = build_trace(build_scenario(base_data, overrides, source, base_dir))
+    trace = build_trace(base.build(overrides))
     return mean_rate(trace), float(trace.duration_s)
 
 
-def replay_variants(base_data: dict[str, Any], source: str, base_dir: str,
-                    overrides: dict[str, Any], repeats: int) -> tuple[list[dict], str]:
+def replay_variants(base: BaseScenario, overrides: dict[str, Any],
+                    repeats: int) -> tuple[list[dict], str]:
     """Overrides for `repeats` other samples of the traffic, and what they are."""
-    sc = build_scenario(base_data, overrides, source, base_dir)
+    sc = base.build(overrides)
     w = sc.workload
     if repeats <= 0:
         return [], "no repeats asked"
@@ -113,7 +108,7 @@ def replay_variants(base_data: dict[str, Any], source: str, base_dir: str,
         length = end - start
         full = {**overrides, "workload.window_s": None, "workload.limit": None,
                 "workload.target_rate": None, "workload.rate_scale": None}
-        _, duration = trace_rate(base_data, source, base_dir, full)
+        _, duration = trace_rate(base, full)
         starts = [start + i * length for i in range(1, repeats + 1)
                   if start + (i + 1) * length <= duration]
         starts += [start - i * length for i in range(1, repeats + 1) if start - i * length >= 0]

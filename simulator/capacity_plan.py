@@ -13,7 +13,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from simulator.capacity import Probe, confidence, replay_variants, search, trace
 from simulator.capacity_slo import SLOSet
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
 from simulator.sweep_cost import cluster_cost
-from simulator.sweep_keys import build_scenario
+from simulator.sweep_keys import BaseScenario
 from simulator.sweep_preflight import preflight
 
 RESULT_FILE = "capacity.json"
@@ -34,12 +34,9 @@ class CapacityTask:
     """One candidate's search (plain data: it runs in a worker process)."""
 
     name: str
-    base_data: dict[str, Any]
-    source: str
-    base_dir: str
+    base: BaseScenario
     overrides: dict[str, Any]
     slos: SLOSet
-    cost_table: dict[str, float] = field(default_factory=dict)
     repeats: int = 3
     rel_tol: float = 0.02
     verify_step: float = 0.1
@@ -111,18 +108,16 @@ def search_candidate(task: CapacityTask) -> dict[str, Any]:
     """The search for one candidate, as a JSON-able dict (errors recorded, not raised)."""
     t0 = time.perf_counter()
     row: dict[str, Any] = {"name": task.name, "overrides": task.overrides}
-    probe = Probe(task.base_data, task.source, task.base_dir, task.overrides, task.slos,
-                  task.cost_table, timeout_s=task.sim_timeout_s)
+    probe = Probe(task.base, task.overrides, task.slos, timeout_s=task.sim_timeout_s)
     try:
-        sc = build_scenario(task.base_data, task.overrides, task.source, task.base_dir)
-        variants, what = replay_variants(task.base_data, task.source, task.base_dir,
-                                         task.overrides, task.repeats)
+        sc = task.base.build(task.overrides)
+        variants, what = replay_variants(task.base, task.overrides, task.repeats)
         probe.variants = [{}, *variants]
-        start, _ = trace_rate(task.base_data, task.source, task.base_dir, task.overrides)
+        start, _ = trace_rate(task.base, task.overrides)
         res = search(probe, start, rel_tol=task.rel_tol, verify_step=task.verify_step,
                      max_simulations=task.max_simulations)
         res.confidence = confidence(probe, res, what)
-        cost = cluster_cost(sc, task.cost_table)
+        cost = cluster_cost(sc, task.base.cost_table)
         row.update(status="ok" if res.max_rate is not None else "unattainable", error="",
                    max_rate_rps=res.max_rate, fail_rate_rps=res.fail_rate,
                    start_rate_rps=res.start_rate, note=res.note, confidence=res.confidence,
@@ -184,14 +179,15 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
     if peak_rps is not None and not peak_rps > 0:
         raise ValueError(f"--peak-rate must be > 0 requests/s, got {peak_rps}")
     tasks = []
+    base = BaseScenario(data, str(path), base_dir, cost_table or {})
     for name, over in candidates(sc, hardware, pd_ratios):
-        cand = build_scenario(data, {**over, **slos.per_request()}, str(path), base_dir)
+        cand = base.build({**over, **slos.per_request()})
         try:
             preflight(cand)
         except ValueError as exc:
             raise ValueError(f"candidate {name}: {exc}") from None
-        tasks.append(CapacityTask(name, data, str(path), base_dir, over, slos, cost_table or {},
-                                  repeats, rel_tol, verify_step, max_simulations, sim_timeout_s))
+        tasks.append(CapacityTask(name, base, over, slos, repeats, rel_tol, verify_step,
+                                  max_simulations, sim_timeout_s))
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
         make_backend(backend, workers=workers) if isinstance(backend, str) else backend)
     rows: list[dict[str, Any] | None] = [None] * len(tasks)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simulator.sweep_keys import BaseScenario
 from simulator.sweep_spec import SweepSpec
 from simulator.sweep_table import table_rows, write_table
 from simulator.sweep_worker import PointTask, run_point
@@ -120,8 +121,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, backend: An
         if retry_failed:
             done = {k: v for k, v in done.items() if v.get("status") == "ok"}
         todo = [p for p in spec.points if p.point_id not in done]
-        tasks = [PointTask(p.point_id, spec.base_data, spec.base_source, spec.base_dir,
-                           p.overrides, spec.cost_table, point_timeout_s) for p in todo]
+        base = BaseScenario(spec.base_data, spec.base_source, spec.base_dir, spec.cost_table)
+        tasks = [PointTask(p.point_id, base, p.overrides, point_timeout_s) for p in todo]
         ran = 0
         try:
             ran = _run_tasks(engine, tasks, done, out / POINTS, len(spec.points), progress,

@@ -8,6 +8,7 @@ import copy
 import difflib
 import types
 import typing
+from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.scenario import Scenario, scenario_from_dict, scenario_keys
@@ -25,6 +26,21 @@ def build_scenario(base: dict[str, Any], overrides: dict[str, Any], source: str,
     for key, value in overrides.items():
         set_path(data, key, value)
     return scenario_from_dict(data, source, base_dir)
+
+
+@dataclass(frozen=True)
+class BaseScenario:
+    """A scenario file's data and where it came from (`source`, `base_dir` for relative
+    paths): what sweep points and capacity candidates override. Plain data: it travels to
+    worker processes. `cost_table`: $/GPU-hour by accelerator name."""
+
+    data: dict[str, Any]
+    source: str
+    base_dir: str
+    cost_table: dict[str, float] = field(default_factory=dict)
+
+    def build(self, overrides: dict[str, Any]) -> Scenario:
+        return build_scenario(self.data, overrides, self.source, self.base_dir)
 
 
 def _union_args(ann: Any) -> tuple[Any, ...]:

@@ -10,8 +10,11 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.sweep_keys import BaseScenario
 
 # Sweep points skip the per-step time series (it only feeds plots and timeseries.parquet;
 # the summary is the same, tests/test_sweep_run.py checks it) unless a point sets it.
@@ -27,11 +30,8 @@ class PointTask:
     """Everything a worker needs for one point (plain data, picklable)."""
 
     point_id: str
-    base_data: dict[str, Any]
-    source: str
-    base_dir: str
+    base: BaseScenario
     overrides: dict[str, Any]
-    cost_table: dict[str, float] = field(default_factory=dict)
     timeout_s: float | None = None  # wall-clock limit of the simulation, seconds
 
 
@@ -94,14 +94,12 @@ def simulate(task: PointTask) -> dict[str, Any]:
     """Simulate one point; returns flat metrics including `cost.*`. Raises on failure."""
     from simulator.run import run_scenario
     from simulator.sweep_cost import cluster_cost, cost_metrics
-    from simulator.sweep_keys import build_scenario
-
     overrides = {**POINT_DEFAULTS, **task.overrides}
-    sc = build_scenario(task.base_data, overrides, task.source, task.base_dir)
+    sc = task.base.build(overrides)
     with deadline(task.timeout_s):
         res = run_scenario(sc, progress=False)
     metrics = flatten_summary(res.summary)
-    cost = cost_metrics(res.summary, cluster_cost(sc, task.cost_table))
+    cost = cost_metrics(res.summary, cluster_cost(sc, task.base.cost_table))
     metrics.update({f"cost.{k}": v for k, v in cost.items()})
     return metrics
 

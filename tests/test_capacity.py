@@ -15,7 +15,7 @@ from simulator.capacity_plan import candidates, parse_pd_ratios, plan_capacity
 from simulator.capacity_slo import SLOSet, SLOTarget, parse_slo, slo_set
 from simulator.run import run_scenario
 from simulator.scenario import load_scenario
-from simulator.sweep_keys import build_scenario
+from simulator.sweep_keys import BaseScenario, build_scenario
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 # 30 s of the Azure conversation trace (59 requests): a simulation takes ~0.05 s, and even
@@ -149,12 +149,12 @@ def test_replay_variants_by_workload_kind():
         "num_requests": 10, "arrival": {"process": "poisson", "rate": 2.0},
         "prompt_len": {"dist": "fixed", "value": 100},
         "output_len": {"dist": "fixed", "value": 10}}}}
-    over, what = replay_variants(base, "x", ".", {}, 3)
+    over, what = replay_variants(BaseScenario(base, "x", "."), {}, 3)
     assert over == [{"workload.seed": 1}, {"workload.seed": 2}, {"workload.seed": 3}]
     assert "seeds 1..3" in what
     trace = load_scenario(QUICKSTART)
     data = {"workload": {"trace": trace.workload.trace}}
-    over, what = replay_variants(data, "x", str(QUICKSTART.parent), {}, 3)
+    over, what = replay_variants(BaseScenario(data, "x", str(QUICKSTART.parent)), {}, 3)
     assert over == [] and "deterministic" in what
 
 
