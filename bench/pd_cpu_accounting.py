@@ -68,13 +68,10 @@ def cost_model(path: str | None):
     if not path:
         return None
     from realexec.profile_facts import model_identity
-    from simulator.costmodel import CostModel
-    from simulator.costparams import CostParams
-    from simulator.models import ModelSpec
+    from simulator.calibrated import calibrated_cost_model
 
     cfg, name = model_identity("llama-50m")
-    cal = CostParams.load(path, model=name)
-    return CostModel(ModelSpec.from_hf_config(cfg, name=name), cal.device, "fp32", params=cal)
+    return calibrated_cost_model(path, cfg, name, "fp32")
 
 
 def main() -> None:

@@ -271,11 +271,9 @@ class Validation:
 
     def _cost_model(self):
         """The calibrated `CostModel` (what the simulator uses)."""
-        from simulator.costmodel import CostModel
-        from simulator.models import ModelSpec
+        from simulator.calibrated import calibrated_cost_model
 
-        spec = ModelSpec.from_hf_config(self.model_config, name=self.model_name)
-        return CostModel(spec, self.params.device, self.dtype, params=self.params)
+        return calibrated_cost_model(self.params, self.model_config, self.model_name, self.dtype)
 
     def llm_kwargs(self) -> dict[str, Any]:
         k = self.cfg.knobs

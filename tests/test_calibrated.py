@@ -1,0 +1,33 @@
+"""`calibrated_cost_model`: the simulator's cost model from a calibration file or its params."""
+
+from __future__ import annotations
+
+import pytest
+
+from realexec.configs import TINY
+from simulator.calibrated import calibrated_cost_model
+from simulator.core.batch_shape import BatchShape
+from simulator.costmodel import CostModel
+from simulator.costparams import CostParams
+from simulator.models import ModelSpec
+from tests.test_validate import tiny_calibration
+
+
+def test_from_a_file_or_params_it_is_the_calibrated_model(tmp_path):
+    path = tiny_calibration(tmp_path / "cal.yaml")
+    cfg = TINY["tiny-llama"]
+    params = CostParams.load(str(path), model="tiny-llama")
+    want = CostModel(ModelSpec.from_hf_config(cfg, name="tiny-llama"), "cpu", "fp32", params=params)
+    shape = BatchShape.from_lists([40, 1, 1], [0, 30, 90])
+    for source in (path, str(path), params):
+        got = calibrated_cost_model(source, cfg, "tiny-llama", "fp32")
+        assert got.step_time(shape) == pytest.approx(want.step_time(shape), rel=1e-12)
+    # the fitted overheads are in: a different params object gives a different time
+    other = calibrated_cost_model(CostParams(device="cpu", model="tiny-llama"), cfg, "tiny-llama", "fp32")
+    assert other.step_time(shape) != pytest.approx(want.step_time(shape))
+
+
+def test_a_calibration_of_another_model_is_refused_by_name(tmp_path):
+    path = tiny_calibration(tmp_path / "cal.yaml", model="llama-50m")
+    with pytest.raises(ValueError, match="llama-50m"):
+        calibrated_cost_model(path, TINY["tiny-llama"], "tiny-llama", "fp32")
