@@ -76,6 +76,26 @@ def format_pd_steps(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_steps_by_kind(summary: dict[str, Any]) -> str:
+    """The cost model on the real runs' own steps by kind (`validate_steps.step_kind`):
+    predicted total / measured total - 1 and the number of steps."""
+    from realexec.validate_steps import STEP_KINDS
+
+    seen = {k for r in summary["results"] for k in ((r.get("step_error") or {}).get("by_kind") or {})}
+    kinds = [k for k in STEP_KINDS if k in seen]
+    if not kinds:
+        return ""
+    lines = [f"{'trace':6s} {'mode':9s} {'rate':>6s} " + " ".join(f"{k:>17s}" for k in kinds)]
+    for r in summary["results"]:
+        by = (r.get("step_error") or {}).get("by_kind") or {}
+        cells = [f"{by[k]['total']:+.1%} ({by[k]['num_steps']})" if k in by else "-" for k in kinds]
+        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} "
+                     + " ".join(f"{c:>17s}" for c in cells))
+    lines.append("the cost model on the real runs' own steps by kind (decode: by batch size; PD: "
+                 "both workers, without host sharing): predicted total / measured total - 1 (steps)")
+    return "\n".join(lines)
+
+
 def _avail(r: dict[str, Any]) -> str:
     real = [a for a in r.get("cpu_available") or [] if a is not None]
     prof = r.get("cpu_available_profile")
@@ -278,9 +298,10 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     pd_steps = format_pd_steps(summary)
+    by_kind = format_steps_by_kind(summary)
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\nspeed-adjusted diagnostic:\n" + format_adjusted(summary)
         + "\n\nstep-speed diagnostic:\n" + format_step_adjusted(summary)
-        + "\n" + (f"\n{pd_steps}\n" if pd_steps else ""))
+        + "\n" + (f"\n{by_kind}\n" if by_kind else "") + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

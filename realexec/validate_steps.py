@@ -27,15 +27,38 @@ def _usable(steps: Sequence) -> list:
     return [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
 
 
+DECODE_BATCH_EDGES = (4, 16)  # decode-only steps are grouped by batch size: 1-4, 5-16, 17+
+_DECODE_GROUPS = [(lo, hi, f"decode {lo}-{hi}") for lo, hi in
+                  zip((1, *(e + 1 for e in DECODE_BATCH_EDGES[:-1])), DECODE_BATCH_EDGES)]
+STEP_KINDS = ("prefill", "mixed", *(name for _, _, name in _DECODE_GROUPS),
+              f"decode {DECODE_BATCH_EDGES[-1] + 1}+")  # in report order
+
+
+def step_kind(shape) -> str:
+    """One of `STEP_KINDS`: "prefill" (no decodes), "mixed", or a decode-only step by the
+    size of its batch."""
+    if shape.num_decode_reqs == 0:
+        return "prefill"
+    if shape.num_prefill_reqs:
+        return "mixed"
+    for _, hi, name in _DECODE_GROUPS:
+        if shape.num_decode_reqs <= hi:
+            return name
+    return STEP_KINDS[-1]
+
+
 def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
     """Total predicted / total measured - 1 (what sets throughput and latency) and the
-    median per-step error; None without steps."""
+    median per-step error, over all steps and `by_kind` (`step_kind`: one speed factor
+    cannot correct an error that depends on the batch); None without steps."""
     steps = _usable(steps)
     if not steps:
         return None
     real = np.array([s.duration_s for s in steps])
     pred = np.array([cost_model.step_time(s.shape) for s in steps])
-    return _summary(pred, real)
+    kinds = np.array([step_kind(s.shape) for s in steps])
+    by_kind = {k: _summary(pred[kinds == k], real[kinds == k]) for k in sorted(set(kinds))}
+    return {**_summary(pred, real), "by_kind": by_kind}
 
 
 def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share: float | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
-from realexec.validate_steps import pd_step_errors, step_errors
+from realexec.validate_steps import STEP_KINDS, pd_step_errors, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
 from simulator.host_share import HostSharing, contended_cost_model
@@ -70,6 +70,21 @@ def test_plain_errors_compare_predicted_and_measured_totals(cm):
     e = step_errors(steps, cm)
     assert e["num_steps"] == 2 and e["total"] == pytest.approx(-0.5) and e["median"] == pytest.approx(-0.5)
     assert step_errors([LoggedStep(0.0, 0.0, BatchShape())], cm) is None
+
+
+def test_errors_by_kind_separate_prompts_mixed_steps_and_decode_batch_sizes(cm):
+    """A speed factor over all steps cannot fix an error that depends on the batch: the
+    kinds are reported apart (decode-only steps by batch size)."""
+    mixed = BatchShape.from_lists([64, 1, 1], [0, 100, 200])
+    cases = [(_prefill(100), 1.0), (mixed, 1.25), (_decode(3), 2.0), (_decode(4), 2.0),
+             (_decode(5), 0.5), (_decode(16), 0.5), (_decode(17), 1.0), (_decode(64), 1.0)]
+    steps = [LoggedStep(float(i), k * cm.step_time(s), s) for i, (s, k) in enumerate(cases)]
+    by = step_errors(steps, cm)["by_kind"]
+    assert list(by) == sorted(by) and set(by) == set(STEP_KINDS)
+    want = {"prefill": 0.0, "mixed": -0.2, "decode 1-4": -0.5, "decode 5-16": 1.0, "decode 17+": 0.0}
+    for kind, err in want.items():
+        assert by[kind]["total"] == pytest.approx(err), kind
+    assert [by[k]["num_steps"] for k in STEP_KINDS] == [1, 1, 2, 2, 2]
 
 
 def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):

@@ -70,6 +70,8 @@ def test_rates_come_from_the_simulated_capacity(done):
         assert r["label"] in ("under-loaded", "over-loaded")
         # the cost model was also checked against the real run's own steps
         assert r["step_error"]["num_steps"] >= r["num_requests"]
+        by_kind = r["step_error"]["by_kind"]
+        assert sum(e["num_steps"] for e in by_kind.values()) == r["step_error"]["num_steps"]
         assert len(r["cpu_available"]) == 2
         # the diagnostic re-run scales the device by the machine's speed at this rate: the
         # speed probe (calibrated / measured probe steps) x the CPU share the real runs got
@@ -139,9 +141,9 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 6 and "cpu:" in table  # main + 2 diagnostic tables
+    assert table.count("gamma  colocated") == 8 and "cpu:" in table  # main, 2 diagnostics, by kind
     assert "speed-adjusted" in table and "probe:" in table
-    assert "step-speed diagnostic" in table
+    assert "step-speed diagnostic" in table and "own steps by kind" in table
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
 
