@@ -97,22 +97,21 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
     async def _whole(request: Request, rid: str, req: ParsedRequest, chat: bool) -> JSONResponse:
         detok = Detokenizer(tokenizer, req.stop_strings)
         toks: list[int] = []
-        preempted: list[int] = []  # the finishing delta's count, when the engine finished it
         gen = aclient.stream(req.prompt_token_ids, req.sampling, rid)
-        task = asyncio.ensure_future(_collect(gen, detok, toks, rid, preempted))
+        task = asyncio.ensure_future(_collect(gen, detok, toks, rid))
         while not task.done():
             await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
             if not task.done() and await request.is_disconnected():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 return JSONResponse({}, status_code=499)
-        finish = task.result()
+        finish, preempted = task.result()
         return JSONResponse(completion_body(rid, served_model_name, detok.text, toks, finish,
-                                            len(req.prompt_token_ids), chat,
-                                            preempted[0] if preempted else None))
+                                            len(req.prompt_token_ids), chat, preempted))
 
-    async def _collect(gen: Any, detok: Detokenizer, toks: list[int], rid: str,
-                       preempted: list[int]) -> str | None:
+    async def _collect(gen: Any, detok: Detokenizer, toks: list[int],
+                       rid: str) -> tuple[str | None, int | None]:
+        """(finish reason, preemptions: known when the engine finished the request)."""
         try:
             async for delta in gen:
                 if delta.error:
@@ -122,13 +121,12 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                 detok.add(delta.token_ids)
                 if detok.stopped:
                     client.abort(rid, "stop string")
-                    return "stop"
+                    return "stop", None
                 if delta.finished:
-                    preempted.append(delta.num_preemptions)
-                    return "stop" if delta.finish_reason == "stop" else delta.finish_reason
+                    return delta.finish_reason, delta.num_preemptions
         finally:
             await gen.aclose()
-        return None
+        return None, None
 
     async def _stream(rid: str, req: ParsedRequest, chat: bool):
         detok = Detokenizer(tokenizer, req.stop_strings)

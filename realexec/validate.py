@@ -31,7 +31,7 @@ from realexec.validate_plan import (
     scenario_dict,
     simulate,
 )
-from realexec.validate_steps import pd_step_errors, step_errors
+from realexec.validate_steps import pd_step_errors, priced_total, step_errors
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -472,7 +472,7 @@ class Validation:
                 e = by_role.get(role)
                 if not e:
                     return None
-                factors[role] = 1.0 + (e.get("shared") or e["plain"])["total"]
+                factors[role] = 1.0 + priced_total(e)
             pd = dict(sc["cluster"]["pd"])
             for role, f in factors.items():
                 path = stem.with_name(f"{stem.name}-{role}-step-speed.yaml")

@@ -27,24 +27,24 @@ def _usable(steps: Sequence) -> list:
     return [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
 
 
-DECODE_BATCH_EDGES = (4, 16)  # decode-only steps are grouped by batch size: 1-4, 5-16, 17+
-_DECODE_GROUPS = [(lo, hi, f"decode {lo}-{hi}") for lo, hi in
-                  zip((1, *(e + 1 for e in DECODE_BATCH_EDGES[:-1])), DECODE_BATCH_EDGES)]
-STEP_KINDS = ("prefill", "mixed", *(name for _, _, name in _DECODE_GROUPS),
-              f"decode {DECODE_BATCH_EDGES[-1] + 1}+")  # in report order
+STEP_KINDS = ("prefill", "mixed", "decode 1-4", "decode 5-16", "decode 17+")  # report order
 
 
 def step_kind(shape) -> str:
     """One of `STEP_KINDS`: "prefill" (no decodes), "mixed", or a decode-only step by the
     size of its batch."""
-    if shape.num_decode_reqs == 0:
+    n = shape.num_decode_reqs
+    if n == 0:
         return "prefill"
     if shape.num_prefill_reqs:
         return "mixed"
-    for _, hi, name in _DECODE_GROUPS:
-        if shape.num_decode_reqs <= hi:
-            return name
-    return STEP_KINDS[-1]
+    return "decode 1-4" if n <= 4 else "decode 5-16" if n <= 16 else "decode 17+"
+
+
+def priced_total(role_entry: dict[str, Any]) -> float:
+    """A `pd_step_errors` role's total error as the simulator prices its steps (with host
+    sharing when the host is shared, else plain)."""
+    return (role_entry.get("shared") or role_entry["plain"])["total"]
 
 
 def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
