@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from kvpd.cli import main as kvpd_main
-from realexec.profile import GRID_PRESETS, ProfileGrid, Profiler, grid_preset
+from realexec.profile import (
+    GRID_PRESETS,
+    ProfileGrid,
+    Profiler,
+    grid_preset,
+    scatter_free_blocks,
+)
 from realexec.profile_facts import (
     catalog_device,
     cpu_available,
@@ -19,6 +25,7 @@ from realexec.profile_facts import (
     sched_times,
 )
 from simulator.calibrate_io import read_profile
+from simulator.core.block_pool import BlockPool
 
 GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
                    decode_contexts=(8, 40), mixed_batches=(3,), mixed_contexts=(40,),
@@ -93,6 +100,7 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     prof = read_profile(out)
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["device"] == "cpu" and meta["model"] == "tiny-llama"
+    assert meta["kv_block_order"] == "scattered (seeded shuffle)"
     assert meta["device_facts"]["torch_threads"] == 1 and "versions" in meta["device_facts"]
     assert meta["device_facts"]["mem_bw_share"] > 0 and meta["device_facts"]["mem_bw_gb_s"] > 0
     assert len(meta["device_facts"]["host_contention"]["points"]) >= 2
@@ -131,3 +139,45 @@ def test_steps_beside_a_busy_neighbour(rows):
     for p in res["points"]:
         assert all(p[f"{m}_s"] > 0 for m in MODES)
     assert not prof.llm.has_unfinished_requests()  # every timed request was drained
+
+
+def _ids(pool: BlockPool, n: int) -> list[int]:
+    blocks = pool.get_new_blocks(n)
+    pool.free_blocks(blocks)
+    return [b.block_id for b in blocks]
+
+
+def test_scatter_free_blocks_is_a_seeded_permutation_of_the_free_pool():
+    import random
+
+    pools = [BlockPool(64, enable_caching=False) for _ in range(3)]
+    held = pools[0].get_new_blocks(4)  # blocks in use stay in use
+    scatter_free_blocks(pools[0], random.Random(5))
+    scatter_free_blocks(pools[1], random.Random(5))
+    scatter_free_blocks(pools[2], random.Random(6))
+    assert pools[0].num_free_blocks == 60 and all(b.ref_cnt == 1 for b in held)
+    order = _ids(pools[0], 60)
+    assert sorted(order) == list(range(4, 64)) and order != sorted(order)
+    assert _ids(pools[1], 64) != _ids(pools[2], 64)  # the seed sets the order
+    assert _ids(BlockPool(64), 8) == list(range(8))  # a fresh pool: id order
+
+
+def test_profiler_hands_out_scattered_blocks_unless_asked_for_id_order():
+    def first_blocks(grid: ProfileGrid) -> list[int]:
+        prof = Profiler("tiny-llama", grid=grid, seed=3)
+        return _ids(prof.llm.kv_cache_manager.block_pool, 6)
+
+    scattered = first_blocks(GRID)
+    assert scattered == first_blocks(GRID) and scattered != list(range(6))
+    assert first_blocks(dataclasses.replace(GRID, scatter_blocks=False)) == list(range(6))
+
+
+def test_cli_blocks_in_id_order_reaches_the_grid(monkeypatch, tmp_path):
+    import realexec.profile as profile
+
+    grids = []
+    monkeypatch.setattr(profile, "profile_device",
+                        lambda out, *a, **kw: grids.append(a[4]) or tmp_path / "p.csv")
+    assert kvpd_main(["profile", "--model", "tiny-llama", "--blocks-in-id-order"]) == 0
+    assert kvpd_main(["profile", "--model", "tiny-llama", "--grid", "quick"]) == 0
+    assert [g.scatter_blocks for g in grids] == [False, True]

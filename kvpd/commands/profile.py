@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, help="untimed rounds before them")
     p.add_argument("--no-swap", action="store_true", help="skip KV swap copies")
     p.add_argument("--no-transfer", action="store_true", help="skip PD KV transfers")
+    p.add_argument("--blocks-in-id-order", action="store_true",
+                   help="hand KV blocks out in id order, as a fresh pool does (default: in a "
+                   "seeded random order, as a pool has them after traffic)")
     p.add_argument("--seed", type=int, default=0, help="seed of prompts, weights and point order")
     p.add_argument("--out", default="out/profile/profile.csv", help="profile CSV path (or folder)")
     p.set_defaults(func=run)
@@ -31,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from realexec.profile import PROFILE_KINDS, grid_preset, profile_device
 
-    grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup)
+    grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup,
+                       scatter_blocks=False if args.blocks_in_id_order else None)
     kinds = tuple(k for k in PROFILE_KINDS
                   if not (k == "swap" and args.no_swap) and not (k == "transfer" and args.no_transfer))
     path = profile_device(args.out, args.model, args.dtype,
