@@ -4,7 +4,8 @@ Each step is timed as the engine runs it (`LLM.step()`: schedule, copies, forwar
 update), so the fitted cost model covers everything the simulator's step stands for. The
 grid (`ProfileGrid`) covers prompt steps of many lengths, prompt chunks after a cached
 context, decode steps over batch sizes x context lengths, mixed steps (decodes + one prompt
-chunk), KV swap copies and PD KV transfers. Decode contexts are set up without computing
+chunk), the executor's linears alone at every small size (realexec/profile_linears.py), KV
+swap copies and PD KV transfers. Decode contexts are set up without computing
 them (`_NoCompute` runs the scheduler's prompt steps for free; the cache content does not
 change the timing). Step points are visited in `warmup` untimed and `repeats` timed
 rounds (interleaved, see `Profiler`); copies get `warmup` + `repeats` back-to-back runs. The
@@ -31,6 +32,7 @@ from realexec.profile_facts import (
     memory_bandwidth_share,
     model_identity,
 )
+from realexec.profile_linears import time_linears
 from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.block_pool import BlockPool
@@ -38,7 +40,7 @@ from simulator.core.scheduler_output import SchedulerOutput, StepResult
 
 Progress = Callable[[str], None] | None
 Sample = tuple[tuple, str, float, float, BatchShape]  # key, kind, wall s, on-CPU s, shape
-PROFILE_KINDS = ("steps", "swap", "transfer")
+PROFILE_KINDS = ("steps", "linears", "swap", "transfer")
 # Token budget of the profiling engine: larger than any grid point, so each point is one step.
 FULL_BUDGET = 8192
 
@@ -58,6 +60,10 @@ class ProfileGrid:
     # decode batches of unequal contexts (as real traffic has): (batch, mean context), the
     # contexts spread evenly over [1/4, 7/4] x the mean (`ragged_contexts`)
     ragged: tuple[tuple[int, int], ...] = ((4, 256), (8, 512), (16, 256), (16, 768), (32, 384))
+    # the executor's linears timed alone at these token counts, and its LM head at these
+    # request counts (realexec/profile_linears.py; every size up to the largest batch)
+    linear_tokens: tuple[int, ...] = tuple(range(1, 65))
+    lm_head_rows: tuple[int, ...] = tuple(range(1, 65))
     swap_blocks: tuple[int, ...] = (1, 4, 16, 64, 256)
     transfer_tokens: tuple[int, ...] = (16, 64, 256, 1024, 2048)
     warmup: int = 1  # untimed rounds
@@ -115,6 +121,7 @@ GRID_PRESETS: dict[str, ProfileGrid] = {
     "quick": ProfileGrid(prefill_lens=(8, 16, 32, 64, 96, 192), chunks=((64, 32), (128, 64)),
                          decode_batches=(1, 4, 8), decode_contexts=(16, 96), mixed_batches=(4,),
                          mixed_contexts=(16,), mixed_prompts=(16, 48), ragged=((4, 48),),
+                         linear_tokens=tuple(range(1, 9)), lm_head_rows=tuple(range(1, 9)),
                          swap_blocks=(1, 4),
                          transfer_tokens=(16, 64), warmup=1, repeats=3),
     "gpu": ProfileGrid(prefill_lens=(16, 64, 128, 256, 512, 1024, 2048, 4096),
@@ -123,6 +130,7 @@ GRID_PRESETS: dict[str, ProfileGrid] = {
                        decode_contexts=(128, 512, 1024, 2048),
                        mixed_batches=(16, 64), mixed_contexts=(512,), mixed_prompts=(256, 1024),
                        ragged=((32, 1024), (128, 512)),
+                       linear_tokens=tuple(range(1, 257)), lm_head_rows=tuple(range(1, 257)),
                        swap_blocks=(16, 256), transfer_tokens=(256, 2048), warmup=1, repeats=5),
 }
 
@@ -295,6 +303,14 @@ class Profiler:
         return sorted(rows.values(), key=lambda r: (STEP_KINDS.index(r.kind), r.shape.num_reqs,
                                                     r.shape.num_tokens, r.shape.max_context))
 
+    def linears(self) -> list[ProfileRow]:
+        g = self.grid
+        rows = time_linears(self.llm.model, g.linear_tokens, g.lm_head_rows, g.warmup,
+                            g.repeats, self.rng)
+        self.progress(f"linears: {len(g.linear_tokens)} token counts; LM head: "
+                      f"{len(g.lm_head_rows)} request counts")
+        return rows
+
     def swaps(self) -> list[ProfileRow]:
         from realexec.device import synchronize
 
@@ -335,6 +351,8 @@ class Profiler:
         rows: list[ProfileRow] = []
         if "steps" in kinds:
             rows += self.steps()
+        if "linears" in kinds and (self.grid.linear_tokens or self.grid.lm_head_rows):
+            rows += self.linears()
         if "swap" in kinds and self.grid.swap_blocks:
             rows += self.swaps()
         if "transfer" in kinds and self.grid.transfer_tokens:

@@ -20,7 +20,8 @@ single-device profile of one model cannot tell them apart from others:
 A seeded, per-kind share of the points (`held_out`) is held back and only used to report
 the error (MAPE, median absolute error). Swap copies and PD KV transfers are fitted as
 links (latency + bytes / bandwidth, non-negative least squares) for the scenario's
-`hardware.pcie` and `cluster.pd.link`. A CPU profile's steps timed beside a busy neighbour
+`hardware.pcie` and `cluster.pd.link`. The linears timed alone at every small size give
+the GEMM size factors between the step sizes (simulator/calibrate_linears.py). A CPU profile's steps timed beside a busy neighbour
 process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate_host`) that
 `kvpd validate` simulates its 1P1D runs with.
 """
@@ -39,6 +40,7 @@ from scipy.optimize import least_squares, nnls
 
 from simulator.calibrate_host import fit_host_sharing
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
+from simulator.calibrate_linears import fit_size_factors
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
 from simulator.costparams import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
@@ -113,6 +115,16 @@ class Calibration:
             r = self.roofline_only
             lines.append(f"(roofline only, terms at defaults: held-back MAPE {pct(r['mape_held'])}, "
                          f"median |err| {pct(r['median_abs_err_held'])})")
+        sizes = (self.params.extra.get("fit") or {}).get("size_factors") or {}
+        for name, label in (("linear_token_factors", "linears by tokens"),
+                            ("lm_head_row_factors", "LM head by requests")):
+            r = sizes.get(name)
+            if r and "error" in r:
+                lines.append(f"size factors, {label}: none ({r['error']})")
+            elif r:
+                lines.append(f"size factors, {label} {r['sizes'][0]}-{r['sizes'][1]}: "
+                             f"{r['min']:.2f}-{r['max']:.2f} (1 at the {len(r['anchors'])} "
+                             "sizes of step points)")
         for name, link in self.links.items():
             lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
                          f"{link['latency_us']:.0f} us latency (MAPE {link['mape']:.1%})")
@@ -346,6 +358,11 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                        **cal.summary(),
                        "per_kind": per_kind, "roofline_only": roofline_only},
                "links": links})
+    # GEMM size effects between the step sizes, from the linears timed alone
+    tables, size_report = fit_size_factors(prof, CostModel(spec, acc, dtype, params=cal.params),
+                                           shapes)
+    cal.params = dataclasses.replace(cal.params, **tables)
+    cal.params.extra["fit"]["size_factors"] = size_report
     contention = prof.meta["device_facts"].get("host_contention")
     if contention:  # CPU profiles: steps timed beside a busy neighbour process
         try:

@@ -6,6 +6,8 @@ library versions, the grid, the seed). Rows:
 
 - step kinds (`prefill`, `chunk`, `decode`, `mixed`): the `BatchShape` of the engine step
   (fields below, tokens) and its wall time (seconds) from schedule to the end of update;
+- `linear`: one layer's linears (qkv, o, MLP) alone on `num_tokens` rows; `lm_head`: the
+  final norm and LM head on `num_reqs` rows (realexec/profile_linears.py);
 - `swap_out`, `swap_in`: `num_blocks` KV blocks (`num_bytes`) copied device <-> host;
 - `kv_transfer`: the KV of `num_tokens` tokens (`num_bytes`) sent from a prefill worker
   to a decode worker (gather, send, receive, scatter) over the PD transport.
@@ -36,8 +38,9 @@ SHAPE_FIELDS = ("num_reqs", "num_tokens", "num_decode_reqs", "decode_context_tok
                 "num_prefill_reqs", "num_prefill_tokens", "prefill_context_tokens",
                 "prefill_attn_pairs", "max_context")
 STEP_KINDS = ("prefill", "chunk", "decode", "mixed")
+OP_KINDS = ("linear", "lm_head")
 COPY_KINDS = ("swap_out", "swap_in", "kv_transfer")
-KINDS = STEP_KINDS + COPY_KINDS
+KINDS = STEP_KINDS + OP_KINDS + COPY_KINDS
 TIME_FIELDS = ("median_s", "mean_s", "p10_s", "p90_s", "min_s", "max_s", "rel_iqr", "cpu_median_s")
 COLUMNS = ("kind", *SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats", *TIME_FIELDS)
 INT_COLUMNS = (*SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats")

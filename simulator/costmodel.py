@@ -24,6 +24,10 @@ of a one-token step, the LM head of a one-request step) and `gemm_row_passes_bel
 per-layer linears of a step with 1 < tokens < that value run as one GEMV pass per token, as
 fp32 MKL does for small M).
 
+A calibration may add measured size factors (`CostParams.linear_token_factors`,
+`lm_head_row_factors`): the linears of a step of T tokens and the LM head of R requests
+take that factor x their roofline time (GEMM kernels are not smooth in the row count).
+
 Pipeline parallelism splits layers into `pp` stages and the batch into `m` micro-batches:
 the step takes sum_s t_s + (m - 1) max_s t_s (fill/drain bubble included), with the
 activations sent between stages over the scale-up link (`pp_send`).
@@ -158,6 +162,7 @@ class CostModel:
             raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
             (raw["mlp"][1] * (k if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
             lm[1] * rate["gemv_m"],
+            p.linear_token_factors, p.lm_head_row_factors,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last}
 
@@ -204,7 +209,7 @@ class CostModel:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
-         qv, ovv, mv, lmv) = fast
+         qv, ovv, mv, lmv, lin_f, head_f) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -223,6 +228,8 @@ class CostModel:
             else:
                 b = mm0 + T * mm1
             t += a + ov * b if a > b else b + ov * a
+        if lin_f and len(lin_f) >= T and int(T) == T:  # measured GEMM size effect
+            t *= lin_f[int(T) - 1]
         a = P * ac
         b = Pctx * akv + Tp * aq
         t += a + ov * b if a > b else b + ov * a
@@ -233,7 +240,10 @@ class CostModel:
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = R * lc
             b = (lmv if R == 1.0 else lm0) + R * lm1  # one request: a GEMV
-            t += (a + ov * b if a > b else b + ov * a) + R * smp + g0 + R * g1
+            head = a + ov * b if a > b else b + ov * a
+            if head_f and len(head_f) >= R and int(R) == R:
+                head *= head_f[int(R) - 1]
+            t += head + R * smp + g0 + R * g1
         else:  # activations to the next stage
             t += s0 + T * s1
         return t

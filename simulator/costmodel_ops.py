@@ -45,6 +45,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         return _timed(name, T * fl, T * (wb + act), T * fl * gc, T * (wb * gv + act * gm), ov)
 
     fl, wb, act = raw["qkv_proj"]
+    lin_f = size_factor(p.linear_token_factors, T)
     ops.append(linear("qkv_proj", fl, wb, act))
     fa, kv_ctx, per_new = raw["attn"]
     if Tp or Pctx:
@@ -65,6 +66,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                              gc, gm, ov))
     else:
         ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm, ov))
+    if lin_f != 1.0:  # qkv, attention (untouched), o, MLP: the linears take the factor
+        ops = [_times(op, lin_f) if not op.name.startswith("attn") else op for op in ops]
     efl, eb = raw["elementwise"]
     ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm))
     if cm.tp > 1:
@@ -76,9 +79,10 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if st["last"]:
         fl, wb, act = raw["lm_head"]
         if R == 1.0:  # one request: a GEMV
-            ops.append(_timed("lm_head", fl, wb + act, fl * gc, wb * gv + act * gm, ov))
+            head = _timed("lm_head", fl, wb + act, fl * gc, wb * gv + act * gm, ov)
         else:
-            ops.append(_roofline("lm_head", R * fl, wb + R * act, gc, gm, ov))
+            head = _roofline("lm_head", R * fl, wb + R * act, gc, gm, ov)
+        ops.append(_times(head, size_factor(p.lm_head_row_factors, R)))
         sb = R * raw["sampling"]
         ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm))
         if cm.tp > 1:
@@ -89,6 +93,19 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         per_tok, lat = raw["pp_send"]
         ops.append(OpCost("pp_send", 0.0, T * per_tok, lat + T * per_tok * lk, "communication"))
     return ops
+
+
+def size_factor(table: tuple[float, ...], n: float) -> float:
+    """`table`'s factor for size `n` (element n - 1), 1.0 beyond it or for a fractional n."""
+    return table[int(n) - 1] if table and n <= len(table) and n == int(n) else 1.0
+
+
+def _times(op: OpCost, k: float) -> OpCost:
+    """`op` taking `k` x its time (same FLOPs and bytes)."""
+    if k == 1.0:
+        return op
+    return OpCost(op.name, op.flops, op.bytes, op.time_s * k, op.bound, op.compute_s * k,
+                  op.memory_s * k)
 
 
 def _scale(op: OpCost, k: float) -> OpCost:

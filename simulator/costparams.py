@@ -9,6 +9,7 @@ the `device` and `model` it was measured on; the cost model refuses it for anoth
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,8 @@ OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s")
 # Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
+# Per-size factors (tuples of positive floats) that a calibration measures, not fits.
+TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
 
 @dataclass
@@ -79,6 +82,15 @@ class CostParams:
     # the step's tokens. The LM head is exempt: the CPU executor pads its 2-3 rows to 4
     # (realexec/paged_model.py), so it runs as one GEMM. 0: off (GPU GEMMs read weights once).
     gemm_row_passes_below: int = 0
+    # GEMM size effects the roofline cannot see (BLAS kernel choice, tile quantisation):
+    # element i multiplies the per-layer linears (qkv, o, MLP) of a step of i + 1 tokens
+    # (`linear_token_factors`) or the LM head of a step of i + 1 requests
+    # (`lm_head_row_factors`); sizes beyond a table get 1. Measured by `kvpd calibrate` from
+    # the profile's timings of the executor's own linears at every size, relative to the
+    # sizes the step fit saw (simulator/calibrate_linears.py). fp32 MKL, 1 thread, this CPU:
+    # 7 rows cost 1.17x 8 rows. Empty: off (the roofline alone).
+    linear_token_factors: tuple[float, ...] = ()
+    lm_head_row_factors: tuple[float, ...] = ()
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).
@@ -92,6 +104,9 @@ class CostParams:
     INT_FIELDS = ("gemm_row_passes_below", "pp_microbatches")
 
     def __post_init__(self) -> None:
+        for name in TABLE_FIELDS:  # YAML gives lists
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
         self.validate("CostParams")
 
     def validate(self, where: str) -> None:
@@ -112,6 +127,12 @@ class CostParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{where}: {name} must be an integer >= 0, got {v!r}")
+        for name in TABLE_FIELDS:
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and math.isfinite(x) and x > 0 for x in v):
+                raise ValueError(f"{where}: {name} must be a list of factors > 0, got {v!r}")
 
     @classmethod
     def default_for(cls, accelerator: Any) -> CostParams:
@@ -140,6 +161,8 @@ class CostParams:
     # ---- YAML ----
     def to_dict(self) -> dict[str, Any]:
         params = {f: getattr(self, f) for f in (*self.FIT_FIELDS, *self.INT_FIELDS)}
+        params.update({f: [float(x) for x in getattr(self, f)] for f in TABLE_FIELDS
+                       if getattr(self, f)})
         return {"device": self.device, "model": self.model, "source": self.source,
                 "params": params, "extra": dict(self.extra)}
 
@@ -158,7 +181,7 @@ class CostParams:
         top = set(data) - {"device", "model", "source", "params", "extra"}
         if top:
             raise ValueError(f"{path}: unknown top-level field(s) {sorted(top)}")
-        allowed = {*cls.FIT_FIELDS, *cls.INT_FIELDS}
+        allowed = {*cls.FIT_FIELDS, *cls.INT_FIELDS, *TABLE_FIELDS}
         bad = set(data["params"]) - allowed
         if bad:
             raise ValueError(f"{path}: unknown parameter(s) {sorted(bad)}; expected {sorted(allowed)}")

@@ -26,6 +26,7 @@ from realexec.profile_facts import (
 )
 from simulator.calibrate_io import read_profile
 from simulator.core.block_pool import BlockPool
+from simulator.costparams import CostParams
 
 GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
                    decode_contexts=(8, 40), mixed_batches=(3,), mixed_contexts=(40,),
@@ -105,13 +106,21 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     assert meta["device_facts"]["mem_bw_share"] > 0 and meta["device_facts"]["mem_bw_gb_s"] > 0
     assert len(meta["device_facts"]["host_contention"]["points"]) >= 2
     kinds = set(prof.columns["kind"])
-    assert kinds == {"prefill", "chunk", "decode", "mixed", "swap_out", "swap_in", "kv_transfer"}
+    assert kinds == {"prefill", "chunk", "decode", "mixed", "linear", "lm_head", "swap_out",
+                     "swap_in", "kv_transfer"}
+    lin = prof.mask("linear")
+    assert sorted(prof.columns["num_tokens"][lin]) == list(range(1, 9))
+    assert sorted(prof.columns["num_reqs"][prof.mask("lm_head")]) == list(range(1, 9))
     t = prof.columns["median_s"][prof.mask("kv_transfer")]
     assert (t > 0).all()
     cal = tmp_path / "cal.yaml"
     assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot"]) == 0
     printed = capsys.readouterr().out
     assert "link kv_transfer" in printed and "host sharing: memory share" in printed
+    assert "size factors, linears by tokens 1-8" in printed
+    factors = CostParams.load(str(cal)).linear_token_factors
+    # 1, 4 and 8 tokens are step points of the quick grid (decode batches): factor 1 there
+    assert len(factors) == 8 and factors[0] == factors[3] == factors[7] == 1.0
     assert kvpd_main(["profile", "--model", "tiny-llama", "--threads", "0", "--out", str(out)]) == 2
     assert "threads must be >= 1" in capsys.readouterr().err
 

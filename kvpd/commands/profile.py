@@ -10,7 +10,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "profile", help="time real engine steps on this device (input of kvpd calibrate)",
         description="Time real engine steps of a model on the local device (cpu, cuda or mps): "
         "prompt steps of many lengths, prompt chunks after a context, decode steps over batch "
-        "sizes x context lengths, mixed steps, KV swap copies and PD KV transfers, with warm-up "
+        "sizes x context lengths, mixed steps, the linears alone at every small size, KV swap "
+        "copies and PD KV transfers, with warm-up "
         "and interleaved repeats. Writes OUT (CSV: median, mean and spread per point) and "
         "OUT with .json (device facts, model config, grid).")
     p.add_argument("--model", default="llama-50m", help="built-in name, model folder or config.json")
@@ -21,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", default="default", help="grid preset: default, quick or gpu")
     p.add_argument("--repeats", type=int, help="timed rounds (samples per point)")
     p.add_argument("--warmup", type=int, help="untimed rounds before them")
+    p.add_argument("--no-linears", action="store_true",
+                   help="skip timing the linears alone at every small size")
     p.add_argument("--no-swap", action="store_true", help="skip KV swap copies")
     p.add_argument("--no-transfer", action="store_true", help="skip PD KV transfers")
     p.add_argument("--blocks-in-id-order", action="store_true",
@@ -36,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup,
                        scatter_blocks=False if args.blocks_in_id_order else None)
-    kinds = tuple(k for k in PROFILE_KINDS
-                  if not (k == "swap" and args.no_swap) and not (k == "transfer" and args.no_transfer))
+    skip = {"linears": args.no_linears, "swap": args.no_swap, "transfer": args.no_transfer}
+    kinds = tuple(k for k in PROFILE_KINDS if not skip.get(k))
     path = profile_device(args.out, args.model, args.dtype,
                           None if args.device == "auto" else args.device, args.threads, grid,
                           args.seed, args.hardware, kinds, progress=lambda m: print(m, flush=True))

@@ -1,0 +1,96 @@
+"""Time the executor's own linear layers at every row count (`kvpd profile` kinds `linear`
+and `lm_head`).
+
+GEMM kernels are not smooth in their row count: fp32 MKL on one AVX-512 core ran the
+llama-50m layer linears for 7 rows in 1.17x the time of 8 rows and for 5 rows in 0.92x,
+while a roofline is linear in rows. The step grid fits the cost model at the batch sizes it
+profiles; these timings give `kvpd calibrate` the shape of the curve between them
+(`CostParams.linear_token_factors`, `lm_head_row_factors`, simulator/calibrate_linears.py).
+
+- `linear` (rows = tokens): layer 0's projections and MLP as `PagedCausalLM.forward` calls
+  them (qkv, o, MLP; GPT-2: c_attn, c_proj, MLP) on `[rows, hidden]`;
+- `lm_head` (rows = requests): `PagedCausalLM.compute_logits` (final norm, LM head, fp32
+  logits; the CPU executor's padding of 2-3 rows included).
+
+Points are visited in seeded random order each round (`warmup` untimed rounds first).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from realexec.device import synchronize
+from realexec.paged_model import PagedCausalLM
+from simulator.calibrate_io import ProfileRow
+from simulator.core.batch_shape import BatchShape
+
+
+def layer_linears(model: PagedCausalLM) -> Callable[[int], None]:
+    """A function running one layer's linears (as the forward does) on `rows` random rows."""
+    layer, dev, dtype = model.layers[0], model.device, model.dtype
+    hidden = model.config.hidden_size if model.family != "gpt2" else model.config.n_embd
+    width_o = model.num_heads * model.head_dim
+    inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def run(rows: int) -> None:
+        if rows not in inputs:
+            inputs[rows] = (torch.randn(rows, hidden, device=dev, dtype=dtype),
+                            torch.randn(rows, width_o, device=dev, dtype=dtype))
+        x, o = inputs[rows]
+        if model.family == "gpt2":
+            layer.attn.c_attn(x)
+            layer.attn.c_proj(o)
+            layer.mlp(x)
+        else:
+            sa = layer.self_attn
+            sa.q_proj(x)
+            sa.k_proj(x)
+            sa.v_proj(x)
+            sa.o_proj(o)
+            layer.mlp(x)
+
+    return run
+
+
+def lm_head(model: PagedCausalLM) -> Callable[[int], None]:
+    """A function computing the logits of `rows` random hidden rows (`compute_logits`)."""
+    hidden = model.lm_head.weight.shape[1]
+    inputs: dict[int, torch.Tensor] = {}
+
+    def run(rows: int) -> None:
+        if rows not in inputs:
+            inputs[rows] = torch.randn(rows, hidden, device=model.device, dtype=model.dtype)
+        model.compute_logits(inputs[rows])
+
+    return run
+
+
+@torch.inference_mode()
+def time_linears(model: PagedCausalLM, tokens: Sequence[int], rows: Sequence[int],
+                 warmup: int, repeats: int, rng: random.Random) -> list[ProfileRow]:
+    """`linear` rows (one per token count in `tokens`) and `lm_head` rows (one per request
+    count in `rows`), each with `repeats` timings (s)."""
+    for n in (*tokens, *rows):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"profile grid: linear sizes must be integers >= 1, got {n!r}")
+    fns = {"linear": layer_linears(model), "lm_head": lm_head(model)}
+    points = [("linear", n) for n in tokens] + [("lm_head", n) for n in rows]
+    out = {p: ProfileRow(p[0], BatchShape(num_reqs=p[1] if p[0] == "lm_head" else 0,
+                                          num_tokens=p[1])) for p in points}
+    dev = model.device
+    for kind, n in points:  # make each point's inputs before any timing
+        fns[kind](n)
+    for rnd in range(warmup + repeats):
+        rng.shuffle(points)
+        for kind, n in points:
+            t0 = time.perf_counter()
+            fns[kind](n)
+            synchronize(dev)
+            dt = time.perf_counter() - t0
+            if rnd >= warmup:
+                out[(kind, n)].times_s.append(dt)
+    return sorted(out.values(), key=lambda r: (r.kind, r.shape.num_tokens))
