@@ -6,7 +6,7 @@ library versions, the grid, the seed). Rows:
 
 - step kinds (`prefill`, `chunk`, `decode`, `mixed`): the `BatchShape` of the engine step
   (fields below, tokens) and its wall time (seconds) from schedule to the end of update;
-- `linear`: one layer's linears (qkv, o, MLP) alone on `num_tokens` rows; `lm_head`: the
+- `linear`: every layer's linears (qkv, o, MLP) alone on `num_tokens` rows; `lm_head`: the
   final norm and LM head on `num_reqs` rows (realexec/profile_linears.py);
 - `swap_out`, `swap_in`: `num_blocks` KV blocks (`num_bytes`) copied device <-> host;
 - `kv_transfer`: the KV of `num_tokens` tokens (`num_bytes`) sent from a prefill worker
