@@ -10,8 +10,8 @@ the median step of each and their ratio. `kvpd profile` scatters blocks by defau
 (`ProfileGrid.scatter_blocks`) because of what this measured.
 
 2026-11-29, this 2-core VM, llama-50m fp32, 1 thread, 7 rounds: scattered / id order =
-1.026-1.041 on every point (batch 4 x 512 tokens: 1.036; 16 x 768: 1.029; ragged 16 x 768:
-1.038; 8 x 1536: 1.041).
+1.000-1.049 (batch 4 x 512 tokens: 1.039; 16 x 256: 1.000; 16 x 768: 1.024; 32 x 384:
+1.038; ragged 16 x 768: 1.026; ragged 32 x 384: 1.020; 8 x 1536: 1.049).
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ for each calibration, the error (total predicted / total measured - 1) over all 
 kind (`realexec.validate_steps.step_kind`), then per exact size of all-decode steps, side
 by side: where one calibration's error jumps between neighbouring sizes and the other's
 does not, the size effect is what it models (see `CostParams.linear_token_factors`).
+
+2026-11-29, the 45,333 colocated steps of a full `bench/validate_cpu.py` run, priced by
+one later profile's calibration without and with its size factors: spread (std) of the
+per-size errors 3.2% and 2.0%; decode batches of 5, 7, 9, 11 requests -10.3, -7.9, -6.8,
+-8.8% without, -7.0, -4.0, -5.7, -5.5% with (the level, about -3%, is the machine's drift
+between the run and the profile). The PD decode worker's 52,454 steps: 2.3% and 1.7%.
 """
 
 from __future__ import annotations

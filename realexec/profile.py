@@ -70,7 +70,7 @@ class ProfileGrid:
     repeats: int = 5  # timed rounds (samples per point)
     # Hand KV blocks out in a seeded random order, as a pool has them after real traffic has
     # come and gone, instead of in id order (a fresh pool): on a CPU, decode steps over
-    # scattered blocks ran 3-4% slower than over contiguous ones (`bench/block_order.py`).
+    # scattered blocks ran 0-5% slower than over contiguous ones (`bench/block_order.py`).
     scatter_blocks: bool = True
 
     def to_dict(self) -> dict[str, Any]:
