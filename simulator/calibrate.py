@@ -21,8 +21,8 @@ A seeded, per-kind share of the points (`held_out`) is held back and only used t
 the error (MAPE, median absolute error). Swap copies and PD KV transfers are fitted as
 links (latency + bytes / bandwidth, non-negative least squares) for the scenario's
 `hardware.pcie` and `cluster.pd.link`. The linears timed alone at every small size give
-the GEMM size factors between the step sizes (simulator/calibrate_linears.py). A CPU profile's steps timed beside a busy neighbour
-process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate_host`) that
+the GEMM size factors between the step sizes (simulator/calibrate_linears.py). A CPU
+profile's steps timed beside a busy neighbour process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate_host`) that
 `kvpd validate` simulates its 1P1D runs with.
 """
 

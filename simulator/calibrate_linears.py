@@ -19,22 +19,23 @@ import numpy as np
 from simulator.calibrate_io import Profile
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
+from simulator.costmodel_ops import LINEAR_OPS
 
-LINEAR_OPS = ("qkv_proj", "o_proj", "mlp", "moe_experts")
 
-
-def _decodes(n: int) -> BatchShape:
-    return BatchShape.from_lists([1] * n, [1] * n)
+def _op_seconds(cm: CostModel, n: int, names: tuple[str, ...]) -> float:
+    """The model's seconds for operators `names` of a step of `n` one-token decodes."""
+    shape = BatchShape.from_lists([1] * n, [1] * n)
+    return sum(op.time_s for op in cm.explain(shape).ops if op.name in names)
 
 
 def linear_seconds(cm: CostModel, tokens: int) -> float:
     """The model's seconds for the per-layer linears of a step of `tokens` tokens."""
-    return sum(op.time_s for op in cm.explain(_decodes(tokens)).ops if op.name in LINEAR_OPS)
+    return _op_seconds(cm, tokens, LINEAR_OPS)
 
 
 def lm_head_seconds(cm: CostModel, requests: int) -> float:
     """The model's seconds for the LM head of a step of `requests` requests."""
-    return sum(op.time_s for op in cm.explain(_decodes(requests)).ops if op.name == "lm_head")
+    return _op_seconds(cm, requests, ("lm_head",))
 
 
 def size_factors(sizes: np.ndarray, ratio: np.ndarray, anchors: set[int]) -> tuple[float, ...]:

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from simulator.costmodel import CostModel
 
 
+# per-layer operators that `CostParams.linear_token_factors` scales
+LINEAR_OPS = ("qkv_proj", "o_proj", "mlp", "moe_experts")
+
+
 def _timed(name: str, flops: float, nbytes: float, c: float, m: float, ov: float) -> OpCost:
     """An operator of `c` compute and `m` memory seconds: max(c, m) + ov x min(c, m)."""
     t = c + ov * m if c > m else m + ov * c
@@ -66,8 +70,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                              gc, gm, ov))
     else:
         ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm, ov))
-    if lin_f != 1.0:  # qkv, attention (untouched), o, MLP: the linears take the factor
-        ops = [_times(op, lin_f) if not op.name.startswith("attn") else op for op in ops]
+    if lin_f != 1.0:  # the linears take the measured size factor, attention does not
+        ops = [_times(op, lin_f) if op.name in LINEAR_OPS else op for op in ops]
     efl, eb = raw["elementwise"]
     ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm))
     if cm.tp > 1:

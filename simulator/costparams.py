@@ -88,7 +88,8 @@ class CostParams:
     # (`lm_head_row_factors`); sizes beyond a table get 1. Measured by `kvpd calibrate` from
     # the profile's timings of the executor's own linears at every size, relative to the
     # sizes the step fit saw (simulator/calibrate_linears.py). fp32 MKL, 1 thread, this CPU:
-    # 7 rows cost 1.17x 8 rows. Empty: off (the roofline alone).
+    # without them, real decode batches of 5, 7, 9, 11 requests were priced 7-10% low while
+    # 8, 12, 16 fitted within 1% (bench/step_errors_by_size.py). Empty: off (roofline alone).
     linear_token_factors: tuple[float, ...] = ()
     lm_head_row_factors: tuple[float, ...] = ()
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
