@@ -20,8 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from workloads.shared_traces import azure_conv_path
+
 # The Azure LLM inference trace 2023 (conversation), see its README next to it.
-DEFAULT_TRACE = Path("/work/shared/data/traces/azure2023_AzureLLMInferenceTrace_conv.csv")
+DEFAULT_TRACE = azure_conv_path()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,9 +14,10 @@ import numpy as np
 
 import workloads
 from simulator.costparams import CostParams
+from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 
 # The Azure LLM inference trace 2023, conversation (README beside it): smooth, near-Poisson.
-AZURE_CONV = Path("/work/shared/data/traces/azure2023_AzureLLMInferenceTrace_conv.csv")
+AZURE_CONV = azure_conv_path()
 TRACE_KINDS = ("azure", "gamma")
 MODES = ("colocated", "pd")
 # When a PD run's first token counts (simulator `cluster.pd.first_token`): at the prefill
@@ -73,7 +74,8 @@ def base_trace(kind: str, context: int, *, path: Path = AZURE_CONV,
     Runs take the first requests of it at a rescaled rate (`run_trace`)."""
     if kind == "azure":
         if not Path(path).is_file():
-            raise FileNotFoundError(f"azure trace not found: {path}")
+            raise FileNotFoundError(f"azure trace not found: {path} (pass its path, e.g. "
+                                    f"`--trace-path`, or set {TRACES_DIR_ENV} to its folder)")
         t = workloads.time_window(workloads.load_trace(path), *window_s)
         if len(t) == 0:
             raise ValueError(f"{path}: no requests in the window {list(window_s)} s")

@@ -1,4 +1,4 @@
-"""Loaders on the real traces in ../shared/data/traces, checked against values computed
+"""Loaders on the real traces (../shared/data/traces or $KVPD_TRACES_DIR), checked against values computed
 here independently (csv/json modules, plain Python) and against the figures in each
 trace's README."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import csv
 import json
 from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from workloads import load_trace, trace_stats
+from workloads.shared_traces import traces_dir
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+TRACES = traces_dir()
 AZURE = TRACES / "azure2023_AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = TRACES / "mooncake_synthetic_trace.jsonl"
 SHAREGPT = TRACES / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
