@@ -192,8 +192,9 @@ def _queue_growing(records: dict[str, np.ndarray]) -> bool:
 
 
 def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
-    """Per metric: real values per repeat, their mean and spread (half range / mean), the
-    simulated value and the signed relative error (preemptions: absolute difference)."""
+    """Per metric: real values per repeat, their mean and spread (half range / mean; None
+    from one run, which measures no spread), the simulated value and the signed relative
+    error (preemptions: absolute difference)."""
     out = {}
     for name, path in METRICS:
         vals = [get_path(s, path) for s in real]
@@ -203,7 +204,7 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
             out[name] = {"real": vals, "sim": sv, "error": None, "spread": None}
             continue
         mean = float(np.mean(vals))
-        spread = (max(vals) - min(vals)) / 2 / mean if mean else 0.0
+        spread = ((max(vals) - min(vals)) / 2 / mean if mean else 0.0) if len(vals) > 1 else None
         if name == "preemptions":
             err = sv - mean
         else:

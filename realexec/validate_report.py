@@ -165,6 +165,9 @@ def format_table(summary: dict[str, Any]) -> str:
         lines.append(f"FAILED {f.get('trace', '*')} {f['mode']} at {rate}: {f['error']}")
     lines.append("cells: simulator error (sim - real)/real ± real run-to-run spread (half range "
                  "/ mean); * = outside target (5% tput/p50, 10% p90/p99); preempt: sim - real")
+    if any(m.get("error") is not None and m.get("spread") is None
+           for r in summary["results"] for m in r["metrics"].values()):
+        lines.append("no ±: one real run at that rate, so its run-to-run spread is not measured")
     lines.append("step: the cost model on the real run's own steps (shapes, measured times): "
                  "predicted total / measured total - 1 (PD: P prefill / D decode worker, with host sharing)")
     lines.append("cpu: share of its runnable time the engine thread got on a CPU in the real runs "

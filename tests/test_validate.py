@@ -4,6 +4,7 @@ from what was measured, every file written, failures reported per rate."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -126,6 +127,20 @@ def test_errors_are_signed_relative_to_the_real_mean(done):
         - np.mean(summary["results"][0]["metrics"]["preemptions"]["real"]))
     got = compare([{"ttft_s": {"p50": 2.0}}, {"ttft_s": {"p50": 4.0}}], {"ttft_s": {"p50": 3.3}})
     assert got["ttft_p50"]["error"] == pytest.approx(0.1) and got["ttft_p50"]["spread"] == pytest.approx(1 / 3)
+
+
+def test_one_real_run_measures_no_spread(done):
+    """A rate with one real run reports no run-to-run spread (not a spread of 0), and says so."""
+    _, _, summary = done
+    assert "no ±" not in format_table(summary)  # two runs per rate: spreads measured
+    one = copy.deepcopy(summary)
+    for r in one["results"]:
+        r["metrics"] = compare([{"ttft_s": {"p50": 2.0}}], {"ttft_s": {"p50": 2.2}})
+    m = one["results"][0]["metrics"]["ttft_p50"]
+    assert m["error"] == pytest.approx(0.1) and m["spread"] is None
+    table = format_table(one)
+    assert "+10.0%*" in table and "+10.0%*±" not in table
+    assert "no ±: one real run" in table
 
 
 def test_report_files(done):
