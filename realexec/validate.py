@@ -7,7 +7,8 @@ saturation: `fractions` of it). Each rate runs `repeats` times on the real engin
 report shows run-to-run spread beside the errors; the repeats go round the rates, so a slow
 phase of a shared machine spreads over them) and once in the simulator, with the same
 scheduler knobs, the same number of KV blocks and the same requests. A speed probe before
-each real run (`realexec.validate_probe`) records how fast the machine is then. A rate whose real engine
+each real run (`realexec.validate_probe`) records how fast the machine is then (and, before a
+PD run on a CPU, the memory-bandwidth share two processes get then). A rate whose real engine
 fails is reported with its error; the others keep their results.
 """
 
@@ -263,6 +264,7 @@ class Validation:
         self.dtype = str(self.params.extra.get("dtype") or "fp32")
         self.threads = cfg.threads or facts.get("torch_threads")
         self.profile_avail = facts.get("cpu_available")
+        self.profile_mem_share = facts.get("mem_bw_share")  # 2 processes, during the profile
         self.cost_model = self._cost_model()
         self.results: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
@@ -347,10 +349,9 @@ class Validation:
             for run in runs:
                 if run.failed:
                     continue
-                run.probes.append(self._probe())
-                speed = run.probes[-1].get("speed")
-                self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: speed probe "
-                         + (f"{speed:.2f} x the calibrated speed" if speed else "failed"))
+                run.probes.append(self._probe(mode))
+                self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
+                         + self._probe_text(run.probes[-1]))
                 t0 = time.perf_counter()
                 try:
                     res, preempt, avail = backend.replay(run.trace, cfg.seed)
@@ -397,6 +398,9 @@ class Validation:
         tag = f"{kind}-{mode}"
         speeds = [p["speed"] for p in run.probes if p.get("speed")]
         probe = {"speed": float(np.mean(speeds)) if speeds else None, "runs": run.probes}
+        shares = [p["mem_bw_share"] for p in run.probes if p.get("mem_bw_share")]
+        if shares:
+            probe["mem_bw_share"] = float(np.mean(shares))
         adjusted = self._adjusted(run.scenario, run.reals, run.avails, probe["speed"],
                                   folder / f"rate{run.index}")
         load = run.rate / cap if cap else float("inf")
@@ -426,18 +430,38 @@ class Validation:
                  f"tput {e['throughput_tok_s']['error']:+.1%} ttft50 {e['ttft_p50']['error']:+.1%} "
                  f"tpot50 {e['tpot_p50']['error']:+.1%} e2e50 {e['e2e_p50']['error']:+.1%}")
 
-    def _probe(self) -> dict[str, Any]:
+    def _probe_text(self, probe: dict[str, Any]) -> str:
+        speed, share = probe.get("speed"), probe.get("mem_bw_share")
+        text = f"speed probe {speed:.2f} x the calibrated speed" if speed else "speed probe failed"
+        if share:
+            then = self.profile_mem_share
+            text += (f"; memory share of 2 processes {share:.2f} (profile "
+                     f"{'-' if then is None else f'{then:.2f}'})")
+        return text
+
+    def _probe(self, mode: str) -> dict[str, Any]:
         """The machine's speed now relative to the calibration (`SpeedProbe`); {"error": why}
-        when the probe fails (it is a diagnostic: the validation goes on)."""
+        when the probe fails (it is a diagnostic: the validation goes on). Before a PD run on
+        a CPU also the share of memory bandwidth two processes get now (`mem_bw_share`, as
+        the profile measures it): the two workers' mutual slowdown follows it, and it drifts
+        on a shared host (1.00 in one profile, 0.55 in another)."""
         try:
             if self.probe is None:
                 from realexec.validate_probe import SpeedProbe
 
                 self.probe = SpeedProbe(self.model_config, self.dtype, self.cfg.device,
                                         self.cost_model, self.cfg.seed)
-            return self.probe.measure()
+            out = self.probe.measure()
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
+        if mode == "pd" and self.probe.device_type == "cpu":
+            try:
+                from realexec.profile_facts import memory_bandwidth_share
+
+                out["mem_bw_share"] = memory_bandwidth_share()["mem_bw_share"]
+            except Exception as exc:
+                out["mem_bw_share_error"] = f"{type(exc).__name__}: {exc}"
+        return out
 
     def _adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
                   avails: list[float | None], probe_speed: float | None,

@@ -36,6 +36,7 @@ class SpeedProbe:
         max_len = int(model_config.get("max_position_embeddings") or 2048)
         self.profiler = Profiler(model_config, dtype, device, probe_grid(max_len), seed)
         self.cost_model = cost_model
+        self.device_type = self.profiler.llm.device.type
 
     def measure(self) -> dict[str, Any]:
         """{"speed": predicted / measured over the probe's steps, "points": [...]}."""

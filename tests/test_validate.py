@@ -242,6 +242,37 @@ def test_azure_slice_lengths_fit_the_context(traces_dir):
     assert base.arrival_s.max() <= 180.0
 
 
+class _StubProbe:
+    device_type = "cpu"
+
+    def measure(self):
+        return {"speed": 0.9, "points": []}
+
+
+def test_pd_probe_also_measures_the_memory_share_two_processes_get(tmp_path, monkeypatch):
+    """Before a PD run on a CPU the probe adds the memory-bandwidth share of 2 processes (the
+    workers' mutual slowdown follows it), beside the profile's; not before a colocated run,
+    and a failing measurement is recorded, not raised."""
+    import realexec.profile_facts as facts
+
+    v = Validation(config(tmp_path))
+    v.probe = _StubProbe()
+    monkeypatch.setattr(facts, "memory_bandwidth_share", lambda: {"mem_bw_share": 0.72})
+    pd = v._probe("pd")
+    assert pd["speed"] == 0.9 and pd["mem_bw_share"] == 0.72
+    assert "mem_bw_share" not in v._probe("colocated")
+    assert v._probe_text(pd) == ("speed probe 0.90 x the calibrated speed; memory share of 2 "
+                                 "processes 0.72 (profile 0.60)")
+
+    def broken():
+        raise OSError("no spawn here")
+
+    monkeypatch.setattr(facts, "memory_bandwidth_share", broken)
+    got = v._probe("pd")
+    assert got["speed"] == 0.9 and "no spawn here" in got["mem_bw_share_error"]
+    assert "memory share" not in v._probe_text(got)
+
+
 @pytest.mark.slow
 def test_pd_validation_end_to_end(tmp_path):
     cfg = config(tmp_path, modes=("pd",), fractions=(0.3,), repeats=1)
@@ -251,6 +282,7 @@ def test_pd_validation_end_to_end(tmp_path):
     assert not summary["failures"], summary["failures"]
     (r,) = summary["results"]
     assert r["mode"] == "pd" and r["metrics"]["ttft_p50"]["error"] is not None
+    assert 0 < r["probe"]["mem_bw_share"] <= 2  # measured before the run (CPU)
     folder = cfg.out / "runs" / "gamma-pd"
     sim = json.loads((folder / "rate0-sim" / "summary.json").read_text())
     assert [c["role"] for c in sim["cluster"]] == ["prefill", "decode"]
