@@ -205,7 +205,9 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
             out[name] = {"real": vals, "sim": sv, "error": None, "spread": None}
             continue
         mean = float(np.mean(vals))
-        spread = ((max(vals) - min(vals)) / 2 / mean if mean else 0.0) if len(vals) > 1 else None
+        spread = None  # one run measures no spread
+        if len(vals) > 1:
+            spread = (max(vals) - min(vals)) / 2 / mean if mean else 0.0
         if name == "preemptions":
             err = sv - mean
         else:
