@@ -50,6 +50,7 @@ def main() -> int:
     from realexec.validate_plan import RunKnobs
     from realexec.validate_report import (
         format_adjusted,
+        format_refreshed,
         format_step_adjusted,
         format_table,
         targets_summary,
@@ -90,6 +91,9 @@ def main() -> int:
     print(format_table(summary))
     print("\n== diagnostic: simulator re-run at the machine's speed before each rate (probe x CPU share)")
     print(format_adjusted(summary))
+    print("\n== simulator re-run at the speed serving probes measured through the real engine "
+          "just before each run")
+    print(format_refreshed(summary))
     print("\n== diagnostic: simulator re-run at the speed each engine's own steps ran")
     print(format_step_adjusted(summary))
     print("\n== targets over under-loaded rates (met / checked)")
@@ -97,17 +101,20 @@ def main() -> int:
     print(f"step-time fit: held-back median |error| {held:.1%} (target < 5%): "
           f"{'met' if held < 0.05 else 'NOT met'}")
     adj = targets_summary(summary, "adjusted")
+    refreshed = targets_summary(summary, "refreshed")
     step_adj = targets_summary(summary, "step_adjusted")
     none = {"met": 0, "checked": 0}
     for key, d in targets_summary(summary).items():
-        a, b = adj.get(key, none), step_adj.get(key, none)
-        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (diagnostics: speed-adjusted "
-              f"{a['met']} / {a['checked']}, step-speed {b['met']} / {b['checked']})   "
+        a, b, c = adj.get(key, none), step_adj.get(key, none), refreshed.get(key, none)
+        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (refreshed by serving probes "
+              f"{c['met']} / {c['checked']}; diagnostics: speed-adjusted {a['met']} / "
+              f"{a['checked']}, step-speed {b['met']} / {b['checked']})   "
               f"missed: {', '.join(d['missed']) or '-'}")
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; files in {args.out}")
     (args.out / "bench.json").write_text(json.dumps(
         {"calibration": cal.summary(), "per_kind": cal.per_kind,
          "targets": targets_summary(summary), "targets_adjusted": adj,
+         "targets_refreshed": refreshed,
          "targets_step_adjusted": step_adj}, indent=2, default=float))
     return 0
 

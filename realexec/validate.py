@@ -32,7 +32,7 @@ from realexec.validate_plan import (
     scenario_dict,
     simulate,
 )
-from realexec.validate_steps import pd_step_errors, priced_total, step_errors
+from realexec.validate_steps import pd_step_errors, speed_factors, step_errors
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -71,6 +71,7 @@ class ValidateConfig:
     device: str | None = None
     threads: int | None = None  # torch threads per engine (default: the calibration's)
     capacity_requests: int = 128
+    serving_probe_requests: int = 16  # per serving probe before each real run (0: none)
 
 
 def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -273,6 +274,7 @@ class Validation:
         self.traces: dict[str, dict[str, Any]] = {}
         self.records: dict[tuple, dict[str, Any]] = {}  # (trace, mode, rate i) -> records
         self.probe = None  # SpeedProbe, built on first use
+        self.serving_probe_trace = None  # its load, built on first use (`_serving_probe`)
 
     def _cost_model(self):
         """The calibrated `CostModel` (what the simulator uses)."""
@@ -352,6 +354,9 @@ class Validation:
                 if run.failed:
                     continue
                 run.probes.append(self._probe(mode))
+                serving = self._serving_probe(backend, run.scenario.get("cluster"))
+                if serving is not None:
+                    run.probes[-1]["serving"] = serving
                 self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
                          + self._probe_text(run.probes[-1]))
                 t0 = time.perf_counter()
@@ -422,7 +427,8 @@ class Validation:
             "probe": probe,
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
-            "step_adjusted": self._step_adjusted(run.scenario, run.reals, step_error, by_role,
+            "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
+            "step_adjusted": self._step_adjusted(run.scenario, run.reals, steps,
                                                  folder / f"rate{run.index}"),
             "metrics": metrics, "targets_met": check_targets(metrics)})
         self.records[(kind, mode, run.index)] = {"real": run.recs[0], "sim": run.sim.records,
@@ -439,6 +445,11 @@ class Validation:
             then = self.profile_mem_share
             text += (f"; memory share of 2 processes {share:.2f} (profile "
                      f"{'-' if then is None else f'{then:.2f}'})")
+        serving = probe.get("serving")
+        if serving:
+            factors = serving.get("factors")
+            text += ("; serving probe " + " ".join(f"{k} {v:.2f}" for k, v in factors.items())
+                     if factors else f"; serving probe failed ({serving.get('error', 'no steps')})")
         return text
 
     def _probe(self, mode: str) -> dict[str, Any]:
@@ -484,33 +495,69 @@ class Validation:
                 "probe_speed": probe_speed, "speed_factor": f,
                 "metrics": compare(reals, sim.summary)}
 
+    def _serving_probe(self, backend, cluster: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The serving probe (`validate_probe.serving_probe_trace`) replayed through the real
+        engine just before a run: the speed each engine ran its steps at relative to the
+        calibration (`speed_factors`). None when disabled; {"error": why} when it failed
+        (the run goes on)."""
+        n = self.cfg.serving_probe_requests
+        if n <= 0:
+            return None
+        if self.serving_probe_trace is None:
+            from realexec.validate_probe import serving_probe_trace
+
+            self.serving_probe_trace = serving_probe_trace(n, self.context(), self.cfg.seed + 7)
+        t0 = time.perf_counter()
+        try:
+            res, _, _ = backend.replay(self.serving_probe_trace, self.cfg.seed + 7)
+            why = _run_failure(res)
+            if why:
+                raise RuntimeError(why)
+            factors = speed_factors(backend.steps, self.cost_model, cluster)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"factors": factors, "wall_s": time.perf_counter() - t0,
+                "num_steps": sum(len(v) for v in backend.steps.values())}
+
+    def _refreshed(self, run: _RateRun, stem: Path) -> dict[str, Any] | None:
+        """The simulator re-run with each engine's device at the speed the serving probes
+        before this rate's runs measured (mean over the probes): the calibration's speed
+        refreshed in serving conditions just before the runs, from other requests than the
+        validated ones. None without a successful serving probe."""
+        got = [p["serving"]["factors"] for p in run.probes
+               if (p.get("serving") or {}).get("factors")]
+        if not got:
+            return None
+        factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
+        sim = simulate(self._rescaled(run.scenario, factors, stem, "refreshed"))
+        return {"factors": factors, "num_probes": len(got),
+                "metrics": compare(run.reals, sim.summary)}
+
+    def _rescaled(self, sc: dict[str, Any], factors: dict[str, float], stem: Path,
+                  tag: str) -> dict[str, Any]:
+        """`sc` with each engine's device `factors` x as fast ({"engine": f} colocated,
+        {"prefill": f, "decode": f} PD); scaled calibrations are written beside `stem`."""
+        if "engine" in factors:
+            path = stem.with_name(f"{stem.name}-{tag}.yaml")
+            return dict(sc, hardware=self._scaled_hardware(factors["engine"], path))
+        pd = dict(sc["cluster"]["pd"])
+        for role, f in factors.items():
+            path = stem.with_name(f"{stem.name}-{role}-{tag}.yaml")
+            pd[role] = {**(pd.get(role) or {}), "hardware": self._scaled_hardware(f, path)}
+        return {**sc, "cluster": {**sc["cluster"], "pd": pd}}
+
     def _step_adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
-                       step_error: dict[str, Any] | None, by_role: dict[str, Any] | None,
-                       stem: Path) -> dict[str, Any] | None:
+                       steps: dict[str, list], stem: Path) -> dict[str, Any] | None:
         """A diagnostic, not the validation: the simulator re-run with each engine's device
         running at the speed its own steps ran in the real runs (factor = the cost model's
         total over those steps / their measured total; PD: per worker, priced with host
         sharing as the simulator prices it). What is left is the error of everything but
         step times: scheduling, batching, queueing, KV transfers, the front end. None
         without logged steps."""
-        if by_role is not None:
-            factors = {}
-            for role in ("prefill", "decode"):
-                e = by_role.get(role)
-                if not e:
-                    return None
-                factors[role] = 1.0 + priced_total(e)
-            pd = dict(sc["cluster"]["pd"])
-            for role, f in factors.items():
-                path = stem.with_name(f"{stem.name}-{role}-step-speed.yaml")
-                pd[role] = {**(pd.get(role) or {}), "hardware": self._scaled_hardware(f, path)}
-            sc = {**sc, "cluster": {**sc["cluster"], "pd": pd}}
-        elif step_error:
-            factors = {"engine": 1.0 + step_error["total"]}
-            path = stem.with_name(stem.name + "-step-speed.yaml")
-            sc = dict(sc, hardware=self._scaled_hardware(factors["engine"], path))
-        else:
+        factors = speed_factors(steps, self.cost_model, sc.get("cluster")) if steps else None
+        if factors is None:
             return None
+        sc = self._rescaled(sc, factors, stem, "step-speed")
         return {"factors": factors, "metrics": compare(reals, simulate(sc).summary)}
 
     def _scaled_hardware(self, factor: float, path: Path) -> dict[str, Any]:

@@ -136,14 +136,26 @@ def format_adjusted(summary: dict[str, Any]) -> str:
         "scaled by it (a diagnostic, not the validation)")
 
 
+def _factor_cells(a: dict[str, Any]) -> list[str]:
+    f = a["factors"]
+    return [f"{f['prefill']:.2f}/{f['decode']:.2f}" if "prefill" in f else f"{f['engine']:.2f}"]
+
+
+def format_refreshed(summary: dict[str, Any]) -> str:
+    """The simulator re-run at the speed the serving probes measured just before each rate's
+    runs (`Validation._refreshed`)."""
+    return _diagnostic_table(
+        summary, "refreshed", [("speed", 11)], _factor_cells,
+        "speed: the cost model's total / the measured total over the steps of a short fixed "
+        "load (other requests than the validated ones) replayed through the same real engine "
+        "just before each run, mean over the rate's runs (PD: prefill/decode worker, with host "
+        "sharing); the simulated device of each engine is scaled by it")
+
+
 def format_step_adjusted(summary: dict[str, Any]) -> str:
     """The diagnostic re-run at the speed each engine's own steps ran in the real runs."""
-    def cells(a: dict[str, Any]) -> list[str]:
-        f = a["factors"]
-        return [f"{f['prefill']:.2f}/{f['decode']:.2f}" if "prefill" in f else f"{f['engine']:.2f}"]
-
     return _diagnostic_table(
-        summary, "step_adjusted", [("speed", 11)], cells,
+        summary, "step_adjusted", [("speed", 11)], _factor_cells,
         "speed: the cost model's total over the real runs' own steps / their measured total "
         "(PD: prefill/decode worker, with host sharing); the simulated device of each engine "
         "is scaled by it, so what is left is the error of everything but step times (a "
@@ -177,7 +189,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def targets_summary(summary: dict[str, Any], diagnostic: str | None = None) -> dict[str, Any]:
     """Targets met over the under-loaded rates, per (trace, mode): of the validation, or of a
-    diagnostic re-run (`diagnostic`: "adjusted" or "step_adjusted")."""
+    re-run (`diagnostic`: "adjusted", "refreshed" or "step_adjusted")."""
     from realexec.validate import check_targets
 
     out: dict[str, Any] = {}
@@ -218,6 +230,8 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
         "duration_s": cfg.duration_s, "min_requests": cfg.min_requests,
         "max_requests": cfg.max_requests, "repeats": cfg.repeats,
         "capacity_requests": cfg.capacity_requests, "traces": validation.traces,
+        "serving_probe_requests": cfg.serving_probe_requests,
+        "serving_probe_trace": "seed + 7, realexec.validate_probe.serving_probe_trace",
         "trace_files": "runs/TRACE-MODE/rateI-trace.csv (exact requests of each run)",
         "calibration": str(cal_copy), "calibration_source": str(cfg.calibration),
         "calibration_device": validation.params.device,
@@ -296,6 +310,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     out.mkdir(parents=True, exist_ok=True)
     summary = {**summary, "targets": targets_summary(summary),
                "targets_adjusted": targets_summary(summary, "adjusted"),
+               "targets_refreshed": targets_summary(summary, "refreshed"),
                "targets_step_adjusted": targets_summary(summary, "step_adjusted"),
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
@@ -303,6 +318,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     by_kind = format_steps_by_kind(summary)
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\nspeed-adjusted diagnostic:\n" + format_adjusted(summary)
+        + "\n\nrefreshed by serving probes:\n" + format_refreshed(summary)
         + "\n\nstep-speed diagnostic:\n" + format_step_adjusted(summary)
         + "\n" + (f"\n{by_kind}\n" if by_kind else "") + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),

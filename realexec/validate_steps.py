@@ -108,3 +108,21 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
                     entry[name]["shared"] = _summary(shared_a[m], real[m])
         out[role] = entry
     return out
+
+
+def speed_factors(steps_by_role: dict[str, Sequence], cost_model,
+                  cluster: dict[str, Any] | None = None) -> dict[str, float] | None:
+    """How fast each engine ran its steps relative to the calibration: the cost model's
+    total over the steps / their measured total (< 1: slower than calibrated). Colocated
+    (role "colocated"): {"engine": f}; PD ("prefill", "decode" roles, steps with `t_start`):
+    {"prefill": f, "decode": f}, priced with the `cluster`'s host sharing as the simulator
+    prices them. None when an engine ran no usable step."""
+    if set(steps_by_role) == {"colocated"}:
+        e = step_errors(steps_by_role["colocated"], cost_model)
+        return None if e is None else {"engine": 1.0 + e["total"]}
+    cluster = cluster or {}
+    by_role = pd_step_errors(steps_by_role, cost_model, cluster.get("host_memory_share"),
+                             cluster.get("host_compute_share"))
+    if not all(by_role.get(role) for role in ("prefill", "decode")):
+        return None
+    return {role: 1.0 + priced_total(by_role[role]) for role in ("prefill", "decode")}

@@ -42,7 +42,7 @@ def config(tmp_path: Path, **kw) -> ValidateConfig:
     base = dict(calibration=tiny_calibration(tmp_path / "cal.yaml"), out=tmp_path / "out",
                 model="tiny-llama", traces=("gamma",), modes=("colocated",), fractions=(0.2, 0.6),
                 duration_s=1.0, min_requests=4, max_requests=6, repeats=2, context=96,
-                knobs=KNOBS, capacity_requests=12, threads=1)
+                knobs=KNOBS, capacity_requests=12, threads=1, serving_probe_requests=3)
     base.update(kw)
     return ValidateConfig(**base)
 
@@ -90,6 +90,16 @@ def test_rates_come_from_the_simulated_capacity(done):
         step = r["step_adjusted"]
         assert step["factors"] == {"engine": pytest.approx(1 + r["step_error"]["total"])}
         assert set(step["metrics"]) == set(r["metrics"])
+        # a serving probe through the real engine before each run measured its speed, and the
+        # refreshed re-run scales the device by their mean
+        serving = [run["serving"] for run in probe["runs"]]
+        assert all(sv["num_steps"] >= 3 and sv["factors"]["engine"] > 0 for sv in serving)
+        refreshed = r["refreshed"]
+        assert refreshed["num_probes"] == 2
+        assert refreshed["factors"] == {"engine": pytest.approx(
+            np.mean([sv["factors"]["engine"] for sv in serving]))}
+        assert set(refreshed["metrics"]) == set(r["metrics"])
+        assert refreshed["metrics"]["ttft_p50"]["real"] == r["metrics"]["ttft_p50"]["real"]
     # and those steps are kept beside the results (warm-up run included)
     from realexec.step_log import read_step_log
 
@@ -156,11 +166,13 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 8 and "cpu:" in table  # main, 2 diagnostics, by kind
+    assert table.count("gamma  colocated") == 10 and "cpu:" in table  # main, 3 re-runs, by kind
     assert "speed-adjusted" in table and "probe:" in table
     assert "step-speed diagnostic" in table and "own steps by kind" in table
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
+    assert "refreshed by serving probes" in table
+    assert set(saved["targets_refreshed"]) == set(saved["targets"])
 
 
 def test_scaled_hardware_scales_every_step_time(done, tmp_path):
@@ -189,8 +201,9 @@ def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, m
     real_replay = validate_mod.ColocatedBackend.replay
 
     def flaky(self, trace, seed):
-        calls["n"] += 1
-        if calls["n"] == 3:  # warm-up, rate 0, then rate 1 fails
+        if trace is not v.serving_probe_trace:
+            calls["n"] += 1
+        if calls["n"] == 3:  # warm-up, rate 0, then rate 1 fails (in its serving probe too)
             raise RuntimeError("engine crashed (injected)")
         return real_replay(self, trace, seed)
 
@@ -273,6 +286,69 @@ def test_pd_probe_also_measures_the_memory_share_two_processes_get(tmp_path, mon
     assert "memory share" not in v._probe_text(got)
 
 
+def test_a_failing_serving_probe_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    real_replay = validate_mod.ColocatedBackend.replay
+
+    def probe_fails(self, trace, seed):
+        if trace is v.serving_probe_trace:
+            raise RuntimeError("probe broke (injected)")
+        return real_replay(self, trace, seed)
+
+    monkeypatch.setattr(validate_mod.ColocatedBackend, "replay", probe_fails)
+    v = Validation(config(tmp_path, repeats=1, fractions=(0.3,)))
+    summary = v.run()
+    assert not summary["failures"]
+    (r,) = summary["results"]
+    assert "probe broke (injected)" in r["probe"]["runs"][0]["serving"]["error"]
+    assert r["refreshed"] is None and r["metrics"]["ttft_p50"]["error"] is not None
+    assert "serving probe failed (RuntimeError: probe broke" in v._probe_text(r["probe"]["runs"][0])
+    # and none is run when disabled
+    (tmp_path / "off").mkdir()
+    off = Validation(config(tmp_path / "off", repeats=1, fractions=(0.3,), serving_probe_requests=0))
+    (r,) = off.run()["results"]
+    assert "serving" not in r["probe"]["runs"][0] and r["refreshed"] is None
+
+
+def test_serving_probe_load_is_fixed_and_fits_the_context():
+    from realexec.validate_probe import serving_probe_trace
+
+    for context in (40, 96, 2048):
+        t = serving_probe_trace(16, context, seed=7)
+        assert len(t) == 16
+        assert (t.prompt_len >= 1).all() and (t.prompt_len <= max(2, context // 4)).all()
+        assert (t.prompt_len + t.output_len <= context).all() and (t.output_len >= 1).all()
+        again = serving_probe_trace(16, context, seed=7)
+        assert (again.prompt_len == t.prompt_len).all() and (again.arrival_s == t.arrival_s).all()
+
+
+def test_speed_factors_price_each_engine_by_its_own_steps(done):
+    """Colocated: one factor (cost model total / measured total); PD: one per worker, with
+    the cluster's host sharing; None when a worker ran no step."""
+    from realexec.step_log import LoggedStep
+    from realexec.validate_steps import speed_factors
+    from simulator.core.batch_shape import BatchShape
+    from simulator.host_share import HostSharing
+
+    cm = done[1].cost_model
+    a, b = BatchShape.from_lists([40], [0]), BatchShape.from_lists([1] * 4, [50] * 4)
+    steps = [LoggedStep(0.0, 2 * cm.step_time(a), a), LoggedStep(1.0, cm.step_time(b), b)]
+    got = speed_factors({"colocated": steps}, cm)
+    assert got == {"engine": pytest.approx((cm.step_time(a) + cm.step_time(b))
+                                           / (2 * cm.step_time(a) + cm.step_time(b)))}
+    # PD: the decode step starts while the prefill step runs, so it is priced shared
+    pre = [LoggedStep(0.0, cm.step_time(a), a)]
+    dec = [LoggedStep(cm.step_time(a) / 2, 2 * cm.step_time(b), b)]
+    got = speed_factors({"prefill": pre, "decode": dec}, cm,
+                        {"host_memory_share": 0.5, "host_compute_share": 1.0})
+    hs = HostSharing(cm, 0.5, 1.0)
+    ta = cm.step_time(a)
+    shared_b = hs.price(cm.step_time(b), hs.memory_seconds(b, cm.step_time(b)),
+                        hs.memory_seconds(a, ta) / ta)
+    assert got["prefill"] == pytest.approx(1.0)
+    assert got["decode"] == pytest.approx(shared_b / (2 * cm.step_time(b)))
+    assert speed_factors({"prefill": pre, "decode": []}, cm) is None
+
+
 @pytest.mark.slow
 def test_pd_validation_end_to_end(tmp_path):
     cfg = config(tmp_path, modes=("pd",), fractions=(0.3,), repeats=1)
@@ -301,3 +377,6 @@ def test_pd_validation_end_to_end(tmp_path):
                        for role in ("prefill", "decode")}
     for role in ("prefill", "decode"):
         assert (folder / f"rate0-{role}-step-speed.yaml").is_file()
+    # the serving probe ran through both workers before the run: one speed per worker
+    assert set(r["refreshed"]["factors"]) == {"prefill", "decode"}
+    assert (folder / "rate0-prefill-refreshed.yaml").is_file()

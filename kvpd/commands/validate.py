@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="host KV blocks for swap preemption (both backends)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="torch threads per engine (default: the calibration's)")
+    p.add_argument("--serving-probe-requests", type=int, default=16,
+                   help="requests of the short fixed load replayed through the real engine "
+                   "before each run to re-measure its speed (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/validate", help="output folder")
     p.set_defaults(func=run)
@@ -73,13 +76,20 @@ def run(args: argparse.Namespace) -> int:
 
     from realexec.validate import ValidateConfig, Validation
     from realexec.validate_plan import AZURE_CONV, RunKnobs
-    from realexec.validate_report import format_pd_steps, format_table, write_report
+    from realexec.validate_report import (
+        format_pd_steps,
+        format_refreshed,
+        format_table,
+        write_report,
+    )
 
     for name in ("repeats", "min_requests", "max_requests", "num_gpu_blocks", "max_num_seqs"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.min_requests > args.max_requests:
         raise ValueError("--min-requests must not exceed --max-requests")
+    if args.serving_probe_requests < 0:
+        raise ValueError(f"--serving-probe-requests must be >= 0, got {args.serving_probe_requests}")
     if args.preemption_mode == "swap" and args.num_cpu_blocks < 1:
         raise ValueError("--preemption-mode swap needs --num-cpu-blocks >= 1 (a host KV pool)")
     knobs = RunKnobs(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -92,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration_s, min_requests=args.min_requests, max_requests=args.max_requests,
         repeats=args.repeats, context=args.context, window_s=tuple(args.window_s),
         trace_path=Path(args.trace_path) if args.trace_path else AZURE_CONV, knobs=knobs,
-        seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads)
+        seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads,
+        serving_probe_requests=args.serving_probe_requests)
     if not cfg.calibration.is_file():
         raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
     v = Validation(cfg, progress=lambda m: print(m, flush=True))
@@ -101,5 +112,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table({**summary}))
     if pd_steps := format_pd_steps(summary):
         print(pd_steps)
+    if any(r.get("refreshed") for r in summary["results"]):
+        print("\nrefreshed by serving probes:\n" + format_refreshed(summary))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if summary["failures"] else 0
