@@ -8,8 +8,11 @@ report shows run-to-run spread beside the errors; the repeats go round the rates
 phase of a shared machine spreads over them) and once in the simulator, with the same
 scheduler knobs, the same number of KV blocks and the same requests. A speed probe before
 each real run (`realexec.validate_probe`) records how fast the machine is then (and, before a
-PD run on a CPU, the memory-bandwidth share two processes get then). A rate whose real engine
-fails is reported with its error; the others keep their results.
+PD run on a CPU, the memory-bandwidth share two processes get then), and a serving probe
+(a short fixed load of other requests, replayed through the same real engine) measures how
+fast each engine runs its steps in serving relative to the calibration; the `refreshed`
+re-run prices the rate's simulation at that speed. A rate whose real engine fails is
+reported with its error; the others keep their results.
 """
 
 from __future__ import annotations
@@ -238,6 +241,7 @@ class _RateRun:
     avails: list[float | None] = field(default_factory=list)  # CPU share of each repeat
     steps: dict[str, list] = field(default_factory=dict)  # role -> real steps
     probes: list[dict[str, Any]] = field(default_factory=list)  # speed probe before each repeat
+    run_speeds: list[dict[str, float] | None] = field(default_factory=list)  # own steps, per repeat
     wall_s: float = 0.0
     failed: str | None = None
 
@@ -382,6 +386,8 @@ class Validation:
                 run.avails.append(avail)
                 for role, rs in backend.steps.items():
                     run.steps.setdefault(role, []).extend(rs)
+                run.run_speeds.append(speed_factors(backend.steps, self.cost_model,
+                                                    run.scenario.get("cluster")))
         for run in runs:
             if not run.failed:
                 self._result(kind, mode, cap, run, folder)
@@ -424,7 +430,7 @@ class Validation:
             "label": label, "queue_growing": growing, "num_requests": len(run.trace),
             "repeats": len(run.reals), "real_wall_s": run.wall_s,
             "cpu_available": run.avails, "cpu_available_profile": self.profile_avail,
-            "probe": probe,
+            "probe": probe, "run_speeds": run.run_speeds,
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),

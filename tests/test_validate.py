@@ -100,6 +100,8 @@ def test_rates_come_from_the_simulated_capacity(done):
             np.mean([sv["factors"]["engine"] for sv in serving]))}
         assert set(refreshed["metrics"]) == set(r["metrics"])
         assert refreshed["metrics"]["ttft_p50"]["real"] == r["metrics"]["ttft_p50"]["real"]
+        # each run's own step speed is kept, to show how well the probe before it foretold it
+        assert len(r["run_speeds"]) == 2 and all(sp["engine"] > 0 for sp in r["run_speeds"])
     # and those steps are kept beside the results (warm-up run included)
     from realexec.step_log import read_step_log
 
