@@ -235,6 +235,8 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert kvpd_main(["validate", "--calibration", str(cal), "--min-requests", "9",
                       "--max-requests", "3"]) == 2
     assert "--min-requests must not exceed" in capsys.readouterr().err
+    assert kvpd_main(["validate", "--calibration", str(cal), "--serving-probe-requests", "-1"]) == 2
+    assert "--serving-probe-requests must be >= 0, got -1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         kvpd_main(["validate", "--calibration", str(cal), "--modes", "colocated,xyz"])
     with pytest.raises(ValueError, match="trace kind 'zipf'"):
