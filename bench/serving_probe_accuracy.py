@@ -62,9 +62,9 @@ def main() -> None:
     cost_model = None
     diffs: dict[str, list[float]] = {}
     for r in data["results"]:
-        same = [x for x in data["results"] if (x["trace"], x["mode"]) == (r["trace"], r["mode"])]
         speeds = r.get("run_speeds")
         if speeds is None:
+            same = [x for x in data["results"] if (x["trace"], x["mode"]) == (r["trace"], r["mode"])]
             cost_model = cost_model or _cost_model(vdir)
             speeds = _speeds_from_logs(vdir, r, same.index(r), cost_model)
         for rep, (probe, run) in enumerate(zip(r["probe"]["runs"], speeds)):

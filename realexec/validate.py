@@ -35,7 +35,12 @@ from realexec.validate_plan import (
     scenario_dict,
     simulate,
 )
-from realexec.validate_steps import pd_step_errors, speed_factors, step_errors
+from realexec.validate_steps import (
+    factors_from_errors,
+    pd_step_errors,
+    speed_factors,
+    step_errors,
+)
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -434,7 +439,8 @@ class Validation:
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
-            "step_adjusted": self._step_adjusted(run.scenario, run.reals, steps,
+            "step_adjusted": self._step_adjusted(run.scenario, run.reals,
+                                                 factors_from_errors(step_error, by_role),
                                                  folder / f"rate{run.index}"),
             "metrics": metrics, "targets_met": check_targets(metrics)})
         self.records[(kind, mode, run.index)] = {"real": run.recs[0], "sim": run.sim.records,
@@ -452,11 +458,12 @@ class Validation:
             text += (f"; memory share of 2 processes {share:.2f} (profile "
                      f"{'-' if then is None else f'{then:.2f}'})")
         serving = probe.get("serving")
-        if serving:
-            factors = serving.get("factors")
-            text += ("; serving probe " + " ".join(f"{k} {v:.2f}" for k, v in factors.items())
-                     if factors else f"; serving probe failed ({serving.get('error', 'no steps')})")
-        return text
+        if not serving:
+            return text
+        factors = serving.get("factors")
+        if not factors:
+            return text + f"; serving probe failed ({serving.get('error', 'no steps')})"
+        return text + "; serving probe " + " ".join(f"{k} {v:.2f}" for k, v in factors.items())
 
     def _probe(self, mode: str) -> dict[str, Any]:
         """The machine's speed now relative to the calibration (`SpeedProbe`); {"error": why}
@@ -553,14 +560,13 @@ class Validation:
         return {**sc, "cluster": {**sc["cluster"], "pd": pd}}
 
     def _step_adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
-                       steps: dict[str, list], stem: Path) -> dict[str, Any] | None:
+                       factors: dict[str, float] | None, stem: Path) -> dict[str, Any] | None:
         """A diagnostic, not the validation: the simulator re-run with each engine's device
         running at the speed its own steps ran in the real runs (factor = the cost model's
         total over those steps / their measured total; PD: per worker, priced with host
         sharing as the simulator prices it). What is left is the error of everything but
-        step times: scheduling, batching, queueing, KV transfers, the front end. None
-        without logged steps."""
-        factors = speed_factors(steps, self.cost_model, sc.get("cluster")) if steps else None
+        step times: scheduling, batching, queueing, KV transfers, the front end. `factors`:
+        `factors_from_errors` of the rate's step errors; None without logged steps."""
         if factors is None:
             return None
         sc = self._rescaled(sc, factors, stem, "step-speed")

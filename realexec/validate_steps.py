@@ -110,19 +110,27 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
     return out
 
 
-def speed_factors(steps_by_role: dict[str, Sequence], cost_model,
-                  cluster: dict[str, Any] | None = None) -> dict[str, float] | None:
-    """How fast each engine ran its steps relative to the calibration: the cost model's
-    total over the steps / their measured total (< 1: slower than calibrated). Colocated
-    (role "colocated"): {"engine": f}; PD ("prefill", "decode" roles, steps with `t_start`):
-    {"prefill": f, "decode": f}, priced with the `cluster`'s host sharing as the simulator
-    prices them. None when an engine ran no usable step."""
-    if set(steps_by_role) == {"colocated"}:
-        e = step_errors(steps_by_role["colocated"], cost_model)
-        return None if e is None else {"engine": 1.0 + e["total"]}
-    cluster = cluster or {}
-    by_role = pd_step_errors(steps_by_role, cost_model, cluster.get("host_memory_share"),
-                             cluster.get("host_compute_share"))
+def factors_from_errors(step_error: dict[str, Any] | None,
+                        by_role: dict[str, Any] | None) -> dict[str, float] | None:
+    """Speed factors (the cost model's total / the measured total) from errors already
+    computed: colocated (`by_role` None) {"engine": f} from `step_errors`; PD {"prefill": f,
+    "decode": f} from `pd_step_errors`, as the simulator prices them. None when an engine
+    ran no usable step."""
+    if by_role is None:
+        return None if step_error is None else {"engine": 1.0 + step_error["total"]}
     if not all(by_role.get(role) for role in ("prefill", "decode")):
         return None
     return {role: 1.0 + priced_total(by_role[role]) for role in ("prefill", "decode")}
+
+
+def speed_factors(steps_by_role: dict[str, Sequence], cost_model,
+                  cluster: dict[str, Any] | None = None) -> dict[str, float] | None:
+    """How fast each engine ran its steps relative to the calibration (< 1: slower than
+    calibrated; `factors_from_errors`). Colocated: role "colocated"; PD: "prefill" and
+    "decode" roles (steps with `t_start`), priced with the `cluster`'s host sharing."""
+    if set(steps_by_role) == {"colocated"}:
+        return factors_from_errors(step_errors(steps_by_role["colocated"], cost_model), None)
+    cluster = cluster or {}
+    return factors_from_errors(None, pd_step_errors(
+        steps_by_role, cost_model, cluster.get("host_memory_share"),
+        cluster.get("host_compute_share")))
