@@ -1,12 +1,12 @@
-"""How well the serving probe before each real run of a `kvpd validate` foretold the speed
-that run's own steps ran at (both relative to the calibration, PD workers priced with the
-run's host sharing).
+"""How well the serving probe and the trace probe before each real run of a `kvpd validate`
+foretold the speed that run's own steps ran at (both relative to the calibration, PD workers
+priced with the run's host sharing).
 
     python bench/serving_probe_accuracy.py VALIDATE_DIR
 
 VALIDATE_DIR: a `kvpd validate` output folder (validation.json, runs/) from a run with
-serving probes. Each rate's `run_speeds` (one per repeat) are compared with the serving
-probe taken just before that repeat. Folders written before `run_speeds` was recorded are
+serving probes. Each rate's `run_speeds` (one per repeat) are compared with each probe
+taken just before that repeat (the trace probe only where the run had one). Folders written before `run_speeds` was recorded are
 read from the step logs instead: a repeat's steps are those that started between its
 summary.json's modification time minus its `wall_s` and that time (so such a folder must
 not have been copied without keeping times).
@@ -68,20 +68,22 @@ def main() -> None:
             cost_model = cost_model or _cost_model(vdir)
             speeds = _speeds_from_logs(vdir, r, same.index(r), cost_model)
         for rep, (probe, run) in enumerate(zip(r["probe"]["runs"], speeds)):
-            pf = (probe.get("serving") or {}).get("factors")
-            if not pf or not run:
-                continue
-            cells = []
-            for k, f in pf.items():
-                d = f / run[k] - 1
-                diffs.setdefault(f"{r['mode']} {k}", []).append(d)
-                cells.append(f"{k}: probe {f:.3f} run {run[k]:.3f} ({d:+.1%})")
-            print(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} run {rep}  " + "  ".join(cells))
+            for kind in ("serving", "trace"):
+                pf = (probe.get(kind) or {}).get("factors")
+                if not pf or not run:
+                    continue
+                cells = []
+                for k, f in pf.items():
+                    d = f / run[k] - 1
+                    diffs.setdefault(f"{kind} probe, {r['mode']} {k}", []).append(d)
+                    cells.append(f"{k}: probe {f:.3f} run {run[k]:.3f} ({d:+.1%})")
+                print(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} run {rep} {kind:7s}  "
+                      + "  ".join(cells))
     print("\nprobe / run - 1 over the runs (the probe's error in foretelling the run's step speed):")
     for k, d in diffs.items():
         a = np.array(d)
-        print(f"  {k:18s} {a.size:3d} runs: mean {a.mean():+.1%}, mean |error| {np.abs(a).mean():.1%}, "
-              f"worst {np.abs(a).max():.1%}")
+        print(f"  {k:32s} {a.size:3d} runs: mean {a.mean():+.1%}, mean |error| "
+              f"{np.abs(a).mean():.1%}, worst {np.abs(a).max():.1%}")
 
 
 if __name__ == "__main__":

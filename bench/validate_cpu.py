@@ -51,6 +51,7 @@ def main() -> int:
     from realexec.validate_report import (
         format_adjusted,
         format_refreshed,
+        format_refreshed_trace,
         format_step_adjusted,
         format_table,
         targets_summary,
@@ -94,6 +95,9 @@ def main() -> int:
     print("\n== simulator re-run at the speed serving probes measured through the real engine "
           "just before each run")
     print(format_refreshed(summary))
+    print("\n== simulator re-run at the speed trace probes (the same trace, other requests, at the "
+          "same rate) measured through the real engine just before each run")
+    print(format_refreshed_trace(summary))
     print("\n== diagnostic: simulator re-run at the speed each engine's own steps ran")
     print(format_step_adjusted(summary))
     print("\n== targets over under-loaded rates (met / checked)")
@@ -102,19 +106,21 @@ def main() -> int:
           f"{'met' if held < 0.05 else 'NOT met'}")
     adj = targets_summary(summary, "adjusted")
     refreshed = targets_summary(summary, "refreshed")
+    by_trace = targets_summary(summary, "refreshed_trace")
     step_adj = targets_summary(summary, "step_adjusted")
     none = {"met": 0, "checked": 0}
     for key, d in targets_summary(summary).items():
         a, b, c = adj.get(key, none), step_adj.get(key, none), refreshed.get(key, none)
+        t = by_trace.get(key, none)
         print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (refreshed by serving probes "
-              f"{c['met']} / {c['checked']}; diagnostics: speed-adjusted {a['met']} / "
+              f"{c['met']} / {c['checked']}, by trace probes {t['met']} / {t['checked']}; diagnostics: speed-adjusted {a['met']} / "
               f"{a['checked']}, step-speed {b['met']} / {b['checked']})   "
               f"missed: {', '.join(d['missed']) or '-'}")
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; files in {args.out}")
     (args.out / "bench.json").write_text(json.dumps(
         {"calibration": cal.summary(), "per_kind": cal.per_kind,
          "targets": targets_summary(summary), "targets_adjusted": adj,
-         "targets_refreshed": refreshed,
+         "targets_refreshed": refreshed, "targets_refreshed_trace": by_trace,
          "targets_step_adjusted": step_adj}, indent=2, default=float))
     return 0
 

@@ -11,8 +11,10 @@ each real run (`realexec.validate_probe`) records how fast the machine is then (
 PD run on a CPU, the memory-bandwidth share two processes get then), and a serving probe
 (a short fixed load of other requests, replayed through the same real engine) measures how
 fast each engine runs its steps in serving relative to the calibration; the `refreshed`
-re-run prices the rate's simulation at that speed. A rate whose real engine fails is
-reported with its error; the others keep their results.
+re-run prices the rate's simulation at that speed. A trace probe (~20 s of the same trace at
+the same rate, taken after every validated request: `validate_plan.trace_probe`) does the
+same with the run's own mix of steps; `refreshed_trace` prices the simulation at its speed.
+A rate whose real engine fails is reported with its error; the others keep their results.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from realexec.validate_plan import (
     run_trace,
     scenario_dict,
     simulate,
+    trace_probe,
 )
 from realexec.validate_steps import (
     factors_from_errors,
@@ -80,6 +83,7 @@ class ValidateConfig:
     threads: int | None = None  # torch threads per engine (default: the calibration's)
     capacity_requests: int = 128
     serving_probe_requests: int = 16  # per serving probe before each real run (0: none)
+    trace_probe_s: float = 20.0  # arrivals (s) of each trace probe before a real run (0: none)
 
 
 def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -247,6 +251,7 @@ class _RateRun:
     steps: dict[str, list] = field(default_factory=dict)  # role -> real steps
     probes: list[dict[str, Any]] = field(default_factory=list)  # speed probe before each repeat
     run_speeds: list[dict[str, float] | None] = field(default_factory=list)  # own steps, per repeat
+    trace_probe: workloads.Trace | None = None  # `validate_plan.trace_probe`, replayed before each repeat
     wall_s: float = 0.0
     failed: str | None = None
 
@@ -355,6 +360,11 @@ class Validation:
         warm = run_trace(base, rates[0], 4)
         backend.replay(warm, cfg.seed + 1)  # first-request costs out of the measured runs
         runs = [self._rate_run(i, rate, base, mode, folder) for i, rate in enumerate(rates)]
+        if cfg.trace_probe_s > 0:
+            skip = max(len(run.trace) for run in runs)  # past every validated request
+            for run in runs:
+                run.trace_probe, info = trace_probe(base, run.rate, skip, cfg.trace_probe_s)
+                self.traces[kind].setdefault("trace_probes", {})[f"{mode}/rate{run.index}"] = info
         # repeats go round the rates (0, 1, 2, 0, 1, 2, ...): a slow phase of a shared
         # machine then lands on several rates once, and shows in their spread, instead of
         # on one rate twice
@@ -363,9 +373,13 @@ class Validation:
                 if run.failed:
                     continue
                 run.probes.append(self._probe(mode))
-                serving = self._serving_probe(backend, run.scenario.get("cluster"))
+                cluster = run.scenario.get("cluster")
+                serving = self._serving_probe(backend, cluster)
                 if serving is not None:
                     run.probes[-1]["serving"] = serving
+                if run.trace_probe is not None:
+                    run.probes[-1]["trace"] = self._replay_probe(
+                        backend, run.trace_probe, self.cfg.seed + 11, cluster)
                 self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
                          + self._probe_text(run.probes[-1]))
                 t0 = time.perf_counter()
@@ -439,6 +453,8 @@ class Validation:
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
+            "refreshed_trace": self._refreshed(run, folder / f"rate{run.index}", "trace",
+                                               "refreshed-trace"),
             "step_adjusted": self._step_adjusted(run.scenario, run.reals,
                                                  factors_from_errors(step_error, by_role),
                                                  folder / f"rate{run.index}"),
@@ -457,13 +473,16 @@ class Validation:
             then = self.profile_mem_share
             text += (f"; memory share of 2 processes {share:.2f} (profile "
                      f"{'-' if then is None else f'{then:.2f}'})")
-        serving = probe.get("serving")
-        if not serving:
-            return text
-        factors = serving.get("factors")
-        if not factors:
-            return text + f"; serving probe failed ({serving.get('error', 'no steps')})"
-        return text + "; serving probe " + " ".join(f"{k} {v:.2f}" for k, v in factors.items())
+        for key, name in (("serving", "serving probe"), ("trace", "trace probe")):
+            got = probe.get(key)
+            if not got:
+                continue
+            factors = got.get("factors")
+            if factors:
+                text += f"; {name} " + " ".join(f"{k} {v:.2f}" for k, v in factors.items())
+            else:
+                text += f"; {name} failed ({got.get('error', 'no steps')})"
+        return text
 
     def _probe(self, mode: str) -> dict[str, Any]:
         """The machine's speed now relative to the calibration (`SpeedProbe`); {"error": why}
@@ -520,9 +539,16 @@ class Validation:
             from realexec.validate_probe import serving_probe_trace
 
             self.serving_probe_trace = serving_probe_trace(n, self.context(), self.cfg.seed + 7)
+        return self._replay_probe(backend, self.serving_probe_trace, self.cfg.seed + 7, cluster)
+
+    def _replay_probe(self, backend, trace: workloads.Trace, seed: int,
+                      cluster: dict[str, Any] | None) -> dict[str, Any]:
+        """`trace` replayed through the real engine: {"factors": the speed each engine ran
+        its steps at relative to the calibration (`speed_factors`), "wall_s", "num_steps"},
+        or {"error": why} when it failed (a probe is a measurement: the run goes on)."""
         t0 = time.perf_counter()
         try:
-            res, _, _ = backend.replay(self.serving_probe_trace, self.cfg.seed + 7)
+            res, _, _ = backend.replay(trace, seed)
             why = _run_failure(res)
             if why:
                 raise RuntimeError(why)
@@ -532,17 +558,18 @@ class Validation:
         return {"factors": factors, "wall_s": time.perf_counter() - t0,
                 "num_steps": sum(len(v) for v in backend.steps.values())}
 
-    def _refreshed(self, run: _RateRun, stem: Path) -> dict[str, Any] | None:
-        """The simulator re-run with each engine's device at the speed the serving probes
-        before this rate's runs measured (mean over the probes): the calibration's speed
-        refreshed in serving conditions just before the runs, from other requests than the
-        validated ones. None without a successful serving probe."""
-        got = [p["serving"]["factors"] for p in run.probes
-               if (p.get("serving") or {}).get("factors")]
+    def _refreshed(self, run: _RateRun, stem: Path, probe: str = "serving",
+                   tag: str = "refreshed") -> dict[str, Any] | None:
+        """The simulator re-run with each engine's device at the speed the `probe` probes
+        ("serving" or "trace") before this rate's runs measured (mean over the probes): the
+        calibration's speed refreshed in serving conditions just before the runs, from other
+        requests than the validated ones. None without a successful probe of that kind."""
+        got = [p[probe]["factors"] for p in run.probes
+               if (p.get(probe) or {}).get("factors")]
         if not got:
             return None
         factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
-        sim = simulate(self._rescaled(run.scenario, factors, stem, "refreshed"))
+        sim = simulate(self._rescaled(run.scenario, factors, stem, tag))
         return {"factors": factors, "num_probes": len(got),
                 "metrics": compare(run.reals, sim.summary)}
 

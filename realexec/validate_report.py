@@ -152,6 +152,16 @@ def format_refreshed(summary: dict[str, Any]) -> str:
         "sharing); the simulated device of each engine is scaled by it")
 
 
+def format_refreshed_trace(summary: dict[str, Any]) -> str:
+    """The simulator re-run at the speed the trace probes measured just before each rate's
+    runs (`Validation._refreshed` of the "trace" probes)."""
+    return _diagnostic_table(
+        summary, "refreshed_trace", [("speed", 11)], _factor_cells,
+        "speed: as above, over the steps of ~20 s of the same trace at the same rate (requests "
+        "after every validated one: the runs' own mix of steps) replayed through the same real "
+        "engine just before each run, mean over the rate's runs")
+
+
 def format_step_adjusted(summary: dict[str, Any]) -> str:
     """The diagnostic re-run at the speed each engine's own steps ran in the real runs."""
     return _diagnostic_table(
@@ -189,7 +199,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def targets_summary(summary: dict[str, Any], diagnostic: str | None = None) -> dict[str, Any]:
     """Targets met over the under-loaded rates, per (trace, mode): of the validation, or of a
-    re-run (`diagnostic`: "adjusted", "refreshed" or "step_adjusted")."""
+    re-run (`diagnostic`: "adjusted", "refreshed", "refreshed_trace" or "step_adjusted")."""
     from realexec.validate import check_targets
 
     out: dict[str, Any] = {}
@@ -232,6 +242,8 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
         "capacity_requests": cfg.capacity_requests, "traces": validation.traces,
         "serving_probe_requests": cfg.serving_probe_requests,
         "serving_probe_trace": "seed + 7, realexec.validate_probe.serving_probe_trace",
+        "trace_probe_s": cfg.trace_probe_s,
+        "trace_probe": "seed + 11, realexec.validate_plan.trace_probe (traces.*.trace_probes)",
         "trace_files": "runs/TRACE-MODE/rateI-trace.csv (exact requests of each run)",
         "calibration": str(cal_copy), "calibration_source": str(cfg.calibration),
         "calibration_device": validation.params.device,
@@ -311,6 +323,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     summary = {**summary, "targets": targets_summary(summary),
                "targets_adjusted": targets_summary(summary, "adjusted"),
                "targets_refreshed": targets_summary(summary, "refreshed"),
+               "targets_refreshed_trace": targets_summary(summary, "refreshed_trace"),
                "targets_step_adjusted": targets_summary(summary, "step_adjusted"),
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
@@ -319,6 +332,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\nspeed-adjusted diagnostic:\n" + format_adjusted(summary)
         + "\n\nrefreshed by serving probes:\n" + format_refreshed(summary)
+        + "\n\nrefreshed by trace probes:\n" + format_refreshed_trace(summary)
         + "\n\nstep-speed diagnostic:\n" + format_step_adjusted(summary)
         + "\n" + (f"\n{by_kind}\n" if by_kind else "") + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),

@@ -42,7 +42,8 @@ def config(tmp_path: Path, **kw) -> ValidateConfig:
     base = dict(calibration=tiny_calibration(tmp_path / "cal.yaml"), out=tmp_path / "out",
                 model="tiny-llama", traces=("gamma",), modes=("colocated",), fractions=(0.2, 0.6),
                 duration_s=1.0, min_requests=4, max_requests=6, repeats=2, context=96,
-                knobs=KNOBS, capacity_requests=12, threads=1, serving_probe_requests=3)
+                knobs=KNOBS, capacity_requests=12, threads=1, serving_probe_requests=3,
+                trace_probe_s=1.0)
     base.update(kw)
     return ValidateConfig(**base)
 
@@ -100,8 +101,19 @@ def test_rates_come_from_the_simulated_capacity(done):
             np.mean([sv["factors"]["engine"] for sv in serving]))}
         assert set(refreshed["metrics"]) == set(r["metrics"])
         assert refreshed["metrics"]["ttft_p50"]["real"] == r["metrics"]["ttft_p50"]["real"]
+        # so did a trace probe (the same trace at the same rate, after the validated requests)
+        by_trace = [run["trace"] for run in probe["runs"]]
+        assert all(tp["num_steps"] >= 4 and tp["factors"]["engine"] > 0 for tp in by_trace)
+        assert r["refreshed_trace"]["factors"] == {"engine": pytest.approx(
+            np.mean([tp["factors"]["engine"] for tp in by_trace]))}
+        assert r["refreshed_trace"]["metrics"]["e2e_p50"]["real"] == r["metrics"]["e2e_p50"]["real"]
         # each run's own step speed is kept, to show how well the probe before it foretold it
         assert len(r["run_speeds"]) == 2 and all(sp["engine"] > 0 for sp in r["run_speeds"])
+    # the trace probes take requests after every validated one (recorded for reproduction)
+    probes = summary["traces"]["gamma"]["trace_probes"]
+    assert set(probes) == {"colocated/rate0", "colocated/rate1"}
+    most = max(r["num_requests"] for r in res)
+    assert all(p["first_request"] == most and not p["overlaps_runs"] for p in probes.values())
     # and those steps are kept beside the results (warm-up run included)
     from realexec.step_log import read_step_log
 
@@ -168,12 +180,13 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 10 and "cpu:" in table  # main, 3 re-runs, by kind
+    assert table.count("gamma  colocated") == 12 and "cpu:" in table  # main, 4 re-runs, by kind
     assert "speed-adjusted" in table and "probe:" in table
     assert "step-speed diagnostic" in table and "own steps by kind" in table
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
-    assert "refreshed by serving probes" in table
+    assert "refreshed by serving probes" in table and "refreshed by trace probes" in table
+    assert set(saved["targets_refreshed_trace"]) == set(saved["targets"])
     assert set(saved["targets_refreshed"]) == set(saved["targets"])
 
 
@@ -203,9 +216,9 @@ def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, m
     real_replay = validate_mod.ColocatedBackend.replay
 
     def flaky(self, trace, seed):
-        if trace is not v.serving_probe_trace:
+        if trace is not v.serving_probe_trace and not trace.name.endswith("-probe"):
             calls["n"] += 1
-        if calls["n"] == 3:  # warm-up, rate 0, then rate 1 fails (in its serving probe too)
+        if calls["n"] == 3:  # warm-up, rate 0, then rate 1 fails (and rate 2's probes)
             raise RuntimeError("engine crashed (injected)")
         return real_replay(self, trace, seed)
 
@@ -237,6 +250,8 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert "--min-requests must not exceed" in capsys.readouterr().err
     assert kvpd_main(["validate", "--calibration", str(cal), "--serving-probe-requests", "-1"]) == 2
     assert "--serving-probe-requests must be >= 0, got -1" in capsys.readouterr().err
+    assert kvpd_main(["validate", "--calibration", str(cal), "--trace-probe-s", "-5"]) == 2
+    assert "--trace-probe-s must be >= 0 (0: no trace probe), got -5.0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         kvpd_main(["validate", "--calibration", str(cal), "--modes", "colocated,xyz"])
     with pytest.raises(ValueError, match="trace kind 'zipf'"):
@@ -296,6 +311,8 @@ def test_a_failing_serving_probe_is_recorded_and_the_run_goes_on(tmp_path, monke
     def probe_fails(self, trace, seed):
         if trace is v.serving_probe_trace:
             raise RuntimeError("probe broke (injected)")
+        if trace.name.endswith("-probe"):
+            raise RuntimeError("trace probe broke (injected)")
         return real_replay(self, trace, seed)
 
     monkeypatch.setattr(validate_mod.ColocatedBackend, "replay", probe_fails)
@@ -306,11 +323,43 @@ def test_a_failing_serving_probe_is_recorded_and_the_run_goes_on(tmp_path, monke
     assert "probe broke (injected)" in r["probe"]["runs"][0]["serving"]["error"]
     assert r["refreshed"] is None and r["metrics"]["ttft_p50"]["error"] is not None
     assert "serving probe failed (RuntimeError: probe broke" in v._probe_text(r["probe"]["runs"][0])
+    assert "trace probe broke (injected)" in r["probe"]["runs"][0]["trace"]["error"]
+    assert r["refreshed_trace"] is None
+    assert "trace probe failed (RuntimeError: trace probe broke" in v._probe_text(r["probe"]["runs"][0])
     # and none is run when disabled
     (tmp_path / "off").mkdir()
-    off = Validation(config(tmp_path / "off", repeats=1, fractions=(0.3,), serving_probe_requests=0))
+    off = Validation(config(tmp_path / "off", repeats=1, fractions=(0.3,), serving_probe_requests=0,
+                            trace_probe_s=0))
     (r,) = off.run()["results"]
     assert "serving" not in r["probe"]["runs"][0] and r["refreshed"] is None
+    assert "trace" not in r["probe"]["runs"][0] and r["refreshed_trace"] is None
+
+
+def test_trace_probe_takes_the_trace_after_the_validated_requests_at_the_rate():
+    from realexec.validate_plan import TRACE_PROBE_MIN_REQUESTS, trace_probe
+
+    base, _ = base_trace("gamma", 256, num_requests=400, seed=3)
+    scaled = workloads.rescale_rate(base, 2.0)
+    t, info = trace_probe(base, 2.0, 100, 30.0)
+    assert info == {"first_request": 100, "num_requests": len(t), "duration_s": 30.0,
+                    "overlaps_runs": False}
+    # the requests arriving within 30 s of request 100 once the trace runs at 2 req/s
+    want = (scaled.arrival_s >= scaled.arrival_s[100]) & (scaled.arrival_s < scaled.arrival_s[100] + 30)
+    want[100:100 + TRACE_PROBE_MIN_REQUESTS] = True
+    assert len(t) == want.sum() and t.arrival_s[0] == 0.0 and t.name.endswith("-probe")
+    assert (t.prompt_len == base.prompt_len[want]).all()
+    assert (t.output_len == base.output_len[want]).all()
+    assert t.arrival_s == pytest.approx(scaled.arrival_s[want] - scaled.arrival_s[100])
+    # a short window still holds the minimum, and a trace with too few requests left takes
+    # its last ones and says they overlap the runs'
+    short, _ = trace_probe(base, 2.0, 100, 1e-6)
+    assert len(short) == TRACE_PROBE_MIN_REQUESTS
+    end, info = trace_probe(base, 2.0, 399, 1e-6)
+    assert info["first_request"] == 400 - TRACE_PROBE_MIN_REQUESTS and info["overlaps_runs"]
+    with pytest.raises(ValueError, match="duration_s must be > 0, got 0"):
+        trace_probe(base, 2.0, 100, 0)
+    with pytest.raises(ValueError, match="the trace has 3 requests, needs >= 4"):
+        trace_probe(workloads.first_n(base, 3), 2.0, 0, 10.0)
 
 
 def test_serving_probe_load_is_fixed_and_fits_the_context():
@@ -383,4 +432,5 @@ def test_pd_validation_end_to_end(tmp_path):
         assert (folder / f"rate0-{role}-step-speed.yaml").is_file()
     # the serving probe ran through both workers before the run: one speed per worker
     assert set(r["refreshed"]["factors"]) == {"prefill", "decode"}
+    assert set(r["refreshed_trace"]["factors"]) == {"prefill", "decode"}
     assert (folder / "rate0-prefill-refreshed.yaml").is_file()

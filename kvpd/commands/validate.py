@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--serving-probe-requests", type=int, default=16,
                    help="requests of the short fixed load replayed through the real engine "
                    "before each run to re-measure its speed (0: none)")
+    p.add_argument("--trace-probe-s", type=float, default=20.0,
+                   help="seconds of arrivals of the same trace at the same rate (requests after "
+                   "the validated ones) replayed before each run to re-measure its speed (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/validate", help="output folder")
     p.set_defaults(func=run)
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from realexec.validate_report import (
         format_pd_steps,
         format_refreshed,
+        format_refreshed_trace,
         format_table,
         write_report,
     )
@@ -90,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--min-requests must not exceed --max-requests")
     if args.serving_probe_requests < 0:
         raise ValueError(f"--serving-probe-requests must be >= 0, got {args.serving_probe_requests}")
+    if not args.trace_probe_s >= 0:
+        raise ValueError(f"--trace-probe-s must be >= 0 (0: no trace probe), got {args.trace_probe_s}")
     if args.preemption_mode == "swap" and args.num_cpu_blocks < 1:
         raise ValueError("--preemption-mode swap needs --num-cpu-blocks >= 1 (a host KV pool)")
     knobs = RunKnobs(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats, context=args.context, window_s=tuple(args.window_s),
         trace_path=Path(args.trace_path) if args.trace_path else AZURE_CONV, knobs=knobs,
         seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads,
-        serving_probe_requests=args.serving_probe_requests)
+        serving_probe_requests=args.serving_probe_requests, trace_probe_s=args.trace_probe_s)
     if not cfg.calibration.is_file():
         raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
     v = Validation(cfg, progress=lambda m: print(m, flush=True))
@@ -114,5 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print(pd_steps)
     if any(r.get("refreshed") for r in summary["results"]):
         print("\nrefreshed by serving probes:\n" + format_refreshed(summary))
+    if any(r.get("refreshed_trace") for r in summary["results"]):
+        print("\nrefreshed by trace probes:\n" + format_refreshed_trace(summary))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if summary["failures"] else 0
