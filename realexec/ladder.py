@@ -22,9 +22,6 @@ from pathlib import Path
 
 from workloads.shared_traces import azure_conv_path
 
-# The Azure LLM inference trace 2023 (conversation), see its README next to it.
-DEFAULT_TRACE = azure_conv_path()
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-50m", help="built-in name, model dir or config.json")
@@ -36,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=64, help="rungs 1-3 new tokens")
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of rungs 2-6 (2-3 per request, 4-6 per workload); the fastest counts")
-    p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace for rungs 4-6")
+    # the Azure LLM inference trace 2023 (conversation; README beside it), found when the
+    # parser is built, so $KVPD_TRACES_DIR set by then counts
+    p.add_argument("--trace", type=Path, default=azure_conv_path(), help="trace for rungs 4-6")
     p.add_argument("--trace-requests", type=int, default=32, help="first N requests of it")
     p.add_argument("--prompt-scale", type=float, default=0.25, help="scale trace prompt lengths")
     p.add_argument("--max-prompt", type=int, default=512, help="clip trace prompts (tokens)")

@@ -29,7 +29,6 @@ import numpy as np
 
 import workloads
 from realexec.validate_plan import (
-    AZURE_CONV,
     RunKnobs,
     base_trace,
     capacity,
@@ -76,7 +75,7 @@ class ValidateConfig:
     repeats: int = 2
     context: int | None = None  # trace lengths scaled to this (default: max_model_len)
     window_s: tuple[float, float] = (0.0, 180.0)
-    trace_path: Path = AZURE_CONV
+    trace_path: Path | None = None  # the Azure trace (default: `azure_conv_path()` when run)
     knobs: RunKnobs = field(default_factory=RunKnobs)
     seed: int = 0
     device: str | None = None

@@ -16,8 +16,6 @@ import workloads
 from simulator.costparams import CostParams
 from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 
-# The Azure LLM inference trace 2023, conversation (README beside it): smooth, near-Poisson.
-AZURE_CONV = azure_conv_path()
 TRACE_KINDS = ("azure", "gamma")
 MODES = ("colocated", "pd")
 # When a PD run's first token counts (simulator `cluster.pd.first_token`): at the prefill
@@ -64,15 +62,17 @@ def _swap_gb(model_config: dict[str, Any], dtype: str, knobs: RunKnobs) -> float
     return (knobs.num_cpu_blocks + 0.5) * block_bytes / 1e9
 
 
-def base_trace(kind: str, context: int, *, path: Path = AZURE_CONV,
+def base_trace(kind: str, context: int, *, path: Path | None = None,
                window_s: tuple[float, float] = (0.0, 180.0), num_requests: int = 2000,
                seed: int = 0) -> tuple[workloads.Trace, dict[str, Any]]:
     """The trace a validation draws its runs from, and how it was made.
 
-    azure: the `window_s` slice, prompt and output lengths scaled by one factor so that the
-    longest request fits `context` tokens. gamma: `num_requests` of `GAMMA_SPEC` (seeded).
+    azure: the `window_s` slice of the Azure LLM inference trace 2023, conversation (smooth,
+    near-Poisson; `path`, default `azure_conv_path()` at call time), prompt and output
+    lengths scaled by one factor so that the longest request fits `context` tokens. gamma: `num_requests` of `GAMMA_SPEC` (seeded).
     Runs take the first requests of it at a rescaled rate (`run_trace`)."""
     if kind == "azure":
+        path = azure_conv_path() if path is None else path
         if not Path(path).is_file():
             raise FileNotFoundError(f"azure trace not found: {path} (pass its path, e.g. "
                                     f"`--trace-path`, or set {TRACES_DIR_ENV} to its folder)")

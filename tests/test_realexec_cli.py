@@ -48,10 +48,10 @@ def test_kvpd_generate_bad_input_exits_2(capsys):
 
 
 def test_kvpd_bench_ladder_tiny(tmp_path, capsys):
-    from realexec.ladder import DEFAULT_TRACE
+    from workloads.shared_traces import azure_conv_path
 
-    if not DEFAULT_TRACE.exists():
-        pytest.skip(f"shared trace {DEFAULT_TRACE} not present")
+    if not azure_conv_path().exists():
+        pytest.skip(f"shared trace {azure_conv_path()} not present")
     rc = main(["bench", "ladder", "--model", "tiny-llama", "--fixed-requests", "2",
                "--prompt-len", "12", "--max-tokens", "5", "--trace-requests", "6",
                "--max-prompt", "40", "--max-output", "7", "--rate", "500", "--max-batch", "3",

@@ -19,3 +19,22 @@ def test_environment_variable_overrides(monkeypatch, tmp_path):
     monkeypatch.setenv(TRACES_DIR_ENV, str(tmp_path))
     assert traces_dir() == tmp_path
     assert azure_conv_path() == tmp_path / AZURE_CONV_FILE
+
+
+def test_defaults_follow_the_variable_set_after_import(monkeypatch, tmp_path):
+    """`kvpd validate` and the ladder look the trace up when they run, not at import."""
+    import argparse
+
+    import pytest
+
+    from realexec import ladder
+    from realexec.validate import ValidateConfig
+    from realexec.validate_plan import base_trace
+
+    monkeypatch.setenv(TRACES_DIR_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"azure trace not found: {tmp_path}"):
+        base_trace("azure", 128)
+    assert ValidateConfig(calibration=tmp_path / "c.yaml", out=tmp_path).trace_path is None
+    p = argparse.ArgumentParser()
+    ladder.add_arguments(p)
+    assert p.parse_args([]).trace == tmp_path / AZURE_CONV_FILE

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from realexec.validate import ValidateConfig, Validation
-    from realexec.validate_plan import AZURE_CONV, RunKnobs
+    from realexec.validate_plan import RunKnobs
     from realexec.validate_report import (
         format_pd_steps,
         format_refreshed,
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         traces=args.traces, modes=args.modes, fractions=args.fractions, rates=args.rates,
         duration_s=args.duration_s, min_requests=args.min_requests, max_requests=args.max_requests,
         repeats=args.repeats, context=args.context, window_s=tuple(args.window_s),
-        trace_path=Path(args.trace_path) if args.trace_path else AZURE_CONV, knobs=knobs,
+        trace_path=Path(args.trace_path) if args.trace_path else None, knobs=knobs,
         seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads,
         serving_probe_requests=args.serving_probe_requests, trace_probe_s=args.trace_probe_s)
     if not cfg.calibration.is_file():
