@@ -42,7 +42,7 @@ def config(tmp_path: Path, **kw) -> ValidateConfig:
     base = dict(calibration=tiny_calibration(tmp_path / "cal.yaml"), out=tmp_path / "out",
                 model="tiny-llama", traces=("gamma",), modes=("colocated",), fractions=(0.2, 0.6),
                 duration_s=1.0, min_requests=4, max_requests=6, repeats=2, context=96,
-                knobs=KNOBS, capacity_requests=12, threads=1, serving_probe_requests=3,
+                knobs=KNOBS, capacity_requests=24, threads=1, serving_probe_requests=3,
                 trace_probe_s=1.0)
     base.update(kw)
     return ValidateConfig(**base)
@@ -358,8 +358,11 @@ def test_trace_probe_takes_the_trace_after_the_validated_requests_at_the_rate():
     assert info["first_request"] == 400 - TRACE_PROBE_MIN_REQUESTS and info["overlaps_runs"]
     with pytest.raises(ValueError, match="duration_s must be > 0, got 0"):
         trace_probe(base, 2.0, 100, 0)
-    with pytest.raises(ValueError, match="the trace has 3 requests, needs >= 4"):
-        trace_probe(workloads.first_n(base, 3), 2.0, 0, 10.0)
+    with pytest.raises(ValueError, match=r"the trace has 1 request\(s\), needs >= 2"):
+        trace_probe(workloads.first_n(base, 1), 2.0, 0, 10.0)
+    # a trace shorter than the minimum is taken whole
+    whole, info = trace_probe(workloads.first_n(base, 5), 2.0, 3, 1e-6)
+    assert len(whole) == 5 and info["first_request"] == 0 and info["overlaps_runs"]
 
 
 def test_serving_probe_load_is_fixed_and_fits_the_context():
