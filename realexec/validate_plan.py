@@ -106,8 +106,9 @@ def run_trace(base: workloads.Trace, rate: float, num_requests: int) -> workload
     return t.replace(arrival_s=t.arrival_s - t.arrival_s[0])
 
 
-# a speed read from a handful of requests depends on which they were: run 7 of the CPU
-# validation read +5-10% from the 4-5 requests 20 s of azure holds at 0.26 req/s
+# A speed read from a few requests depends on which they were: in run 7 of the CPU
+# validation the 13 requests 20 s of azure held at 0.26 req/s read the engine 5-10% faster
+# than the run's 47 ran. The floor is the serving probe's size (not measured to be enough).
 TRACE_PROBE_MIN_REQUESTS = 16
 
 
