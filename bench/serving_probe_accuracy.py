@@ -6,10 +6,11 @@ priced with the run's host sharing).
 
 VALIDATE_DIR: a `kvpd validate` output folder (validation.json, runs/) from a run with
 serving probes. Each rate's `run_speeds` (one per repeat) are compared with each probe
-taken just before that repeat (the trace probe only where the run had one). Folders written before `run_speeds` was recorded are
-read from the step logs instead: a repeat's steps are those that started between its
-summary.json's modification time minus its `wall_s` and that time (so such a folder must
-not have been copied without keeping times).
+taken just before that repeat (the trace probe only where the run had one). Folders
+written before `run_speeds` was recorded are read from the step logs instead: a repeat's
+steps are those that started between its summary.json's modification time minus its
+`wall_s` and that time (so such a folder must not have been copied without keeping
+times).
 """
 
 from __future__ import annotations

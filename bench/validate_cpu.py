@@ -113,8 +113,9 @@ def main() -> int:
         a, b, c = adj.get(key, none), step_adj.get(key, none), refreshed.get(key, none)
         t = by_trace.get(key, none)
         print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (refreshed by serving probes "
-              f"{c['met']} / {c['checked']}, by trace probes {t['met']} / {t['checked']}; diagnostics: speed-adjusted {a['met']} / "
-              f"{a['checked']}, step-speed {b['met']} / {b['checked']})   "
+              f"{c['met']} / {c['checked']}, by trace probes {t['met']} / {t['checked']}; "
+              f"diagnostics: speed-adjusted {a['met']} / {a['checked']}, step-speed "
+              f"{b['met']} / {b['checked']})   "
               f"missed: {', '.join(d['missed']) or '-'}")
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; files in {args.out}")
     (args.out / "bench.json").write_text(json.dumps(

@@ -69,8 +69,9 @@ def base_trace(kind: str, context: int, *, path: Path | None = None,
 
     azure: the `window_s` slice of the Azure LLM inference trace 2023, conversation (smooth,
     near-Poisson; `path`, default `azure_conv_path()` at call time), prompt and output
-    lengths scaled by one factor so that the longest request fits `context` tokens. gamma: `num_requests` of `GAMMA_SPEC` (seeded).
-    Runs take the first requests of it at a rescaled rate (`run_trace`)."""
+    lengths scaled by one factor so that the longest request fits `context` tokens.
+    gamma: `num_requests` of `GAMMA_SPEC` (seeded). Runs take the first requests of it at a
+    rescaled rate (`run_trace`)."""
     if kind == "azure":
         path = azure_conv_path() if path is None else path
         if not Path(path).is_file():
