@@ -95,7 +95,7 @@ MODES=colocated
 [ "${PD:-0}" = "1" ] && MODES=colocated,pd
 run_stage validate 200 kvpd validate --calibration "$OUT/calibration.yaml" --model "$MODEL" \
     --traces azure --trace-path "$AZURE_TRACE" --modes "$MODES" --fractions 0.3,0.6,0.9 \
-    --duration-s 20 --min-requests 20 --max-requests 600 --repeats 1 \
+    --duration-s 20 --min-requests 20 --max-requests 600 --repeats 1 --trace-probe-s 5 \
     --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_BATCHED" \
     --num-gpu-blocks "$NUM_GPU_BLOCKS" --device "$DEVICE" --out "$OUT/validate"
 status=$?
