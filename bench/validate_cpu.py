@@ -49,10 +49,8 @@ def main() -> int:
     from realexec.validate import ValidateConfig, Validation
     from realexec.validate_plan import RunKnobs
     from realexec.validate_report import (
-        format_adjusted,
-        format_refreshed,
-        format_refreshed_trace,
-        format_step_adjusted,
+        RE_RUNS,
+        format_re_runs,
         format_table,
         targets_summary,
         write_report,
@@ -90,39 +88,23 @@ def main() -> int:
     write_report(cfg, v, summary)
     print("\n== validation (sim vs real)")
     print(format_table(summary))
-    print("\n== diagnostic: simulator re-run at the machine's speed before each rate (probe x CPU share)")
-    print(format_adjusted(summary))
-    print("\n== simulator re-run at the speed serving probes measured through the real engine "
-          "just before each run")
-    print(format_refreshed(summary))
-    print("\n== simulator re-run at the speed trace probes (the same trace, other requests, at the "
-          "same rate) measured through the real engine just before each run")
-    print(format_refreshed_trace(summary))
-    print("\n== diagnostic: simulator re-run at the speed each engine's own steps ran")
-    print(format_step_adjusted(summary))
+    print("\n== simulator re-runs beside the validation\n" + format_re_runs(summary))
     print("\n== targets over under-loaded rates (met / checked)")
     held = cal.summary()["held_median_abs_err"]
     print(f"step-time fit: held-back median |error| {held:.1%} (target < 5%): "
           f"{'met' if held < 0.05 else 'NOT met'}")
-    adj = targets_summary(summary, "adjusted")
-    refreshed = targets_summary(summary, "refreshed")
-    by_trace = targets_summary(summary, "refreshed_trace")
-    step_adj = targets_summary(summary, "step_adjusted")
+    re_runs = {key: (title, targets_summary(summary, key)) for key, title, _ in RE_RUNS}
     none = {"met": 0, "checked": 0}
     for key, d in targets_summary(summary).items():
-        a, b, c = adj.get(key, none), step_adj.get(key, none), refreshed.get(key, none)
-        t = by_trace.get(key, none)
-        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   (refreshed by serving probes "
-              f"{c['met']} / {c['checked']}, by trace probes {t['met']} / {t['checked']}; "
-              f"diagnostics: speed-adjusted {a['met']} / {a['checked']}, step-speed "
-              f"{b['met']} / {b['checked']})   "
+        others = "; ".join(f"{title} {t.get(key, none)['met']} / {t.get(key, none)['checked']}"
+                           for title, t in re_runs.values())
+        print(f"{key:16s} {d['met']:3d} / {d['checked']:3d}   ({others})   "
               f"missed: {', '.join(d['missed']) or '-'}")
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; files in {args.out}")
     (args.out / "bench.json").write_text(json.dumps(
         {"calibration": cal.summary(), "per_kind": cal.per_kind,
-         "targets": targets_summary(summary), "targets_adjusted": adj,
-         "targets_refreshed": refreshed, "targets_refreshed_trace": by_trace,
-         "targets_step_adjusted": step_adj}, indent=2, default=float))
+         "targets": targets_summary(summary),
+         **{f"targets_{key}": t for key, (_, t) in re_runs.items()}}, indent=2, default=float))
     return 0
 
 

@@ -452,8 +452,7 @@ class Validation:
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
-            "refreshed_trace": self._refreshed(run, folder / f"rate{run.index}", "trace",
-                                               "refreshed-trace"),
+            "refreshed_trace": self._refreshed(run, folder / f"rate{run.index}", "trace"),
             "step_adjusted": self._step_adjusted(run.scenario, run.reals,
                                                  factors_from_errors(step_error, by_role),
                                                  folder / f"rate{run.index}"),
@@ -557,8 +556,7 @@ class Validation:
         return {"factors": factors, "wall_s": time.perf_counter() - t0,
                 "num_steps": sum(len(v) for v in backend.steps.values())}
 
-    def _refreshed(self, run: _RateRun, stem: Path, probe: str = "serving",
-                   tag: str = "refreshed") -> dict[str, Any] | None:
+    def _refreshed(self, run: _RateRun, stem: Path, probe: str = "serving") -> dict[str, Any] | None:
         """The simulator re-run with each engine's device at the speed the `probe` probes
         ("serving" or "trace") before this rate's runs measured (mean over the probes): the
         calibration's speed refreshed in serving conditions just before the runs, from other
@@ -568,6 +566,7 @@ class Validation:
         if not got:
             return None
         factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
+        tag = "refreshed" if probe == "serving" else f"refreshed-{probe}"
         sim = simulate(self._rescaled(run.scenario, factors, stem, tag))
         return {"factors": factors, "num_probes": len(got),
                 "metrics": compare(run.reals, sim.summary)}

@@ -172,6 +172,19 @@ def format_step_adjusted(summary: dict[str, Any]) -> str:
         "diagnostic, not the validation)")
 
 
+# The simulator re-runs reported beside the validation: result key, title, table.
+RE_RUNS = (("adjusted", "speed-adjusted diagnostic", format_adjusted),
+           ("refreshed", "refreshed by serving probes", format_refreshed),
+           ("refreshed_trace", "refreshed by trace probes", format_refreshed_trace),
+           ("step_adjusted", "step-speed diagnostic", format_step_adjusted))
+
+
+def format_re_runs(summary: dict[str, Any], keys: tuple[str, ...] | None = None) -> str:
+    """The `RE_RUNS` tables (those named in `keys`, default all), each under its title."""
+    return "\n\n".join(f"{title}:\n{table(summary)}" for key, title, table in RE_RUNS
+                       if keys is None or key in keys)
+
+
 def format_table(summary: dict[str, Any]) -> str:
     """One row per (trace, mode, rate): signed error (sim - real) / real per metric, with the
     real runs' spread (half range / mean) after ±; * marks a missed target."""
@@ -321,19 +334,13 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
     summary = {**summary, "targets": targets_summary(summary),
-               "targets_adjusted": targets_summary(summary, "adjusted"),
-               "targets_refreshed": targets_summary(summary, "refreshed"),
-               "targets_refreshed_trace": targets_summary(summary, "refreshed_trace"),
-               "targets_step_adjusted": targets_summary(summary, "step_adjusted"),
+               **{f"targets_{key}": targets_summary(summary, key) for key, _, _ in RE_RUNS},
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     pd_steps = format_pd_steps(summary)
     by_kind = format_steps_by_kind(summary)
     (out / "validation.txt").write_text(
-        format_table(summary) + "\n\nspeed-adjusted diagnostic:\n" + format_adjusted(summary)
-        + "\n\nrefreshed by serving probes:\n" + format_refreshed(summary)
-        + "\n\nrefreshed by trace probes:\n" + format_refreshed_trace(summary)
-        + "\n\nstep-speed diagnostic:\n" + format_step_adjusted(summary)
+        format_table(summary) + "\n\n" + format_re_runs(summary)
         + "\n" + (f"\n{by_kind}\n" if by_kind else "") + (f"\n{pd_steps}\n" if pd_steps else ""))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

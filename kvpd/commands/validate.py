@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from realexec.validate_plan import RunKnobs
     from realexec.validate_report import (
         format_pd_steps,
-        format_refreshed,
-        format_refreshed_trace,
+        format_re_runs,
         format_table,
         write_report,
     )
@@ -118,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_table({**summary}))
     if pd_steps := format_pd_steps(summary):
         print(pd_steps)
-    if any(r.get("refreshed") for r in summary["results"]):
-        print("\nrefreshed by serving probes:\n" + format_refreshed(summary))
-    if any(r.get("refreshed_trace") for r in summary["results"]):
-        print("\nrefreshed by trace probes:\n" + format_refreshed_trace(summary))
+    refreshed = tuple(k for k in ("refreshed", "refreshed_trace")
+                      if any(r.get(k) for r in summary["results"]))
+    if refreshed:
+        print("\n" + format_re_runs(summary, refreshed))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if summary["failures"] else 0
