@@ -602,13 +602,13 @@ class Validation:
         time / factor; links unchanged), its calibration written to `path`."""
         import dataclasses
 
+        from simulator.costparams import OVERHEAD_FIELDS
+
         p = self.params
         hw = dict(p.extra.get("hardware") or {})
         hw.update(base=p.device, name=p.device, fp32_tflops_scale=factor,
                   bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
-        scaled = dataclasses.replace(p, step_overhead_s=p.step_overhead_s / factor,
-                                     layer_overhead_s=p.layer_overhead_s / factor,
-                                     token_overhead_s=p.token_overhead_s / factor,
+        scaled = dataclasses.replace(p, **{f: getattr(p, f) / factor for f in OVERHEAD_FIELDS},
                                      extra={**p.extra, "hardware": hw})
         scaled.save(str(path))
         return {**hw, "calibration": str(path.resolve())}

@@ -4,8 +4,8 @@ The fit (`scipy.optimize.least_squares`, soft-L1 loss on relative errors, a few 
 starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads (seconds,
 >= 0) so that `CostModel.step_time` matches the measured medians of the step kinds
 (`prefill`, `chunk`, `decode`, `mixed`). The fit includes the executor-behaviour terms
-`decode_padding` and `overlap` (fractions in [0, 1]) and `gemv_memory_efficiency` (one-row
-GEMMs), and chooses `gemm_row_passes_below`
+`decode_padding` and `overlap` (fractions in [0, 1]), `gemv_memory_efficiency` (one-row
+GEMMs) and `decode_attn_overhead_s` (decode attention's set-up per layer), and chooses `gemm_row_passes_below`
 from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms at their roofline defaults
 is reported beside it (`extra.fit.roofline_only`). A profile with fewer than
 `POINTS_PER_PARAM` x `len(FREE_FIELDS)` fitting points keeps those terms at their defaults
@@ -52,7 +52,7 @@ STATISTICS = ("median", "mean", "cpu")
 FREE_FIELDS = tuple(f for f in CostParams.FIT_FIELDS if f not in HELD_FIELDS)
 # executor terms: fitted with enough points, else (and in the "roofline only" comparison)
 # at their roofline values (GEMV streams as GEMM)
-EXECUTOR_FIELDS = (*BEHAVIOUR_FIELDS, "gemv_memory_efficiency")
+EXECUTOR_FIELDS = (*BEHAVIOUR_FIELDS, "gemv_memory_efficiency", "decode_attn_overhead_s")
 ROOFLINE_FIELDS = tuple(f for f in FREE_FIELDS if f not in EXECUTOR_FIELDS)
 # `gemm_row_passes_below` candidates: off, or MKL's small-M behaviour (measured on the CPU
 # executor: linears of 2 or 3 rows cost 1.8x / 2.7x one row, 4+ rows run as one GEMM).
@@ -60,7 +60,7 @@ ROW_PASS_CHOICES = (0, 4)
 POINTS_PER_PARAM = 2  # fitting points needed per free parameter (an over-determined fit)
 # Typical magnitudes (efficiency: a fraction; overheads: s) so that the solver's steps
 # are comparable across parameters.
-_X_SCALE = {"step_overhead_s": 1e-3, "token_overhead_s": 1e-5}
+_X_SCALE = {"step_overhead_s": 1e-3, "token_overhead_s": 1e-5, "decode_attn_overhead_s": 1e-4}
 _NUM_STARTS = 4  # defaults + 3 seeded random starts (the roofline max() is not convex)
 
 
@@ -108,7 +108,8 @@ class Calibration:
         p = self.params
         lines.append(f"executor terms: decode_padding {p.decode_padding:.2f}, overlap "
                      f"{p.overlap:.2f}, gemv_memory_efficiency {p.gemv_memory_efficiency:.2f} "
-                     f"(GEMM {p.gemm_memory_efficiency:.2f}), gemm_row_passes_below "
+                     f"(GEMM {p.gemm_memory_efficiency:.2f}), decode_attn_overhead_s "
+                     f"{p.decode_attn_overhead_s * 1e6:.0f} us, gemm_row_passes_below "
                      f"{p.gemm_row_passes_below}"
                      + ("" if self.roofline_only else " (held: too few points to fit them)"))
         if self.roofline_only:

@@ -15,14 +15,15 @@ overheads. Per layer and per tensor-parallel rank:
   as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step and per token) and
   `layer_overhead`.
 
-Four `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
+Five `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
 the ideal, i.e. GPU estimates are unchanged; `kvpd calibrate` fits them on a CPU):
 `overlap` (each roofline operator takes max(c, m) + (1 - overlap) x min(c, m)),
 `decode_padding` (decode attention over sum_ctx + p x (decodes x max_decode_context - sum_ctx)
-KV tokens, as a padded batched kernel), `gemv_memory_efficiency` (one-row GEMMs: the linears
-of a one-token step, the LM head of a one-request step) and `gemm_row_passes_below` (the
-per-layer linears of a step with 1 < tokens < that value run as one GEMV pass per token, as
-fp32 MKL does for small M).
+KV tokens, as a padded batched kernel), `decode_attn_overhead_s` (fixed seconds per layer
+of a step with decodes: setting up the batched decode attention), `gemv_memory_efficiency`
+(one-row GEMMs: the linears of a one-token step, the LM head of a one-request step) and
+`gemm_row_passes_below` (the per-layer linears of a step with 1 < tokens < that value run
+as one GEMV pass per token, as fp32 MKL does for small M).
 
 A calibration may add measured size factors (`CostParams.linear_token_factors`,
 `lm_head_row_factors`): the linears of a step of T tokens and the LM head of R requests
@@ -163,6 +164,7 @@ class CostModel:
             (raw["mlp"][1] * (k if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
             lm[1] * rate["gemv_m"],
             p.linear_token_factors, p.lm_head_row_factors,
+            L * p.decode_attn_overhead_s,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last}
 
@@ -209,7 +211,7 @@ class CostModel:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
-         qv, ovv, mv, lmv, lin_f, head_f) = fast
+         qv, ovv, mv, lmv, lin_f, head_f, dovh) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -233,9 +235,10 @@ class CostModel:
         a = P * ac
         b = Pctx * akv + Tp * aq
         t += a + ov * b if a > b else b + ov * a
-        a = Dctx * ac
-        b = Dctx * akv + Rd * aq
-        t += a + ov * b if a > b else b + ov * a
+        if Rd:  # decode attention: fixed set-up, then its KV reads
+            a = Dctx * ac
+            b = Dctx * akv + Rd * aq
+            t += dovh + (a + ov * b if a > b else b + ov * a)
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = R * lc

@@ -54,8 +54,11 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     fa, kv_ctx, per_new = raw["attn"]
     if Tp or Pctx:
         ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am, ov))
-    if Rd or Dctx:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
+    if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am, ov))
+        if p.decode_attn_overhead_s:
+            ops.append(OpCost("attn_decode_setup", 0.0, 0.0,
+                              raw["layers"] * p.decode_attn_overhead_s, "overhead"))
     fl, wb, act = raw["o_proj"]
     ops.append(linear("o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]

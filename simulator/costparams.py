@@ -19,7 +19,8 @@ import yaml
 EFFICIENCY_FIELDS = ("gemm_compute_efficiency", "gemm_memory_efficiency",
                      "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency",
                      "gemv_memory_efficiency")
-OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s")
+OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
+                   "decode_attn_overhead_s")
 # Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
@@ -66,6 +67,13 @@ class CostParams:
     # Host-side work per scheduled token (position/slot-mapping tensors, detokenising):
     # ~0.1 us per token in numpy (order of magnitude, calibrated per device).
     token_overhead_s: float = 1e-7
+    # Fixed seconds per layer of a step that has decodes, whatever their number and
+    # contexts: setting up the batched decode attention (the CPU executor builds a gather,
+    # a mask and one SDPA call per layer, realexec/attention.py). 0: fused paged kernels,
+    # whose launch is in layer_overhead_s. Fitted by `kvpd calibrate`. This CPU, llama-50m:
+    # the profile's decode steps at a 32-token context took 0.8-2 ms more than their KV
+    # reads explain, and the fit without this term priced them 4-8% low.
+    decode_attn_overhead_s: float = 0.0
     # Padded decode attention: a batched decode kernel that gathers every decode's KV padded to
     # the longest decode context of the step (the real CPU executor: KV gather + one batched
     # SDPA, realexec/attention.py) reads and multiplies sum_ctx + p x (decodes x max_ctx -

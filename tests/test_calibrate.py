@@ -25,7 +25,7 @@ TRUE = CostParams(gemm_compute_efficiency=0.3, gemm_memory_efficiency=0.4,
 # the CPU executor's behaviour (issue 8): padded decode attention, partial overlap, MKL's
 # faster GEMV and small-M GEMMs as GEMV passes
 TRUE_CPU = dataclasses.replace(TRUE, decode_padding=0.7, overlap=0.5, gemm_row_passes_below=4,
-                               gemv_memory_efficiency=0.7)
+                               gemv_memory_efficiency=0.7, decode_attn_overhead_s=2e-4)
 
 
 def _shapes() -> list[tuple[str, BatchShape]]:
@@ -97,6 +97,7 @@ def test_fit_recovers_a_synthetic_profile(tmp_path):
     # a roofline profile needs none of the executor terms
     assert cal.params.gemm_row_passes_below == 0
     assert cal.params.decode_padding < 0.15 and cal.params.overlap > 0.85
+    assert cal.params.decode_attn_overhead_s < 1e-5
     assert cal.params.gemv_memory_efficiency == pytest.approx(0.4, rel=0.1)
     # physics bounds hold
     for f in FREE_FIELDS:
@@ -114,6 +115,7 @@ def test_fit_recovers_the_executor_terms(tmp_path):
     assert p.decode_padding == pytest.approx(0.7, abs=0.1)
     assert p.overlap == pytest.approx(0.5, abs=0.1)
     assert p.gemv_memory_efficiency == pytest.approx(0.7, rel=0.1)
+    assert p.decode_attn_overhead_s == pytest.approx(2e-4, rel=0.25)
     assert cal.summary()["held_median_abs_err"] < 0.02
     # without them the same fit is clearly worse, and the report says so
     assert cal.roofline_only["mape_held"] > 2 * cal.summary()["held_mape"]
@@ -187,9 +189,10 @@ def test_too_few_points_says_how_many_more(tmp_path):
 
 def test_a_small_profile_keeps_the_executor_terms_at_the_roofline(tmp_path):
     path = synthetic_profile(tmp_path, params=TRUE_CPU, shapes=_shapes()[:18], swap=False)
-    cal = calibrate(path)  # 13 fitting points: enough for 6 parameters, not for 8
+    cal = calibrate(path)  # 13 fitting points: enough for 6 parameters, not for 9
     p = cal.params
     assert (p.decode_padding, p.overlap, p.gemm_row_passes_below) == (0.0, 1.0, 0)
+    assert p.decode_attn_overhead_s == 0.0
     assert "decode_padding" not in cal.params.extra["fit"]["free"]
     assert "held: too few points" in cal.format_table() and not cal.roofline_only
 

@@ -1,5 +1,5 @@
 """The executor-behaviour CostParams (decode_padding, overlap, gemv_memory_efficiency,
-gemm_row_passes_below): each
+gemm_row_passes_below, decode_attn_overhead_s): each
 does what its docstring says, defaults are the plain roofline, and the fast paths
 (step_time, decode_run_times) agree with explain()."""
 
@@ -16,7 +16,8 @@ from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
 from simulator.costparams import CostParams
 
-CPU = CostParams(decode_padding=0.6, overlap=0.4, gemm_row_passes_below=4)
+CPU = CostParams(decode_padding=0.6, overlap=0.4, gemm_row_passes_below=4,
+                 decode_attn_overhead_s=2e-4)
 CONFIGS = [("gpt2", "cpu", "fp32", 1, 1), ("llama-3-8b", "h100-sxm", "bf16", 1, 1),
            ("llama-3-70b", "h100-sxm", "bf16", 4, 2), ("mixtral-8x7b", "mi300x", "fp8", 1, 2)]
 
@@ -29,6 +30,7 @@ def _cm(params: CostParams, cfg=CONFIGS[0]) -> CostModel:
 def test_defaults_are_the_roofline() -> None:
     p = CostParams()
     assert (p.decode_padding, p.overlap, p.gemm_row_passes_below) == (0.0, 1.0, 0)
+    assert p.decode_attn_overhead_s == 0.0
     shape = BatchShape.from_lists([1, 1, 1, 200], [10, 900, 50, 0])
     for cfg in CONFIGS:
         br = _cm(CostParams(), cfg).explain(shape)
@@ -48,6 +50,21 @@ def test_full_padding_reads_every_decode_at_the_longest_context() -> None:
     assert half == 963 + 0.5 * (3 * 901 - 963)
     # a uniform batch has nothing to pad
     assert cm.step_time(padded) == _cm(CostParams()).step_time(padded)
+
+
+def test_decode_attention_setup_is_paid_once_per_layer_by_steps_with_decodes() -> None:
+    with_setup = _cm(CostParams(decode_attn_overhead_s=3e-4))
+    plain = _cm(CostParams())
+    layers = with_setup.model.num_layers
+    for news, ctxs in (([1], [10]), ([1] * 40, [700] * 40), ([1, 1, 64], [5, 900, 0])):
+        shape = BatchShape.from_lists(news, ctxs)
+        assert with_setup.step_time(shape) == pytest.approx(
+            plain.step_time(shape) + layers * 3e-4, rel=1e-12)
+        setup = [op for op in with_setup.explain(shape).ops if op.name == "attn_decode_setup"]
+        assert [op.time_s for op in setup] == [pytest.approx(layers * 3e-4)]
+    for news, ctxs in (([64], [0]), ([32, 16], [100, 0])):  # prompts only: no decode call
+        shape = BatchShape.from_lists(news, ctxs)
+        assert with_setup.step_time(shape) == plain.step_time(shape)
 
 
 def test_overlap_adds_the_hidden_share_of_each_operator() -> None:
@@ -109,10 +126,12 @@ def test_older_calibration_files_read_gemv_as_gemm(tmp_path) -> None:
 @given(news=st.lists(st.one_of(st.just(1), st.integers(1, 400)), min_size=1, max_size=30),
        ctxs=st.lists(st.integers(0, 5000), min_size=30, max_size=30),
        pad=st.floats(0, 1), ov=st.floats(0, 1), below=st.sampled_from([0, 4, 64]),
-       gemv=st.floats(0.01, 1), cfg=st.sampled_from(CONFIGS))
-def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, gemv, cfg) -> None:
+       gemv=st.floats(0.01, 1), setup=st.sampled_from([0.0, 1e-5, 3e-4]),
+       cfg=st.sampled_from(CONFIGS))
+def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, gemv, setup,
+                                                 cfg) -> None:
     cm = _cm(CostParams(decode_padding=pad, overlap=ov, gemm_row_passes_below=below,
-                        gemv_memory_efficiency=gemv), cfg)
+                        gemv_memory_efficiency=gemv, decode_attn_overhead_s=setup), cfg)
     shape = BatchShape.from_lists(news, ctxs[: len(news)])
     assert cm.explain(shape).total_s == pytest.approx(cm.step_time(shape), rel=1e-12)
 
@@ -135,5 +154,6 @@ def test_the_terms_only_slow_a_step() -> None:
     single = BatchShape.from_lists([1], [300])
     assert _cm(CostParams(gemv_memory_efficiency=0.5)).step_time(single) > \
         _cm(CostParams()).step_time(single)
-    for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 128}):
+    for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 128},
+                   {"decode_attn_overhead_s": 1e-4}):
         assert _cm(dataclasses.replace(CostParams(), **change)).step_time(shape) > base

@@ -192,17 +192,22 @@ def test_report_files(done):
 
 def test_scaled_hardware_scales_every_step_time(done, tmp_path):
     """The diagnostics' device at factor f takes 1/f of the calibrated time on any step."""
+    import copy
+    import dataclasses
+
     from simulator.cluster import resolve_hardware
     from simulator.core.batch_shape import BatchShape
     from simulator.costmodel import CostModel
     from simulator.models import ModelSpec
     from simulator.scenario import scenario_from_dict
 
-    _, v, _ = done
+    v = copy.copy(done[1])  # every overhead non-zero, so that each is checked
+    v.params = dataclasses.replace(v.params, step_overhead_s=2e-3, layer_overhead_s=3e-5,
+                                   token_overhead_s=1e-6, decode_attn_overhead_s=2e-4)
     sc = scenario_from_dict({"model": v.model_config, "hardware": "a100-80gb",
                              "workload": {"synthetic": {"num_requests": 1}}})
     model = ModelSpec.from_hf_config(v.model_config, name="tiny-llama")
-    base = v.cost_model
+    base = v._cost_model()
     spec = v._scaled_hardware(0.8, tmp_path / "slow.yaml")
     acc, params = resolve_hardware(spec, sc)
     slow = CostModel(model, acc, "fp32", params=params)
