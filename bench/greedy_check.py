@@ -23,22 +23,12 @@ import random
 import sys
 import time
 
-import torch
-
 from realexec import LLM, SamplingParams
+from realexec.hf_reference import hf_greedy
 from realexec.model_loader import load_model
 
 FAMILIES = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2")
 LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 31, 32, 47, 64, 90)
-
-
-def hf_greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
-    dev = model.device
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt], device=dev),
-                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=dev),
-                             do_sample=False, max_new_tokens=max_tokens, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 def check(name: str, dtype: str, device: str, seed: int) -> dict:

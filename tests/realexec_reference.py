@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from realexec.hf_reference import hf_greedy
 from realexec.model_loader import load_model
 
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2"]
@@ -22,13 +23,7 @@ def hf_model(name: str):
 
 @functools.lru_cache(maxsize=4096)
 def _reference(name: str, prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
-    model = hf_model(name)
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            do_sample=False, max_new_tokens=max_tokens, pad_token_id=0,
-        )
-    return tuple(out[0, len(prompt):].tolist())
+    return tuple(hf_greedy(hf_model(name), list(prompt), max_tokens))
 
 
 def reference(name: str, prompt: list[int], max_tokens: int) -> list[int]:
