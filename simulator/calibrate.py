@@ -5,9 +5,9 @@ starts) adjusts the `CostParams` efficiencies (bounded to (0, 1]) and overheads 
 >= 0) so that `CostModel.step_time` matches the measured medians of the step kinds
 (`prefill`, `chunk`, `decode`, `mixed`). The fit includes the executor-behaviour terms
 `decode_padding` and `overlap` (fractions in [0, 1]), `gemv_memory_efficiency` (one-row
-GEMMs) and `decode_attn_overhead_s` (decode attention's set-up per layer), and chooses `gemm_row_passes_below`
-from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms at their roofline defaults
-is reported beside it (`extra.fit.roofline_only`). A profile with fewer than
+GEMMs) and `decode_attn_overhead_s` (decode attention's set-up per layer), and chooses
+`gemm_row_passes_below` from `ROW_PASS_CHOICES` by fit cost; the same fit with those terms
+at their roofline defaults is reported beside it (`extra.fit.roofline_only`). A profile with fewer than
 `POINTS_PER_PARAM` x `len(FREE_FIELDS)` fitting points keeps those terms at their defaults
 and fits the roofline parameters only. Two parameters are held, because one
 single-device profile of one model cannot tell them apart from others:
