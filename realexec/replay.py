@@ -212,9 +212,12 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
         ann = {"replica": r.decode_worker or r.worker, "kv_transfer_s": kv.get("transfer_s"),
                "kv_transfer_bytes": kv.get("bytes"), "kv_lost": bool(kv.get("lost")),
                "step_s": r.step_s}
-        out.append(_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
+        arrival_s = r.t_submit - t0
+        # queueing = the wait in the queue of the worker that ran its prompt
+        first_scheduled = None if r.queued_s is None else arrival_s + r.queued_s
+        out.append(_record(i, prompts[i], int(outs[i]), arrival_s, r.token_ids,
                            [t - t0 for t in r.token_times], r.finish_reason, r.error,
-                           r.num_cached_tokens, None, ann, r.num_preemptions))
+                           r.num_cached_tokens, first_scheduled, ann, r.num_preemptions))
     stats = [w["stats"] for w in client.workers_status().values()]
     prefill = [s for n, s in zip(client.workers_status(), stats) if not n.startswith("decode")]
     extra = {"kv_peak_usage": max((s.get("kv_peak_usage", 0.0) for s in stats), default=0.0),

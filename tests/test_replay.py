@@ -156,6 +156,26 @@ def test_engine_and_http_replays_keep_each_requests_preemptions():
     assert plain["kvpd"] == {"num_preemptions": 0}  # alone in the pool: never preempted
 
 
+def test_engine_replay_records_the_wait_in_the_workers_queue():
+    """Through the ZMQ front end a request's `queueing_s` is its wait in the worker's queue,
+    which the worker reports with its first tokens: with room for two sequences, a burst of
+    six runs two at a time, so the last ones wait for earlier ones to finish."""
+    from realexec.client import EngineClient
+
+    trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
+                            output_len=np.full(6, 16), name="burst")
+    cfg = tiny_config(llm_kwargs={**TINY_KWARGS, "max_num_seqs": 2})
+    with EngineClient(cfg) as client:
+        res = replay(trace, "engine", client=client, seed=1)
+    q, ttft, e2e = (res.records[k] for k in ("queueing_s", "ttft_s", "e2e_s"))
+    assert res.summary["requests"]["finished"] == 6
+    assert np.isfinite(q).all() and (q >= 0).all()
+    assert (q <= ttft).all()  # queued, then the prompt step, then the first token
+    first_two = np.sort(e2e)[:2]
+    assert np.sort(q)[-2:].min() >= 0.5 * first_two.min()  # the last two waited for a slot
+    assert res.summary["queueing_s"]["p50"] is not None
+
+
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
     path = workloads.write_trace(_trace(), tmp_path / "t.csv")
     assert kvpd_main(["replay", str(path), "--target", "tpu"]) == 2
@@ -186,6 +206,7 @@ def test_replay_over_engine_pd_and_http_gives_the_inproc_tokens(tmp_path):
         res = replay(trace, "pd:1:1", client=client, seed=2)
     assert res.outputs == want
     assert res.summary["kv_transfer"]["count"] == 5 and res.summary["kv_transfer"]["lost"] == 0
+    assert np.isfinite(res.records["queueing_s"]).all()  # the prefill worker's queue
     assert np.isfinite(res.records["kv_transfer_s"]).all()
     assert (res.records["kv_transfer_bytes"] > 0).all()
     res.write(tmp_path, records="csv")

@@ -410,6 +410,22 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
     assert speed_factors({"prefill": pre, "decode": []}, cm) is None
 
 
+def test_a_real_queue_that_keeps_growing_marks_the_rate_over_loaded():
+    """`_queue_growing`: the last third of arrivals waited (median) over twice as long as the
+    first third and over half a second; records without queueing (NaN) say nothing."""
+    arrival = np.arange(30.0)
+    growing = {"arrival_s": arrival, "queueing_s": arrival * 0.1}
+    assert validate_mod._queue_growing(growing)
+    flat = {"arrival_s": arrival, "queueing_s": np.full(30, 0.8)}
+    assert not validate_mod._queue_growing(flat)
+    slow_but_short = {"arrival_s": arrival, "queueing_s": arrival * 0.01}  # 0.25 s at most
+    assert not validate_mod._queue_growing(slow_but_short)
+    unknown = {"arrival_s": arrival, "queueing_s": np.full(30, np.nan)}
+    assert not validate_mod._queue_growing(unknown)
+    shuffled = np.random.default_rng(0).permutation(30)  # read in arrival order
+    assert validate_mod._queue_growing({k: v[shuffled] for k, v in growing.items()})
+
+
 @pytest.mark.slow
 def test_pd_validation_end_to_end(tmp_path):
     cfg = config(tmp_path, modes=("pd",), fractions=(0.3,), repeats=1)
@@ -423,6 +439,10 @@ def test_pd_validation_end_to_end(tmp_path):
     folder = cfg.out / "runs" / "gamma-pd"
     sim = json.loads((folder / "rate0-sim" / "summary.json").read_text())
     assert [c["role"] for c in sim["cluster"]] == ["prefill", "decode"]
+    # the real PD run knows each request's wait in the prefill worker's queue, so a growing
+    # real queue can mark a rate over-loaded
+    real = json.loads((folder / "rate0-real0" / "summary.json").read_text())
+    assert real["queueing_s"]["p50"] is not None and real["queueing_s"]["p50"] >= 0
     # the cost model was checked on both workers' own steps, with host sharing
     roles = r["step_error_by_role"]
     assert set(roles) == {"prefill", "decode"}
