@@ -11,6 +11,11 @@ written before `run_speeds` was recorded are read from the step logs instead: a 
 steps are those that started between its summary.json's modification time minus its
 `wall_s` and that time (so such a folder must not have been copied without keeping
 times).
+
+It also scores two estimators built from the same stored probes, to see whether a better
+use of them would foretell the runs better: the mean of a probe and up to `PAST` probes
+before it on the same engine (still taken before the run), and the mean of the probes just
+before and just after the run (a bracket; not a forecast).
 """
 
 from __future__ import annotations
@@ -54,6 +59,37 @@ def _speeds_from_logs(vdir: Path, result: dict, index: int, cost_model) -> list[
     return out
 
 
+PAST = 3  # earlier probes averaged into the "recent" estimator
+
+
+def _score(diffs: dict[str, list[float]], title: str) -> None:
+    print(f"\n{title}")
+    for k, d in diffs.items():
+        a = np.array(d)
+        print(f"  {k:32s} {a.size:3d} runs: mean {a.mean():+.1%}, mean |error| "
+              f"{np.abs(a).mean():.1%}, worst {np.abs(a).max():.1%}")
+
+
+def _estimators(seq: list[tuple[str, dict | None, dict | None]]) -> dict[str, dict]:
+    """Errors of the "recent" and "bracket" estimators over `seq`, the runs in the order
+    they ran: (group, the probe's factors before the run, the run's own speeds); probes
+    are averaged only within a group (an engine, or an engine on one trace)."""
+    recent: dict[str, list[float]] = {}
+    bracket: dict[str, list[float]] = {}
+    for i, (group, probe, run) in enumerate(seq):
+        if not probe or not run:
+            continue
+        same = [j for j in range(len(seq)) if seq[j][0] == group and seq[j][1]]
+        pos = same.index(i)
+        for k in probe:
+            past = [seq[j][1][k] for j in same[max(0, pos - PAST):pos + 1] if k in seq[j][1]]
+            recent.setdefault(f"{group} {k}", []).append(float(np.mean(past)) / run[k] - 1)
+            after = seq[i + 1][1] if i + 1 < len(seq) and seq[i + 1][0] == group else None
+            if after and k in after:
+                bracket.setdefault(f"{group} {k}", []).append((probe[k] + after[k]) / 2 / run[k] - 1)
+    return {"recent": recent, "bracket": bracket}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)
@@ -62,7 +98,14 @@ def main() -> None:
     data = json.loads((vdir / "validation.json").read_text())
     cost_model = None
     diffs: dict[str, list[float]] = {}
+    # (block, repeat, rate index, kind) -> (group, probe factors, run speeds): `kvpd validate`
+    # runs one trace and mode after another, and within them the repeats round the rates
+    # (rate 0, 1, 2, then 0, 1, 2 again), so that is the order the probes were taken in
+    ran: dict[tuple[int, int, int, str], tuple[str, dict | None, dict | None]] = {}
+    blocks: list[tuple[str, str]] = []
     for r in data["results"]:
+        if (r["trace"], r["mode"]) not in blocks:
+            blocks.append((r["trace"], r["mode"]))
         speeds = r.get("run_speeds")
         if speeds is None:
             same = [x for x in data["results"] if (x["trace"], x["mode"]) == (r["trace"], r["mode"])]
@@ -71,6 +114,11 @@ def main() -> None:
         for rep, (probe, run) in enumerate(zip(r["probe"]["runs"], speeds)):
             for kind in ("serving", "trace"):
                 pf = (probe.get(kind) or {}).get("factors")
+                # a trace probe's mix is its trace's: average it only within that trace
+                group = r["mode"] if kind == "serving" else f"{r['trace']} {r['mode']}"
+                block = blocks.index((r["trace"], r["mode"]))
+                same = [x for x in data["results"] if (x["trace"], x["mode"]) == blocks[block]]
+                ran[(block, rep, same.index(r), kind)] = (group, pf, run)
                 if not pf or not run:
                     continue
                 cells = []
@@ -80,11 +128,15 @@ def main() -> None:
                     cells.append(f"{k}: probe {f:.3f} run {run[k]:.3f} ({d:+.1%})")
                 print(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} run {rep} {kind:7s}  "
                       + "  ".join(cells))
-    print("\nprobe / run - 1 over the runs (the probe's error in foretelling the run's step speed):")
-    for k, d in diffs.items():
-        a = np.array(d)
-        print(f"  {k:32s} {a.size:3d} runs: mean {a.mean():+.1%}, mean |error| "
-              f"{np.abs(a).mean():.1%}, worst {np.abs(a).max():.1%}")
+    _score(diffs, "probe / run - 1 over the runs (the probe's error in foretelling the run's step speed):")
+    for kind in ("serving", "trace"):
+        est = _estimators([v for key, v in sorted(ran.items()) if key[3] == kind])
+        if est["recent"]:
+            _score(est["recent"], f"{kind} probes: the mean of the probe before the run and up to "
+                   f"{PAST} before it on the same engine{' and trace' if kind == 'trace' else ''}:")
+        if est["bracket"]:
+            _score(est["bracket"], f"{kind} probes: the mean of the probes just before and just "
+                   "after the run (a bracket, not a forecast):")
 
 
 if __name__ == "__main__":
