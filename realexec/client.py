@@ -304,8 +304,8 @@ class EngineClient:
             return
         if "cached" in item:
             req.num_cached_tokens = int(item["cached"])
-        if "queued" in item and req.queued_s is None:
-            req.queued_s = float(item["queued"])
+        if "sched_age" in item and req.first_scheduled is None:
+            req.first_scheduled = max(req.t_submit, now - float(item["sched_age"]))
         if item.get("kv"):
             req.kv.update(item["kv"])
         req.num_preemptions += int(item.get("pre") or 0)

@@ -47,9 +47,10 @@ class ClientRequest:
     stop_reason: str | None = None
     error: str | None = None
     num_cached_tokens: int = 0
-    # s from its arrival at the worker that ran its prompt to its first step there (the
-    # worker's clock; excludes the ~0.1-1 ms from the client to that worker)
-    queued_s: float | None = None
+    # when the first step of the worker that ran its prompt began, in this client's clock:
+    # the client's receipt of the first tokens minus how long before that the worker says
+    # the step began (a duration, so the clocks need not agree)
+    first_scheduled: float | None = None
     num_preemptions: int = 0  # summed over the workers it ran on (reported when it left each)
     worker: str = ""  # the worker holding it now
     prefill_worker: str = ""

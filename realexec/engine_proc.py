@@ -251,8 +251,8 @@ class EngineLoop:
             item: dict[str, Any] = {"id": rid, "tok": list(new), "fin": fin}
             if n == 0 and new:
                 item["cached"] = max(req.num_cached_tokens, 0)
-                if req.first_scheduled_time is not None:  # s in this worker's queue
-                    item["queued"] = max(0.0, req.first_scheduled_time - req.arrival_time)
+                if req.first_scheduled_time is not None:  # s since its first step here began
+                    item["sched_age"] = max(0.0, self.llm.clock() - req.first_scheduled_time)
             if fin is not None and req.stop_reason:
                 item["stop"] = req.stop_reason
             if rid in handoff:

@@ -212,10 +212,9 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
         ann = {"replica": r.decode_worker or r.worker, "kv_transfer_s": kv.get("transfer_s"),
                "kv_transfer_bytes": kv.get("bytes"), "kv_lost": bool(kv.get("lost")),
                "step_s": r.step_s}
-        arrival_s = r.t_submit - t0
-        # queueing = the wait in the queue of the worker that ran its prompt
-        first_scheduled = None if r.queued_s is None else arrival_s + r.queued_s
-        out.append(_record(i, prompts[i], int(outs[i]), arrival_s, r.token_ids,
+        # queueing: from submission to the first step of the worker that ran its prompt
+        first_scheduled = None if r.first_scheduled is None else r.first_scheduled - t0
+        out.append(_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
                            [t - t0 for t in r.token_times], r.finish_reason, r.error,
                            r.num_cached_tokens, first_scheduled, ann, r.num_preemptions))
     stats = [w["stats"] for w in client.workers_status().values()]

@@ -157,9 +157,10 @@ def test_engine_and_http_replays_keep_each_requests_preemptions():
 
 
 def test_engine_replay_records_the_wait_in_the_workers_queue():
-    """Through the ZMQ front end a request's `queueing_s` is its wait in the worker's queue,
-    which the worker reports with its first tokens: with room for two sequences, a burst of
-    six runs two at a time, so the last ones wait for earlier ones to finish."""
+    """Through the ZMQ front end a request's `queueing_s` runs from its submission to the
+    worker's first step on it (the worker says with the first tokens how long ago that step
+    began): with room for two sequences, a burst of six runs two at a time, so the last
+    ones wait for earlier ones to finish."""
     from realexec.client import EngineClient
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
