@@ -15,8 +15,8 @@ the other tenants of the host, not a credit budget.
 
 It also says on what time scale the speed moves (first busy phase, ~1 s per probe): the
 GEMM rate's autocorrelation at a few lags and the spread (std / mean) of its means over
-windows of 10, 30 and 60 probes. On the run above: autocorrelation 0.53 at 1 probe, 0.24
-at 10, about 0 from 30 on; spread 6.8%, 5.3% and 3.8% over 10, 30 and 60 s windows. So a
+windows of 10, 30 and 60 probes. On the run above: autocorrelation 0.54 at 1 probe, 0.27
+at 10, about 0 from 30 on; spread 6.7%, 5.5% and 3.6% over 10, 30 and 60 s windows. So a
 probe of a few seconds before a run can foretell a 3-minute run's mean speed only to a
 few per cent, whatever it measures.
 """
