@@ -23,7 +23,9 @@ decoding and answers `kv_ack(ok)`, on which P frees its blocks; if the KV is not
 `kv_timeout_s` after D allocated, D recomputes the prompt and answers `kv_ack(ok=False)`.
 D's `outputs` carry the remaining tokens and, once, the transfer's bytes / seconds / GB/s.
 The item with which a request leaves a worker (`fin` or `handoff`) carries `pre`, how often
-that worker preempted it, when it did.
+that worker preempted it, when it did. A request's first tokens from the worker that ran its
+prompt carry `sched_age`, how many seconds before that the worker's first step on it began
+(the front end turns it into the request's queueing without needing the worker's clock).
 
 A message is a multipart ZMQ message. Frame 0 is a msgpack map
 `{"v": PROTOCOL_VERSION, "type": str, "body": map, "tensors": [[dtype, [dims...]], ...]}`;
@@ -93,7 +95,7 @@ OUTPUT_ITEM_SCHEMA: dict[str, tuple[Any, bool]] = {
     "id": _f(str), "tok": _f("list[int]"), "fin": _f((str, type(None))),
     "stop": _f((str, type(None)), True), "cached": _f(int, True), "err": _f(str, True),
     "handoff": _f(bool, True), "kv": _f(dict, True), "t_tok": _f("list[float]", True),
-    "pre": _f(int, True),
+    "pre": _f(int, True), "sched_age": _f(_NUM, True),
 }
 
 
