@@ -76,15 +76,18 @@ def _estimators(seq: list[tuple[str, dict | None, dict | None]]) -> dict[str, di
     are averaged only within a group (an engine, or an engine on one trace)."""
     recent: dict[str, list[float]] = {}
     bracket: dict[str, list[float]] = {}
+    probed: dict[str, list[dict]] = {}  # group -> its probes so far, in order
     for i, (group, probe, run) in enumerate(seq):
-        if not probe or not run:
+        if not probe:
             continue
-        same = [j for j in range(len(seq)) if seq[j][0] == group and seq[j][1]]
-        pos = same.index(i)
+        past = probed.setdefault(group, [])
+        past.append(probe)
+        if not run:
+            continue
+        after = seq[i + 1][1] if i + 1 < len(seq) and seq[i + 1][0] == group else None
         for k in probe:
-            past = [seq[j][1][k] for j in same[max(0, pos - PAST):pos + 1] if k in seq[j][1]]
-            recent.setdefault(f"{group} {k}", []).append(float(np.mean(past)) / run[k] - 1)
-            after = seq[i + 1][1] if i + 1 < len(seq) and seq[i + 1][0] == group else None
+            mean = float(np.mean([p[k] for p in past[-(PAST + 1):] if k in p]))
+            recent.setdefault(f"{group} {k}", []).append(mean / run[k] - 1)
             if after and k in after:
                 bracket.setdefault(f"{group} {k}", []).append((probe[k] + after[k]) / 2 / run[k] - 1)
     return {"recent": recent, "bracket": bracket}
@@ -98,27 +101,26 @@ def main() -> None:
     data = json.loads((vdir / "validation.json").read_text())
     cost_model = None
     diffs: dict[str, list[float]] = {}
-    # (block, repeat, rate index, kind) -> (group, probe factors, run speeds): `kvpd validate`
-    # runs one trace and mode after another, and within them the repeats round the rates
-    # (rate 0, 1, 2, then 0, 1, 2 again), so that is the order the probes were taken in
-    ran: dict[tuple[int, int, int, str], tuple[str, dict | None, dict | None]] = {}
-    blocks: list[tuple[str, str]] = []
+    # kind -> (block, repeat, rate index) -> (group, probe factors, run speeds): `kvpd
+    # validate` runs one trace and mode after another, and within them the repeats round the
+    # rates (rate 0, 1, 2, then 0, 1, 2 again), so that is the order the probes were taken in
+    ran: dict[str, dict[tuple[int, int, int], tuple]] = {"serving": {}, "trace": {}}
+    blocks: dict[tuple[str, str], int] = {}  # (trace, mode) -> its order
+    rates_seen: dict[tuple[str, str], int] = {}  # (trace, mode) -> rates read so far
     for r in data["results"]:
-        if (r["trace"], r["mode"]) not in blocks:
-            blocks.append((r["trace"], r["mode"]))
+        key = (r["trace"], r["mode"])
+        block = blocks.setdefault(key, len(blocks))
+        index = rates_seen[key] = rates_seen.get(key, -1) + 1  # the rate's index in its block
         speeds = r.get("run_speeds")
         if speeds is None:
-            same = [x for x in data["results"] if (x["trace"], x["mode"]) == (r["trace"], r["mode"])]
             cost_model = cost_model or _cost_model(vdir)
-            speeds = _speeds_from_logs(vdir, r, same.index(r), cost_model)
+            speeds = _speeds_from_logs(vdir, r, index, cost_model)
         for rep, (probe, run) in enumerate(zip(r["probe"]["runs"], speeds)):
             for kind in ("serving", "trace"):
                 pf = (probe.get(kind) or {}).get("factors")
                 # a trace probe's mix is its trace's: average it only within that trace
                 group = r["mode"] if kind == "serving" else f"{r['trace']} {r['mode']}"
-                block = blocks.index((r["trace"], r["mode"]))
-                same = [x for x in data["results"] if (x["trace"], x["mode"]) == blocks[block]]
-                ran[(block, rep, same.index(r), kind)] = (group, pf, run)
+                ran[kind][(block, rep, index)] = (group, pf, run)
                 if not pf or not run:
                     continue
                 cells = []
@@ -129,8 +131,8 @@ def main() -> None:
                 print(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} run {rep} {kind:7s}  "
                       + "  ".join(cells))
     _score(diffs, "probe / run - 1 over the runs (the probe's error in foretelling the run's step speed):")
-    for kind in ("serving", "trace"):
-        est = _estimators([v for key, v in sorted(ran.items()) if key[3] == kind])
+    for kind, runs in ran.items():
+        est = _estimators([runs[key] for key in sorted(runs)])
         if est["recent"]:
             _score(est["recent"], f"{kind} probes: the mean of the probe before the run and up to "
                    f"{PAST} before it on the same engine{' and trace' if kind == 'trace' else ''}:")
