@@ -3,8 +3,8 @@ durations): what part of `kvpd validate`'s end-to-end error comes from step time
 
 Colocated runs record steps in process (`ModelRunner.record_steps`); PD workers write step
 logs (`realexec.step_log`) with wall-clock starts, so a PD worker's steps can also be priced
-as the simulator prices them on a shared host (`simulator.host_share`): a step that starts
-while the other worker is in a step streams memory at the contended rate.
+as the simulator prices them on a shared host (`simulator.host_share`): while the other
+worker is in a step (as logged), a step streams memory and computes at the shared rates.
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
                    compute_share: float | None = None) -> dict[str, Any]:
     """Per worker role ("prefill", "decode"; steps with `t_start`), the cost model's error
     alone (`plain`) and priced with host sharing as the simulator does (`shared`, when a
-    share is < 1), over all steps and split by whether the other worker was in a step when
-    the step started (`overlapped`, `alone`)."""
+    share is < 1: slower while the other worker is in a step, `HostSharing.finish_s` over
+    its logged steps; `shared_at_start`: at the price when the step started, for the whole
+    step), over all steps and split by whether the other worker was in a step when the step
+    started (`overlapped`, `alone`). With 1P1D the other worker's steps never overlap."""
     s, c = memory_share or 1.0, compute_share or 1.0
     hs = HostSharing(cost_model, s, c) if s < 1 or c < 1 else None
     priced: dict[str, list[tuple[Any, float, float]]] = {}
@@ -85,22 +87,26 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
         starts = [r[0].t_start for r in others]
         real = np.array([st.duration_s for st, _, _ in rows])
         plain = np.array([b for _, b, _ in rows])
-        shared, overlapped = [], []
+        spans = [(o.t_start, o.t_end, nm / nb if nb > 0 else 0.0) for o, nb, nm in others]
+        shared, at_start, overlapped = [], [], []
         for st, b, m in rows:
             i = bisect.bisect_right(starts, st.t_start) - 1
             busy = i >= 0 and others[i][0].t_end > st.t_start
             overlapped.append(busy)
             if hs is None:
                 shared.append(b)
+                at_start.append(b)
                 continue
-            _, nb, nm = others[i]  # the neighbour's step in progress: alone s, memory s
-            f = (nm / nb if nb > 0 else 0.0) if busy else None
-            shared.append(hs.price(b, m, f))
+            at_start.append(hs.price(b, m, spans[i][2] if busy else None))
+            shared.append(hs.finish_s(b, m, st.t_start,
+                                      (spans[j] for j in range(max(i, 0), len(spans)))))
+        entry_start = np.array(at_start)
         shared_a, mask = np.array(shared), np.array(overlapped)
         entry: dict[str, Any] = {"plain": _summary(plain, real),
                                  "overlapped_fraction": float(mask.mean())}
         if hs is not None:
             entry["shared"] = _summary(shared_a, real)
+            entry["shared_at_start"] = _summary(entry_start, real)
         for name, m in (("overlapped", mask), ("alone", ~mask)):
             if m.any():
                 entry[name] = {"plain": _summary(plain[m], real[m])}

@@ -17,10 +17,10 @@ overlaps the prompt's computation: the exposed share is max(1/L, 1 - compute/tra
 of the bytes, where L is the number of layers.
 
 Host sharing (`cluster.host_memory_share` = s, `cluster.host_compute_share` = c): all
-replicas on one host (kvpd's CPU validation runs 1P1D as two processes on one machine). A
-step that starts while another replica is in a step whose memory share of time is f streams
-at 1 - (1 - s) f of the bandwidth and computes at c of its speed (`simulator.host_share`);
-priced per step at its start.
+replicas on one host (kvpd's CPU validation runs 1P1D as two processes on one machine).
+While another replica is in a step whose memory share of time is f, a step streams at
+1 - (1 - s) f of the bandwidth and computes at c of its speed (`simulator.host_share`); a
+neighbour starting or ending a step re-prices the rest of a step in progress.
 """
 
 from __future__ import annotations

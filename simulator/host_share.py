@@ -2,18 +2,21 @@
 machine) slow each other down while both are in a step.
 
 A step's time splits into memory seconds m and the rest k (the cost model's decomposition).
-When it starts while a neighbour is in a step whose memory share of time is f:
+While a neighbour is in a step whose memory share of time is f:
 - memory streams at 1 - (1 - s) f of the bandwidth (`cluster.host_memory_share` = s; two
   pure streams: s each): m becomes m / (1 - (1 - s) f);
 - the rest runs at c of its speed alone (`cluster.host_compute_share` = c: a busy neighbour
   core takes shared caches and clock headroom): k becomes k / c.
-A step starting with no neighbour in a step takes m + k. The simulator (`SimReplica`) and
+A step alone takes m + k. The price holds while the neighbour's state holds: a step
+progresses at 1 / (its price now) of its work per second, so a neighbour that starts or ends
+a step part-way through changes the rest of it (`finish_s`). The simulator (`SimReplica`) and
 `kvpd validate`'s check on the real PD workers' steps price steps with these functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from simulator.costmodel import CostModel
 
@@ -69,3 +72,22 @@ class HostSharing:
     def price(self, alone_s: float, memory_s: float, neighbour_fraction: float | None) -> float:
         return shared_time(alone_s, memory_s, self.memory_share, self.compute_share,
                            neighbour_fraction)
+
+    def finish_s(self, alone_s: float, memory_s: float, start: float,
+                 neighbour_steps: Iterable[tuple[float, float, float]]) -> float:
+        """Seconds a step started at `start` (s) takes beside a neighbour whose steps are
+        `neighbour_steps`: (start s, end s, memory fraction) in time order, not overlapping.
+        Each stretch of wall time does 1 / (the price then) of the step's work."""
+        t, work = start, 1.0
+        for t0, t1, f in neighbour_steps:
+            if t1 <= t:
+                continue
+            for until, frac in ((t0, None), (t1, f)):  # the gap before the step, then the step
+                if until <= t:
+                    continue
+                full = self.price(alone_s, memory_s, frac)
+                if work * full <= until - t:
+                    return t + work * full - start
+                work -= (until - t) / full
+                t = until
+        return t + work * alone_s - start

@@ -7,9 +7,9 @@ polling). Runs of identical all-decode steps are simulated as one *decode burst*
 (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
 
-Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) stretch a
-step that starts while a neighbour is in a step (`simulator.host_share`); a neighbour
-starting or ending a step wakes the others, so a burst is re-priced from its next step.
+Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) slow each
+other while both are in a step (`simulator.host_share`); a neighbour starting or ending a
+step wakes the others, which re-price the rest of the step in progress.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class SimReplica:
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
         self.busy_s = 0.0
-        # host sharing (`cluster.host_memory_share`, `host_compute_share`): prices a step
-        # that starts while a neighbour (a replica on the same host) is in a step
+        # host sharing (`cluster.host_memory_share`, `host_compute_share`): a step runs
+        # slower while a neighbour (a replica on the same host) is in a step
         self.host_sharing: HostSharing | None = None
         self.neighbours: list[SimReplica] = []
         self.in_step = False
@@ -103,15 +103,8 @@ class SimReplica:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
-            durations = self._durations(out.shape, k)
-            if k == 1:
-                duration = durations[0]
-                yield env.timeout(duration)
-                result = StepResult(duration)
-            else:
-                ends = yield from self._burst(durations, start)
-                result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
-            self._leave_step()
+            ends = yield from self._steps(out.shape, k)
+            result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             end = env.now
             self.busy_s += end - now
             self.num_steps += result.num_steps
@@ -122,23 +115,64 @@ class SimReplica:
                 if ready:
                     self.on_kv_ready(self, ready)
 
-    def _durations(self, shape: BatchShape, k: int) -> list[float]:
-        """Seconds of the next `k` steps from `shape` (k > 1: a decode burst). Sharing a host
-        (`simulator.host_share`), a step that starts while a neighbour is in a step streams
-        memory at 1 - (1 - s) f of the bandwidth (f: the busiest neighbour's memory share of
-        its step) and computes at c of its speed."""
+    def _steps(self, shape: BatchShape, k: int):
+        """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
+        times (s). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
+        step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
+        Sharing a host (`simulator.host_share`), a step progresses at 1 / (its price while
+        the neighbours' state holds) of its work per second: a wake-up re-prices the rest of
+        the step in progress."""
+        env = self.env
+        base, mem = self._begin_steps(shape, k)
+        if k == 1 and self.host_sharing is None:  # nothing can change its price
+            yield env.timeout(base[0])
+            return [env.now]
+        ends: list[float] = []
+        work = 1.0  # of step len(ends) still to do
+        while len(ends) < len(base):
+            seg = env.now
+            prices = self._prices(base[len(ends):], mem[len(ends):])
+            plan = list(accumulate([work * prices[0], *prices[1:]], initial=seg))[1:]
+            self._wake = env.event()
+            timer = env.timeout(plan[-1] - seg)
+            yield timer | self._wake
+            now = env.now
+            done = len(plan) if timer.processed else sum(1 for e in plan if e <= now)
+            ends.extend(plan[:done])
+            if len(ends) == len(base) or (done and plan[done - 1] == now):
+                break  # all done, or woken just as a step ended: none in progress
+            began = plan[done - 1] if done else seg  # the step in progress began then
+            work = (1.0 if done else work) - (now - began) / prices[done]
+            base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
+        self._leave_step()
+        return ends
+
+    def _begin_steps(self, shape: BatchShape, k: int) -> tuple[list[float], list[float]]:
+        """Seconds alone and memory seconds of the next `k` steps; with host sharing, marks
+        this replica in a step (its memory fraction from the first step) and wakes its
+        neighbours to re-price theirs."""
         cm = self.cost_model
         base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
         hs = self.host_sharing
         if hs is None:
-            return base
+            return base, [0.0] * len(base)
         mem = [hs.memory_seconds(shape, base[0])] if k == 1 else hs.memory_seconds_run(shape, base)
         self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0
+        self.in_step = True
+        for n in self.neighbours:
+            n.wake()
+        return base, mem
+
+    def _prices(self, base: list[float], mem: list[float]) -> list[float]:
+        """Seconds of steps (alone `base`, memory `mem`) at the neighbours' state now: a
+        step beside a neighbour in a step streams memory at 1 - (1 - s) f of the bandwidth
+        (f: the busiest neighbour's memory share of its step) and computes at c of its
+        speed."""
+        hs = self.host_sharing
+        if hs is None:
+            return base
         busy = [n.mem_fraction for n in self.neighbours if n.in_step]
         f = max(busy) if busy else None
-        self.in_step = True
-        for n in self.neighbours:  # re-price their bursts from their next step
-            n.wake()
         return [hs.price(b, m, f) for b, m in zip(base, mem)]
 
     def _leave_step(self) -> None:
@@ -146,21 +180,6 @@ class SimReplica:
             self.in_step = False
             for n in self.neighbours:
                 n.wake()
-
-    def _burst(self, durations: list[float], start: float):
-        """Run the burst's decode steps; a wake-up cuts it at the step in progress."""
-        env = self.env
-        ends = list(accumulate(durations, initial=start))[1:]
-        self._wake = env.event()
-        timer = env.timeout(ends[-1] - start)
-        yield timer | self._wake
-        woke_at = env.now
-        if woke_at < ends[-1]:  # woken early: finish the step in progress, then stop
-            cut = next(j for j, e in enumerate(ends) if e >= woke_at)
-            ends = ends[: cut + 1]
-            if ends[-1] > woke_at:
-                yield env.timeout(ends[-1] - woke_at)
-        return ends
 
     def _sleep(self):
         self._wake = self.env.event()

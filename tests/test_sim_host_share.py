@@ -97,23 +97,29 @@ def test_contended_steps_use_the_share_of_bandwidth() -> None:
     r_dec = slow_cm.step_time(decode) / d.cost_model.step_time(decode)
     r_pre = contended_cost_model(p.cost_model, 0.5).step_time(prompt) / p.cost_model.step_time(prompt)
     assert 1.6 < r_dec <= 2.0 and 1.0 <= r_pre < r_dec
-    # priced at the start of a step: slowed only while the neighbour is in one, by as much
-    # as the neighbour streams memory (a pure stream: all the way to the share)
+    # slowed only while the neighbour is in a step, by as much as the neighbour streams
+    # memory (a pure stream: all the way to the share)
     t, t_slow = d.cost_model.step_time(decode), slow_cm.step_time(decode)
-    assert d._durations(decode, 1) == [t]
-    d._leave_step()
-    p.in_step, p.mem_fraction = True, 1.0
-    assert d._durations(decode, 1) == pytest.approx([t_slow], rel=1e-9)
-    d._leave_step()
-    p.mem_fraction = 0.3  # a neighbour mostly computing slows it less
-    s = 1 - 0.5 * 0.3
-    assert d._durations(decode, 1)[0] == pytest.approx(t + (t_slow - t) * (1 / s - 1), rel=1e-9)
+    assert _price_alone_then_beside(d, p, decode, None) == [t]
+    assert _price_alone_then_beside(d, p, decode, 1.0) == pytest.approx([t_slow], rel=1e-9)
+    s = 1 - 0.5 * 0.3  # a neighbour mostly computing slows it less
+    assert _price_alone_then_beside(d, p, decode, 0.3)[0] == pytest.approx(
+        t + (t_slow - t) * (1 / s - 1), rel=1e-9)
     # a burst is priced the same way, step by step
-    d._leave_step()
-    run = d._durations(decode, 5)
-    for i, x in enumerate(run):
+    base, mem = d._begin_steps(decode, 5)
+    p.in_step, p.mem_fraction = True, 0.3
+    for i, x in enumerate(d._prices(base, mem)):
         b, c = d.cost_model.step_time(decode.advanced(i)), slow_cm.step_time(decode.advanced(i))
         assert x == pytest.approx(b + (c - b) * (1 / s - 1), rel=1e-9)
+
+
+def _price_alone_then_beside(r, neighbour, shape, fraction: float | None) -> list[float]:
+    """`r`'s price of one step of `shape` beside `neighbour` in a step spending `fraction`
+    of it on memory (None: not in a step)."""
+    base, mem = r._begin_steps(shape, 1)
+    r._leave_step()
+    neighbour.in_step, neighbour.mem_fraction = fraction is not None, fraction or 0.0
+    return r._prices(base, mem)
 
 
 def test_compute_share_applies_to_the_non_memory_seconds() -> None:
@@ -130,10 +136,91 @@ def test_compute_share_applies_to_the_non_memory_seconds() -> None:
     p, d = c.prefill_replicas[0], c.decode_replicas[0]
     prompt = BatchShape.from_lists([2048], [0])
     t = p.cost_model.step_time(prompt)
-    assert p._durations(prompt, 1) == [t]  # no neighbour in a step
-    p._leave_step()
-    d.in_step, d.mem_fraction = True, 0.7
+    assert _price_alone_then_beside(p, d, prompt, None) == [t]  # no neighbour in a step
     m = p.host_sharing.memory_seconds(prompt, t)
     assert 0 < m < t
     # memory at full bandwidth (share 1), the rest at 0.8 of its speed
-    assert p._durations(prompt, 1)[0] == pytest.approx((t - m) / 0.8 + m, rel=1e-12)
+    assert _price_alone_then_beside(p, d, prompt, 0.7)[0] == pytest.approx((t - m) / 0.8 + m,
+                                                                          rel=1e-12)
+
+
+def _two_replicas(share: float = 0.5, compute: float = 0.8):
+    import simpy
+
+    from simulator.cluster import SimCluster
+    from simulator.models import get_model
+    from simulator.timeline import Timeline
+
+    sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": share,
+                                                    "host_compute_share": compute}}))
+    env = simpy.Environment()
+    c = SimCluster(env, sc, get_model("llama-3-8b"), Timeline(enabled=False), lambda *_: None)
+    return env, c.prefill_replicas[0], c.decode_replicas[0]
+
+
+def test_a_neighbour_starting_part_way_slows_the_rest_of_a_step() -> None:
+    """A prompt step alone for its first 40% of work, then beside a decode step that covers
+    the rest, takes 0.4 a + 0.6 x (its price beside that step): neither the price at its
+    start (a) nor the shared price for all of it."""
+    from simulator.core.batch_shape import BatchShape
+
+    env, p, d = _two_replicas()
+    prompt = BatchShape.from_lists([2048], [0])
+    decode = BatchShape.from_lists([1] * 64, [3000] * 64)
+    a = p.cost_model.step_time(prompt)
+    m = p.host_sharing.memory_seconds(prompt, a)
+    dd = d.cost_model.step_time(decode)
+    f = d.host_sharing.memory_seconds(decode, dd) / dd
+    shared = p.host_sharing.price(a, m, f)
+    ends = {}
+
+    def prompt_step():
+        ends["p"] = yield from p._steps(prompt, 1)
+
+    def decode_step():
+        yield env.timeout(0.4 * a)
+        ends["d"] = yield from d._steps(decode, 1)
+
+    env.process(prompt_step())
+    env.process(decode_step())
+    env.run()
+    assert shared > 1.05 * a
+    want = 0.4 * a + 0.6 * shared
+    if ends["d"][0] < want:  # the decode step ended first: the rest ran alone again
+        done = 0.4 + (ends["d"][0] - 0.4 * a) / shared
+        want = ends["d"][0] + (1 - done) * a
+    assert ends["p"][0] == pytest.approx(want, rel=1e-9)
+    assert not p.in_step and not d.in_step
+
+
+def test_steps_of_two_neighbours_overlap_as_the_host_share_model_says() -> None:
+    """Two equal steps started together finish at the shared price; one started as the
+    other ends runs alone."""
+    from simulator.core.batch_shape import BatchShape
+
+    env, p, d = _two_replicas()
+    prompt = BatchShape.from_lists([512], [0])
+    a = p.cost_model.step_time(prompt)
+    m = p.host_sharing.memory_seconds(prompt, a)
+    ends = {}
+
+    def run(r, key, delay):
+        yield env.timeout(delay)
+        ends[key] = (yield from r._steps(prompt, 1))[0]
+
+    env.process(run(p, "p", 0.0))
+    env.process(run(d, "d", 0.0))
+    env.run()
+    both = p.host_sharing.price(a, m, m / a)
+    assert ends["p"] == pytest.approx(both, rel=1e-9) and ends["d"] == pytest.approx(both, rel=1e-9)
+    env2, p2, d2 = _two_replicas()
+    ends2 = {}
+
+    def run2(r, key, delay):
+        yield env2.timeout(delay)
+        ends2[key] = (yield from r._steps(prompt, 1))[0]
+
+    env2.process(run2(p2, "p", 0.0))
+    env2.process(run2(d2, "d", a))
+    env2.run()
+    assert ends2["p"] == pytest.approx(a, rel=1e-9) and ends2["d"] == pytest.approx(2 * a, rel=1e-9)

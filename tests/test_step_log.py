@@ -87,7 +87,15 @@ def test_errors_by_kind_separate_prompts_mixed_steps_and_decode_batch_sizes(cm):
     assert [by[k]["num_steps"] for k in STEP_KINDS] == [1, 1, 2, 2, 2]
 
 
-def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):
+def _overlapped_then_alone(alone_s: float, shared_s: float, overlap_s: float) -> float:
+    """Seconds of a step priced `shared_s` beside its neighbour for the first `overlap_s`
+    of wall time and `alone_s` after it."""
+    if shared_s <= overlap_s:
+        return shared_s
+    return overlap_s + (1 - overlap_s / shared_s) * alone_s
+
+
+def test_pd_steps_are_priced_with_the_neighbour_while_it_is_in_a_step(cm):
     hs = HostSharing(cm, 0.5, 0.9)
     d = _decode(8, 512)
     td = cm.step_time(d)
@@ -102,14 +110,41 @@ def test_pd_steps_are_priced_with_the_neighbour_in_progress(cm):
     assert pre["alone"]["shared"]["total"] == pytest.approx(0.0)  # alone: the plain time
     a1 = cm.step_time(p1)
     f = hs.memory_seconds(d, td) / td
-    want = hs.price(a1, hs.memory_seconds(p1, a1), f)
+    beside = hs.price(a1, hs.memory_seconds(p1, a1), f)
+    assert beside > a1  # a memory-bound neighbour slows the small prefill
+    want = _overlapped_then_alone(a1, beside, td / 2)  # beside it until the decode step ends
     assert pre["overlapped"]["shared"]["total"] == pytest.approx(want / a1 - 1)
-    assert want > a1  # a memory-bound neighbour slows the small prefill
-    assert out["decode"]["overlapped_fraction"] == 0.0  # no prefill was running at 0
+    assert pre["shared_at_start"]["total"] == pytest.approx(
+        (beside + cm.step_time(p2)) / (a1 + cm.step_time(p2)) - 1)
+    dec = out["decode"]  # alone at its start, then beside prefill 1 (as logged) for a while
+    assert dec["overlapped_fraction"] == 0.0
+    md, mp1 = hs.memory_seconds(d, td), hs.memory_seconds(p1, a1) / a1
+    pd_ = hs.price(td, md, mp1)  # half its work alone, then beside prefill 1
+    want_d = td / 2 + _overlapped_then_alone(td / 2, pd_ / 2, a1)
+    assert dec["shared"]["total"] == pytest.approx(want_d / td - 1) and want_d > td
+    assert dec["shared_at_start"]["total"] == pytest.approx(0.0)
     # without shares (or shares of 1) only the plain error is reported
     assert "shared" not in pd_step_errors(steps, cm, None)["prefill"]
     assert "shared" not in pd_step_errors(steps, cm, 1.0, 1.0)["prefill"]
     assert "shared" in pd_step_errors(steps, cm, None, 0.9)["prefill"]
+
+
+def test_finish_time_walks_the_neighbours_steps(cm):
+    """`HostSharing.finish_s`: each stretch of wall time does 1 / (the price then) of the
+    work: alone, beside one step, alone in a gap, beside the next."""
+    hs = HostSharing(cm, 0.5, 0.8)
+    shape = _prefill(256)
+    a = cm.step_time(shape)
+    m = hs.memory_seconds(shape, a)
+    p1, p2 = hs.price(a, m, 1.0), hs.price(a, m, 0.2)
+    assert hs.finish_s(a, m, 5.0, []) == pytest.approx(a)
+    assert hs.finish_s(a, m, 0.0, [(-1.0, 10 * p1, 1.0)]) == pytest.approx(p1)
+    # alone 0.1 a, beside f=1 for 0.2 a of wall time, alone 0.1 a, then beside f=0.2 to the end
+    spans = [(0.1 * a, 0.3 * a, 1.0), (0.4 * a, 100 * a, 0.2)]
+    done = 0.1 + 0.2 * a / p1 + 0.1
+    assert hs.finish_s(a, m, 0.0, spans) == pytest.approx(0.4 * a + (1 - done) * p2)
+    # spans that ended before the start count for nothing
+    assert hs.finish_s(a, m, 200 * a, spans) == pytest.approx(a)
 
 
 def test_host_sharing_splits_memory_and_compute(cm):

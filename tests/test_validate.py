@@ -396,17 +396,21 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
     got = speed_factors({"colocated": steps}, cm)
     assert got == {"engine": pytest.approx((cm.step_time(a) + cm.step_time(b))
                                            / (2 * cm.step_time(a) + cm.step_time(b)))}
-    # PD: the decode step starts while the prefill step runs, so it is priced shared
-    pre = [LoggedStep(0.0, cm.step_time(a), a)]
-    dec = [LoggedStep(cm.step_time(a) / 2, 2 * cm.step_time(b), b)]
-    got = speed_factors({"prefill": pre, "decode": dec}, cm,
-                        {"host_memory_share": 0.5, "host_compute_share": 1.0})
+    # PD: the decode step starts half-way through the prefill step: both are priced beside
+    # each other for as long as both run, alone otherwise
+    ta, tb = cm.step_time(a), cm.step_time(b)
+    pre = [LoggedStep(0.0, ta, a)]
+    dec = [LoggedStep(ta / 2, 2 * tb, b)]
+    cluster = {"host_memory_share": 0.5, "host_compute_share": 1.0}
+    got = speed_factors({"prefill": pre, "decode": dec}, cm, cluster)
     hs = HostSharing(cm, 0.5, 1.0)
-    ta = cm.step_time(a)
-    shared_b = hs.price(cm.step_time(b), hs.memory_seconds(b, cm.step_time(b)),
-                        hs.memory_seconds(a, ta) / ta)
-    assert got["prefill"] == pytest.approx(1.0)
-    assert got["decode"] == pytest.approx(shared_b / (2 * cm.step_time(b)))
+    ma, mb = hs.memory_seconds(a, ta), hs.memory_seconds(b, tb)
+    want_a = hs.finish_s(ta, ma, 0.0, [(ta / 2, ta / 2 + 2 * tb, mb / tb)])
+    want_b = hs.finish_s(tb, mb, ta / 2, [(0.0, ta, ma / ta)])
+    assert ta < want_a < hs.price(ta, ma, mb / tb)
+    assert tb < want_b <= hs.price(tb, mb, ma / ta)
+    assert got["prefill"] == pytest.approx(want_a / ta)
+    assert got["decode"] == pytest.approx(want_b / (2 * tb))
     assert speed_factors({"prefill": pre, "decode": []}, cm) is None
 
 
