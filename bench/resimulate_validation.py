@@ -1,7 +1,8 @@
-"""Re-run the simulator side of a finished `kvpd validate` with another calibration, against
-the same stored real runs.
+"""Re-run the simulator side of a finished `kvpd validate` with another calibration (or this
+checkout's simulator), against the same stored real runs.
 
     python bench/resimulate_validation.py VALIDATE_DIR [--calibration FILE] [--modes colocated,pd]
+                                          [--step-speed]
 
 VALIDATE_DIR: a `kvpd validate` output folder (validation.json, runs/). Each rate's simulated
 scenario (`runs/TRACE-MODE/rateK-sim/scenario.json`) is run again, with its device's
@@ -10,18 +11,60 @@ calibration swapped for FILE if given, and compared with the real repeats kept b
 --calibration it reproduces the validation's table (the simulator is deterministic). It
 separates what a cost-model change does from the machine's drift: the real runs are the
 same ones.
+
+--step-speed also re-runs the step-speed diagnostic: each engine's device at the speed its
+own logged steps ran in that rate's real runs (`realexec.validate_steps.speed_factors`,
+priced by this checkout), so what is left is the error of everything but step speed. A
+rate's steps are those logged while its real runs ran (`real_windows` in validation.json;
+folders written before it was recorded: each run's end from its summary's file time and
+its length from `wall_s`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
+from realexec.step_log import read_step_log
 from realexec.validate import check_targets, compare
-from realexec.validate_plan import simulate
+from realexec.validate_plan import rescaled_scenario, simulate
+from realexec.validate_steps import speed_factors
+from simulator.calibrated import calibrated_cost_model
+from simulator.costparams import CostParams
 
-SHOWN = ("throughput_tok_s", "ttft_p50", "tpot_p50", "e2e_p50", "tpot_p90", "e2e_p90")
+SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "e2e_p50",
+         "tpot_p90", "e2e_p90")
+HEAD = ("tput", "ttft50", "ttft90", "ttft99", "tpot50", "e2e50", "tpot90", "e2e90")
+
+
+def _windows(r: dict[str, Any], folder: Path, index: int) -> list[tuple[float, float]]:
+    """Wall-clock (start, end) of each real run of this rate."""
+    if r.get("real_windows"):
+        return [tuple(w) for w in r["real_windows"]]
+    out = []
+    for p in sorted(folder.glob(f"rate{index}-real*/summary.json")):
+        end = p.stat().st_mtime
+        out.append((end - json.loads(p.read_text())["wall_s"], end))
+    return out
+
+
+def _logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
+    """Every logged step of the mode's engines, by role."""
+    if mode == "colocated":
+        paths = {"colocated": runs_dir / "colocated-steps" / "engine.steps.jsonl"}
+    else:
+        paths = {role: p for p in sorted((runs_dir / "pd-steps").glob("*.steps.jsonl"))
+                 for role in ("prefill", "decode") if p.name.startswith(role)}
+    return {role: read_step_log(p)[0] for role, p in paths.items()}
+
+
+def _row(r: dict[str, Any], metrics: dict[str, Any], ok: dict[str, bool]) -> str:
+    return (f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['label']:12s} "
+            + " ".join(f"{metrics[k]['error']:+7.1%}" for k in SHOWN)
+            + f"  {sum(ok.values())}/{len(ok)}")
 
 
 def main() -> None:
@@ -29,31 +72,55 @@ def main() -> None:
     ap.add_argument("validate_dir", type=Path)
     ap.add_argument("--calibration", help="calibration YAML to price the steps with")
     ap.add_argument("--modes", default="colocated,pd")
+    ap.add_argument("--step-speed", action="store_true",
+                    help="also re-run the step-speed diagnostic from the step logs")
     args = ap.parse_args()
+    runs_dir = args.validate_dir / "runs"
     results = json.loads((args.validate_dir / "validation.json").read_text())["results"]
-    met = checked = 0
+    tally = {"base": [0, 0], "step-speed": [0, 0]}
+    logs: dict[str, dict[str, list]] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="resim-"))
     print(f"{'trace':6s} {'mode':9s} {'rate':>6s} {'label':12s} "
-          + " ".join(f"{k:>9s}" for k in ("tput", "ttft50", "tpot50", "e2e50", "tpot90", "e2e90"))
-          + "  targets")
+          + " ".join(f"{k:>7s}" for k in HEAD) + "  targets")
     for r in results:
-        if r["mode"] not in args.modes.split(","):
+        mode = r["mode"]
+        if mode not in args.modes.split(","):
             continue
-        folder = args.validate_dir / "runs" / f"{r['trace']}-{r['mode']}"
-        same = [x for x in results if (x["trace"], x["mode"]) == (r["trace"], r["mode"])]
+        folder = runs_dir / f"{r['trace']}-{mode}"
+        same = [x for x in results if (x["trace"], x["mode"]) == (r["trace"], mode)]
         index = same.index(r)
         sc = json.loads((folder / f"rate{index}-sim" / "scenario.json").read_text())
         if args.calibration:
             sc["hardware"] = dict(sc["hardware"], calibration=str(Path(args.calibration).resolve()))
         reals = [json.loads(p.read_text())
                  for p in sorted(folder.glob(f"rate{index}-real*/summary.json"))]
-        metrics = compare(reals, simulate(sc).summary)
-        ok = check_targets(metrics)
-        if r["label"] == "under-loaded":
-            met, checked = met + sum(ok.values()), checked + len(ok)
-        print(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['label']:12s} "
-              + " ".join(f"{metrics[k]['error']:+9.1%}" for k in SHOWN)
-              + f"  {sum(ok.values())}/{len(ok)}")
-    print(f"targets met over under-loaded rates: {met} / {checked}")
+        runs = [("base", sc)]
+        if args.step_speed:
+            if mode not in logs:
+                logs[mode] = _logged_steps(runs_dir, mode)
+            windows = _windows(r, folder, index)
+            steps = {role: [s for s in rs if any(a <= s.t_start < b for a, b in windows)]
+                     for role, rs in logs[mode].items()}
+            params = CostParams.load(sc["hardware"]["calibration"])
+            cm = calibrated_cost_model(params, sc["model"], params.model or "model",
+                                       sc.get("dtype") or "fp32")
+            factors = speed_factors(steps, cm, sc.get("cluster"))
+            if factors is None:
+                print(f"  (no logged steps in rate {index}'s runs)")
+            else:
+                stem = scratch / f"{r['trace']}-{mode}-rate{index}"
+                runs.append(("step-speed", rescaled_scenario(params, sc, factors, stem,
+                                                             "step-speed")))
+        for name, scenario in runs:
+            metrics = compare(reals, simulate(scenario).summary)
+            ok = check_targets(metrics)
+            if r["label"] == "under-loaded":
+                tally[name][0] += sum(ok.values())
+                tally[name][1] += len(ok)
+            print(_row(r, metrics, ok) + ("" if name == "base" else f"  ({name})"))
+    for name, (met, checked) in tally.items():
+        if checked:
+            print(f"targets met over under-loaded rates ({name}): {met} / {checked}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ from realexec.validate_plan import (
     RunKnobs,
     base_trace,
     capacity,
+    rescaled_scenario,
     run_trace,
+    scaled_hardware,
     scenario_dict,
     simulate,
     trace_probe,
@@ -250,6 +252,7 @@ class _RateRun:
     steps: dict[str, list] = field(default_factory=dict)  # role -> real steps
     probes: list[dict[str, Any]] = field(default_factory=list)  # speed probe before each repeat
     run_speeds: list[dict[str, float] | None] = field(default_factory=list)  # own steps, per repeat
+    windows: list[tuple[float, float]] = field(default_factory=list)  # wall clock (s, epoch) per repeat
     trace_probe: workloads.Trace | None = None  # `validate_plan.trace_probe`, replayed before each repeat
     wall_s: float = 0.0
     failed: str | None = None
@@ -381,7 +384,7 @@ class Validation:
                         backend, run.trace_probe, self.cfg.seed + 11, cluster)
                 self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
                          + self._probe_text(run.probes[-1]))
-                t0 = time.perf_counter()
+                t0, wall0 = time.perf_counter(), time.time()
                 try:
                     res, preempt, avail = backend.replay(run.trace, cfg.seed)
                     why = _run_failure(res)
@@ -398,6 +401,7 @@ class Validation:
                 finally:
                     run.wall_s += time.perf_counter() - t0
                 res.summary["preemptions"] = int(preempt)
+                run.windows.append((wall0, time.time()))
                 res.write(folder / f"rate{run.index}-real{rep}")
                 run.reals.append(res.summary)
                 run.recs.append(res.records)
@@ -448,7 +452,7 @@ class Validation:
             "label": label, "queue_growing": growing, "num_requests": len(run.trace),
             "repeats": len(run.reals), "real_wall_s": run.wall_s,
             "cpu_available": run.avails, "cpu_available_profile": self.profile_avail,
-            "probe": probe, "run_speeds": run.run_speeds,
+            "probe": probe, "run_speeds": run.run_speeds, "real_windows": run.windows,
             "step_error": step_error, "step_error_by_role": by_role,
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
@@ -519,7 +523,7 @@ class Validation:
         if cpu is None and not probe_speed:
             return None
         f = (cpu or 1.0) * (probe_speed or 1.0)
-        sc = dict(sc, hardware=self._scaled_hardware(f, stem.with_name(stem.name + "-adjusted.yaml")))
+        sc = dict(sc, hardware=scaled_hardware(self.params, f, stem.with_name(stem.name + "-adjusted.yaml")))
         sim = simulate(sc)
         return {"cpu_available_real": float(np.mean(got)) if got else None, "cpu_factor": cpu,
                 "probe_speed": probe_speed, "speed_factor": f,
@@ -567,22 +571,9 @@ class Validation:
             return None
         factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
         tag = "refreshed" if probe == "serving" else f"refreshed-{probe}"
-        sim = simulate(self._rescaled(run.scenario, factors, stem, tag))
+        sim = simulate(rescaled_scenario(self.params, run.scenario, factors, stem, tag))
         return {"factors": factors, "num_probes": len(got),
                 "metrics": compare(run.reals, sim.summary)}
-
-    def _rescaled(self, sc: dict[str, Any], factors: dict[str, float], stem: Path,
-                  tag: str) -> dict[str, Any]:
-        """`sc` with each engine's device `factors` x as fast ({"engine": f} colocated,
-        {"prefill": f, "decode": f} PD); scaled calibrations are written beside `stem`."""
-        if "engine" in factors:
-            path = stem.with_name(f"{stem.name}-{tag}.yaml")
-            return dict(sc, hardware=self._scaled_hardware(factors["engine"], path))
-        pd = dict(sc["cluster"]["pd"])
-        for role, f in factors.items():
-            path = stem.with_name(f"{stem.name}-{role}-{tag}.yaml")
-            pd[role] = {**(pd.get(role) or {}), "hardware": self._scaled_hardware(f, path)}
-        return {**sc, "cluster": {**sc["cluster"], "pd": pd}}
 
     def _step_adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
                        factors: dict[str, float] | None, stem: Path) -> dict[str, Any] | None:
@@ -594,24 +585,8 @@ class Validation:
         `factors_from_errors` of the rate's step errors; None without logged steps."""
         if factors is None:
             return None
-        sc = self._rescaled(sc, factors, stem, "step-speed")
+        sc = rescaled_scenario(self.params, sc, factors, stem, "step-speed")
         return {"factors": factors, "metrics": compare(reals, simulate(sc).summary)}
-
-    def _scaled_hardware(self, factor: float, path: Path) -> dict[str, Any]:
-        """A hardware spec: the calibrated device running `factor` x as fast (every step
-        time / factor; links unchanged), its calibration written to `path`."""
-        import dataclasses
-
-        from simulator.costparams import OVERHEAD_FIELDS
-
-        p = self.params
-        hw = dict(p.extra.get("hardware") or {})
-        hw.update(base=p.device, name=p.device, fp32_tflops_scale=factor,
-                  bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
-        scaled = dataclasses.replace(p, **{f: getattr(p, f) / factor for f in OVERHEAD_FIELDS},
-                                     extra={**p.extra, "hardware": hw})
-        scaled.save(str(path))
-        return {**hw, "calibration": str(path.resolve())}
 
     def summary(self) -> dict[str, Any]:
         return {"results": self.results, "failures": self.failures, "traces": self.traces}

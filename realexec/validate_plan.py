@@ -165,8 +165,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         # request off (realexec/client.py), so the simulator counts it there too
         sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
                                 "transfer": "whole", "first_token": PD_FIRST_TOKEN}}
-        # the real prefill and decode workers are two processes on this one host: a step
-        # that starts while the other worker is in one streams memory and computes at the
+        # the real prefill and decode workers are two processes on this one host: while
+        # the other worker is in a step, a step streams memory and computes at the
         # shares fitted from the profile's contended steps (else the measured bandwidth
         # share of two streams)
         fitted = params.extra.get("host_sharing") or {}
@@ -179,6 +179,34 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
     return sc
+
+
+def scaled_hardware(params: CostParams, factor: float, path: Path) -> dict[str, Any]:
+    """A hardware spec: the calibrated device of `params` running `factor` x as fast (every
+    step time / factor; links unchanged), its calibration written to `path`."""
+    from simulator.costparams import OVERHEAD_FIELDS
+
+    hw = dict(params.extra.get("hardware") or {})
+    hw.update(base=params.device, name=params.device, fp32_tflops_scale=factor,
+              bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
+    scaled = dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS},
+                                 extra={**params.extra, "hardware": hw})
+    scaled.save(str(path))
+    return {**hw, "calibration": str(path.resolve())}
+
+
+def rescaled_scenario(params: CostParams, sc: dict[str, Any], factors: dict[str, float],
+                      stem: Path, tag: str) -> dict[str, Any]:
+    """`sc` with each engine's device `factors` x as fast ({"engine": f} colocated,
+    {"prefill": f, "decode": f} PD); scaled calibrations are written beside `stem`."""
+    if "engine" in factors:
+        path = stem.with_name(f"{stem.name}-{tag}.yaml")
+        return dict(sc, hardware=scaled_hardware(params, factors["engine"], path))
+    pd = dict(sc["cluster"]["pd"])
+    for role, f in factors.items():
+        path = stem.with_name(f"{stem.name}-{role}-{tag}.yaml")
+        pd[role] = {**(pd.get(role) or {}), "hardware": scaled_hardware(params, f, path)}
+    return {**sc, "cluster": {**sc["cluster"], "pd": pd}}
 
 
 def simulate(scenario: dict[str, Any]):

@@ -109,6 +109,10 @@ def test_rates_come_from_the_simulated_capacity(done):
         assert r["refreshed_trace"]["metrics"]["e2e_p50"]["real"] == r["metrics"]["e2e_p50"]["real"]
         # each run's own step speed is kept, to show how well the probe before it foretold it
         assert len(r["run_speeds"]) == 2 and all(sp["engine"] > 0 for sp in r["run_speeds"])
+        # and when each ran (wall clock), to find its steps in the step logs later
+        (a0, a1), (b0, b1) = r["real_windows"]
+        assert a0 < a1 <= b0 < b1
+        assert r["real_wall_s"] == pytest.approx((a1 - a0) + (b1 - b0), rel=0.05, abs=0.05)
     # the trace probes take requests after every validated one (recorded for reproduction)
     probes = summary["traces"]["gamma"]["trace_probes"]
     assert set(probes) == {"colocated/rate0", "colocated/rate1"}
@@ -208,7 +212,9 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
                              "workload": {"synthetic": {"num_requests": 1}}})
     model = ModelSpec.from_hf_config(v.model_config, name="tiny-llama")
     base = v._cost_model()
-    spec = v._scaled_hardware(0.8, tmp_path / "slow.yaml")
+    from realexec.validate_plan import scaled_hardware
+
+    spec = scaled_hardware(v.params, 0.8, tmp_path / "slow.yaml")
     acc, params = resolve_hardware(spec, sc)
     slow = CostModel(model, acc, "fp32", params=params)
     for shape in (BatchShape.from_lists([37], [0]), BatchShape.from_lists([1] * 5, [60] * 5),
