@@ -346,8 +346,10 @@ class EngineClient:
         self.metrics.on_finish(req)
         req.done.set()
         if req.sink is not None:
+            queueing = (None if req.first_scheduled is None
+                        else req.first_scheduled - req.t_submit)
             req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason,
-                           num_preemptions=req.num_preemptions))
+                           num_preemptions=req.num_preemptions, queueing_s=queueing))
 
     def _fail(self, rid: str, error: str) -> None:
         req = self.requests.pop(rid, None)

@@ -30,6 +30,9 @@ class Delta:
     finish_reason: str | None = None
     error: str | None = None
     num_preemptions: int = 0  # on the finishing delta: times preempted, over all its workers
+    # on the finishing delta: s from submission to the first step of the worker that ran its
+    # prompt (None: not reported)
+    queueing_s: float | None = None
 
 
 @dataclass

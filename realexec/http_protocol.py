@@ -190,14 +190,22 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def engine_stats(num_preemptions: int | None) -> dict[str, Any]:
+def engine_stats(num_preemptions: int | None, queueing_s: float | None = None) -> dict[str, Any]:
     """kvpd's extension field of a response or of its finishing chunk (clients that do not
-    know it ignore it): how often the engine preempted the request (None: not known)."""
-    return {} if num_preemptions is None else {"kvpd": {"num_preemptions": int(num_preemptions)}}
+    know it ignore it): how often the engine preempted the request and how long (s) it
+    waited from the server's receipt to the first step of the worker that ran its prompt
+    (each left out when not known)."""
+    ext: dict[str, Any] = {}
+    if num_preemptions is not None:
+        ext["num_preemptions"] = int(num_preemptions)
+    if queueing_s is not None:
+        ext["queueing_s"] = float(queueing_s)
+    return {"kvpd": ext} if ext else {}
 
 
 def completion_body(rid: str, model: str, text: str, token_ids: list[int], finish: str | None,
-                    prompt_tokens: int, chat: bool, num_preemptions: int | None = None) -> dict[str, Any]:
+                    prompt_tokens: int, chat: bool, num_preemptions: int | None = None,
+                    queueing_s: float | None = None) -> dict[str, Any]:
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish, "token_ids": token_ids}
@@ -206,12 +214,12 @@ def completion_body(rid: str, model: str, text: str, token_ids: list[int], finis
                   "token_ids": token_ids}
     return {"id": rid, "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, len(token_ids)), **engine_stats(num_preemptions)}
+            "usage": usage(prompt_tokens, len(token_ids)), **engine_stats(num_preemptions, queueing_s)}
 
 
 def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
                finish: str | None, chat: bool, role: bool = False,
-               num_preemptions: int | None = None) -> dict[str, Any]:
+               num_preemptions: int | None = None, queueing_s: float | None = None) -> dict[str, Any]:
     if chat:
         delta: dict[str, Any] = {}
         if role:
@@ -225,7 +233,7 @@ def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
                   "token_ids": token_ids}
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
-            **engine_stats(num_preemptions)}
+            **engine_stats(num_preemptions, queueing_s)}
 
 
 class Detokenizer:

@@ -105,13 +105,14 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 return JSONResponse({}, status_code=499)
-        finish, preempted = task.result()
+        finish, preempted, queueing = task.result()
         return JSONResponse(completion_body(rid, served_model_name, detok.text, toks, finish,
-                                            len(req.prompt_token_ids), chat, preempted))
+                                            len(req.prompt_token_ids), chat, preempted, queueing))
 
     async def _collect(gen: Any, detok: Detokenizer, toks: list[int],
-                       rid: str) -> tuple[str | None, int | None]:
-        """(finish reason, preemptions: known when the engine finished the request)."""
+                       rid: str) -> tuple[str | None, int | None, float | None]:
+        """(finish reason, preemptions, queueing s: the last two known when the engine
+        finished the request)."""
         try:
             async for delta in gen:
                 if delta.error:
@@ -121,12 +122,12 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                 detok.add(delta.token_ids)
                 if detok.stopped:
                     client.abort(rid, "stop string")
-                    return "stop", None
+                    return "stop", None, None
                 if delta.finished:
-                    return delta.finish_reason, delta.num_preemptions
+                    return delta.finish_reason, delta.num_preemptions, delta.queueing_s
         finally:
             await gen.aclose()
-        return None, None
+        return None, None, None
 
     async def _stream(rid: str, req: ParsedRequest, chat: bool):
         detok = Detokenizer(tokenizer, req.stop_strings)
@@ -146,8 +147,10 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
                     client.abort(rid, "stop string")
                     finish = "stop"
                 if delta.token_ids or finish:
+                    done = delta.finished
                     yield _sse(chunk_body(rid, served_model_name, text, delta.token_ids, finish, chat,
-                                          num_preemptions=delta.num_preemptions if delta.finished else None))
+                                          num_preemptions=delta.num_preemptions if done else None,
+                                          queueing_s=delta.queueing_s if done else None))
                 if finish:
                     break
             if req.include_usage:

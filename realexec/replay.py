@@ -121,8 +121,9 @@ def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: li
             cached: int = 0, first_scheduled: float | None = None,
             annotations: dict[str, Any] | None = None, preemptions: int = 0) -> Request:
     """A finished core `Request` carrying client-side timestamps (s since the replay start).
-    `preemptions`: how often the engine preempted it (in process, and as the ZMQ workers
-    report it; the HTTP API does not carry it, so HTTP records hold 0)."""
+    `preemptions`: how often the engine preempted it; `first_scheduled`: when the first step
+    of the engine that ran its prompt began (both in process, as the ZMQ workers report
+    them, or from kvpd's HTTP extension field; None / 0 when not reported)."""
     req = Request(str(i), prompt_token_ids=prompt,
                   sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
                   arrival_time=arrival)

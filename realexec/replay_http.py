@@ -1,8 +1,10 @@
 """Replay over HTTP: one streaming `/v1/completions` request (token-id prompt, `ignore_eos`,
 greedy) per trace row, sent at its arrival time; each server-sent chunk is stamped on
 arrival (`time.perf_counter()`), and its `token_ids` count the tokens it carries; the
-finishing chunk's `kvpd.num_preemptions` (kvpd's extension field) is the request's
-preemptions."""
+finishing chunk's `kvpd.num_preemptions` and `kvpd.queueing_s` (kvpd's extension field)
+are the request's preemptions and its wait from the server's receipt to the first step of
+the worker that ran its prompt (added to the send time: queueing as the client sees it
+less the request's trip to the server)."""
 
 from __future__ import annotations
 
@@ -26,13 +28,14 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
             "ignore_eos": True, "stream": True}
     toks: list[int] = []
     times: list[float] = []
-    finish, error, preempted = None, None, 0
+    finish, error, preempted, queueing = None, None, 0, None
     try:
         async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 return {"i": i, "sent": sent, "toks": [], "times": [], "finish": None,
-                        "error": f"HTTP {resp.status_code}: {text[:500]}", "preempted": 0}
+                        "error": f"HTTP {resp.status_code}: {text[:500]}", "preempted": 0,
+                        "queueing": None}
             async for line in resp.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -44,7 +47,10 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
                 if "error" in chunk:
                     error = chunk["error"].get("message", str(chunk["error"]))
                     break
-                preempted = int((chunk.get("kvpd") or {}).get("num_preemptions", preempted))
+                ext = chunk.get("kvpd") or {}
+                preempted = int(ext.get("num_preemptions", preempted))
+                if ext.get("queueing_s") is not None:
+                    queueing = float(ext["queueing_s"])
                 for choice in chunk.get("choices", []):
                     ids = choice.get("token_ids") or []
                     toks.extend(ids)
@@ -53,7 +59,7 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"
     return {"i": i, "sent": sent, "toks": toks, "times": times, "finish": finish, "error": error,
-            "preempted": preempted}
+            "preempted": preempted, "queueing": queueing}
 
 
 async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
@@ -77,6 +83,8 @@ def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list
     rows = asyncio.run(_run(url, model, trace, prompts, timeout_s))
     outs = trace.output_len.tolist()
     reqs = [_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
-                    r["finish"], r["error"], 0, None, {"replica": url}, r["preempted"])
+                    r["finish"], r["error"], 0,
+                    None if r["queueing"] is None else r["sent"] + r["queueing"],
+                    {"replica": url}, r["preempted"])
             for r in rows]
     return reqs, {}

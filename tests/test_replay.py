@@ -153,28 +153,36 @@ def test_engine_and_http_replays_keep_each_requests_preemptions():
     assert via_http.summary["requests"]["finished"] == 6
     assert after_http > after_engine
     assert int(via_http.records["preemptions"].sum()) == after_http - after_engine
-    assert plain["kvpd"] == {"num_preemptions": 0}  # alone in the pool: never preempted
+    assert plain["kvpd"]["num_preemptions"] == 0  # alone in the pool: never preempted
+    assert 0 <= plain["kvpd"]["queueing_s"] < 60  # and it says how long it waited
 
 
 def test_engine_replay_records_the_wait_in_the_workers_queue():
     """Through the ZMQ front end a request's `queueing_s` runs from its submission to the
     worker's first step on it (the worker says with the first tokens how long ago that step
-    began): with room for two sequences, a burst of six runs two at a time, so the last
-    ones wait for earlier ones to finish."""
+    began), and over HTTP kvpd's extension field carries it: with room for two sequences, a
+    burst of six runs two at a time, so the last ones wait for earlier ones to finish."""
     from realexec.client import EngineClient
+    from realexec.http_server import ServerThread, create_app
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
                             output_len=np.full(6, 16), name="burst")
     cfg = tiny_config(llm_kwargs={**TINY_KWARGS, "max_num_seqs": 2})
     with EngineClient(cfg) as client:
         res = replay(trace, "engine", client=client, seed=1)
-    q, ttft, e2e = (res.records[k] for k in ("queueing_s", "ttft_s", "e2e_s"))
-    assert res.summary["requests"]["finished"] == 6
-    assert np.isfinite(q).all() and (q >= 0).all()
-    assert (q <= ttft).all()  # queued, then the prompt step, then the first token
-    first_two = np.sort(e2e)[:2]
-    assert np.sort(q)[-2:].min() >= 0.5 * first_two.min()  # the last two waited for a slot
-    assert res.summary["queueing_s"]["p50"] is not None
+        srv = ServerThread(create_app(client, "tiny")).start()
+        try:
+            via_http = replay(trace, srv.base_url, model="tiny", vocab_size=256, seed=1)
+        finally:
+            srv.stop()
+    for r in (res, via_http):
+        q, ttft, e2e = (r.records[k] for k in ("queueing_s", "ttft_s", "e2e_s"))
+        assert r.summary["requests"]["finished"] == 6
+        assert np.isfinite(q).all() and (q >= 0).all()
+        assert (q <= ttft).all()  # queued, then the prompt step, then the first token
+        first_two = np.sort(e2e)[:2]
+        assert np.sort(q)[-2:].min() >= 0.5 * first_two.min()  # the last two waited for a slot
+        assert r.summary["queueing_s"]["p50"] is not None
 
 
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
