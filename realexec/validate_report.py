@@ -95,6 +95,37 @@ def format_steps_by_kind(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_queueing(summary: dict[str, Any]) -> str:
+    """TTFT split into queueing (arrival to the first step of the engine that ran the prompt)
+    and the rest, real (mean over repeats) vs simulated, in ms: is a TTFT error a wait or
+    the prompt's service? Rows for rates whose real runs recorded queueing."""
+    lines = [f"{'trace':6s} {'mode':9s} {'rate':>6s}  {'queueing p50/p90/p99 real':>26s}  "
+             f"{'simulated':>17s}  {'TTFT - queueing p50 real/sim':>28s}"]
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.0f}"
+
+    for r in summary["results"]:
+        m = r["metrics"]
+        q = [m.get(f"queueing_p{p}") or {} for p in (50, 90, 99)]
+        if not any(x.get("real_mean") is not None for x in q):
+            continue
+        real = "/".join(ms(x.get("real_mean")) for x in q)
+        sim = "/".join(ms(x.get("sim")) for x in q)
+        t = m["ttft_p50"]
+        rest = (f"{ms(t.get('real_mean') - q[0]['real_mean'])}/{ms(t['sim'] - q[0]['sim'])}"
+                if t.get("real_mean") is not None and q[0].get("real_mean") is not None
+                and t.get("sim") is not None and q[0].get("sim") is not None else "-")
+        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f}  {real:>26s}  {sim:>17s}  "
+                     f"{rest:>28s}")
+    if len(lines) == 1:
+        return ""
+    lines.append("queueing (ms): arrival to the first step of the engine that ran the prompt "
+                 "(real: reported by that worker); TTFT - queueing: the p50s' difference, the "
+                 "prompt's service and delivery")
+    return "\n".join(lines)
+
+
 def _avail(r: dict[str, Any]) -> str:
     real = [a for a in r.get("cpu_available") or [] if a is not None]
     prof = r.get("cpu_available_profile")
@@ -337,10 +368,10 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
                **{f"targets_{key}": targets_summary(summary, key) for key, _, _ in RE_RUNS},
                "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    pd_steps = format_pd_steps(summary)
-    by_kind = format_steps_by_kind(summary)
+    extra = [t for t in (format_queueing(summary), format_steps_by_kind(summary),
+                         format_pd_steps(summary)) if t]
     (out / "validation.txt").write_text(
-        format_table(summary) + "\n\n" + format_re_runs(summary)
-        + "\n" + (f"\n{by_kind}\n" if by_kind else "") + (f"\n{pd_steps}\n" if pd_steps else ""))
+        format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
+        + "".join(f"\n{t}\n" for t in extra))
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

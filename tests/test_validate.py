@@ -157,6 +157,31 @@ def test_errors_are_signed_relative_to_the_real_mean(done):
     assert got["ttft_p50"]["error"] == pytest.approx(0.1) and got["ttft_p50"]["spread"] == pytest.approx(1 / 3)
 
 
+def test_queueing_is_compared_in_seconds_and_split_out_of_ttft():
+    """Queueing percentiles are reported beside the targets, not among them, as sim - real
+    in seconds (a relative error of a near-zero wait says nothing), and the queueing table
+    splits the p50 TTFT into the wait and the rest."""
+    from realexec.validate import check_targets
+    from realexec.validate_report import format_queueing
+
+    real = [{"ttft_s": {"p50": 0.30}, "queueing_s": {"p50": 0.010, "p90": 0.10, "p99": 0.2}},
+            {"ttft_s": {"p50": 0.34}, "queueing_s": {"p50": 0.030, "p90": 0.14, "p99": 0.4}}]
+    sim = {"ttft_s": {"p50": 0.29}, "queueing_s": {"p50": 0.0, "p90": 0.08, "p99": 0.5}}
+    m = compare(real, sim)
+    assert m["queueing_p50"]["error"] == pytest.approx(-0.020)
+    assert m["queueing_p90"]["error"] == pytest.approx(-0.040)
+    assert m["queueing_p99"]["error"] == pytest.approx(0.2)
+    assert not any(k.startswith("queueing") for k in check_targets(m))
+    summary = {"results": [{"trace": "gamma", "mode": "pd", "rate": 2.5, "metrics": m},
+                           {"trace": "gamma", "mode": "pd", "rate": 5.0,
+                            "metrics": compare([{"ttft_s": {"p50": 0.3}}], sim)}]}
+    table = format_queueing(summary)
+    rows = [line for line in table.splitlines() if line.startswith("gamma")]
+    assert len(rows) == 1  # the rate without real queueing has no row
+    assert rows[0].split()[3:] == ["20/120/300", "0/80/500", "300/290"]
+    assert format_queueing({"results": summary["results"][1:]}) == ""
+
+
 def test_one_real_run_measures_no_spread(done):
     """A rate with one real run reports no run-to-run spread (not a spread of 0), and says so."""
     _, _, summary = done
@@ -184,7 +209,9 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    assert table.count("gamma  colocated") == 12 and "cpu:" in table  # main, 4 re-runs, by kind
+    # main, 4 re-runs, queueing, by kind
+    assert table.count("gamma  colocated") == 14 and "cpu:" in table
+    assert "queueing (ms)" in table
     assert "speed-adjusted" in table and "probe:" in table
     assert "step-speed diagnostic" in table and "own steps by kind" in table
     saved = json.loads((out / "validation.json").read_text())
