@@ -51,6 +51,11 @@ def _step(r: dict[str, Any]) -> str:
     return f"{e['total']:+.0%}" if e else "-"
 
 
+def _with_legend(lines: list[str], legend: str) -> str:
+    """A table (header + rows) with its legend; "" when it has no rows."""
+    return "" if len(lines) == 1 else "\n".join([*lines, legend])
+
+
 def format_pd_steps(summary: dict[str, Any]) -> str:
     """The cost model on the PD workers' own steps: per role, predicted total / measured
     total - 1 without (plain) and with host sharing (shared), over the steps that started
@@ -69,12 +74,10 @@ def format_pd_steps(summary: dict[str, Any]) -> str:
                 f"{e['overlapped_fraction']:7.0%} {pct(e, 'plain'):>7s} {pct(e, 'shared'):>7s}  "
                 f"{pct(ov, 'plain') + '/' + pct(ov, 'shared'):>17s}  "
                 f"{pct(al, 'plain') + '/' + pct(al, 'shared'):>13s}")
-    if len(lines) == 1:
-        return ""
-    lines.append("PD workers' own steps: cost model predicted total / measured total - 1; plain: "
-                 "alone on the host, shared: with the host shares as simulated; "
-                 "overlap: share of steps that started while the other worker was in a step")
-    return "\n".join(lines)
+    return _with_legend(lines, "PD workers' own steps: cost model predicted total / measured "
+                        "total - 1; plain: alone on the host, shared: with the host shares as "
+                        "simulated; overlap: share of steps that started while the other worker "
+                        "was in a step")
 
 
 def format_steps_by_kind(summary: dict[str, Any]) -> str:
@@ -118,12 +121,9 @@ def format_queueing(summary: dict[str, Any]) -> str:
                 and t.get("sim") is not None and q[0].get("sim") is not None else "-")
         lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f}  {real:>26s}  {sim:>17s}  "
                      f"{rest:>28s}")
-    if len(lines) == 1:
-        return ""
-    lines.append("queueing (ms): arrival to the first step of the engine that ran the prompt "
-                 "(real: reported by that worker); TTFT - queueing: the p50s' difference, the "
-                 "prompt's service and delivery")
-    return "\n".join(lines)
+    return _with_legend(lines, "queueing (ms): arrival to the first step of the engine that ran "
+                        "the prompt (real: reported by that worker); TTFT - queueing: the p50s' "
+                        "difference, the prompt's service and delivery")
 
 
 def _avail(r: dict[str, Any]) -> str:
