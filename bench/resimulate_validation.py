@@ -28,37 +28,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from realexec.step_log import read_step_log
 from realexec.validate import check_targets, compare
 from realexec.validate_plan import rescaled_scenario, simulate
-from realexec.validate_steps import speed_factors
+from realexec.validate_steps import logged_steps, real_windows, speed_factors, steps_within
 from simulator.calibrated import calibrated_cost_model
 from simulator.costparams import CostParams
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "e2e_p50",
          "tpot_p90", "e2e_p90")
 HEAD = ("tput", "ttft50", "ttft90", "ttft99", "tpot50", "e2e50", "tpot90", "e2e90")
-
-
-def _windows(r: dict[str, Any], folder: Path, index: int) -> list[tuple[float, float]]:
-    """Wall-clock (start, end) of each real run of this rate."""
-    if r.get("real_windows"):
-        return [tuple(w) for w in r["real_windows"]]
-    out = []
-    for p in sorted(folder.glob(f"rate{index}-real*/summary.json")):
-        end = p.stat().st_mtime
-        out.append((end - json.loads(p.read_text())["wall_s"], end))
-    return out
-
-
-def _logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
-    """Every logged step of the mode's engines, by role."""
-    if mode == "colocated":
-        paths = {"colocated": runs_dir / "colocated-steps" / "engine.steps.jsonl"}
-    else:
-        paths = {role: p for p in sorted((runs_dir / "pd-steps").glob("*.steps.jsonl"))
-                 for role in ("prefill", "decode") if p.name.startswith(role)}
-    return {role: read_step_log(p)[0] for role, p in paths.items()}
 
 
 def _row(r: dict[str, Any], metrics: dict[str, Any], ok: dict[str, bool]) -> str:
@@ -97,10 +75,8 @@ def main() -> None:
         runs = [("base", sc)]
         if args.step_speed:
             if mode not in logs:
-                logs[mode] = _logged_steps(runs_dir, mode)
-            windows = _windows(r, folder, index)
-            steps = {role: [s for s in rs if any(a <= s.t_start < b for a, b in windows)]
-                     for role, rs in logs[mode].items()}
+                logs[mode] = logged_steps(runs_dir, mode)
+            steps = steps_within(logs[mode], real_windows(r, folder, index))
             params = CostParams.load(sc["hardware"]["calibration"])
             cm = calibrated_cost_model(params, sc["model"], params.model or "model",
                                        sc.get("dtype") or "fp32")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -38,25 +37,14 @@ def _cost_model(vdir: Path):
 
 
 def _speeds_from_logs(vdir: Path, result: dict, index: int, cost_model) -> list[dict]:
-    from realexec.step_log import read_step_log
-    from realexec.validate_steps import speed_factors
+    from realexec.validate_steps import logged_steps, real_windows, speed_factors, steps_within
 
     runs = vdir / "runs"
-    if result["mode"] == "colocated":
-        logs = {"colocated": read_step_log(runs / "colocated-steps" / "engine.steps.jsonl")[0]}
-    else:
-        logs = {r: read_step_log(runs / "pd-steps" / f"{r}-0.steps.jsonl")[0]
-                for r in ("prefill", "decode")}
+    logs = logged_steps(runs, result["mode"])
     folder = runs / f"{result['trace']}-{result['mode']}"
     cluster = json.loads((folder / f"rate{index}-sim" / "scenario.json").read_text()).get("cluster")
-    out = []
-    for rep in range(len(result["probe"]["runs"])):
-        summary = folder / f"rate{index}-real{rep}" / "summary.json"
-        end = os.path.getmtime(summary)
-        start = end - json.loads(summary.read_text())["wall_s"]
-        steps = {k: [s for s in v if start <= s.t_start <= end] for k, v in logs.items()}
-        out.append(speed_factors(steps, cost_model, cluster))
-    return out
+    return [speed_factors(steps_within(logs, [w]), cost_model, cluster)
+            for w in real_windows(result, folder, index)]
 
 
 PAST = 3  # earlier probes averaged into the "recent" estimator

@@ -10,7 +10,9 @@ worker is in a step (as logged), a step streams memory and computes at the share
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -91,22 +93,18 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
         shared, at_start, overlapped = [], [], []
         for st, b, m in rows:
             i = bisect.bisect_right(starts, st.t_start) - 1
-            busy = i >= 0 and others[i][0].t_end > st.t_start
+            busy = i >= 0 and spans[i][1] > st.t_start
             overlapped.append(busy)
-            if hs is None:
-                shared.append(b)
-                at_start.append(b)
-                continue
-            at_start.append(hs.price(b, m, spans[i][2] if busy else None))
-            shared.append(hs.finish_s(b, m, st.t_start,
-                                      (spans[j] for j in range(max(i, 0), len(spans)))))
-        entry_start = np.array(at_start)
+            if hs is not None:
+                at_start.append(hs.price(b, m, spans[i][2] if busy else None))
+                shared.append(hs.finish_s(b, m, st.t_start,
+                                          (spans[j] for j in range(max(i, 0), len(spans)))))
         shared_a, mask = np.array(shared), np.array(overlapped)
         entry: dict[str, Any] = {"plain": _summary(plain, real),
                                  "overlapped_fraction": float(mask.mean())}
         if hs is not None:
             entry["shared"] = _summary(shared_a, real)
-            entry["shared_at_start"] = _summary(entry_start, real)
+            entry["shared_at_start"] = _summary(np.array(at_start), real)
         for name, m in (("overlapped", mask), ("alone", ~mask)):
             if m.any():
                 entry[name] = {"plain": _summary(plain[m], real[m])}
@@ -140,3 +138,36 @@ def speed_factors(steps_by_role: dict[str, Sequence], cost_model,
     return factors_from_errors(None, pd_step_errors(
         steps_by_role, cost_model, cluster.get("host_memory_share"),
         cluster.get("host_compute_share")))
+
+
+def logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
+    """Every step a `kvpd validate` folder's engines logged (`runs_dir`: its runs/), by role
+    ("colocated"; PD: "prefill", "decode")."""
+    from realexec.step_log import read_step_log
+
+    if mode == "colocated":
+        paths = {"colocated": runs_dir / "colocated-steps" / "engine.steps.jsonl"}
+    else:
+        paths = {role: p for p in sorted((runs_dir / "pd-steps").glob("*.steps.jsonl"))
+                 for role in ("prefill", "decode") if p.name.startswith(role)}
+    return {role: read_step_log(p)[0] for role, p in paths.items()}
+
+
+def real_windows(result: dict[str, Any], folder: Path, index: int) -> list[tuple[float, float]]:
+    """Wall-clock (start, end) (s, epoch) of each real run of a validated rate: its
+    `real_windows`, or, in folders written before they were recorded, each run's end from
+    its summary's file time and its length from `wall_s` (such a folder must have been
+    copied keeping file times)."""
+    if result.get("real_windows"):
+        return [(float(a), float(b)) for a, b in result["real_windows"]]
+    out = []
+    for p in sorted(folder.glob(f"rate{index}-real*/summary.json")):
+        end = p.stat().st_mtime
+        out.append((end - json.loads(p.read_text())["wall_s"], end))
+    return out
+
+
+def steps_within(logs: dict[str, list], windows: Sequence[tuple[float, float]]) -> dict[str, list]:
+    """The steps of `logs` (role -> steps) that started inside one of `windows`."""
+    return {role: [s for s in steps if any(a <= s.t_start <= b for a, b in windows)]
+            for role, steps in logs.items()}

@@ -162,3 +162,24 @@ def test_host_sharing_splits_memory_and_compute(cm):
     assert hs.price(a, m, 0.0) == pytest.approx((a - m) / 0.8 + m)
     with pytest.raises(ValueError, match="host shares"):
         HostSharing(cm, 0.5, 0.0)
+
+
+def test_a_rates_steps_are_those_logged_while_its_real_runs_ran(cm, tmp_path):
+    """`real_windows` from validation.json, or (older folders) from each run summary's file
+    time and `wall_s`; `steps_within` keeps the steps that started inside one."""
+    import json
+    import os
+
+    from realexec.validate_steps import real_windows, steps_within
+
+    assert real_windows({"real_windows": [[1.0, 2.0], [5, 6]]}, tmp_path, 0) == [(1.0, 2.0), (5.0, 6.0)]
+    for rep, end in ((0, 100.0), (1, 200.0)):
+        p = tmp_path / f"rate0-real{rep}" / "summary.json"
+        p.parent.mkdir()
+        p.write_text(json.dumps({"wall_s": 30.0}))
+        os.utime(p, (end, end))
+    windows = real_windows({}, tmp_path, 0)
+    assert windows == [(70.0, 100.0), (170.0, 200.0)]
+    steps = [LoggedStep(t, 0.01, _decode(2)) for t in (60.0, 75.0, 150.0, 199.0)]
+    got = steps_within({"decode": steps}, windows)["decode"]
+    assert [s.t_start for s in got] == [75.0, 199.0]
