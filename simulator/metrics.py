@@ -74,12 +74,11 @@ def request_records(requests: Iterable[Request]) -> dict[str, np.ndarray]:
 def _itl_columns(rows: list[Request], cols: dict[str, np.ndarray]) -> None:
     """TPOT, E2E and per-request ITL mean / p99 / max, vectorised over all tokens."""
     n = len(rows)
-    counts = np.array([len(r.token_times) for r in rows], dtype=np.int64)
     for key in ("tpot_s", "itl_mean_s", "itl_p99_s", "itl_max_s", "e2e_s"):
         cols[key][:] = np.nan
-    if not n or not counts.sum():
+    times, counts, gaps = _token_gaps(rows)
+    if not n or not len(times):
         return
-    times = np.concatenate([np.frombuffer(r.token_times, dtype=np.float64) for r in rows if len(r.token_times)])
     ends = np.cumsum(counts)
     starts = ends - counts
     has = counts > 0
@@ -87,11 +86,6 @@ def _itl_columns(rows: list[Request], cols: dict[str, np.ndarray]) -> None:
     multi = counts > 1
     if not multi.any():
         return
-    gaps = np.diff(times)
-    # gaps of request i are gaps[starts[i] : ends[i] - 1]; drop the gaps across requests
-    keep = np.ones(len(gaps), dtype=bool)
-    keep[ends[(ends > 0) & (ends < len(times))] - 1] = False
-    gaps = gaps[keep]
     ng = counts[multi] - 1
     first = times[starts[multi]]
     last = times[ends[multi] - 1]
@@ -138,13 +132,23 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
 
 
 def all_itls(requests: Iterable[Request]) -> np.ndarray:
-    """Every inter-token gap of every request (s), for exact ITL percentiles."""
-    parts = [
-        np.diff(np.frombuffer(r.token_times, dtype=np.float64))
-        for r in requests
-        if len(r.token_times) > 1
-    ]
-    return np.concatenate(parts) if parts else np.empty(0)
+    """Every inter-token gap of every request (s), request by request, for exact ITL
+    percentiles."""
+    return _token_gaps(list(requests))[2]
+
+
+def _token_gaps(rows: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(every token time in request order (s), tokens per request, the gaps between each
+    request's consecutive tokens (s), request by request)."""
+    counts = np.array([len(r.token_times) for r in rows], dtype=np.int64)
+    parts = [np.frombuffer(r.token_times, dtype=np.float64) for r in rows if len(r.token_times)]
+    if not parts:
+        return np.empty(0), counts, np.empty(0)
+    times = np.concatenate(parts)
+    ends = np.cumsum(counts)
+    keep = np.ones(max(len(times) - 1, 0), dtype=bool)  # drop the gaps across requests
+    keep[ends[(ends > 0) & (ends < len(times))] - 1] = False
+    return times, counts, np.diff(times)[keep]
 
 
 def summarize(
