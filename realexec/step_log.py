@@ -16,21 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from simulator.core.batch_shape import BatchShape
+from simulator.step_pricing import TimedStep
 
 FLUSH_EVERY = 256  # steps
 
 
-@dataclasses.dataclass(slots=True)
-class LoggedStep:
-    """One step read back from a log: wall start (s, epoch), duration (s) and shape."""
-
-    t_start: float
-    duration_s: float
-    shape: BatchShape
-
-    @property
-    def t_end(self) -> float:
-        return self.t_start + self.duration_s
+LoggedStep = TimedStep  # one step read back from a log
 
 
 class StepLogWriter:

@@ -39,7 +39,7 @@ from realexec.validate_plan import (
     simulate,
     trace_probe,
 )
-from realexec.validate_steps import (
+from simulator.step_pricing import (
     factors_from_errors,
     pd_step_errors,
     speed_factors,

@@ -22,7 +22,7 @@ import numpy as np
 
 from realexec.validate import METRICS, TARGETS, ValidateConfig
 from realexec.validate_plan import PD_FIRST_TOKEN
-from realexec.validate_steps import STEP_KINDS, priced_total
+from simulator.step_pricing import STEP_KINDS, priced_total
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
          "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "preemptions")
@@ -81,7 +81,7 @@ def format_pd_steps(summary: dict[str, Any]) -> str:
 
 
 def format_steps_by_kind(summary: dict[str, Any]) -> str:
-    """The cost model on the real runs' own steps by kind (`validate_steps.step_kind`):
+    """The cost model on the real runs' own steps by kind (`simulator.step_pricing.step_kind`):
     predicted total / measured total - 1 and the number of steps."""
     seen = {k for r in summary["results"] for k in ((r.get("step_error") or {}).get("by_kind") or {})}
     kinds = [k for k in STEP_KINDS if k in seen]

@@ -419,9 +419,9 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
     """Colocated: one factor (cost model total / measured total); PD: one per worker, with
     the cluster's host sharing; None when a worker ran no step."""
     from realexec.step_log import LoggedStep
-    from realexec.validate_steps import speed_factors
     from simulator.core.batch_shape import BatchShape
     from simulator.host_share import HostSharing
+    from simulator.step_pricing import speed_factors
 
     cm = done[1].cost_model
     a, b = BatchShape.from_lists([40], [0]), BatchShape.from_lists([1] * 4, [50] * 4)
