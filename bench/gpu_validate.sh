@@ -20,6 +20,10 @@
 # script waits for it with `wait`, which a trap can interrupt; the trap passes the signal to
 # the stage's `timeout`, which passes it to the stage's process group.
 #
+# The profile's serving probe (the calibration's serving_speed) is off by default here: it
+# builds two more engines of the model, which the profile stage's 180 s may not hold for an
+# 8B model; SERVING_REQUESTS=48 turns it on.
+#
 # MODEL, DTYPE, DEVICE, GRID, NUM_GPU_BLOCKS, MAX_NUM_SEQS and MAX_BATCHED override the
 # defaults below (a dry run of the whole pipeline on a CPU: DEVICE=cpu MODEL=llama-50m
 # DTYPE=fp32 GRID=quick NUM_GPU_BLOCKS=512 MAX_NUM_SEQS=32 MAX_BATCHED=512).
@@ -85,7 +89,7 @@ run_stage greedy_check 60 python bench/greedy_check.py --device "$DEVICE" \
     --dtypes "fp32,$DTYPE" --json "$OUT/greedy_check.json"
 
 run_stage profile 180 kvpd profile --model "$MODEL" --dtype "$DTYPE" --device "$DEVICE" \
-    --grid "$GRID" --repeats 3 --out "$OUT/profile.csv"
+    --grid "$GRID" --repeats 3 --serving-requests "${SERVING_REQUESTS:-0}" --out "$OUT/profile.csv"
 [ -f "$OUT/profile.csv" ] || { log "no profile: stopping"; exit 1; }
 
 run_stage calibrate 30 kvpd calibrate "$OUT/profile.csv" --out "$OUT/calibration.yaml"

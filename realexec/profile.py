@@ -363,12 +363,14 @@ class Profiler:
 def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
                    dtype: str = "fp32", device: str | None = None, threads: int | None = None,
                    grid: ProfileGrid | None = None, seed: int = 0, hardware: str | None = None,
-                   kinds: tuple[str, ...] = PROFILE_KINDS,
+                   kinds: tuple[str, ...] = PROFILE_KINDS, serving_requests: int = 0,
                    progress: Progress = None) -> Path:
     """Profile `model` on the local device and write `out` (CSV + JSON); returns the CSV path.
 
     `threads`: torch intra-op threads (default: torch's); `hardware`: the catalog entry to
-    calibrate (default: guessed from the device)."""
+    calibrate (default: guessed from the device); `serving_requests`: requests of the
+    serving probe (`realexec.profile_serving`; 0: none) replayed through a real colocated
+    engine and, when transfers are profiled, a real 1P1D pair, after the grid."""
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -386,12 +388,23 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
         facts.update(memory_bandwidth_share())
         if "steps" in kinds:  # steps beside a busy neighbour (cluster.host_*_share)
             facts["host_contention"] = host_contention(prof)
+    probe = None
+    block_size = prof.llm.kv_cache.block_size
+    if serving_requests > 0:
+        prof.llm = None  # the probe's engines need the device memory
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        from realexec.profile_serving import serving_probe
+
+        probe = serving_probe(prof.config, dtype, device, threads, serving_requests, seed,
+                              ("colocated", "pd") if "transfer" in kinds else ("colocated",),
+                              prof.progress)
     meta = {
         "device": hardware or catalog_device(dev),
         "model": prof.name,
         "model_config": prof.config,
         "dtype": dtype,
-        "block_size": prof.llm.kv_cache.block_size,
+        "block_size": block_size,
         "device_facts": facts,
         "grid": prof.grid.to_dict(),
         "seed": seed,
@@ -399,4 +412,6 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
         "kv_block_order": "scattered (seeded shuffle)" if prof.grid.scatter_blocks else "id order",
         "elapsed_s": time.perf_counter() - t0,
     }
+    if probe is not None:
+        meta["serving_probe"] = probe
     return write_profile(rows, meta, out)

@@ -32,9 +32,9 @@ from realexec.validate_plan import (
     RunKnobs,
     base_trace,
     capacity,
+    engine_factors,
     rescaled_scenario,
     run_trace,
-    scaled_hardware,
     scenario_dict,
     simulate,
     trace_probe,
@@ -528,7 +528,7 @@ class Validation:
         if cpu is None and not probe_speed:
             return None
         f = (cpu or 1.0) * (probe_speed or 1.0)
-        sc = dict(sc, hardware=scaled_hardware(self.params, f, stem.with_name(stem.name + "-adjusted.yaml")))
+        sc = rescaled_scenario(self.params, sc, engine_factors(self.params, sc, f), stem, "adjusted")
         sim = simulate(sc)
         return {"cpu_available_real": float(np.mean(got)) if got else None, "cpu_factor": cpu,
                 "probe_speed": probe_speed, "speed_factor": f,

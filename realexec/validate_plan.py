@@ -140,7 +140,9 @@ def trace_probe(base: workloads.Trace, rate: float, skip: int,
 def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                   params: CostParams, knobs: RunKnobs, mode: str, trace_file: Path,
                   seed: int = 0) -> dict[str, Any]:
-    """The simulator scenario mirroring a real run (paths absolute)."""
+    """The simulator scenario mirroring a real run (paths absolute). With the calibration's
+    serving speed, each engine's device runs at it (calibrations scaled by it are written
+    beside `trace_file`)."""
     hw = dict(params.extra.get("hardware") or {})
     hw["calibration"] = str(Path(calibration).resolve())
     sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
@@ -169,16 +171,40 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         # the other worker is in a step, a step streams memory and computes at the
         # shares fitted from the profile's contended steps (else the measured bandwidth
         # share of two streams)
-        fitted = params.extra.get("host_sharing") or {}
-        share = fitted.get("memory_share") or (params.extra.get("device_facts") or {}).get(
-            "mem_bw_share")
-        if share:
-            sc["cluster"]["host_memory_share"] = min(1.0, float(share))
-        if fitted.get("compute_share"):
-            sc["cluster"]["host_compute_share"] = min(1.0, float(fitted["compute_share"]))
+        from simulator.calibrate_host import host_shares
+
+        memory, compute = host_shares(params.extra)
+        if memory:
+            sc["cluster"]["host_memory_share"] = memory
+        if compute:
+            sc["cluster"]["host_compute_share"] = compute
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
+    if serving_factors(params, mode):  # each engine at the speed it serves at
+        sc = rescaled_scenario(params, sc, engine_factors(params, sc), Path(trace_file).with_suffix(""),
+                               "serving")
     return sc
+
+
+def serving_factors(params: CostParams, mode: str) -> dict[str, float] | None:
+    """The calibration's `serving_speed` (simulator/calibrate_serving.py) for the engines of
+    `mode`, keyed as `rescaled_scenario` takes them ({"engine": f} colocated, {"prefill": f,
+    "decode": f} PD); None when it measured none for them."""
+    ss = params.extra.get("serving_speed") or {}
+    if mode == "colocated":
+        return {"engine": float(ss["colocated"])} if ss.get("colocated") else None
+    if ss.get("prefill") and ss.get("decode"):
+        return {"prefill": float(ss["prefill"]), "decode": float(ss["decode"])}
+    return None
+
+
+def engine_factors(params: CostParams, sc: dict[str, Any], factor: float = 1.0) -> dict[str, float]:
+    """Each engine of scenario `sc` at `factor` x its serving speed (1 where the calibration
+    has none), for `rescaled_scenario`."""
+    mode = "pd" if (sc.get("cluster") or {}).get("pd") else "colocated"
+    base = serving_factors(params, mode) or (
+        {"engine": 1.0} if mode == "colocated" else {"prefill": 1.0, "decode": 1.0})
+    return {role: factor * f for role, f in base.items()}
 
 
 def scaled_hardware(params: CostParams, factor: float, path: Path) -> dict[str, Any]:

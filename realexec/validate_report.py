@@ -364,12 +364,21 @@ def plot(validation: Any, out: Path) -> list[Path]:
 def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) -> list[Path]:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
+    serving = (getattr(validation, "params", None) and validation.params.extra.get("serving_speed"))
     summary = {**summary, "targets": targets_summary(summary),
                **{f"targets_{key}": targets_summary(summary, key) for key, _, _ in RE_RUNS},
-               "metric_paths": {m: list(p) for m, p in METRICS}}
+               "metric_paths": {m: list(p) for m, p in METRICS},
+               "serving_speed": serving or None}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     extra = [t for t in (format_queueing(summary), format_steps_by_kind(summary),
                          format_pd_steps(summary)) if t]
+    if serving:
+        from simulator.calibrate_serving import format_serving_speed
+
+        extra.insert(0, format_serving_speed(serving) + "\nThe simulated engines ran at these "
+                     "speeds (the calibration's, from its profile's serving probe); the "
+                     "speed-adjusted re-run scales them, the refreshed and step-speed re-runs "
+                     "replace them with their own factors.")
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
         + "".join(f"\n{t}\n" for t in extra))

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from simulator.calibrate_host import fit_host_sharing
+from simulator.calibrate_host import fit_host_sharing, host_shares
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
 from simulator.calibrate_linears import fit_size_factors
+from simulator.calibrate_serving import fit_serving_speed, format_serving_speed
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
 from simulator.costparams import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
@@ -136,6 +137,9 @@ class Calibration:
             lines.append(f"host sharing: memory share {hs['memory_share']:.2f}, compute share "
                          f"{hs['compute_share']:.2f} ({hs['num_points']} contended points, "
                          f"MAPE {hs['mape']:.1%})")
+        ss = self.params.extra.get("serving_speed")
+        if ss:
+            lines.append(format_serving_speed(ss))
         return "\n".join(lines)
 
     def _all_row(self) -> dict[str, Any]:  # noqa: D102
@@ -371,6 +375,14 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                 contention, CostModel(spec, acc, dtype, params=cal.params))
         except ValueError as exc:
             cal.params.extra["host_sharing"] = {"error": str(exc)}
+    probe = prof.meta.get("serving_probe")
+    if probe:  # steps a real colocated engine and 1P1D pair ran while serving
+        try:
+            cal.params.extra["serving_speed"] = fit_serving_speed(
+                probe, CostModel(spec, acc, dtype, params=cal.params),
+                *host_shares(cal.params.extra))
+        except ValueError as exc:
+            cal.params.extra["serving_speed"] = {"error": str(exc)}
     cal.hardware = hardware_spec(cal.params, links)
     cal.params.extra["hardware"] = cal.hardware
     return cal

@@ -60,3 +60,14 @@ def fit_host_sharing(contention: dict[str, Any], cost_model: CostModel) -> dict[
                         "stream_ratio": float(obs[i]), "stream_fit": float(pred[i]),
                         "spin_ratio": float(obs[n + i]), "spin_fit": float(pred[n + i])}
                        for i, p in enumerate(pts)]}
+
+
+def host_shares(extra: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(memory share, compute share) of two engines on this host from a calibration's
+    `extra`: the fitted `host_sharing`, else the memory share of two plain streams
+    (`device_facts.mem_bw_share`) and no compute share; None where unknown. Capped at 1."""
+    fitted = extra.get("host_sharing") or {}
+    memory = fitted.get("memory_share") or (extra.get("device_facts") or {}).get("mem_bw_share")
+    compute = fitted.get("compute_share")
+    return (min(1.0, float(memory)) if memory else None,
+            min(1.0, float(compute)) if compute else None)

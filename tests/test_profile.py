@@ -97,7 +97,7 @@ def test_grid_checks():
 def test_cli_profile_then_calibrate(tmp_path, capsys):
     out = tmp_path / "prof" / "profile.csv"
     assert kvpd_main(["profile", "--model", "tiny-llama", "--grid", "quick", "--threads", "1",
-                      "--repeats", "2", "--out", str(out)]) == 0
+                      "--repeats", "2", "--serving-requests", "6", "--out", str(out)]) == 0
     prof = read_profile(out)
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["device"] == "cpu" and meta["model"] == "tiny-llama"
@@ -118,6 +118,15 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "link kv_transfer" in printed and "host sharing: memory share" in printed
     assert "size factors, linears by tokens 1-8" in printed
+    # the serving probe ran through a real engine and a real 1P1D pair; 6 requests give
+    # the colocated engine enough steps for a speed, not the prefill worker
+    probe = meta["serving_probe"]
+    assert set(probe["steps"]) == {"colocated", "prefill", "decode"} and not probe["errors"]
+    assert len(probe["steps"]["prefill"]) >= 1 and len(probe["steps"]["colocated"]) >= 20
+    speed = CostParams.load(str(cal)).extra["serving_speed"]
+    assert speed["colocated"] > 0 and "prefill" not in speed
+    assert "need >= 20" in speed["errors"]["prefill"]
+    assert "serving speed (the serving probe's steps, predicted / measured): colocated" in printed
     factors = CostParams.load(str(cal)).linear_token_factors
     # 1, 4 and 8 tokens are step points of the quick grid (decode batches): factor 1 there
     assert len(factors) == 8 and factors[0] == factors[3] == factors[7] == 1.0

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip timing the linears alone at every small size")
     p.add_argument("--no-swap", action="store_true", help="skip KV swap copies")
     p.add_argument("--no-transfer", action="store_true", help="skip PD KV transfers")
+    p.add_argument("--serving-requests", type=int, default=48,
+                   help="requests of the serving probe after the grid: a short synthetic load "
+                   "replayed through a real engine (and a real 1P1D pair unless "
+                   "--no-transfer), whose steps give the calibration's serving_speed (0: skip)")
     p.add_argument("--blocks-in-id-order", action="store_true",
                    help="hand KV blocks out in id order, as a fresh pool does (default: in a "
                    "seeded random order, as a pool has them after traffic)")
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = tuple(k for k in PROFILE_KINDS if not skip.get(k))
     path = profile_device(args.out, args.model, args.dtype,
                           None if args.device == "auto" else args.device, args.threads, grid,
-                          args.seed, args.hardware, kinds, progress=lambda m: print(m, flush=True))
+                          args.seed, args.hardware, kinds, args.serving_requests,
+                          progress=lambda m: print(m, flush=True))
     print(f"wrote {path} and {path.with_suffix('.json')}")
     return 0

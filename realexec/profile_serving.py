@@ -1,0 +1,89 @@
+"""The serving probe of `kvpd profile`: a short fixed load replayed through a real colocated
+engine and a real 1P1D PD deployment, every step they ran recorded, so `kvpd calibrate` can
+measure how fast steps run *while serving* relative to the grid's isolated, repeated steps
+(`serving_speed` in the calibration; `simulator.calibrate_serving`).
+
+Why: on the 2-core VM kvpd is validated on, the PD prefill worker's steps ran 4-13% slower
+in every real PD run than the calibration priced them (after host sharing), and colocated and
+decode steps 0-5%, while single steps re-timed in isolation matched it. The grid cannot see
+what a serving process does around its steps; a short real load can. The load is
+`validate_probe.serving_probe_trace` (synthetic, seeded), not any trace kvpd is validated on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from simulator.core.batch_shape import BatchShape
+
+SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))
+WARMUP_REQUESTS = 4  # replayed first, not recorded (first-request costs)
+MODES = ("colocated", "pd")
+
+
+def encode_steps(steps) -> list[list[float]]:
+    """Steps as rows [t_start (s, epoch), duration (s), *BatchShape fields in SHAPE_FIELDS
+    order] (compact JSON)."""
+    return [[s.t_start, s.duration_s, *(getattr(s.shape, f) for f in SHAPE_FIELDS)]
+            for s in steps if s.shape.num_reqs]
+
+
+def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
+                  threads: int | None, num_requests: int, seed: int = 0,
+                  modes: tuple[str, ...] = MODES, progress=None) -> dict[str, Any]:
+    """Replay the serving probe's load through each of `modes`; returns {"num_requests",
+    "rate", "shape_fields", "steps": {role: rows (`encode_steps`)}, "wall_s": {mode: s},
+    "errors": {mode: why}} (a mode that fails is reported, the others kept)."""
+    import time
+
+    import workloads
+    from realexec.validate import ColocatedBackend, PDBackend, _run_failure
+    from realexec.validate_plan import RunKnobs
+    from realexec.validate_probe import SERVING_PROBE_RATE, serving_probe_trace
+
+    say = progress or (lambda _m: None)
+    bad = set(modes) - set(MODES)
+    if bad:
+        raise ValueError(f"serving probe modes {sorted(bad)} unknown; choose from {list(MODES)}")
+    if num_requests < 1:
+        raise ValueError(f"serving probe needs >= 1 request, got {num_requests}")
+    context = int(model_config.get("max_position_embeddings") or 2048)
+    trace = serving_probe_trace(num_requests, context, seed)
+    warm = workloads.first_n(trace, min(WARMUP_REQUESTS, len(trace)))
+    knobs = RunKnobs()
+    kw = {k: getattr(knobs, k) for k in (
+        "num_gpu_blocks", "num_cpu_blocks", "block_size", "max_num_seqs",
+        "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching",
+        "preemption_mode", "policy")}
+    kw.update(dtype=dtype, device=device, seed=seed, model_seed=seed)
+    out: dict[str, Any] = {"num_requests": num_requests, "rate": SERVING_PROBE_RATE,
+                           "knobs": knobs.to_dict(), "shape_fields": list(SHAPE_FIELDS),
+                           "steps": {}, "wall_s": {}, "errors": {}}
+    with tempfile.TemporaryDirectory(prefix="kvpd-serving-probe-") as tmp:
+        for mode in modes:
+            say(f"serving probe: {num_requests} requests at {SERVING_PROBE_RATE:g} req/s, {mode}")
+            t0 = time.perf_counter()
+            backend = None
+            try:
+                if mode == "colocated":
+                    backend = ColocatedBackend(model_config, kw, Path(tmp) / "engine.steps.jsonl")
+                else:
+                    backend = PDBackend(model_config, kw, threads, Path(tmp) / "pd")
+                backend.replay(warm, seed + 1)
+                res, _, _ = backend.replay(trace, seed)
+                why = _run_failure(res)
+                if why:
+                    raise RuntimeError(why)
+                for role, steps in backend.steps.items():
+                    out["steps"][role] = encode_steps(steps)
+            except Exception as exc:  # a probe is a measurement: report it, keep the rest
+                out["errors"][mode] = f"{type(exc).__name__}: {exc}"
+                say(f"serving probe ({mode}) failed: {out['errors'][mode]}")
+            finally:
+                if backend is not None:
+                    backend.close()
+            out["wall_s"][mode] = time.perf_counter() - t0
+    return out
