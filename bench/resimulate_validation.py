@@ -6,7 +6,8 @@ checkout's simulator), against the same stored real runs.
 
 VALIDATE_DIR: a `kvpd validate` output folder (validation.json, runs/). Each rate's simulated
 scenario (`runs/TRACE-MODE/rateK-sim/scenario.json`) is run again, with its device's
-calibration swapped for FILE if given, and compared with the real repeats kept beside it
+calibration swapped for FILE if given (each engine at FILE's serving speed, when FILE
+measured one), and compared with the real repeats kept beside it
 (`rateK-real*/summary.json`) by the validation's own `compare` and targets. Without
 --calibration it reproduces the validation's table (the simulator is deterministic). It
 separates what a cost-model change does from the machine's drift: the real runs are the
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from realexec.validate import check_targets, compare
-from realexec.validate_plan import rescaled_scenario, simulate
+from realexec.validate_plan import engine_factors, rescaled_scenario, simulate
 from realexec.validate_steps import logged_steps, real_windows, steps_within
 from simulator.calibrated import calibrated_cost_model
 from simulator.costparams import CostParams
@@ -59,6 +60,11 @@ def main() -> None:
     tally = {"base": [0, 0], "step-speed": [0, 0]}
     logs: dict[str, dict[str, list]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="resim-"))
+    # the calibration the engines are priced by: FILE, or the copy the validation kept (not
+    # a scenario's own, which may be scaled to an engine's serving speed)
+    repro = json.loads((args.validate_dir / "repro.json").read_text())
+    base_cal = Path(args.calibration or args.validate_dir / Path(repro["calibration"]).name)
+    params = CostParams.load(str(base_cal))
     print(f"{'trace':6s} {'mode':9s} {'rate':>6s} {'label':12s} "
           + " ".join(f"{k:>7s}" for k in HEAD) + "  targets")
     for r in results:
@@ -69,8 +75,10 @@ def main() -> None:
         same = [x for x in results if (x["trace"], x["mode"]) == (r["trace"], mode)]
         index = same.index(r)
         sc = json.loads((folder / f"rate{index}-sim" / "scenario.json").read_text())
-        if args.calibration:
-            sc["hardware"] = dict(sc["hardware"], calibration=str(Path(args.calibration).resolve()))
+        stem = scratch / f"{r['trace']}-{mode}-rate{index}"
+        if args.calibration:  # every engine's device from FILE, at its serving speed if any
+            sc["hardware"] = dict(sc["hardware"], calibration=str(base_cal.resolve()))
+            sc = rescaled_scenario(params, sc, engine_factors(params, sc), stem, "serving")
         reals = [json.loads(p.read_text())
                  for p in sorted(folder.glob(f"rate{index}-real*/summary.json"))]
         runs = [("base", sc)]
@@ -78,14 +86,12 @@ def main() -> None:
             if mode not in logs:
                 logs[mode] = logged_steps(runs_dir, mode)
             steps = steps_within(logs[mode], real_windows(r, folder, index))
-            params = CostParams.load(sc["hardware"]["calibration"])
             cm = calibrated_cost_model(params, sc["model"], params.model or "model",
                                        sc.get("dtype") or "fp32")
             factors = speed_factors(steps, cm, sc.get("cluster"))
             if factors is None:
                 print(f"  (no logged steps in rate {index}'s runs)")
             else:
-                stem = scratch / f"{r['trace']}-{mode}-rate{index}"
                 runs.append(("step-speed", rescaled_scenario(params, sc, factors, stem,
                                                              "step-speed")))
         for name, scenario in runs:
