@@ -12,35 +12,26 @@ what a serving process does around its steps; a short real load can. The load is
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from simulator.core.batch_shape import BatchShape
+from simulator.calibrate_serving import STEP_SHAPE_FIELDS, encode_steps
 
-SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))
 WARMUP_REQUESTS = 4  # replayed first, not recorded (first-request costs)
 MODES = ("colocated", "pd")
-
-
-def encode_steps(steps) -> list[list[float]]:
-    """Steps as rows [t_start (s, epoch), duration (s), *BatchShape fields in SHAPE_FIELDS
-    order] (compact JSON)."""
-    return [[s.t_start, s.duration_s, *(getattr(s.shape, f) for f in SHAPE_FIELDS)]
-            for s in steps if s.shape.num_reqs]
 
 
 def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
                   threads: int | None, num_requests: int, seed: int = 0,
                   modes: tuple[str, ...] = MODES, progress=None) -> dict[str, Any]:
     """Replay the serving probe's load through each of `modes`; returns {"num_requests",
-    "rate", "shape_fields", "steps": {role: rows (`encode_steps`)}, "wall_s": {mode: s},
-    "errors": {mode: why}} (a mode that fails is reported, the others kept)."""
+    "rate", "shape_fields", "steps": {role: rows (`calibrate_serving.encode_steps`)},
+    "wall_s": {mode: s}, "errors": {mode: why}} (a failed mode is reported, others kept)."""
     import time
 
     import workloads
-    from realexec.validate import ColocatedBackend, PDBackend, _run_failure
+    from realexec.validate import ColocatedBackend, PDBackend, run_failure
     from realexec.validate_plan import RunKnobs
     from realexec.validate_probe import SERVING_PROBE_RATE, serving_probe_trace
 
@@ -54,13 +45,10 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
     trace = serving_probe_trace(num_requests, context, seed)
     warm = workloads.first_n(trace, min(WARMUP_REQUESTS, len(trace)))
     knobs = RunKnobs()
-    kw = {k: getattr(knobs, k) for k in (
-        "num_gpu_blocks", "num_cpu_blocks", "block_size", "max_num_seqs",
-        "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching",
-        "preemption_mode", "policy")}
-    kw.update(dtype=dtype, device=device, seed=seed, model_seed=seed)
+    kw = {**knobs.to_dict(), "dtype": dtype, "device": device, "seed": seed,
+          "model_seed": seed}
     out: dict[str, Any] = {"num_requests": num_requests, "rate": SERVING_PROBE_RATE,
-                           "knobs": knobs.to_dict(), "shape_fields": list(SHAPE_FIELDS),
+                           "knobs": knobs.to_dict(), "shape_fields": list(STEP_SHAPE_FIELDS),
                            "steps": {}, "wall_s": {}, "errors": {}}
     with tempfile.TemporaryDirectory(prefix="kvpd-serving-probe-") as tmp:
         for mode in modes:
@@ -74,7 +62,7 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
                     backend = PDBackend(model_config, kw, threads, Path(tmp) / "pd")
                 backend.replay(warm, seed + 1)
                 res, _, _ = backend.replay(trace, seed)
-                why = _run_failure(res)
+                why = run_failure(res)
                 if why:
                     raise RuntimeError(why)
                 for role, steps in backend.steps.items():

@@ -188,7 +188,7 @@ class PDBackend:
         self.client.close()
 
 
-def _run_failure(res) -> str | None:
+def run_failure(res) -> str | None:
     """Why a replay's results cannot be used (requests that failed), or None."""
     s = res.summary["requests"]
     if s["finished"] == s["total"]:
@@ -304,12 +304,7 @@ class Validation:
         return calibrated_cost_model(self.params, self.model_config, self.model_name, self.dtype)
 
     def llm_kwargs(self) -> dict[str, Any]:
-        k = self.cfg.knobs
-        kw = {key: getattr(k, key) for key in (
-            "num_gpu_blocks", "num_cpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
-            "enable_chunked_prefill", "enable_prefix_caching", "preemption_mode", "policy",
-            "max_model_len")}
-        return {**kw, "dtype": self.dtype, "device": self.cfg.device, "seed": self.cfg.seed,
+        return {**self.cfg.knobs.to_dict(), "dtype": self.dtype, "device": self.cfg.device, "seed": self.cfg.seed,
                 "model_seed": self.cfg.seed}
 
     def _backend(self, mode: str):
@@ -392,7 +387,7 @@ class Validation:
                 t0, wall0 = time.perf_counter(), time.time()
                 try:
                     res, preempt, avail = backend.replay(run.trace, cfg.seed)
-                    why = _run_failure(res)
+                    why = run_failure(res)
                     if why:
                         raise RuntimeError(why)
                 except Exception as exc:
@@ -556,7 +551,7 @@ class Validation:
         t0 = time.perf_counter()
         try:
             res, _, _ = backend.replay(trace, seed)
-            why = _run_failure(res)
+            why = run_failure(res)
             if why:
                 raise RuntimeError(why)
             factors = speed_factors(backend.steps, self.cost_model, cluster)

@@ -33,7 +33,8 @@ GAMMA_SPEC: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class RunKnobs:
-    """Scheduler and KV-cache knobs both backends run with (vLLM names)."""
+    """Scheduler and KV-cache knobs both backends run with (vLLM names; `to_dict()` is
+    `LLM` keyword arguments)."""
 
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
@@ -180,9 +181,9 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
             sc["cluster"]["host_compute_share"] = compute
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
-    if serving_factors(params, mode):  # each engine at the speed it serves at
-        sc = rescaled_scenario(params, sc, engine_factors(params, sc), Path(trace_file).with_suffix(""),
-                               "serving")
+    serving = serving_factors(params, mode)
+    if serving:  # each engine at the speed it serves at
+        sc = rescaled_scenario(params, sc, serving, Path(trace_file).with_suffix(""), "serving")
     return sc
 
 

@@ -21,15 +21,23 @@ from simulator.step_pricing import TimedStep, pd_step_errors, priced_total, step
 
 ROLES = ("colocated", "prefill", "decode")
 MIN_STEPS = 20  # per role: fewer measure one request's luck, not the engine's speed
+# every BatchShape field (a profile row's SHAPE_FIELDS lack max_decode_context)
+STEP_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))
+
+
+def encode_steps(steps) -> list[list[float]]:
+    """Steps as rows [t_start (s, epoch), duration (s), *shape in STEP_SHAPE_FIELDS order]
+    (compact JSON; what `decode_steps` reads back)."""
+    return [[s.t_start, s.duration_s, *(getattr(s.shape, f) for f in STEP_SHAPE_FIELDS)]
+            for s in steps if s.shape.num_reqs]
 
 
 def decode_steps(probe: dict[str, Any]) -> dict[str, list[TimedStep]]:
     """The probe's steps by role; ValueError naming what is malformed."""
     fields = probe.get("shape_fields")
-    known = tuple(f.name for f in dataclasses.fields(BatchShape))
-    if not isinstance(fields, list) or not set(fields) <= set(known):
-        raise ValueError(f"serving probe: shape_fields must list BatchShape fields {list(known)}, "
-                         f"got {fields!r}")
+    if not isinstance(fields, list) or not set(fields) <= set(STEP_SHAPE_FIELDS):
+        raise ValueError(f"serving probe: shape_fields must list BatchShape fields "
+                         f"{list(STEP_SHAPE_FIELDS)}, got {fields!r}")
     out: dict[str, list[TimedStep]] = {}
     for role, rows in (probe.get("steps") or {}).items():
         if role not in ROLES:

@@ -3,9 +3,14 @@
 
 import pytest
 
-from realexec.profile_serving import SHAPE_FIELDS, encode_steps
 from realexec.validate_plan import RunKnobs, engine_factors, scenario_dict
-from simulator.calibrate_serving import MIN_STEPS, fit_serving_speed, format_serving_speed
+from simulator.calibrate_serving import (
+    MIN_STEPS,
+    STEP_SHAPE_FIELDS,
+    encode_steps,
+    fit_serving_speed,
+    format_serving_speed,
+)
 from simulator.cluster import resolve_hardware
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
@@ -38,7 +43,7 @@ def steps_at(speed: float, shapes, t0: float = 0.0, gap_s: float = 1.0) -> list[
 
 
 def probe_of(steps_by_role) -> dict:
-    return {"shape_fields": list(SHAPE_FIELDS),
+    return {"shape_fields": list(STEP_SHAPE_FIELDS),
             "steps": {r: encode_steps(s) for r, s in steps_by_role.items()}}
 
 
