@@ -77,7 +77,8 @@ def main() -> None:
         sc = json.loads((folder / f"rate{index}-sim" / "scenario.json").read_text())
         stem = scratch / f"{r['trace']}-{mode}-rate{index}"
         if args.calibration:  # every engine's device from FILE, at its serving speed if any
-            sc["hardware"] = dict(sc["hardware"], calibration=str(base_cal.resolve()))
+            hw = {k: v for k, v in sc["hardware"].items() if k != "serving_speed"}
+            sc["hardware"] = dict(hw, calibration=str(base_cal.resolve()))
             sc = rescaled_scenario(params, sc, engine_factors(params, sc), stem, "serving")
         reals = [json.loads(p.read_text())
                  for p in sorted(folder.glob(f"rate{index}-real*/summary.json"))]

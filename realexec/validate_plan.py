@@ -142,8 +142,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                   params: CostParams, knobs: RunKnobs, mode: str, trace_file: Path,
                   seed: int = 0) -> dict[str, Any]:
     """The simulator scenario mirroring a real run (paths absolute). With the calibration's
-    serving speed, each engine's device runs at it (calibrations scaled by it are written
-    beside `trace_file`)."""
+    serving speed for the mode's engines, each engine's device runs at it
+    (`hardware.serving_speed`, simulator/calibrated.py)."""
     hw = dict(params.extra.get("hardware") or {})
     hw["calibration"] = str(Path(calibration).resolve())
     sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
@@ -181,9 +181,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
             sc["cluster"]["host_compute_share"] = compute
     elif mode != "colocated":
         raise ValueError(f"mode {mode!r}: expected one of {list(MODES)}")
-    serving = serving_factors(params, mode)
-    if serving:  # each engine at the speed it serves at
-        sc = rescaled_scenario(params, sc, serving, Path(trace_file).with_suffix(""), "serving")
+    if serving_factors(params, mode):  # each engine at the speed it served at
+        hw["serving_speed"] = True
     return sc
 
 

@@ -1,13 +1,20 @@
-"""The simulator's cost model for a model on a calibrated device (`kvpd calibrate`'s file)."""
+"""The simulator's cost model for a model on a calibrated device (`kvpd calibrate`'s file),
+and that device at the speed an engine of a given role served at (`serving_speed`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
+from simulator.costparams import OVERHEAD_FIELDS, CostParams
+from simulator.hardware import Accelerator
 from simulator.models import ModelSpec
+
+SPEED_ROLES = ("colocated", "prefill", "decode")  # calibrate_serving.ROLES
+# every throughput figure of a device (bandwidths and peaks); latencies of links stay
+SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")
 
 
 def calibrated_cost_model(calibration: CostParams | str | Path, model_config: dict[str, Any],
@@ -18,3 +25,34 @@ def calibrated_cost_model(calibration: CostParams | str | Path, model_config: di
               else CostParams.load(str(calibration), model=model_name))
     return CostModel(ModelSpec.from_hf_config(model_config, name=model_name), params.device,
                      dtype, params=params)
+
+
+def serving_speed(params: CostParams, role: str, where: str = "calibration") -> float:
+    """The speed (cost model's time / measured time) an engine of `role` served at, from
+    the calibration's `serving_speed` (the profile's serving probe); ValueError naming what
+    is missing."""
+    if role not in SPEED_ROLES:
+        raise ValueError(f"serving speed: unknown role {role!r}; expected one of {list(SPEED_ROLES)}")
+    ss = params.extra.get("serving_speed")
+    if not isinstance(ss, dict) or "error" in ss:
+        why = ss["error"] if isinstance(ss, dict) else "no serving_speed"
+        raise ValueError(f"{where}: has no serving speed ({why}); profile with a serving probe "
+                         f"(`kvpd profile --serving-requests N`, PD roles also need transfers) "
+                         f"and calibrate again, or drop serving_speed")
+    f = ss.get(role)
+    if not isinstance(f, (int, float)) or not f > 0:
+        why = (ss.get("errors") or {}).get(role) or "not measured"
+        raise ValueError(f"{where}: no serving speed for the {role} role ({why}); measured: "
+                         f"{[r for r in SPEED_ROLES if r in ss] or 'none'}")
+    return float(f)
+
+
+def at_speed(acc: Accelerator, params: CostParams, factor: float) -> tuple[Accelerator, CostParams]:
+    """`acc` and `params` of a device `factor` x as fast: peaks and bandwidth x factor,
+    per-step overheads / factor, so every step time (and host-sharing memory seconds) is
+    divided by `factor`; links are unchanged."""
+    if not factor > 0:
+        raise ValueError(f"speed factor must be > 0, got {factor}")
+    faster = {f: getattr(acc, f) * factor for f in SPEED_FIELDS if getattr(acc, f) is not None}
+    return (dataclasses.replace(acc, **faster),
+            dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS}))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from simulator.calibrated import at_speed, serving_speed
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
@@ -45,17 +46,30 @@ from simulator.scenario import PoolSpec, Scenario, Spec
 from simulator.timeline import Timeline
 
 
-def resolve_hardware(spec: Spec, scenario: Scenario) -> tuple[Accelerator, CostParams | None]:
-    """A catalog name or inline spec; `{calibration: FILE, ...}` also loads fitted params."""
-    params = None
-    if isinstance(spec, dict) and "calibration" in spec:
+def resolve_hardware(spec: Spec, scenario: Scenario,
+                     role: str = "colocated") -> tuple[Accelerator, CostParams | None]:
+    """A catalog name or inline spec; `{calibration: FILE, ...}` also loads fitted params,
+    and with `serving_speed: true` runs the device at the speed an engine of `role`
+    ("colocated", "prefill", "decode") served at in the calibration's serving probe."""
+    params, speed = None, False
+    if isinstance(spec, dict) and ("calibration" in spec or "serving_speed" in spec):
         spec = dict(spec)
-        params = CostParams.load(scenario.resolve(spec.pop("calibration")))
+        speed = spec.pop("serving_speed", False)
+        if not isinstance(speed, bool):
+            raise ValueError(f"hardware.serving_speed must be true or false, got {speed!r}")
+        if "calibration" not in spec:
+            raise ValueError("hardware.serving_speed needs hardware.calibration (the file whose "
+                             "serving probe measured the speed)")
+        path = spec.pop("calibration")
+        params = CostParams.load(scenario.resolve(path))
         if not spec:
             if not params.device:
                 raise ValueError("hardware.calibration file names no device; add hardware.base")
             spec = params.device
-    return get_accelerator(spec), params
+    acc = get_accelerator(spec)
+    if speed:
+        acc, params = at_speed(acc, params, serving_speed(params, role, f"hardware.calibration {path}"))
+    return acc, params
 
 
 @dataclass
@@ -72,7 +86,7 @@ class PoolPlan:
 
 
 def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -> PoolPlan:
-    acc, params = resolve_hardware(spec.hardware or scenario.hardware, scenario)
+    acc, params = resolve_hardware(spec.hardware or scenario.hardware, scenario, role)
     cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params)
     cache = scenario.cache
     mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,

@@ -32,8 +32,8 @@ def cluster_cost(sc: Scenario, cost_table: dict[str, float] | None = None) -> Cl
 
     table = {normalize_name(k): float(v) for k, v in (cost_table or {}).items()}
     gpus, total, unpriced = 0, 0.0, []
-    for _, count, hw in hardware_specs(sc):
-        acc, _ = resolve_hardware(hw, sc)
+    for role, count, hw in hardware_specs(sc):
+        acc, _ = resolve_hardware(hw, sc, role)
         price = table.get(normalize_name(acc.name))
         if price is None and isinstance(hw, str):
             price = table.get(normalize_name(hw))

@@ -42,7 +42,7 @@ def preflight(sc: Scenario) -> None:
     for role, _, hw in hardware_specs(sc):
         if isinstance(hw, str):
             try:
-                resolve_hardware(hw, sc)
+                resolve_hardware(hw, sc, role)
             except ValueError as exc:
                 where = "hardware" if role == "colocated" else f"cluster.pd.{role}.hardware"
                 raise ValueError(f"{where}: {exc}") from None

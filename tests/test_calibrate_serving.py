@@ -103,7 +103,7 @@ def test_malformed_probe_names_what_is_wrong():
 def _step_time(sc: dict, role: str | None, shape: BatchShape) -> float:
     parsed = scenario_from_dict(sc)
     spec = sc["hardware"] if role is None else sc["cluster"]["pd"][role]["hardware"]
-    acc, params = resolve_hardware(spec, parsed)
+    acc, params = resolve_hardware(spec, parsed, role or "colocated")
     return CostModel(ModelSpec.from_hf_config(CFG, name="m"), acc, "fp32", params=params).step_time(shape)
 
 
@@ -120,16 +120,75 @@ def test_validate_simulates_each_engine_at_its_serving_speed(tmp_path):
     assert _step_time(plain, None, shape) == pytest.approx(base, rel=1e-9)
     assert not list(tmp_path.glob("*serving*"))
     params.extra["serving_speed"] = {"colocated": 0.9, "prefill": 0.8, "decode": 0.95}
+    params.save(str(cal))
     colo = scenario_dict(*args, "colocated", tmp_path / "a.csv")
     assert _step_time(colo, None, shape) == pytest.approx(base / 0.9, rel=1e-9)
     pd = scenario_dict(*args, "pd", tmp_path / "b.csv")
-    assert _step_time(pd, "prefill", shape) == pytest.approx(base / 0.8, rel=1e-9)
-    assert _step_time(pd, "decode", shape) == pytest.approx(base / 0.95, rel=1e-9)
+    for role, f in (("prefill", 0.8), ("decode", 0.95)):  # the scenario names no pool hardware
+        pd["cluster"]["pd"][role] = {"hardware": pd["hardware"]}
+        assert _step_time(pd, role, shape) == pytest.approx(base / f, rel=1e-9)
     # a diagnostic's machine-speed factor composes with the serving speed
     assert engine_factors(params, pd, 0.5) == pytest.approx({"prefill": 0.4, "decode": 0.475})
     assert engine_factors(params, colo, 2.0) == pytest.approx({"engine": 1.8})
     # a calibration that measured only the colocated engine leaves PD engines as calibrated
     params.extra["serving_speed"] = {"colocated": 0.9}
+    params.save(str(cal))
     pd = scenario_dict(*args, "pd", tmp_path / "c.csv")
-    assert "pd" not in pd["cluster"] or "hardware" not in (pd["cluster"]["pd"].get("prefill") or {})
+    assert "serving_speed" not in pd["hardware"]
+    assert _step_time(pd, None, shape) == pytest.approx(base, rel=1e-9)
     assert engine_factors(params, pd, 0.5) == {"prefill": 0.5, "decode": 0.5}
+
+
+def _pools(sc: dict, tmp_path) -> dict[str, float]:
+    """Step time (s) of one mixed batch on each pool of scenario `sc` as `kvpd simulate`
+    plans it."""
+    from simulator.cluster import plan_pool
+    from simulator.scenario import PoolSpec
+
+    parsed = scenario_from_dict(sc)
+    model = ModelSpec.from_hf_config(CFG, name="m")
+    shape = BatchShape.from_lists([1, 1, 30], [50, 60, 0])
+    c = parsed.cluster
+    pools = ({"colocated": PoolSpec()} if c.pd is None
+             else {"prefill": c.pd.prefill, "decode": c.pd.decode})
+    return {role: plan_pool(parsed, model, spec, role).cost_model.step_time(shape)
+            for role, spec in pools.items()}
+
+
+def test_simulate_runs_each_pool_at_its_roles_serving_speed(tmp_path):
+    params = CostParams(**{**PARAMS.__dict__, "extra": {
+        "serving_speed": {"colocated": 0.9, "prefill": 0.8, "decode": 1.1}}})
+    cal = tmp_path / "cal.yaml"
+    params.save(str(cal))
+    base = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(cal)},
+            "cache": {"num_gpu_blocks": 64}, "workload": {"synthetic": {"num_requests": 4}}}
+    plain = _pools(base, tmp_path)["colocated"]
+    fast = dict(base, hardware={"calibration": str(cal), "serving_speed": True})
+    assert _pools(fast, tmp_path)["colocated"] == pytest.approx(plain / 0.9, rel=1e-9)
+    pd = dict(fast, cluster={"pd": {"link": "ib-ndr"}})
+    got = _pools(pd, tmp_path)
+    assert got["prefill"] == pytest.approx(plain / 0.8, rel=1e-9)
+    assert got["decode"] == pytest.approx(plain / 1.1, rel=1e-9)
+    off = dict(base, hardware={"calibration": str(cal), "serving_speed": False})
+    assert _pools(off, tmp_path)["colocated"] == pytest.approx(plain, rel=1e-9)
+
+
+def test_serving_speed_that_cannot_apply_is_refused_naming_why(tmp_path):
+    cal = tmp_path / "cal.yaml"
+    params = CostParams(**{**PARAMS.__dict__, "extra": {
+        "serving_speed": {"colocated": 0.9, "errors": {"prefill": "3 step(s), need >= 20"}}}})
+    params.save(str(cal))
+    base = {"model": CFG, "dtype": "fp32", "cache": {"num_gpu_blocks": 64},
+            "workload": {"synthetic": {"num_requests": 4}}}
+    with pytest.raises(ValueError, match="no serving speed for the prefill role "
+                                         r"\(3 step\(s\), need >= 20\); measured: \['colocated'\]"):
+        _pools(dict(base, hardware={"calibration": str(cal), "serving_speed": True},
+                    cluster={"pd": {"link": "ib-ndr"}}), tmp_path)
+    with pytest.raises(ValueError, match="serving_speed needs hardware.calibration"):
+        _pools(dict(base, hardware={"base": "cpu", "serving_speed": True}), tmp_path)
+    with pytest.raises(ValueError, match="serving_speed must be true or false, got 'yes'"):
+        _pools(dict(base, hardware={"calibration": str(cal), "serving_speed": "yes"}), tmp_path)
+    bare = tmp_path / "bare.yaml"
+    CostParams(**{**PARAMS.__dict__, "extra": {}}).save(str(bare))
+    with pytest.raises(ValueError, match="has no serving speed .*kvpd profile --serving-requests"):
+        _pools(dict(base, hardware={"calibration": str(bare), "serving_speed": True}), tmp_path)
