@@ -12,8 +12,8 @@ overheads. Per layer and per tensor-parallel rank:
 - `tp_allreduce`: two ring all-reduces of the hidden state per layer over the replica's
   scale-up link: 2 (tp-1)/tp x bytes / (link bandwidth x efficiency) + 2 (tp-1) x latency;
 - once per step on the last stage: `lm_head` (logits only for each request's last token,
-  as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step and per token) and
-  `layer_overhead`.
+  as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step, per token and
+  per request) and `layer_overhead`.
 
 Five `CostParams` knobs describe executors that depart from these ideal kernels (defaults:
 the ideal, i.e. GPU estimates are unchanged; `kvpd calibrate` fits them on a CPU):
@@ -85,6 +85,7 @@ class CostModel:
         self._fast = self._stages[0]["fast"]
         p = self.params
         self._step_ovh, self._tok_ovh = p.step_overhead_s, p.token_overhead_s
+        self._req_ovh = p.request_overhead_s
         self._microbatches = p.pp_microbatches or pp
         self._padding = float(p.decode_padding)
 
@@ -179,14 +180,15 @@ class CostModel:
             t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
                                  shape.prefill_attn_pairs, shape.prefill_context_tokens,
                                  shape.num_decode_reqs, Dctx)
-            return t + self._step_ovh + T * self._tok_ovh
+            return t + self._step_ovh + T * self._tok_ovh + shape.num_reqs * self._req_ovh
         mb = self.num_microbatches(shape)
         times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
                                   shape.num_prefill_tokens / mb, shape.prefill_attn_pairs / mb,
                                   shape.prefill_context_tokens / mb, shape.num_decode_reqs / mb,
                                   Dctx / mb)
                  for st in self._stages]
-        return sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
+        return (sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
+                + shape.num_reqs * self._req_ovh)
 
     def decode_attn_tokens(self, shape: BatchShape) -> float:
         """KV tokens (per layer) decode attention reads and multiplies this step: the decodes'

@@ -144,9 +144,15 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         ops = [_scale(op, mb) for op in per_stage[crit]]
         bubble = sum(t for s, t in enumerate(times) if s != crit)
         ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
-    ops.append(OpCost("step_overhead", 0.0, 0.0,
-                      cm.params.step_overhead_s + T * cm.params.token_overhead_s, "overhead"))
+    ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead"))
     return StepBreakdown(sum(op.time_s for op in ops), ops, T, shape.num_reqs, desc)
+
+
+def host_overhead_s(cm: CostModel, shape: BatchShape) -> float:
+    """Seconds of per-step host work: per step, per token and per request."""
+    p = cm.params
+    return (p.step_overhead_s + shape.num_tokens * p.token_overhead_s
+            + shape.num_reqs * p.request_overhead_s)
 
 
 def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.ndarray:
@@ -176,4 +182,4 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
                                    np.maximum(c, m)))
     total = stage_times[0] if cm.pp == 1 else (
         np.sum(stage_times, axis=0) + (mb - 1) * np.max(stage_times, axis=0))
-    return total + (cm.params.step_overhead_s + T * cm.params.token_overhead_s)
+    return total + host_overhead_s(cm, shape)

@@ -20,7 +20,7 @@ EFFICIENCY_FIELDS = ("gemm_compute_efficiency", "gemm_memory_efficiency",
                      "attn_compute_efficiency", "attn_memory_efficiency", "comm_efficiency",
                      "gemv_memory_efficiency")
 OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
-                   "decode_attn_overhead_s")
+                   "request_overhead_s", "decode_attn_overhead_s")
 # Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
@@ -67,6 +67,14 @@ class CostParams:
     # Host-side work per scheduled token (position/slot-mapping tensors, detokenising):
     # ~0.1 us per token in numpy (order of magnitude, calibrated per device).
     token_overhead_s: float = 1e-7
+    # Host-side work per scheduled request per step, whatever its tokens: its block-table
+    # row and attention metadata, sampling its token, appending it and checking stops
+    # (Python per request in the CPU executor, realexec/attention.py and runner.py). 0:
+    # folded into step_overhead_s (GPU estimates). Fitted by `kvpd calibrate`. This CPU,
+    # llama-50m: without it the fit priced decode steps of 24-48 requests at short contexts
+    # 3-9% low and long ones 1-3% high, in every profile, and real serving batches (short
+    # Gamma contexts) 4-5% low.
+    request_overhead_s: float = 0.0
     # Fixed seconds per layer of a step that has decodes, whatever their number and
     # contexts: setting up the batched decode attention (the CPU executor builds a gather,
     # a mask and one SDPA call per layer, realexec/attention.py). 0: fused paged kernels,

@@ -21,11 +21,12 @@ from simulator.models import ModelSpec
 CFG = {**LLAMA_50M, "_name_or_path": "llama-50m"}
 TRUE = CostParams(gemm_compute_efficiency=0.3, gemm_memory_efficiency=0.4,
                   gemv_memory_efficiency=0.4, attn_compute_efficiency=0.2, attn_memory_efficiency=0.1,
-                  step_overhead_s=4e-3, token_overhead_s=2e-5)
+                  step_overhead_s=4e-3)
 # the CPU executor's behaviour (issue 8): padded decode attention, partial overlap, MKL's
 # faster GEMV and small-M GEMMs as GEMV passes
 TRUE_CPU = dataclasses.replace(TRUE, decode_padding=0.7, overlap=0.5, gemm_row_passes_below=4,
-                               gemv_memory_efficiency=0.7, decode_attn_overhead_s=2e-4)
+                               gemv_memory_efficiency=0.7, decode_attn_overhead_s=2e-4,
+                               request_overhead_s=1e-4)
 
 
 def _shapes() -> list[tuple[str, BatchShape]]:
@@ -116,6 +117,7 @@ def test_fit_recovers_the_executor_terms(tmp_path):
     assert p.overlap == pytest.approx(0.5, abs=0.1)
     assert p.gemv_memory_efficiency == pytest.approx(0.7, rel=0.1)
     assert p.decode_attn_overhead_s == pytest.approx(2e-4, rel=0.25)
+    assert p.request_overhead_s == pytest.approx(1e-4, rel=0.25)
     assert cal.summary()["held_median_abs_err"] < 0.02
     # without them the same fit is clearly worse, and the report says so
     assert cal.roofline_only["mape_held"] > 2 * cal.summary()["held_mape"]
@@ -180,10 +182,10 @@ def test_calibration_file_is_what_scenarios_load(tmp_path):
 
 
 def test_too_few_points_says_how_many_more(tmp_path):
-    few = _shapes()[:7]  # 7 prefill points: 5 left to fit 6 roofline parameters
+    few = _shapes()[:7]  # 7 prefill points: 5 left to fit 5 roofline parameters
     path = synthetic_profile(tmp_path, shapes=few, swap=False)
     with pytest.raises(ValueError, match=r"too few profile points: 7 step points .*needs at least "
-                                         r"12 fitting points .*profile at least 9 more"):
+                                         r"10 fitting points .*profile at least 7 more"):
         calibrate(path)
 
 

@@ -162,7 +162,7 @@ def test_catalog_matmul_efficiency_becomes_the_default() -> None:
 
 def test_params_roundtrip_and_refuse_another_device_or_model(tmp_path) -> None:
     fitted = dataclasses.replace(CostParams().from_vector(
-        [0.7, 0.8, 0.4, 0.6, 0.9, 0.75, 1e-3, 2e-6, 5e-8, 2e-4, 0.3, 0.6], device="h100-sxm",
+        [0.7, 0.8, 0.4, 0.6, 0.9, 0.75, 1e-3, 2e-6, 5e-8, 3e-5, 2e-4, 0.3, 0.6], device="h100-sxm",
         model="llama-3-8b", source="fit"), gemm_row_passes_below=4)
     path = tmp_path / "profile.yaml"
     fitted.save(str(path))
@@ -170,6 +170,7 @@ def test_params_roundtrip_and_refuse_another_device_or_model(tmp_path) -> None:
     assert loaded.to_vector() == fitted.to_vector()
     assert (loaded.decode_padding, loaded.overlap, loaded.gemm_row_passes_below) == (0.3, 0.6, 4)
     assert loaded.gemv_memory_efficiency == 0.75
+    assert loaded.request_overhead_s == 3e-5
     assert (loaded.device, loaded.model) == ("h100-sxm", "llama-3-8b")
     with pytest.raises(ValueError, match="profile is for device 'h100-sxm', not 'a100-80gb-sxm'"):
         CostParams.load(str(path), device="a100-80gb-sxm")
@@ -205,5 +206,5 @@ def test_fit_helpers_are_consistent() -> None:
     lo, hi = CostParams.fit_bounds()
     assert len(lo) == len(hi) == len(p.to_vector()) == len(CostParams.FIT_FIELDS)
     assert all(a <= v <= b for a, v, b in zip(lo, p.to_vector(), hi))
-    with pytest.raises(ValueError, match="expected 12 values"):
+    with pytest.raises(ValueError, match="expected 13 values"):
         p.from_vector([0.5])

@@ -1,5 +1,5 @@
 """The executor-behaviour CostParams (decode_padding, overlap, gemv_memory_efficiency,
-gemm_row_passes_below, decode_attn_overhead_s): each
+gemm_row_passes_below, decode_attn_overhead_s, request_overhead_s): each
 does what its docstring says, defaults are the plain roofline, and the fast paths
 (step_time, decode_run_times) agree with explain()."""
 
@@ -17,7 +17,7 @@ from simulator.costmodel import CostModel
 from simulator.costparams import CostParams
 
 CPU = CostParams(decode_padding=0.6, overlap=0.4, gemm_row_passes_below=4,
-                 decode_attn_overhead_s=2e-4)
+                 decode_attn_overhead_s=2e-4, request_overhead_s=5e-5)
 CONFIGS = [("gpt2", "cpu", "fp32", 1, 1), ("llama-3-8b", "h100-sxm", "bf16", 1, 1),
            ("llama-3-70b", "h100-sxm", "bf16", 4, 2), ("mixtral-8x7b", "mi300x", "fp8", 1, 2)]
 
@@ -127,11 +127,12 @@ def test_older_calibration_files_read_gemv_as_gemm(tmp_path) -> None:
        ctxs=st.lists(st.integers(0, 5000), min_size=30, max_size=30),
        pad=st.floats(0, 1), ov=st.floats(0, 1), below=st.sampled_from([0, 4, 64]),
        gemv=st.floats(0.01, 1), setup=st.sampled_from([0.0, 1e-5, 3e-4]),
-       cfg=st.sampled_from(CONFIGS))
+       per_req=st.sampled_from([0.0, 7e-5]), cfg=st.sampled_from(CONFIGS))
 def test_explain_equals_step_time_with_the_terms(news, ctxs, pad, ov, below, gemv, setup,
-                                                 cfg) -> None:
+                                                 per_req, cfg) -> None:
     cm = _cm(CostParams(decode_padding=pad, overlap=ov, gemm_row_passes_below=below,
-                        gemv_memory_efficiency=gemv, decode_attn_overhead_s=setup), cfg)
+                        gemv_memory_efficiency=gemv, decode_attn_overhead_s=setup,
+                        request_overhead_s=per_req), cfg)
     shape = BatchShape.from_lists(news, ctxs[: len(news)])
     assert cm.explain(shape).total_s == pytest.approx(cm.step_time(shape), rel=1e-12)
 
@@ -155,5 +156,16 @@ def test_the_terms_only_slow_a_step() -> None:
     assert _cm(CostParams(gemv_memory_efficiency=0.5)).step_time(single) > \
         _cm(CostParams()).step_time(single)
     for change in ({"decode_padding": 1.0}, {"overlap": 0.0}, {"gemm_row_passes_below": 128},
-                   {"decode_attn_overhead_s": 1e-4}):
+                   {"decode_attn_overhead_s": 1e-4}, {"request_overhead_s": 1e-5}):
         assert _cm(dataclasses.replace(CostParams(), **change)).step_time(shape) > base
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_request_overhead_is_paid_once_per_scheduled_request(cfg) -> None:
+    per_req = 8e-5
+    plain, busy = _cm(CostParams(), cfg), _cm(CostParams(request_overhead_s=per_req), cfg)
+    for news, ctxs in (([1] * 5, [100] * 5), ([300], [0]), ([1, 1, 40], [20, 900, 0])):
+        shape = BatchShape.from_lists(news, ctxs)
+        # per step, not per layer, stage or micro-batch: whatever the tokens
+        assert busy.step_time(shape) - plain.step_time(shape) == pytest.approx(
+            len(news) * per_req, rel=1e-9)
