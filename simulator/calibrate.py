@@ -118,7 +118,8 @@ class Calibration:
         lines.append(f"executor terms: decode_padding {p.decode_padding:.2f}, overlap "
                      f"{p.overlap:.2f}, gemv_memory_efficiency {p.gemv_memory_efficiency:.2f} "
                      f"(GEMM {p.gemm_memory_efficiency:.2f}), decode_attn_overhead_s "
-                     f"{p.decode_attn_overhead_s * 1e6:.0f} us, gemm_row_passes_below "
+                     f"{p.decode_attn_overhead_s * 1e6:.0f} us, request_overhead_s "
+                     f"{p.request_overhead_s * 1e6:.0f} us, gemm_row_passes_below "
                      f"{p.gemm_row_passes_below}"
                      + ("" if self.roofline_only else " (held: too few points to fit them)"))
         if self.roofline_only:

@@ -122,6 +122,7 @@ def test_fit_recovers_the_executor_terms(tmp_path):
     # without them the same fit is clearly worse, and the report says so
     assert cal.roofline_only["mape_held"] > 2 * cal.summary()["held_mape"]
     assert "roofline only" in cal.format_table() and "decode_padding 0.7" in cal.format_table()
+    assert f"request_overhead_s {p.request_overhead_s * 1e6:.0f} us" in cal.format_table()
     # the saved file carries them to the simulator
     out = tmp_path / "cpu.yaml"
     write_calibration(cal, out, plot=False)
