@@ -7,12 +7,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from simulator.calibrate_serving import ROLES
 from simulator.costmodel import CostModel
 from simulator.costparams import OVERHEAD_FIELDS, CostParams
 from simulator.hardware import Accelerator
 from simulator.models import ModelSpec
 
-SPEED_ROLES = ("colocated", "prefill", "decode")  # calibrate_serving.ROLES
 # every throughput figure of a device (bandwidths and peaks); latencies of links stay
 SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")
 
@@ -31,8 +31,8 @@ def serving_speed(params: CostParams, role: str, where: str = "calibration") -> 
     """The speed (cost model's time / measured time) an engine of `role` served at, from
     the calibration's `serving_speed` (the profile's serving probe); ValueError naming what
     is missing."""
-    if role not in SPEED_ROLES:
-        raise ValueError(f"serving speed: unknown role {role!r}; expected one of {list(SPEED_ROLES)}")
+    if role not in ROLES:
+        raise ValueError(f"serving speed: unknown role {role!r}; expected one of {list(ROLES)}")
     ss = params.extra.get("serving_speed")
     if not isinstance(ss, dict) or "error" in ss:
         why = ss["error"] if isinstance(ss, dict) else "no serving_speed"
@@ -43,7 +43,7 @@ def serving_speed(params: CostParams, role: str, where: str = "calibration") -> 
     if not isinstance(f, (int, float)) or not f > 0:
         why = (ss.get("errors") or {}).get(role) or "not measured"
         raise ValueError(f"{where}: no serving speed for the {role} role ({why}); measured: "
-                         f"{[r for r in SPEED_ROLES if r in ss] or 'none'}")
+                         f"{[r for r in ROLES if r in ss] or 'none'}")
     return float(f)
 
 
