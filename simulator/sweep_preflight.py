@@ -39,13 +39,14 @@ def preflight(sc: Scenario) -> None:
     model = sc.model
     if isinstance(model, str):
         _model(str(sc.resolve(model)) if model.endswith(".json") else model)
-    for role, _, hw in hardware_specs(sc):
-        if isinstance(hw, str):
-            try:
-                resolve_hardware(hw, sc, role)
-            except ValueError as exc:
-                where = "hardware" if role == "colocated" else f"cluster.pd.{role}.hardware"
-                raise ValueError(f"{where}: {exc}") from None
+    for role, _, hw in hardware_specs(sc):  # names, inline specs, calibrations, speeds
+        where = "hardware" if role == "colocated" else f"cluster.pd.{role}.hardware"
+        try:
+            resolve_hardware(hw, sc, role)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{where}: {exc}") from None
     if sc.cluster.pd is not None and isinstance(sc.cluster.pd.link, str):
         try:
             _link(sc.cluster.pd.link)

@@ -113,6 +113,22 @@ def test_unknown_catalog_name_is_reported_up_front():
         spec({"hardware": ["h100-sxm", "h1000"]})
 
 
+def test_a_calibration_that_cannot_serve_a_pool_is_reported_up_front(tmp_path):
+    from simulator.costparams import CostParams
+
+    cal = tmp_path / "cal.yaml"
+    CostParams(device="cpu", extra={"serving_speed": {"colocated": 0.9}}).save(str(cal))
+    hw = {"calibration": str(cal), "serving_speed": True}
+    spec({"scheduler.max_num_seqs": [32]}, set={"hardware": hw})  # colocated: measured
+    with pytest.raises(ValueError, match=r"cluster.pd.prefill.hardware: .*no serving speed for "
+                                         r"the prefill role"):
+        spec({"scheduler.max_num_seqs": [32]},
+             set={"hardware": hw, "cluster.pd": {"link": "ib-ndr"}})
+    with pytest.raises(ValueError, match=r"point 0 .*\n  hardware: .*No such file.*missing.yaml"):
+        spec({"scheduler.max_num_seqs": [32]},
+             set={"hardware": {"calibration": str(tmp_path / "missing.yaml")}})
+
+
 def test_empty_sweep_is_refused():
     with pytest.raises(ValueError, match="empty sweep"):
         spec({})
