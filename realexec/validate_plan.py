@@ -190,12 +190,14 @@ def serving_factors(params: CostParams, mode: str) -> dict[str, float] | None:
     """The calibration's `serving_speed` (simulator/calibrate_serving.py) for the engines of
     `mode`, keyed as `rescaled_scenario` takes them ({"engine": f} colocated, {"prefill": f,
     "decode": f} PD); None when it measured none for them."""
-    ss = params.extra.get("serving_speed") or {}
-    if mode == "colocated":
-        return {"engine": float(ss["colocated"])} if ss.get("colocated") else None
-    if ss.get("prefill") and ss.get("decode"):
-        return {"prefill": float(ss["prefill"]), "decode": float(ss["decode"])}
-    return None
+    from simulator.calibrated import serving_speed
+
+    roles = {"engine": "colocated"} if mode == "colocated" else {"prefill": "prefill",
+                                                                 "decode": "decode"}
+    try:  # the same reading `hardware.serving_speed` applies
+        return {key: serving_speed(params, role) for key, role in roles.items()}
+    except ValueError:
+        return None
 
 
 def engine_factors(params: CostParams, sc: dict[str, Any], factor: float = 1.0) -> dict[str, float]:
@@ -210,12 +212,12 @@ def engine_factors(params: CostParams, sc: dict[str, Any], factor: float = 1.0) 
 def scaled_hardware(params: CostParams, factor: float, path: Path) -> dict[str, Any]:
     """A hardware spec: the calibrated device of `params` running `factor` x as fast (every
     step time / factor; links unchanged), its calibration written to `path`."""
-    from simulator.costparams import OVERHEAD_FIELDS
+    from simulator.calibrated import overheads_at_speed
 
     hw = dict(params.extra.get("hardware") or {})
     hw.update(base=params.device, name=params.device, fp32_tflops_scale=factor,
               bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
-    scaled = dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS},
+    scaled = dataclasses.replace(overheads_at_speed(params, factor),
                                  extra={**params.extra, "hardware": hw})
     scaled.save(str(path))
     return {**hw, "calibration": str(path.resolve())}

@@ -54,5 +54,10 @@ def at_speed(acc: Accelerator, params: CostParams, factor: float) -> tuple[Accel
     if not factor > 0:
         raise ValueError(f"speed factor must be > 0, got {factor}")
     faster = {f: getattr(acc, f) * factor for f in SPEED_FIELDS if getattr(acc, f) is not None}
-    return (dataclasses.replace(acc, **faster),
-            dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS}))
+    return dataclasses.replace(acc, **faster), overheads_at_speed(params, factor)
+
+
+def overheads_at_speed(params: CostParams, factor: float) -> CostParams:
+    """`params` with every fixed overhead (seconds) / `factor`: the overhead side of a
+    device `factor` x as fast (`at_speed`; the peaks are the accelerator's)."""
+    return dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS})
