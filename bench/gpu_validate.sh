@@ -8,8 +8,10 @@
 # $AZURE_TRACE, by default in $KVPD_TRACES_DIR or ../shared/data/traces beside the checkout;
 # a relative path is read from the checkout). Sized for about 8 minutes
 # on an H100/H200 class GPU: every stage has its own limit (greedy check 60 s, profile 180 s,
-# calibrate 30 s, validate 200 s: 7.8 min at most), so a slow stage cannot eat the others'
-# time, and a stage that fails or times out leaves the earlier stages' files in place.
+# calibrate 30 s, validate 190 s, and up to 30 s for validate to report once stopped: 8.2 min
+# at most), so a slow stage cannot eat the others' time, and a stage that fails or times out
+# leaves the earlier stages' files in place. A validate stopped at its limit still compares
+# and reports the rates whose real runs completed (kvpd validate handles SIGTERM so).
 #
 # Stopping it from outside (SIGTERM/SIGINT/SIGHUP, e.g. an outer `timeout`) ends the running
 # stage and every process it started. Each stage runs under its own `timeout`, which puts it in
@@ -64,14 +66,15 @@ on_signal() {
 }
 trap on_signal TERM INT HUP
 
-# run_stage NAME LIMIT_S CMD...: CMD under `timeout` (10 s of grace, then KILL), its output in
-# $OUT/NAME.log and on ours; returns CMD's exit status (124: timed out).
+# run_stage NAME LIMIT_S CMD...: CMD under `timeout` (TERM at LIMIT_S, KILL $KILL_AFTER s
+# later), its output in $OUT/NAME.log and on ours; returns CMD's exit status (124: timed out).
+KILL_AFTER=${KILL_AFTER:-30}
 run_stage() {
     stage_name=$1
     local limit=$2
     shift 2
     log "$stage_name (limit ${limit} s): $*"
-    timeout -k 10 "$limit" "$@" > "$OUT/$stage_name.log" 2>&1 &
+    timeout -k "$KILL_AFTER" "$limit" "$@" > "$OUT/$stage_name.log" 2>&1 &
     stage_pid=$!
     tail -n +1 -f --pid="$stage_pid" "$OUT/$stage_name.log" &
     local tail_pid=$!
@@ -97,7 +100,7 @@ run_stage calibrate 30 kvpd calibrate "$OUT/profile.csv" --out "$OUT/calibration
 
 MODES=colocated
 [ "${PD:-0}" = "1" ] && MODES=colocated,pd
-run_stage validate 200 kvpd validate --calibration "$OUT/calibration.yaml" --model "$MODEL" \
+run_stage validate 190 kvpd validate --calibration "$OUT/calibration.yaml" --model "$MODEL" \
     --traces azure --trace-path "$AZURE_TRACE" --modes "$MODES" --fractions 0.3,0.6,0.9 \
     --duration-s 20 --min-requests 20 --max-requests 600 --repeats 1 --trace-probe-s 5 \
     --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_BATCHED" \

@@ -263,6 +263,13 @@ class _RateRun:
     failed: str | None = None
 
 
+class ValidationInterrupted(BaseException):
+    """Stops a validation from outside (`kvpd validate` raises it on SIGTERM, SIGINT or SIGHUP).
+
+    A `BaseException`, so the per-rate `except Exception` does not take it for a failed engine.
+    The rates whose real runs completed are still compared and reported."""
+
+
 class Validation:
     """Runs a `ValidateConfig`; `results` fills as rates complete."""
 
@@ -296,6 +303,7 @@ class Validation:
         self.records: dict[tuple, dict[str, Any]] = {}  # (trace, mode, rate i) -> records
         self.probe = None  # SpeedProbe, built on first use
         self.serving_probe_trace = None  # its load, built on first use (`_serving_probe`)
+        self.engine = None  # the real engine (a backend) of the mode being validated
 
     def _cost_model(self):
         """The calibrated `CostModel` (what the simulator uses)."""
@@ -334,21 +342,25 @@ class Validation:
                 kind, ctx, path=cfg.trace_path, window_s=cfg.window_s, seed=cfg.seed,
                 num_requests=max(cfg.max_requests, cfg.capacity_requests))
         for mode in cfg.modes:
-            backend = None
             try:
                 self.say(f"[{mode}] starting the real engine")
-                backend = self._backend(mode)
+                self.engine = self._backend(mode)
                 for kind in cfg.traces:
-                    backend = self._trace_mode(kind, mode, bases[kind], backend)
+                    self._trace_mode(kind, mode, bases[kind])
+            except ValidationInterrupted as exc:  # stopped from outside: no further modes
+                self.failures.append({"mode": mode, "rate": None, "error": f"interrupted ({exc})"})
+                self.say(f"[{mode}] interrupted ({exc}): reporting the rates that completed")
+                break
             except Exception as exc:  # the engine would not start: every rate of this mode fails
                 self.failures.append({"mode": mode, "rate": None, "error": f"{type(exc).__name__}: {exc}"})
                 self.say(f"[{mode}] real engine failed: {exc}")
             finally:
-                if backend is not None:
-                    backend.close()
+                if self.engine is not None:
+                    self.engine.close()
+                    self.engine = None
         return self.summary()
 
-    def _trace_mode(self, kind: str, mode: str, base: workloads.Trace, backend):
+    def _trace_mode(self, kind: str, mode: str, base: workloads.Trace) -> None:
         cfg = self.cfg
         tag = f"{kind}-{mode}"
         folder = cfg.out / "runs" / tag
@@ -360,13 +372,26 @@ class Validation:
         self.say(f"[{tag}] simulated capacity {cap:.3f} req/s; rates "
                  + ", ".join(f"{r:.3f}" for r in rates))
         warm = run_trace(base, rates[0], 4)
-        backend.replay(warm, cfg.seed + 1)  # first-request costs out of the measured runs
+        self.engine.replay(warm, cfg.seed + 1)  # first-request costs out of the measured runs
         runs = [self._rate_run(i, rate, base, mode, folder) for i, rate in enumerate(rates)]
         if cfg.trace_probe_s > 0:
             skip = max(len(run.trace) for run in runs)  # past every validated request
             for run in runs:
                 run.trace_probe, info = trace_probe(base, run.rate, skip, cfg.trace_probe_s)
                 self.traces[kind].setdefault("trace_probes", {})[f"{mode}/rate{run.index}"] = info
+        try:
+            self._repeats(kind, mode, runs, folder)
+        except ValidationInterrupted as exc:
+            self._finish(kind, mode, cap, runs, folder, interrupted=str(exc))
+            raise
+        self._finish(kind, mode, cap, runs, folder)
+
+    def _repeats(self, kind: str, mode: str, runs: list[_RateRun], folder: Path) -> None:
+        """Every rate's real runs, `cfg.repeats` each, on `self.engine` (replaced by a fresh
+        one after a run fails)."""
+        cfg = self.cfg
+        backend = self.engine
+        tag = f"{kind}-{mode}"
         # repeats go round the rates (0, 1, 2, 0, 1, 2, ...): a slow phase of a shared
         # machine then lands on several rates once, and shows in their spread, instead of
         # on one rate twice
@@ -396,7 +421,8 @@ class Validation:
                                           "error": run.failed})
                     self.say(f"[{tag}] rate {run.rate:.3f} req/s: real engine failed: {run.failed}")
                     backend.close()
-                    backend = self._backend(mode)  # a fresh engine for the remaining rates
+                    self.engine = None
+                    backend = self.engine = self._backend(mode)  # a fresh one for the other rates
                     continue
                 finally:
                     run.wall_s += time.perf_counter() - t0
@@ -410,10 +436,23 @@ class Validation:
                     run.steps.setdefault(role, []).extend(rs)
                 run.run_speeds.append(speed_factors(backend.steps, self.cost_model,
                                                     run.scenario.get("cluster")))
+
+    def _finish(self, kind: str, mode: str, cap: float, runs: list[_RateRun], folder: Path,
+                interrupted: str | None = None) -> None:
+        """Compare every rate with at least one completed real run; when `interrupted`, a rate
+        with none is reported as a failure (and one cut short keeps the repeats it finished)."""
         for run in runs:
-            if not run.failed:
-                self._result(kind, mode, cap, run, folder)
-        return backend
+            if run.failed:
+                continue
+            if not run.reals:
+                self.failures.append({"trace": kind, "mode": mode, "rate": run.rate,
+                                      "error": f"interrupted ({interrupted}) before a real run "
+                                               "of it completed"})
+                continue
+            if interrupted and len(run.reals) < self.cfg.repeats:
+                self.say(f"[{kind}-{mode}] rate {run.rate:.3f}: interrupted after "
+                         f"{len(run.reals)} of {self.cfg.repeats} real runs")
+            self._result(kind, mode, cap, run, folder)
 
     def _rate_run(self, i: int, rate: float, base: workloads.Trace, mode: str,
                   folder: Path) -> _RateRun:

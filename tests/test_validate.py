@@ -270,6 +270,51 @@ def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, m
     assert "FAILED gamma colocated at" in format_table(summary)
 
 
+def test_an_interrupted_validation_reports_the_rates_that_completed(tmp_path, monkeypatch):
+    """SIGTERM (an outer `timeout`) during rate 1's real run: `kvpd validate` still compares
+    and reports rate 0, names the rates it did not finish, closes the engine, exits 1."""
+    import os
+    import signal
+
+    seen = {"runs": 0}
+    closed = []
+    real_replay = validate_mod.ColocatedBackend.replay
+    real_close = validate_mod.ColocatedBackend.close
+
+    def interrupted(self, trace, seed):
+        res = real_replay(self, trace, seed)
+        if len(trace) >= 5:  # a validated run (the warm-up has 4 requests; no probes)
+            seen["runs"] += 1
+            if seen["runs"] == 2:  # at the end of rate 1's first run, before it returns
+                os.kill(os.getpid(), signal.SIGTERM)
+        return res
+
+    monkeypatch.setattr(validate_mod.ColocatedBackend, "replay", interrupted)
+    monkeypatch.setattr(validate_mod.ColocatedBackend, "close",
+                        lambda self: (closed.append(self), real_close(self)))
+    handler = signal.getsignal(signal.SIGTERM)
+    cal = tiny_calibration(tmp_path / "cal.yaml")
+    out = tmp_path / "out"
+    rc = kvpd_main(["validate", "--calibration", str(cal), "--model", "tiny-llama",
+                    "--traces", "gamma", "--fractions", "0.2,0.4,0.6", "--duration-s", "1",
+                    "--min-requests", "5", "--max-requests", "6", "--repeats", "2",
+                    "--context", "96", "--max-num-seqs", "8", "--max-num-batched-tokens", "128",
+                    "--num-gpu-blocks", "48", "--threads", "1", "--serving-probe-requests", "0",
+                    "--trace-probe-s", "0", "--device", "cpu", "--out", str(out)])
+    assert rc == 1
+    assert signal.getsignal(signal.SIGTERM) is handler  # restored after the run
+    assert len(closed) == 1
+    saved = json.loads((out / "validation.json").read_text())
+    (r,) = saved["results"]
+    assert r["load"] == pytest.approx(0.2) and r["repeats"] == 1
+    errors = [(f.get("rate") is None, f["error"]) for f in saved["failures"]]
+    assert errors[-1] == (True, "interrupted (SIGTERM)")
+    assert [e for is_mode, e in errors if not is_mode] == [
+        "interrupted (SIGTERM) before a real run of it completed"] * 2
+    table = (out / "validation.txt").read_text()
+    assert "FAILED * colocated at -: interrupted (SIGTERM)" in table
+
+
 def test_bad_input_is_refused(tmp_path, capsys):
     cal = tiny_calibration(tmp_path / "other.yaml", model="llama-50m")
     with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'tiny-llama'"):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+from collections.abc import Iterator
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -74,6 +77,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """While inside, SIGTERM, SIGINT and SIGHUP stop the validation with `ValidationInterrupted`
+    (the completed rates are still reported); a second signal acts as it normally would."""
+    from realexec.validate import ValidationInterrupted
+
+    signals = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+
+    def stop(signum: int, _frame: object) -> None:
+        for s in signals:
+            signal.signal(s, before[s])
+        raise ValidationInterrupted(signal.Signals(signum).name)
+
+    before = {s: signal.getsignal(s) or signal.SIG_DFL for s in signals}
+    for s in signals:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in signals:
+            signal.signal(s, before[s])
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -112,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if not cfg.calibration.is_file():
         raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
     v = Validation(cfg, progress=lambda m: print(m, flush=True))
-    summary = v.run()
+    with _interruptible():
+        summary = v.run()
     paths = write_report(cfg, v, summary)
     print(format_table({**summary}))
     if pd_steps := format_pd_steps(summary):
