@@ -30,8 +30,10 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
     "wall_s": {mode: s}, "errors": {mode: why}} (a failed mode is reported, others kept)."""
     import time
 
+    import torch
+
     import workloads
-    from realexec.validate import ColocatedBackend, PDBackend, run_failure
+    from realexec.validate import ServedBackend, run_failure
     from realexec.validate_plan import RunKnobs
     from realexec.validate_probe import SERVING_PROBE_RATE, serving_probe_trace
 
@@ -56,10 +58,13 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
             t0 = time.perf_counter()
             backend = None
             try:
+                # worker processes, as `kvpd validate` runs its real engines; the colocated
+                # one with the profile's own torch threads, as its grid ran
                 if mode == "colocated":
-                    backend = ColocatedBackend(model_config, kw, Path(tmp) / "engine.steps.jsonl")
+                    backend = ServedBackend(model_config, kw, threads or torch.get_num_threads(),
+                                            Path(tmp) / mode, pd=None)
                 else:
-                    backend = PDBackend(model_config, kw, threads, Path(tmp) / "pd")
+                    backend = ServedBackend(model_config, kw, threads, Path(tmp) / mode)
                 backend.replay(warm, seed + 1)
                 res, _, _ = backend.replay(trace, seed)
                 why = run_failure(res)

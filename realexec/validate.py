@@ -90,6 +90,9 @@ class ValidateConfig:
     capacity_requests: int = 128
     serving_probe_requests: int = 16  # per serving probe before each real run (0: none)
     trace_probe_s: float = 20.0  # arrivals (s) of each trace probe before a real run (0: none)
+    # the colocated engine: "process" (a worker process behind ZMQ, as `kvpd serve` runs it)
+    # or "inproc" (an `LLM` inside the validating process)
+    colocated_engine: str = "process"
 
 
 def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -131,17 +134,25 @@ class ColocatedBackend:
         self.llm = None
 
 
-class PDBackend:
-    """A 1P1D deployment (`EngineClient`, prefill and decode worker processes); the workers
-    log their steps under `step_log_dir` (kept beside the results)."""
+class ServedBackend:
+    """Engine worker processes behind an `EngineClient`, as `kvpd serve` deploys them: one
+    colocated engine (`pd=None`) or a PD deployment (`pd=(1, 1)`: prefill and decode
+    workers). The workers log their steps under `step_log_dir` (kept beside the results).
+
+    Real runs of `kvpd validate` use this for both modes: an engine inside the validating
+    process (`ColocatedBackend`) shares it with everything the validation keeps, and on the
+    2-core VM its steps slowed by 5-12% over a 45-minute validation while the PD workers'
+    did not (docs/validation-runs.md, run 12)."""
 
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
-                 threads: int | None, step_log_dir: Path) -> None:
+                 threads: int | None, step_log_dir: Path,
+                 pd: tuple[int, int] | None = (1, 1)) -> None:
         from realexec.client import EngineClient
         from realexec.serve_config import ServeConfig
 
-        cfg = ServeConfig(model=model_config, llm_kwargs=llm_kwargs, pd=(1, 1),
+        cfg = ServeConfig(model=model_config, llm_kwargs=llm_kwargs, pd=pd,
                           kv_mode="full", num_threads=threads, step_log_dir=str(step_log_dir))
+        self.target = "engine" if pd is None else f"pd:{pd[0]}:{pd[1]}"
         self.client = EngineClient(cfg).start()
         self.logs = {w.role: (step_log_dir / f"{w.name}.steps.jsonl") for w in
                      self.client.workers.values()}
@@ -172,11 +183,11 @@ class PDBackend:
 
         before, s0 = self._preemptions(), self._sched()
         self._read_steps()  # skip steps of earlier runs not read yet (warm-up)
-        res = replay(trace, "pd:1:1", client=self.client, seed=seed)
+        res = replay(trace, self.target, client=self.client, seed=seed)
         time.sleep(0.3)  # let the last stats (outputs/heartbeats) and step logs arrive
         if not self.client.is_healthy():
             down = [n for n, w in self.client.workers_status().items() if not w.get("alive", True)]
-            raise RuntimeError(f"PD worker(s) down after the run: {down or 'unknown'}")
+            raise RuntimeError(f"engine worker(s) down after the run: {down or 'unknown'}")
         s1 = self._sched()
         run = sum(s1[n][0] - s0[n][0] for n in s1 if s1[n] and s0.get(n))
         wait = sum(s1[n][1] - s0[n][1] for n in s1 if s1[n] and s0.get(n))
@@ -277,6 +288,9 @@ class Validation:
         from realexec.profile_facts import model_identity
         from simulator.costparams import CostParams
 
+        if cfg.colocated_engine not in ("process", "inproc"):
+            raise ValueError(f"colocated_engine must be 'process' or 'inproc', got "
+                             f"{cfg.colocated_engine!r}")
         self.cfg = cfg
         self.say = progress or (lambda _m: None)
         self.model_config, self.model_name = model_identity(cfg.model)
@@ -320,11 +334,14 @@ class Validation:
 
         if self.threads:
             torch.set_num_threads(int(self.threads))
-        if mode == "colocated":
+        runs = self.cfg.out / "runs"
+        if mode == "colocated" and self.cfg.colocated_engine == "inproc":
             return ColocatedBackend(self.model_config, self.llm_kwargs(),
-                                    self.cfg.out / "runs" / "colocated-steps" / "engine.steps.jsonl")
-        return PDBackend(self.model_config, self.llm_kwargs(), self.threads,
-                         self.cfg.out / "runs" / "pd-steps")
+                                    runs / "colocated-steps" / "engine.steps.jsonl")
+        if mode == "colocated":
+            return ServedBackend(self.model_config, self.llm_kwargs(), self.threads,
+                                 runs / "colocated-steps", pd=None)
+        return ServedBackend(self.model_config, self.llm_kwargs(), self.threads, runs / "pd-steps")
 
     def context(self) -> int:
         from simulator.models import ModelSpec

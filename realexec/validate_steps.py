@@ -16,8 +16,9 @@ def logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
     ("colocated"; PD: "prefill", "decode")."""
     from realexec.step_log import read_step_log
 
-    if mode == "colocated":
-        paths = {"colocated": runs_dir / "colocated-steps" / "engine.steps.jsonl"}
+    if mode == "colocated":  # engine-0.steps.jsonl (a worker process) or engine.steps.jsonl
+        found = sorted((runs_dir / "colocated-steps").glob("*.steps.jsonl"))
+        paths = {"colocated": found[0] if found else runs_dir / "colocated-steps" / "engine.steps.jsonl"}
     else:
         paths = {role: p for p in sorted((runs_dir / "pd-steps").glob("*.steps.jsonl"))
                  for role in ("prefill", "decode") if p.name.startswith(role)}

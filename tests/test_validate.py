@@ -43,7 +43,7 @@ def config(tmp_path: Path, **kw) -> ValidateConfig:
                 model="tiny-llama", traces=("gamma",), modes=("colocated",), fractions=(0.2, 0.6),
                 duration_s=1.0, min_requests=4, max_requests=6, repeats=2, context=96,
                 knobs=KNOBS, capacity_requests=24, threads=1, serving_probe_requests=3,
-                trace_probe_s=1.0)
+                trace_probe_s=1.0, colocated_engine="inproc")
     base.update(kw)
     return ValidateConfig(**base)
 
@@ -300,7 +300,8 @@ def test_an_interrupted_validation_reports_the_rates_that_completed(tmp_path, mo
                     "--min-requests", "5", "--max-requests", "6", "--repeats", "2",
                     "--context", "96", "--max-num-seqs", "8", "--max-num-batched-tokens", "128",
                     "--num-gpu-blocks", "48", "--threads", "1", "--serving-probe-requests", "0",
-                    "--trace-probe-s", "0", "--device", "cpu", "--out", str(out)])
+                    "--trace-probe-s", "0", "--device", "cpu", "--colocated-engine", "inproc",
+                    "--out", str(out)])
     assert rc == 1
     assert signal.getsignal(signal.SIGTERM) is handler  # restored after the run
     assert len(closed) == 1
@@ -313,6 +314,30 @@ def test_an_interrupted_validation_reports_the_rates_that_completed(tmp_path, mo
         "interrupted (SIGTERM) before a real run of it completed"] * 2
     table = (out / "validation.txt").read_text()
     assert "FAILED * colocated at -: interrupted (SIGTERM)" in table
+
+
+def test_the_colocated_engine_runs_in_a_worker_process_by_default(tmp_path):
+    """As `kvpd serve` runs it: its steps come from the worker's step log, and the run is
+    compared like an in-process one."""
+    import multiprocessing
+
+    from realexec.step_log import read_step_log
+
+    assert ValidateConfig.__dataclass_fields__["colocated_engine"].default == "process"
+    cfg = config(tmp_path, repeats=1, fractions=(0.3,), serving_probe_requests=0, trace_probe_s=0,
+                 colocated_engine="process")
+    v = Validation(cfg)
+    summary = v.run()
+    assert not summary["failures"]
+    (r,) = summary["results"]
+    assert r["repeats"] == 1 and r["metrics"]["ttft_p50"]["error"] is not None
+    assert r["step_error"]["num_steps"] > 0
+    logged = read_step_log(cfg.out / "runs" / "colocated-steps" / "engine-0.steps.jsonl")[0]
+    assert len(logged) >= r["step_error"]["num_steps"]
+    assert v.engine is None  # closed
+    assert not [c for c in multiprocessing.active_children() if c.name.startswith("kvpd-")]
+    with pytest.raises(ValueError, match="colocated_engine must be 'process' or 'inproc', got 'gpu'"):
+        Validation(config(tmp_path, colocated_engine="gpu"))
 
 
 def test_bad_input_is_refused(tmp_path, capsys):

@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace-probe-s", type=float, default=20.0,
                    help="seconds of arrivals of the same trace at the same rate (requests after "
                    "the validated ones) replayed before each run to re-measure its speed (0: none)")
+    p.add_argument("--colocated-engine", choices=("process", "inproc"), default="process",
+                   help="where the real colocated engine runs: a worker process behind ZMQ, as "
+                   "kvpd serve runs it (default), or inside the validating process")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/validate", help="output folder")
     p.set_defaults(func=run)
@@ -134,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats, context=args.context, window_s=tuple(args.window_s),
         trace_path=Path(args.trace_path) if args.trace_path else None, knobs=knobs,
         seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads,
-        serving_probe_requests=args.serving_probe_requests, trace_probe_s=args.trace_probe_s)
+        serving_probe_requests=args.serving_probe_requests, trace_probe_s=args.trace_probe_s,
+        colocated_engine=args.colocated_engine)
     if not cfg.calibration.is_file():
         raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
     v = Validation(cfg, progress=lambda m: print(m, flush=True))
