@@ -93,6 +93,10 @@ class ValidateConfig:
     # the colocated engine: "process" (a worker process behind ZMQ, as `kvpd serve` runs it)
     # or "inproc" (an `LLM` inside the validating process)
     colocated_engine: str = "process"
+    # simulate each engine at the calibration's serving speed (its profile's one serving
+    # probe); off by default: on the 2-core VM one 15-s probe read the VM's phase (0.78-1.17
+    # within a run) more than the serving effect, and cost 8 and 12 targets in runs 12, 13
+    serving_speed: bool = False
 
 
 def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -295,6 +299,12 @@ class Validation:
         self.say = progress or (lambda _m: None)
         self.model_config, self.model_name = model_identity(cfg.model)
         self.params = CostParams.load(str(cfg.calibration), model=self.model_name)
+        self.measured_serving_speed = self.params.extra.get("serving_speed")
+        if not cfg.serving_speed and self.measured_serving_speed is not None:
+            import dataclasses
+
+            extra = {k: v for k, v in self.params.extra.items() if k != "serving_speed"}
+            self.params = dataclasses.replace(self.params, extra=extra)
         if self.params.model is None or self.params.device is None:
             raise ValueError(f"{cfg.calibration}: names no model/device; write it with kvpd calibrate")
         from realexec.device import resolve_device

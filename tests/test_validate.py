@@ -340,6 +340,34 @@ def test_the_colocated_engine_runs_in_a_worker_process_by_default(tmp_path):
         Validation(config(tmp_path, colocated_engine="gpu"))
 
 
+def test_the_serving_speed_is_applied_only_when_asked(tmp_path):
+    """A calibration's serving speed is reported either way; the simulated engines run at it
+    only with `serving_speed=True` (`kvpd validate --serving-speed`)."""
+    cal = tiny_calibration(tmp_path / "cal.yaml")
+    params = CostParams.load(str(cal))
+    params.extra["serving_speed"] = {"colocated": 0.8, "num_steps": {"colocated": 40}}
+    params.save(str(cal))
+    runs = {}
+    for applied in (False, True):
+        (tmp_path / str(applied)).mkdir()
+        cfg = config(tmp_path / str(applied), calibration=cal, repeats=1, fractions=(0.3,),
+                     serving_probe_requests=0, trace_probe_s=0, serving_speed=applied)
+        v = Validation(cfg)
+        summary = v.run()
+        write_report(cfg, v, summary)
+        (r,) = summary["results"]
+        sc = json.loads((cfg.out / "runs" / "gamma-colocated" / "rate0-sim" / "scenario.json")
+                        .read_text())
+        assert ("serving_speed" in sc["hardware"]) is applied
+        saved = json.loads((cfg.out / "validation.json").read_text())
+        assert saved["serving_speed_measured"]["colocated"] == 0.8
+        assert (saved["serving_speed"] is not None) is applied
+        text = (cfg.out / "validation.txt").read_text()
+        assert ("Not applied" in text) is not applied
+        runs[applied] = r["capacity"]
+    assert runs[True] == pytest.approx(runs[False] * 0.8, rel=0.15)  # a slower device
+
+
 def test_bad_input_is_refused(tmp_path, capsys):
     cal = tiny_calibration(tmp_path / "other.yaml", model="llama-50m")
     with pytest.raises(ValueError, match="profile is for model 'llama-50m', not 'tiny-llama'"):

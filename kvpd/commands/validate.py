@@ -75,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--colocated-engine", choices=("process", "inproc"), default="process",
                    help="where the real colocated engine runs: a worker process behind ZMQ, as "
                    "kvpd serve runs it (default), or inside the validating process")
+    p.add_argument("--serving-speed", action="store_true",
+                   help="simulate each engine at the calibration's serving speed (measured by "
+                   "its profile's serving probe); default: at the profile's isolated speed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/validate", help="output folder")
     p.set_defaults(func=run)
@@ -138,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         trace_path=Path(args.trace_path) if args.trace_path else None, knobs=knobs,
         seed=args.seed, device=None if args.device == "auto" else args.device, threads=args.threads,
         serving_probe_requests=args.serving_probe_requests, trace_probe_s=args.trace_probe_s,
-        colocated_engine=args.colocated_engine)
+        colocated_engine=args.colocated_engine, serving_speed=args.serving_speed)
     if not cfg.calibration.is_file():
         raise FileNotFoundError(f"--calibration {cfg.calibration}: no such file (kvpd calibrate writes it)")
     v = Validation(cfg, progress=lambda m: print(m, flush=True))
