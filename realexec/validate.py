@@ -145,8 +145,9 @@ class ServedBackend:
 
     Real runs of `kvpd validate` use this for both modes: an engine inside the validating
     process (`ColocatedBackend`) shares it with everything the validation keeps, and on the
-    2-core VM its steps slowed by 5-12% over a 45-minute validation while the PD workers'
-    did not (docs/validation-runs.md, run 12)."""
+    2-core VM its steps slowed by 5-12% over the colocated phase of runs 10-12 while the PD
+    workers' did not (run 13, with this backend, could not tell that from the VM's own
+    phase; docs/validation-runs.md)."""
 
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
                  threads: int | None, step_log_dir: Path,
