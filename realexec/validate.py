@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -302,10 +302,9 @@ class Validation:
         self.params = CostParams.load(str(cfg.calibration), model=self.model_name)
         self.measured_serving_speed = self.params.extra.get("serving_speed")
         if not cfg.serving_speed and self.measured_serving_speed is not None:
-            import dataclasses
-
+            # every scenario and re-run reads the speed from here: without it, none applies it
             extra = {k: v for k, v in self.params.extra.items() if k != "serving_speed"}
-            self.params = dataclasses.replace(self.params, extra=extra)
+            self.params = replace(self.params, extra=extra)
         if self.params.model is None or self.params.device is None:
             raise ValueError(f"{cfg.calibration}: names no model/device; write it with kvpd calibrate")
         from realexec.device import resolve_device
@@ -418,7 +417,6 @@ class Validation:
         """Every rate's real runs, `cfg.repeats` each, on `self.engine` (replaced by a fresh
         one after a run fails)."""
         cfg = self.cfg
-        backend = self.engine
         tag = f"{kind}-{mode}"
         # repeats go round the rates (0, 1, 2, 0, 1, 2, ...): a slow phase of a shared
         # machine then lands on several rates once, and shows in their spread, instead of
@@ -429,17 +427,17 @@ class Validation:
                     continue
                 run.probes.append(self._probe(mode))
                 cluster = run.scenario.get("cluster")
-                serving = self._serving_probe(backend, cluster)
+                serving = self._serving_probe(self.engine, cluster)
                 if serving is not None:
                     run.probes[-1]["serving"] = serving
                 if run.trace_probe is not None:
                     run.probes[-1]["trace"] = self._replay_probe(
-                        backend, run.trace_probe, self.cfg.seed + 11, cluster)
+                        self.engine, run.trace_probe, self.cfg.seed + 11, cluster)
                 self.say(f"[{tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
                          + self._probe_text(run.probes[-1]))
                 t0, wall0 = time.perf_counter(), time.time()
                 try:
-                    res, preempt, avail = backend.replay(run.trace, cfg.seed)
+                    res, preempt, avail = self.engine.replay(run.trace, cfg.seed)
                     why = run_failure(res)
                     if why:
                         raise RuntimeError(why)
@@ -448,9 +446,9 @@ class Validation:
                     self.failures.append({"trace": kind, "mode": mode, "rate": run.rate,
                                           "error": run.failed})
                     self.say(f"[{tag}] rate {run.rate:.3f} req/s: real engine failed: {run.failed}")
-                    backend.close()
-                    self.engine = None
-                    backend = self.engine = self._backend(mode)  # a fresh one for the other rates
+                    self.engine.close()
+                    self.engine = None  # if the restart fails, run() has nothing left to close
+                    self.engine = self._backend(mode)  # a fresh one for the other rates
                     continue
                 finally:
                     run.wall_s += time.perf_counter() - t0
@@ -460,9 +458,9 @@ class Validation:
                 run.reals.append(res.summary)
                 run.recs.append(res.records)
                 run.avails.append(avail)
-                for role, rs in backend.steps.items():
+                for role, rs in self.engine.steps.items():
                     run.steps.setdefault(role, []).extend(rs)
-                run.run_speeds.append(speed_factors(backend.steps, self.cost_model,
+                run.run_speeds.append(speed_factors(self.engine.steps, self.cost_model,
                                                     run.scenario.get("cluster")))
 
     def _finish(self, kind: str, mode: str, cap: float, runs: list[_RateRun], folder: Path,

@@ -364,28 +364,24 @@ def plot(validation: Any, out: Path) -> list[Path]:
 def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) -> list[Path]:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
-    serving = (getattr(validation, "params", None) and validation.params.extra.get("serving_speed"))
+    measured = getattr(validation, "measured_serving_speed", None)  # the calibration's
+    serving = measured if measured and cfg.serving_speed else None  # what the engines ran at
     summary = {**summary, "targets": targets_summary(summary),
                **{f"targets_{key}": targets_summary(summary, key) for key, _, _ in RE_RUNS},
                "metric_paths": {m: list(p) for m, p in METRICS},
-               "serving_speed": serving or None,
-               "serving_speed_measured": getattr(validation, "measured_serving_speed", None)}
+               "serving_speed": serving, "serving_speed_measured": measured}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     extra = [t for t in (format_queueing(summary), format_steps_by_kind(summary),
                          format_pd_steps(summary)) if t]
-    if serving:
+    if measured:
         from simulator.calibrate_serving import format_serving_speed
 
-        extra.insert(0, format_serving_speed(serving) + "\nThe simulated engines ran at these "
-                     "speeds (the calibration's, from its profile's serving probe); the "
-                     "speed-adjusted re-run scales them, the refreshed and step-speed re-runs "
-                     "replace them with their own factors.")
-    elif summary["serving_speed_measured"]:
-        from simulator.calibrate_serving import format_serving_speed
-
-        extra.insert(0, format_serving_speed(summary["serving_speed_measured"]) + "\nNot "
-                     "applied: the simulated engines ran at the calibration's isolated speed "
-                     "(kvpd validate --serving-speed applies these).")
+        how = ("The simulated engines ran at these speeds (the calibration's, from its "
+               "profile's serving probe); the speed-adjusted re-run scales them, the refreshed "
+               "and step-speed re-runs replace them with their own factors." if serving else
+               "Not applied: the simulated engines ran at the calibration's isolated speed "
+               "(kvpd validate --serving-speed applies these).")
+        extra.insert(0, format_serving_speed(measured) + "\n" + how)
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
         + "".join(f"\n{t}\n" for t in extra))
