@@ -17,6 +17,7 @@ over its block table:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +25,26 @@ import torch
 import torch.nn.functional as F
 
 from realexec.kv_cache import PagedKVCache
+
+
+def sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager:
+    """Where the model walk's SDPA calls may run: on CUDA every backend but cuDNN's.
+
+    cuDNN's attention builds an execution graph per distinct shape, and a serving engine's
+    key lengths change every step (the decode batch is padded to its longest context). On an
+    H200 (torch 2.11, Llama-3-8B bf16) SDPA then picked cuDNN and rebuilt its graph on most
+    steps: ~1.2 ms of CPU per call, 32 calls a step, so decode steps took ~60 ms instead of
+    ~20 ms, while the profile, which repeats identical shapes, never saw it
+    (bench/gpu_step_breakdown.py). Flash and memory-efficient attention have no per-shape
+    setup. Elsewhere (CPU, MPS) and before torch 2.3 (no `sdpa_kernel`) SDPA chooses as usual.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch < 2.3
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 class AttentionBackend(Protocol):

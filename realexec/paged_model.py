@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from realexec.attention import AttentionBackend
+from realexec.attention import AttentionBackend, sdpa_backends
 from realexec.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 
 # rows below which CPU GEMMs are padded (see compute_logits)
@@ -84,9 +84,10 @@ class PagedCausalLM:
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend
     ) -> torch.Tensor:
         """Final hidden states `[T, hidden]` (before the last norm) for flat `input_ids` `[T]`."""
-        if self.family == "gpt2":
-            return self._forward_gpt2(input_ids, positions, attn)
-        return self._forward_llama(input_ids, positions, attn)
+        with sdpa_backends(self.device):
+            if self.family == "gpt2":
+                return self._forward_gpt2(input_ids, positions, attn)
+            return self._forward_llama(input_ids, positions, attn)
 
     def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
         h = self.base.embed_tokens(ids)

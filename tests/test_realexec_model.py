@@ -115,3 +115,42 @@ def test_sliding_window_matches_hf():
         schedule.append({i: 1 for i, s in enumerate(seqs)
                          if sum(st.get(i, 0) for st in schedule) < len(s)})
     _check(_run_steps(pm, cache, seqs, tables, schedule), ref)
+
+
+def test_sdpa_backends_leave_out_cudnn_on_cuda_only():
+    from realexec.attention import sdpa_backends
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with sdpa_backends(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with sdpa_backends(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_every_attention_call_of_the_walk_runs_under_the_backend_choice(monkeypatch):
+    """The paged forward's SDPA calls (decode batch and prefill chunks) all run inside
+    `sdpa_backends` of the model's device: on CUDA none may pick cuDNN, whose per-shape
+    graph builds made served decode steps ~3x slower on an H200."""
+    import realexec.attention as attention
+    import realexec.paged_model as paged_model
+
+    pm, cache, seqs, tables, _ = _setup("tiny-llama")  # HF's own forward uses SDPA too
+    real_backends, real_sdpa = attention.sdpa_backends, attention.F.scaled_dot_product_attention
+    cudnn_on_at_call = []
+
+    def sdpa(*a, **kw):
+        cudnn_on_at_call.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real_sdpa(*a, **kw)
+
+    monkeypatch.setattr(paged_model, "sdpa_backends", lambda _dev: real_backends(torch.device("cuda")))
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa)
+    start = [max(1, len(s) - 2) for s in seqs]
+    schedule = [{i: start[i] for i in range(len(seqs))},
+                {i: 1 for i in range(len(seqs)) if start[i] < len(seqs[i])}]
+    _run_steps(pm, cache, [s[: start[i] + 1] for i, s in enumerate(seqs)], tables, schedule)
+    assert cudnn_on_at_call and not any(cudnn_on_at_call)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
