@@ -32,11 +32,13 @@ from realexec.profile_facts import (
     memory_bandwidth_share,
     model_identity,
 )
+from realexec.profile_fresh import fresh_shape_check
 from realexec.profile_linears import time_linears
 from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.block_pool import BlockPool
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
+from simulator.fresh_shapes import describe_fresh_shapes
 
 Progress = Callable[[str], None] | None
 Sample = tuple[tuple, str, float, float, BatchShape]  # key, kind, wall s, on-CPU s, shape
@@ -380,6 +382,10 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
     dev = prof.llm.device
     facts_before = device_facts(dev)
     rows = prof.run(kinds)
+    fresh = None
+    if "steps" in kinds:  # would served steps (new shapes) cost what these repeated ones did?
+        fresh = fresh_shape_check(prof)
+        prof.progress(describe_fresh_shapes(fresh))
     facts = device_facts(dev)
     facts["loadavg_1m_start"] = facts_before["loadavg_1m"]
     facts["cpu_available"] = prof.cpu_available
@@ -412,6 +418,8 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
         "kv_block_order": "scattered (seeded shuffle)" if prof.grid.scatter_blocks else "id order",
         "elapsed_s": time.perf_counter() - t0,
     }
+    if fresh is not None:
+        meta["fresh_shapes"] = fresh
     if probe is not None:
         meta["serving_probe"] = probe
     return write_profile(rows, meta, out)

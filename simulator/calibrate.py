@@ -51,6 +51,7 @@ from simulator.calibrate_serving import fit_serving_speed, format_serving_speed
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
 from simulator.costparams import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
+from simulator.fresh_shapes import describe_fresh_shapes
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.models import ModelSpec
 
@@ -149,6 +150,9 @@ class Calibration:
         ss = self.params.extra.get("serving_speed")
         if ss:
             lines.append(format_serving_speed(ss))
+        fresh = self.params.extra.get("fresh_shapes")
+        if fresh:
+            lines.append(describe_fresh_shapes(fresh))
         return "\n".join(lines)
 
     def _all_row(self) -> dict[str, Any]:  # noqa: D102
@@ -384,6 +388,8 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                 contention, CostModel(spec, acc, dtype, params=cal.params))
         except ValueError as exc:
             cal.params.extra["host_sharing"] = {"error": str(exc)}
+    if prof.meta.get("fresh_shapes"):  # steps of never-run shapes vs repeated ones
+        cal.params.extra["fresh_shapes"] = prof.meta["fresh_shapes"]
     probe = prof.meta.get("serving_probe")
     if probe:  # steps a real colocated engine and 1P1D pair ran while serving
         try:

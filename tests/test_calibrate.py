@@ -62,7 +62,8 @@ def contention(params, memory_share: float, compute_share: float, shapes=None) -
 
 
 def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, model="llama-50m",
-                      device="cpu", swap=True, cpu_share=0.5, host_contention=None):
+                      device="cpu", swap=True, cpu_share=0.5, host_contention=None,
+                      extra_meta=None):
     """A profile whose medians are the cost model's step times under `params` (+ noise)."""
     rng = np.random.default_rng(seed)
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
@@ -81,6 +82,7 @@ def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, mo
             "device_facts": {"type": "cpu", "torch_threads": 1, "cpu_available": cpu_share}}
     if host_contention is not None:
         meta["device_facts"]["host_contention"] = host_contention
+    meta.update(extra_meta or {})
     return write_profile(rows, meta, tmp_path / "profile.csv")
 
 
@@ -276,3 +278,15 @@ def test_too_few_contended_points_say_how_many_more(tmp_path):
     cal = calibrate(synthetic_profile(tmp_path, host_contention=one))
     assert "needs 2 (1 more)" in cal.params.extra["host_sharing"]["error"]
     assert "host sharing: not fitted" in cal.format_table()
+
+
+@pytest.mark.parametrize(("ratio", "warned"), [(1.02, False), (3.0, True)])
+def test_the_fresh_shape_check_travels_into_the_calibration_and_its_report(tmp_path, ratio, warned):
+    check = {"points": [{"kind": "decode", "batch": 1, "tokens": 384, "repeated_s": 0.02,
+                         "fresh_s": 0.02 * ratio, "ratio": ratio}], "ratio": ratio, "warn": warned}
+    cal = calibrate(synthetic_profile(tmp_path, extra_meta={"fresh_shapes": check}))
+    assert cal.params.extra["fresh_shapes"] == check
+    table = cal.format_table()
+    assert f"never-run shapes / repeated shapes {ratio:.2f} (decode 1x384 {ratio:.2f})" in table
+    assert ("WARNING" in table) == warned
+    assert "fresh-shape" not in calibrate(synthetic_profile(tmp_path)).format_table()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import pytest
 import torch
@@ -199,3 +200,38 @@ def test_cli_blocks_in_id_order_reaches_the_grid(monkeypatch, tmp_path):
     assert kvpd_main(["profile", "--model", "tiny-llama", "--blocks-in-id-order"]) == 0
     assert kvpd_main(["profile", "--model", "tiny-llama", "--grid", "quick"]) == 0
     assert [g.scatter_blocks for g in grids] == [False, True]
+
+
+def test_fresh_shape_check_compares_never_run_shapes_with_repeated_ones(rows):
+    from realexec.profile_fresh import fresh_points, fresh_shape_check
+
+    prof, _ = rows
+    check = fresh_shape_check(prof, repeats=2)
+    assert [(p["kind"], p["batch"], p["tokens"]) for p in check["points"]] == fresh_points(GRID)
+    assert fresh_points(GRID) == [("prefill", 1, 24), ("decode", 1, 40), ("decode", 3, 40)]
+    for p in check["points"]:
+        assert p["repeated_s"] > 0 and p["fresh_s"] > 0
+    assert check["ratio"] == pytest.approx(sorted(p["ratio"] for p in check["points"])[1])
+    assert not prof.llm.has_unfinished_requests()
+
+
+def test_fresh_shape_check_sees_a_per_shape_setup_cost(rows, monkeypatch):
+    """An engine that pays 20 ms the first time it meets a step shape (as cuDNN attention
+    building its graph on a GPU): repeated grid shapes are free of it, fresh ones are not."""
+    from realexec.profile_fresh import fresh_shape_check
+
+    prof, _ = rows
+    runner = prof.llm.engine.executor
+    execute, seen = runner.execute, set()
+
+    def execute_with_setup(output):
+        key = (output.shape.num_reqs, output.shape.num_tokens, output.shape.max_context)
+        if output.reqs and key not in seen:
+            seen.add(key)
+            time.sleep(0.02)
+        return execute(output)
+
+    monkeypatch.setattr(runner, "execute", execute_with_setup)
+    check = fresh_shape_check(prof, repeats=3)  # the first repeated step pays it, once
+    assert check["ratio"] > 3 and check["warn"]
+    assert all(p["ratio"] > 3 for p in check["points"])
