@@ -382,6 +382,12 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
                "Not applied: the simulated engines ran at the calibration's isolated speed "
                "(kvpd validate --serving-speed applies these).")
         extra.insert(0, format_serving_speed(measured) + "\n" + how)
+    params = getattr(validation, "params", None)
+    fresh = params.extra.get("fresh_shapes") if params is not None else None
+    if fresh:  # the profile's steps of never-run shapes vs repeated ones
+        from simulator.fresh_shapes import describe_fresh_shapes
+
+        extra.insert(0, describe_fresh_shapes(fresh) + " (the calibration's profile)")
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
         + "".join(f"\n{t}\n" for t in extra))

@@ -33,7 +33,10 @@ def tiny_calibration(path: Path, model: str = "tiny-llama") -> Path:
                                                   "mem_bw_share": 0.6},
                           "links": {"kv_transfer": {"name": "cpu-kv-transfer", "bandwidth_gb_s": 1.0,
                                                     "latency_us": 200.0}},
-                          "hardware": {"calibration": str(path)}})
+                          "hardware": {"calibration": str(path)},
+                          "fresh_shapes": {"points": [{"kind": "decode", "batch": 1, "tokens": 40,
+                                                       "repeated_s": 0.01, "fresh_s": 0.0102,
+                                                       "ratio": 1.02}], "ratio": 1.02, "warn": False}})
     p.save(str(path))
     return path
 
@@ -213,6 +216,7 @@ def test_report_files(done):
     assert table.count("gamma  colocated") == 14 and "cpu:" in table
     assert "queueing (ms)" in table
     assert "speed-adjusted" in table and "probe:" in table
+    assert "never-run shapes / repeated shapes 1.02 (decode 1x40 1.02) (the calibration's profile)" in table
     assert "step-speed diagnostic" in table and "own steps by kind" in table
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
