@@ -17,28 +17,21 @@ import argparse
 import gc
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
+from gpu_step_modes import engine_args, engine_setup  # bench/ is on sys.path as a script
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", default="llama-3-8b")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--requests", type=int, default=60)
+    ap = engine_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     ap.add_argument("--profile-requests", type=int, default=12)
     args = ap.parse_args()
 
     import torch
 
     import realexec.runner as runner_mod
-    from realexec.configs import builtin_config
     from realexec.device import synchronize
     from realexec.validate import ColocatedBackend
-    from realexec.validate_plan import RunKnobs
     from realexec.validate_probe import serving_probe_trace
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -49,10 +42,9 @@ def main() -> None:
         lines.append(s)
         (args.out / "breakdown.txt").write_text("\n".join(lines) + "\n")
 
-    knobs = RunKnobs(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=8192)
-    kwargs = {**knobs.to_dict(), "dtype": args.dtype, "device": args.device, "seed": 0, "model_seed": 0}
+    cfg, kwargs = engine_setup(args)
     t0 = time.time()
-    be = ColocatedBackend(builtin_config(args.model), kwargs, args.out / "engine.steps.jsonl")
+    be = ColocatedBackend(cfg, kwargs, args.out / "engine.steps.jsonl")
     llm = be.llm
     emit(f"engine built in {time.time() - t0:.1f} s; torch threads {torch.get_num_threads()}")
     trace = serving_probe_trace(args.requests, 2048, seed=0)

@@ -147,28 +147,39 @@ def phase_report(name: str, steps: list[dict], samples: list[dict]) -> list[str]
     return lines
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def engine_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options these GPU diagnostics share (model, device, load, output folder)."""
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--model", default="llama-3-8b")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--requests", type=int, default=60, help="requests per replay (4 req/s)")
+    return ap
+
+
+def engine_setup(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(model config, `LLM` keyword arguments) of the engine: bench/gpu_validate.sh's knobs."""
+    from realexec.configs import builtin_config
+    from realexec.validate_plan import RunKnobs
+
+    knobs = RunKnobs(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=8192)
+    return builtin_config(args.model), {**knobs.to_dict(), "dtype": args.dtype,
+                                        "device": args.device, "seed": 0, "model_seed": 0}
+
+
+def main() -> None:
+    ap = engine_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     ap.add_argument("--phases", default="served,served+gpu,inproc,served-1t")
     args = ap.parse_args()
 
     import torch
 
-    from realexec.configs import builtin_config
     from realexec.replay import replay
     from realexec.validate import ColocatedBackend, ServedBackend
-    from realexec.validate_plan import RunKnobs
     from realexec.validate_probe import serving_probe_trace
 
     args.out.mkdir(parents=True, exist_ok=True)
-    cfg = builtin_config(args.model)
-    knobs = RunKnobs(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=8192)
-    kwargs = {**knobs.to_dict(), "dtype": args.dtype, "device": args.device, "seed": 0, "model_seed": 0}
+    cfg, kwargs = engine_setup(args)
     trace = serving_probe_trace(args.requests, 2048, seed=0)
     threads = torch.get_num_threads()
     sampler = Sampler()
@@ -196,7 +207,8 @@ def main() -> None:
             be.close()
             sampler.worker_pid = None
             del second
-            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         finish(name, steps)
 
     def finish(name: str, steps: list[dict]) -> None:

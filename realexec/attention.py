@@ -26,6 +26,13 @@ import torch.nn.functional as F
 
 from realexec.kv_cache import PagedKVCache
 
+try:  # the SDPA backends the model walk allows on CUDA (`sdpa_backends`)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+except ImportError:  # torch < 2.3: no sdpa_kernel (and no cuDNN attention to avoid)
+    _NOT_CUDNN = None
+
 
 def sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager:
     """Where the model walk's SDPA calls may run: on CUDA every backend but cuDNN's.
@@ -38,13 +45,9 @@ def sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager:
     (bench/gpu_step_breakdown.py). Flash and memory-efficient attention have no per-shape
     setup. Elsewhere (CPU, MPS) and before torch 2.3 (no `sdpa_kernel`) SDPA chooses as usual.
     """
-    if device.type != "cuda":
+    if device.type != "cuda" or _NOT_CUDNN is None:
         return contextlib.nullcontext()
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # torch < 2.3
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+    return sdpa_kernel(_NOT_CUDNN)
 
 
 class AttentionBackend(Protocol):

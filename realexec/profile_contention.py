@@ -45,16 +45,23 @@ def _neighbour(mode: Any, ready: Any, nbytes: int) -> None:
             time.sleep(0.002)
 
 
-def contention_points(grid) -> list[tuple[str, tuple]]:
-    """(kind, args) of the timed points: up to three prompt lengths (shortest >= 16 tokens,
-    longest <= 512, one between) and decode batches (smallest, largest <= 16) at the middle
-    decode context of the grid."""
-    lens = sorted(n for n in grid.prefill_lens if 16 <= n <= 512) or sorted(grid.prefill_lens)[:1]
-    picks = sorted({lens[0], lens[len(lens) // 2], lens[-1]})
+def decode_points(grid) -> list[tuple[int, int]]:
+    """(batch, context) of the decode steps the profile's extra checks time: the smallest and
+    largest decode batch <= 16 at the middle decode context of the grid (none without one)."""
+    if not grid.decode_contexts or not grid.decode_batches:
+        return []
     batches = sorted(b for b in grid.decode_batches if b <= 16) or sorted(grid.decode_batches)[:1]
     ctx = sorted(grid.decode_contexts)[len(grid.decode_contexts) // 2]
+    return [(b, ctx) for b in sorted({batches[0], batches[-1]})]
+
+
+def contention_points(grid) -> list[tuple[str, tuple]]:
+    """(kind, args) of the timed points: up to three prompt lengths (shortest >= 16 tokens,
+    longest <= 512, one between) and the `decode_points`."""
+    lens = sorted(n for n in grid.prefill_lens if 16 <= n <= 512) or sorted(grid.prefill_lens)[:1]
+    picks = sorted({lens[0], lens[len(lens) // 2], lens[-1]})
     return ([("prefill", (n,)) for n in picks]
-            + [("decode", (b, ctx, ())) for b in sorted({batches[0], batches[-1]})])
+            + [("decode", (b, ctx, ())) for b, ctx in decode_points(grid)])
 
 
 def host_contention(prof, repeats: int | None = None, warmup: int | None = None,

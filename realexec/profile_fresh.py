@@ -19,19 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from realexec.profile_contention import decode_points
 from simulator.fresh_shapes import WARN_RATIO
 
 
 def fresh_points(grid) -> list[tuple[str, int, int]]:
-    """(kind, batch, tokens) checked: the middle prompt length of the grid, and the smallest
-    and largest decode batch <= 16 at the middle decode context."""
+    """(kind, batch, tokens) checked: the middle prompt length of the grid, and the decode
+    steps the contention check times (`decode_points`)."""
     lens = sorted(n for n in grid.prefill_lens if n >= 8) or sorted(grid.prefill_lens)
-    batches = sorted(b for b in grid.decode_batches if b <= 16) or sorted(grid.decode_batches)[:1]
-    ctx = sorted(grid.decode_contexts)[len(grid.decode_contexts) // 2] if grid.decode_contexts else 0
     pts = [("prefill", 1, lens[len(lens) // 2])] if lens else []
-    if ctx:
-        pts += [("decode", b, ctx) for b in sorted({batches[0], batches[-1]})]
-    return pts
+    return pts + [("decode", b, ctx) for b, ctx in decode_points(grid)]
 
 
 def fresh_shape_check(prof, repeats: int = 3) -> dict[str, Any]:
