@@ -113,6 +113,10 @@ class EngineLoop:
         self._last_sent = 0.0
         self._last_stats = 0.0
         self.step_s = 0.0  # duration of the latest step (schedule + execute + update)
+        # host seconds the loop worked outside steps since the latest step ended (its waits
+        # in poll excluded): the serving loop's cost the step log records per step ("l")
+        self._step_end: float | None = None
+        self._waited_s = 0.0
         self.step_log = None
         if spec.step_log:
             from realexec.step_log import StepLogWriter
@@ -225,13 +229,16 @@ class EngineLoop:
         """One engine step; returns (output items, whether it did anything)."""
         t_wall = time.time() if self.step_log is not None else 0.0
         t0 = time.perf_counter()
+        loop_s = None if self._step_end is None else max(0.0, t0 - self._step_end - self._waited_s)
         out = self.llm.step()
-        step_s = time.perf_counter() - t0
+        self._step_end = t_end = time.perf_counter()
+        self._waited_s = 0.0
+        step_s = t_end - t0
         self.num_steps += 1
         self.step_s = step_s
         so = out.scheduler_output
         if self.step_log is not None and so.reqs:
-            self.step_log.add(t_wall, step_s, so.shape)
+            self.step_log.add(t_wall, step_s, so.shape, loop_s, len(out.kv_ready))
         handoff = {r.request_id for r in out.kv_ready}
         if self.connector is not None:
             self.connector.after_step(out)
@@ -290,7 +297,10 @@ class EngineLoop:
                     wait = min(wait, max(0.0, deadline - time.monotonic()))
                 for sock in conn.socks:  # a full staging area stops reading KV (back-pressure)
                     self.poller.register(sock, zmq.POLLIN if conn.want_read() else 0)
+            t_poll = time.perf_counter()
             events = dict(self.poller.poll(int(wait * 1000)))
+            if wait > 0:  # waiting for work is not the loop's cost
+                self._waited_s += time.perf_counter() - t_poll
             items = self.drain_input() if self.inp in events else []
             if conn is not None:
                 for sock in conn.socks:

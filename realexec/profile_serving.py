@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simulator.calibrate_loop import encode_loop
 from simulator.calibrate_serving import STEP_SHAPE_FIELDS, encode_steps
 
 WARMUP_REQUESTS = 4  # replayed first, not recorded (first-request costs)
@@ -26,8 +27,9 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
                   threads: int | None, num_requests: int, seed: int = 0,
                   modes: tuple[str, ...] = MODES, progress=None) -> dict[str, Any]:
     """Replay the serving probe's load through each of `modes`; returns {"num_requests",
-    "rate", "shape_fields", "steps": {role: rows (`calibrate_serving.encode_steps`)},
-    "wall_s": {mode: s}, "errors": {mode: why}} (a failed mode is reported, others kept)."""
+    "rate", "shape_fields", "steps": {role: rows (`calibrate_serving.encode_steps`)}, "loop":
+    {role: rows (`calibrate_loop.encode_loop`)}, "wall_s": {mode: s}, "errors": {mode: why}}
+    (a failed mode is reported, others kept)."""
     import time
 
     import torch
@@ -51,7 +53,7 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
           "model_seed": seed}
     out: dict[str, Any] = {"num_requests": num_requests, "rate": SERVING_PROBE_RATE,
                            "knobs": knobs.to_dict(), "shape_fields": list(STEP_SHAPE_FIELDS),
-                           "steps": {}, "wall_s": {}, "errors": {}}
+                           "steps": {}, "loop": {}, "wall_s": {}, "errors": {}}
     with tempfile.TemporaryDirectory(prefix="kvpd-serving-probe-") as tmp:
         for mode in modes:
             say(f"serving probe: {num_requests} requests at {SERVING_PROBE_RATE:g} req/s, {mode}")
@@ -72,6 +74,7 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
                     raise RuntimeError(why)
                 for role, steps in backend.steps.items():
                     out["steps"][role] = encode_steps(steps)
+                    out["loop"][role] = encode_loop(steps)
             except Exception as exc:  # a probe is a measurement: report it, keep the rest
                 out["errors"][mode] = f"{type(exc).__name__}: {exc}"
                 say(f"serving probe ({mode}) failed: {out['errors'][mode]}")

@@ -388,6 +388,12 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
         from simulator.fresh_shapes import describe_fresh_shapes
 
         extra.insert(0, describe_fresh_shapes(fresh) + " (the calibration's profile)")
+    loop = params.extra.get("serving_loop") if params is not None else None
+    if loop:  # host time between serving steps, which the simulated engines carry
+        from simulator.calibrate_loop import format_loop
+
+        extra.insert(0, format_loop(loop) + "; every simulated step carries the first, every "
+                     "PD prompt hand-off the second")
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
         + "".join(f"\n{t}\n" for t in extra))

@@ -47,6 +47,7 @@ from scipy.optimize import least_squares, nnls
 from simulator.calibrate_host import fit_host_sharing, host_shares
 from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
 from simulator.calibrate_linears import fit_size_factors
+from simulator.calibrate_loop import fit_loop, format_loop, loop_params
 from simulator.calibrate_serving import fit_serving_speed, format_serving_speed
 from simulator.core.batch_shape import BatchShape
 from simulator.costmodel import CostModel
@@ -150,6 +151,9 @@ class Calibration:
         ss = self.params.extra.get("serving_speed")
         if ss:
             lines.append(format_serving_speed(ss))
+        loop = self.params.extra.get("serving_loop")
+        if loop:
+            lines.append(format_loop(loop))
         fresh = self.params.extra.get("fresh_shapes")
         if fresh:
             lines.append(describe_fresh_shapes(fresh))
@@ -398,6 +402,12 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                 *host_shares(cal.params.extra))
         except ValueError as exc:
             cal.params.extra["serving_speed"] = {"error": str(exc)}
+        try:  # the serving loop's host time between steps, which no grid step contains
+            loop = fit_loop(probe)
+        except ValueError as exc:
+            loop = {"error": str(exc)}
+        cal.params = dataclasses.replace(cal.params, **loop_params(loop))
+        cal.params.extra["serving_loop"] = loop
     cal.hardware = hardware_spec(cal.params, links)
     cal.params.extra["hardware"] = cal.hardware
     return cal

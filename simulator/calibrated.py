@@ -9,7 +9,7 @@ from typing import Any
 
 from simulator.calibrate_serving import ROLES
 from simulator.costmodel import CostModel
-from simulator.costparams import OVERHEAD_FIELDS, CostParams
+from simulator.costparams import LOOP_FIELDS, OVERHEAD_FIELDS, CostParams
 from simulator.hardware import Accelerator
 from simulator.models import ModelSpec
 
@@ -60,4 +60,5 @@ def at_speed(acc: Accelerator, params: CostParams, factor: float) -> tuple[Accel
 def overheads_at_speed(params: CostParams, factor: float) -> CostParams:
     """`params` with every fixed overhead (seconds) / `factor`: the overhead side of a
     device `factor` x as fast (`at_speed`; the peaks are the accelerator's)."""
-    return dataclasses.replace(params, **{f: getattr(params, f) / factor for f in OVERHEAD_FIELDS})
+    return dataclasses.replace(params, **{f: getattr(params, f) / factor
+                                          for f in (*OVERHEAD_FIELDS, *LOOP_FIELDS)})

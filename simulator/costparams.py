@@ -24,6 +24,9 @@ OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
 # Fractions in [0, 1] describing how an executor departs from the ideal roofline (issue 8:
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
+# Host seconds of a serving engine's loop outside its engine steps (a calibration measures
+# them from the profile's serving probe, simulator/calibrate_loop.py; not fitted).
+LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_s")
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
 TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
@@ -108,6 +111,17 @@ class CostParams:
     # 8, 12, 16 fitted within 1% (bench/step_errors_by_size.py). Empty: off (roofline alone).
     linear_token_factors: tuple[float, ...] = ()
     lm_head_row_factors: tuple[float, ...] = ()
+    # Serving loop, per engine step, outside the step itself: polling for new requests and
+    # pushing the step's tokens to the front end. The simulator adds it to every step of a
+    # replica. 0: folded into step_overhead_s (GPU estimates; vLLM overlaps it with the
+    # step). Measured by `kvpd calibrate` from the serving probe's gaps between back-to-back
+    # steps; this CPU, llama-50m: 0.2-0.35 ms (1-2% of a decode step).
+    loop_overhead_s: float = 0.0
+    # PD prefill worker, per request whose prompt completed in a step: handing its KV to the
+    # transport (one message of pool views per request) and its first token to the front end,
+    # before the next step starts and before that first token goes out. 0: an asynchronous
+    # connector. Measured like loop_overhead_s; this CPU: ~0.7 ms per request.
+    kv_handoff_s: float = 0.0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).
@@ -140,6 +154,11 @@ class CostParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ValueError(f"{where}: {name} must be a fraction in [0, 1], got {v!r}")
+        for name in LOOP_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
+                raise ValueError(f"{where}: {name} must be seconds >= 0, got {v!r}")
         for name in self.INT_FIELDS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -178,6 +197,7 @@ class CostParams:
     # ---- YAML ----
     def to_dict(self) -> dict[str, Any]:
         params = {f: getattr(self, f) for f in (*self.FIT_FIELDS, *self.INT_FIELDS)}
+        params.update({f: float(getattr(self, f)) for f in LOOP_FIELDS if getattr(self, f)})
         params.update({f: [float(x) for x in getattr(self, f)] for f in TABLE_FIELDS
                        if getattr(self, f)})
         return {"device": self.device, "model": self.model, "source": self.source,
@@ -198,7 +218,7 @@ class CostParams:
         top = set(data) - {"device", "model", "source", "params", "extra"}
         if top:
             raise ValueError(f"{path}: unknown top-level field(s) {sorted(top)}")
-        allowed = {*cls.FIT_FIELDS, *cls.INT_FIELDS, *TABLE_FIELDS}
+        allowed = {*cls.FIT_FIELDS, *cls.INT_FIELDS, *LOOP_FIELDS, *TABLE_FIELDS}
         bad = set(data["params"]) - allowed
         if bad:
             raise ValueError(f"{path}: unknown parameter(s) {sorted(bad)}; expected {sorted(allowed)}")

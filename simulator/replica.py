@@ -63,6 +63,10 @@ class SimReplica:
         self.neighbours: list[SimReplica] = []
         self.in_step = False
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
+        # the serving loop's host seconds per step and per KV hand-off (CostParams)
+        params = getattr(cost_model, "params", None)
+        self.loop_overhead_s = float(getattr(params, "loop_overhead_s", 0.0))
+        self.kv_handoff_s = float(getattr(params, "kv_handoff_s", 0.0))
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -104,6 +108,10 @@ class SimReplica:
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
             ends = yield from self._steps(out.shape, k)
+            handoff = self.kv_handoff_s * self._prompts_completing(out) if self.on_kv_ready else 0.0
+            if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
+                yield env.timeout(handoff)
+                ends[-1] = env.now
             result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             end = env.now
             self.busy_s += end - now
@@ -147,6 +155,13 @@ class SimReplica:
         self._leave_step()
         return ends
 
+    @staticmethod
+    def _prompts_completing(out) -> int:
+        """Requests of `out` whose prompt this step completes (they sample a first token)."""
+        return sum(1 for req, before, n in zip(out.reqs, out.num_computed_before,
+                                               out.num_new_tokens)
+                   if before + n == req.num_tokens and req.num_output_tokens == 0)
+
     def _begin_steps(self, shape: BatchShape, k: int) -> tuple[list[float], list[float]]:
         """Seconds alone and memory seconds of the next `k` steps; with host sharing, marks
         this replica in a step (its memory fraction from the first step) and wakes its
@@ -154,9 +169,11 @@ class SimReplica:
         cm = self.cost_model
         base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
         hs = self.host_sharing
+        loop = self.loop_overhead_s
         if hs is None:
-            return base, [0.0] * len(base)
+            return [b + loop for b in base], [0.0] * len(base)
         mem = [hs.memory_seconds(shape, base[0])] if k == 1 else hs.memory_seconds_run(shape, base)
+        base = [b + loop for b in base]  # the loop's host time streams no memory
         self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0
         self.in_step = True
         for n in self.neighbours:

@@ -77,6 +77,14 @@ def test_workers_log_their_steps(pd):
     for steps in (pre, dec):  # one engine thread: steps follow one another
         assert all(s.duration_s > 0 for s in steps)
         assert all(a.t_end <= b.t_start + 1e-6 for a, b in zip(steps, steps[1:]))
+        # the loop's host time before each step: measured, and (waits excluded) never more
+        # than the gap since the previous step
+        assert all(s.loop_s is not None and s.loop_s >= 0 for s in steps[1:])
+        assert all(b.loop_s <= b.t_start - a.t_end + 2e-3 for a, b in zip(steps, steps[1:]))
+    # every prompt's KV was handed off by the prefill worker, in the step that finished it
+    assert sum(s.handoffs for s in pre) == len(ps)
+    assert all(s.handoffs <= s.shape.num_prefill_reqs for s in pre)
+    assert sum(s.handoffs for s in dec) == 0
 
 
 def test_pd_greedy_output_equals_colocated(pd):

@@ -128,6 +128,13 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     assert speed["colocated"] > 0 and "prefill" not in speed
     assert "need >= 20" in speed["errors"]["prefill"]
     assert "serving speed (the serving probe's steps, predicted / measured): colocated" in printed
+    # and the serving loop's host time between steps: per step from every role, per KV
+    # hand-off from the prefill worker (6 prompts are too few steps after a hand-off)
+    assert [len(r) for r in probe["loop"].values()] == [len(r) for r in probe["steps"].values()]
+    loaded = CostParams.load(str(cal))
+    assert 0 < loaded.loop_overhead_s < 0.05
+    assert loaded.extra["serving_loop"]["loop_overhead_s"] == loaded.loop_overhead_s
+    assert "serving loop (host time between steps): " in printed
     factors = CostParams.load(str(cal)).linear_token_factors
     # 1, 4 and 8 tokens are step points of the quick grid (decode batches): factor 1 there
     assert len(factors) == 8 and factors[0] == factors[3] == factors[7] == 1.0

@@ -28,7 +28,8 @@ def tiny_calibration(path: Path, model: str = "tiny-llama") -> Path:
     """A calibration file as `kvpd calibrate` writes it (fitted numbers made up)."""
     p = CostParams(gemm_compute_efficiency=0.05, gemm_memory_efficiency=0.5,
                    attn_compute_efficiency=0.05, attn_memory_efficiency=0.2,
-                   step_overhead_s=2e-3, token_overhead_s=1e-5, device="cpu", model=model,
+                   step_overhead_s=2e-3, token_overhead_s=1e-5, loop_overhead_s=2e-4,
+                   device="cpu", model=model,
                    extra={"dtype": "fp32", "device_facts": {"torch_threads": 1, "cpu_available": 0.9,
                                                   "mem_bw_share": 0.6},
                           "links": {"kv_transfer": {"name": "cpu-kv-transfer", "bandwidth_gb_s": 1.0,
@@ -36,7 +37,9 @@ def tiny_calibration(path: Path, model: str = "tiny-llama") -> Path:
                           "hardware": {"calibration": str(path)},
                           "fresh_shapes": {"points": [{"kind": "decode", "batch": 1, "tokens": 40,
                                                        "repeated_s": 0.01, "fresh_s": 0.0102,
-                                                       "ratio": 1.02}], "ratio": 1.02, "warn": False}})
+                                                       "ratio": 1.02}], "ratio": 1.02, "warn": False},
+                          "serving_loop": {"loop_overhead_s": 2e-4, "num_steps": {"loop": 30},
+                                           "errors": {"kv_handoff_s": "0 prefill step(s)"}}})
     p.save(str(path))
     return path
 
@@ -218,6 +221,7 @@ def test_report_files(done):
     assert "speed-adjusted" in table and "probe:" in table
     assert "never-run shapes / repeated shapes 1.02 (decode 1x40 1.02) (the calibration's profile)" in table
     assert "step-speed diagnostic" in table and "own steps by kind" in table
+    assert "serving loop (host time between steps): 0.200 ms per step (30 steps)" in table
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["targets_step_adjusted"]) == set(saved["targets"])
     assert "refreshed by serving probes" in table and "refreshed by trace probes" in table

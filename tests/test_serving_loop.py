@@ -1,0 +1,116 @@
+"""The serving loop's host time between engine steps (`loop_overhead_s`, `kv_handoff_s`): what
+a calibration measures from the serving probe, and what the simulator does with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.calibrate_loop import (
+    MIN_HANDOFF_STEPS,
+    MIN_LOOP_STEPS,
+    encode_loop,
+    fit_loop,
+    format_loop,
+    loop_params,
+)
+from simulator.calibrated import overheads_at_speed
+from simulator.core.batch_shape import BatchShape
+from simulator.costparams import CostParams
+from simulator.run import run_scenario
+from simulator.scenario import scenario_from_dict
+from simulator.step_pricing import TimedStep
+
+CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+       "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+
+
+def _rows(loop_s: list[float], handoffs: list[int]) -> list[list[float]]:
+    shape = BatchShape.from_lists([8], [0])
+    return encode_loop([TimedStep(float(i), 0.01, shape, s, h)
+                        for i, (s, h) in enumerate(zip(loop_s, handoffs))])
+
+
+def test_the_loop_and_the_hand_off_cost_are_read_from_the_steps_around_them():
+    # colocated / decode: 0.3 ms before every step; prefill: 0.3 ms + 0.9 ms per request the
+    # step before handed off (1-3 of them), and a heartbeat now and then (a median ignores it)
+    n = MIN_LOOP_STEPS
+    plain = [3e-4] * n
+    plain[5] = 5e-3
+    handoffs = [1 + i % 3 for i in range(2 * n)]
+    prefill = [0.0] + [3e-4 + 9e-4 * h for h in handoffs[:-1]]
+    probe = {"loop": {"colocated": _rows(plain, [0] * n), "decode": _rows(plain, [0] * n),
+                      "prefill": _rows(prefill, handoffs)}}
+    got = fit_loop(probe)
+    assert got["loop_overhead_s"] == pytest.approx(3e-4)
+    assert got["kv_handoff_s"] == pytest.approx(9e-4)
+    assert got["num_steps"] == {"loop": 2 * (n - 1), "handoff": 2 * n - 1} and not got["errors"]
+    assert loop_params(got) == pytest.approx({"loop_overhead_s": 3e-4, "kv_handoff_s": 9e-4})
+    assert "0.300 ms per step" in format_loop(got) and "0.900 ms per KV hand-off" in format_loop(got)
+
+
+def test_steps_without_a_loop_time_are_skipped_and_too_few_measure_nothing():
+    rows = _rows([None] * 30, [0] * 30)  # a log from before loop times were recorded
+    assert rows[3] == [-1.0, 0]
+    got = fit_loop({"loop": {"colocated": rows}})
+    assert "loop_overhead_s" not in got and "kv_handoff_s" not in got
+    assert got["errors"]["loop_overhead_s"] == f"0 loop time(s), need >= {MIN_LOOP_STEPS}"
+    assert "not measured: loop_overhead_s" in format_loop(got)
+    got = fit_loop({"loop": {"colocated": _rows([2e-4] * 30, [0] * 30),
+                             "prefill": _rows([1e-3] * 3, [1] * 3)}})
+    assert got["loop_overhead_s"] == pytest.approx(2e-4) and "kv_handoff_s" not in got
+    assert got["errors"]["kv_handoff_s"].startswith(f"2 prefill step(s) after a hand-off, need >= "
+                                                    f"{MIN_HANDOFF_STEPS}")
+    old = fit_loop({"steps": {}})  # a probe from before loop times
+    assert "no loop times" in old["error"] and loop_params(old) == {}
+    assert format_loop(old).startswith("serving loop: not measured")
+
+
+def test_a_malformed_loop_row_names_the_role_and_row():
+    with pytest.raises(ValueError, match="prefill row 1 must be"):
+        fit_loop({"loop": {"prefill": [[1e-3, 0], [1e-3]]}})
+    with pytest.raises(ValueError, match="decode must be a list"):
+        fit_loop({"loop": {"decode": {"a": 1}}})
+
+
+def test_cost_params_keep_the_loop_terms_and_refuse_bad_values(tmp_path):
+    p = CostParams(loop_overhead_s=2.5e-4, kv_handoff_s=8e-4, device="cpu", model="m")
+    path = tmp_path / "cal.yaml"
+    p.save(str(path))
+    back = CostParams.load(str(path))
+    assert (back.loop_overhead_s, back.kv_handoff_s) == (2.5e-4, 8e-4)
+    # a device twice as fast runs its loop twice as fast too (the host is the device on CPU)
+    fast = overheads_at_speed(back, 2.0)
+    assert (fast.loop_overhead_s, fast.kv_handoff_s) == pytest.approx((1.25e-4, 4e-4))
+    with pytest.raises(ValueError, match="kv_handoff_s must be seconds >= 0"):
+        CostParams(kv_handoff_s=-1e-3)
+    assert "loop_overhead_s" not in CostParams().to_dict()["params"]  # off: not written
+
+
+def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool):
+    cal = tmp_path / f"cal-{loop_s}-{handoff_s}.yaml"
+    CostParams(step_overhead_s=2e-3, loop_overhead_s=loop_s, kv_handoff_s=handoff_s,
+               device="cpu", model=None).save(str(cal))
+    sc = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(cal)},
+          "cache": {"num_gpu_blocks": 256}, "output": {"plots": False},
+          "workload": {"synthetic": {
+              "num_requests": 6, "arrival": {"process": "poisson", "rate": 0.01},
+              "prompt_len": {"dist": "uniform", "min": 40, "max": 40},
+              "output_len": {"dist": "uniform", "min": 10, "max": 10}}}}
+    if pd:
+        sc["cluster"] = {"pd": {"link": "ib-ndr", "first_token": "prefill"}}
+    return run_scenario(scenario_from_dict(sc)).records
+
+
+def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(tmp_path):
+    # requests ~100 s apart: each runs alone, 1 prompt step + 9 decode steps
+    base = _run(tmp_path, 0.0, 0.0, pd=False)
+    loop = _run(tmp_path, 1e-3, 5e-3, pd=False)  # colocated: no hand-offs
+    assert loop["ttft_s"] - base["ttft_s"] == pytest.approx([1e-3] * 6, abs=1e-9)
+    assert loop["e2e_s"] - base["e2e_s"] == pytest.approx([10e-3] * 6, abs=1e-9)
+    pd_base = _run(tmp_path, 0.0, 0.0, pd=True)
+    pd_loop = _run(tmp_path, 1e-3, 5e-3, pd=True)
+    # the first token waits for its step's loop and its own hand-off; the decode worker's
+    # 9 steps each carry the loop
+    assert pd_loop["ttft_s"] - pd_base["ttft_s"] == pytest.approx([6e-3] * 6, abs=1e-9)
+    assert pd_loop["e2e_s"] - pd_base["e2e_s"] == pytest.approx([15e-3] * 6, abs=1e-9)
