@@ -238,7 +238,8 @@ class EngineLoop:
         self.step_s = step_s
         so = out.scheduler_output
         if self.step_log is not None and so.reqs:
-            self.step_log.add(t_wall, step_s, so.shape, loop_s, len(out.kv_ready))
+            self.step_log.add(t_wall, step_s, so.shape, loop_s, len(out.kv_ready),
+                              sum(r.num_prompt_tokens for r in out.kv_ready))
         handoff = {r.request_id for r in out.kv_ready}
         if self.connector is not None:
             self.connector.after_step(out)

@@ -4,7 +4,7 @@ A worker started with `WorkerSpec.step_log` appends `{"t": wall start (s, epoch)
 duration (s, schedule + execute + update), "shape": BatchShape fields, "l": host seconds
 the serving loop worked between the previous step's end and this step (its waits for input
 excluded; absent on a worker's first step), "h": requests whose KV this step handed to the
-transport (PD prefill worker)}` per step. Lines are
+transport and "ht": their prompt tokens (PD prefill worker)}` per step. Lines are
 buffered and written when the worker goes idle, every `FLUSH_EVERY` steps and at exit, so a
 reader sees a run's steps a heartbeat after its last request finished. `kvpd validate` reads
 them to check the calibrated cost model on the PD workers' own steps and to see when the
@@ -36,12 +36,13 @@ class StepLogWriter:
         self.buffer: list[str] = []
 
     def add(self, t_start: float, duration_s: float, shape: BatchShape,
-            loop_s: float | None = None, handoffs: int = 0) -> None:
+            loop_s: float | None = None, handoffs: int = 0, handoff_tokens: int = 0) -> None:
         line: dict[str, Any] = {"t": t_start, "s": duration_s, "shape": dataclasses.asdict(shape)}
         if loop_s is not None:
             line["l"] = loop_s
         if handoffs:
             line["h"] = handoffs
+            line["ht"] = handoff_tokens
         self.buffer.append(json.dumps(line))
         if len(self.buffer) >= FLUSH_EVERY:
             self.flush()
@@ -73,7 +74,8 @@ def read_step_log(path: str | Path, offset: int = 0) -> tuple[list[LoggedStep], 
             d: dict[str, Any] = json.loads(line)
             loop_s = d.get("l")
             steps.append(LoggedStep(float(d["t"]), float(d["s"]), BatchShape(**d["shape"]),
-                                    None if loop_s is None else float(loop_s), int(d.get("h", 0))))
+                                    None if loop_s is None else float(loop_s), int(d.get("h", 0)),
+                                    int(d.get("ht", 0))))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{p}: step log line {i + 1} after byte {offset} is malformed: "
                              f"{exc}") from None

@@ -392,8 +392,8 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     if loop:  # host time between serving steps, which the simulated engines carry
         from simulator.calibrate_loop import format_loop
 
-        extra.insert(0, format_loop(loop) + "; every simulated step carries the first, every "
-                     "PD prompt hand-off the second")
+        extra.insert(0, format_loop(loop) + "; every simulated step carries the loop, every "
+                     "PD prompt hand-off its cost")
     (out / "validation.txt").write_text(
         format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
         + "".join(f"\n{t}\n" for t in extra))

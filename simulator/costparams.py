@@ -26,7 +26,7 @@ OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 # Host seconds of a serving engine's loop outside its engine steps (a calibration measures
 # them from the profile's serving probe, simulator/calibrate_loop.py; not fitted).
-LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_s")
+LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s")
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
 TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
@@ -117,11 +117,18 @@ class CostParams:
     # step). Measured by `kvpd calibrate` from the serving probe's gaps between back-to-back
     # steps; this CPU, llama-50m: 0.2-0.35 ms (1-2% of a decode step).
     loop_overhead_s: float = 0.0
-    # PD prefill worker, per request whose prompt completed in a step: handing its KV to the
-    # transport (one message of pool views per request) and its first token to the front end,
-    # before the next step starts and before that first token goes out. 0: an asynchronous
-    # connector. Measured like loop_overhead_s; this CPU: ~0.7 ms per request.
+    # PD prefill worker, once per step that completed prompts (`kv_handoff_step_s`), per
+    # request whose prompt it completed (`kv_handoff_s`) and per token of those prompts
+    # (`kv_handoff_token_s`): handing the KV to the transport (one
+    # message per request; scattered blocks are gathered into one frame per layer and K/V
+    # first, a copy of the prompt's KV) and its first token to the front end, before the next
+    # step starts and before that first token goes out. 0: an asynchronous connector.
+    # Measured like loop_overhead_s (simulator/calibrate_loop.py); this CPU, llama-50m (run
+    # 15's real prefill worker): 3.0 ms after a step that handed off one prompt, 4.4, 5.3,
+    # 5.7 and 9.5 ms after 2, 3, 4 and 10 (~2.2 ms + 0.75 ms each).
+    kv_handoff_step_s: float = 0.0
     kv_handoff_s: float = 0.0
+    kv_handoff_token_s: float = 0.0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).

@@ -66,7 +66,9 @@ class SimReplica:
         # the serving loop's host seconds per step and per KV hand-off (CostParams)
         params = getattr(cost_model, "params", None)
         self.loop_overhead_s = float(getattr(params, "loop_overhead_s", 0.0))
+        self.kv_handoff_step_s = float(getattr(params, "kv_handoff_step_s", 0.0))
         self.kv_handoff_s = float(getattr(params, "kv_handoff_s", 0.0))
+        self.kv_handoff_token_s = float(getattr(params, "kv_handoff_token_s", 0.0))
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -108,7 +110,7 @@ class SimReplica:
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
             ends = yield from self._steps(out.shape, k)
-            handoff = self.kv_handoff_s * self._prompts_completing(out) if self.on_kv_ready else 0.0
+            handoff = self._handoff_s(out) if self.on_kv_ready else 0.0
             if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
                 yield env.timeout(handoff)
                 ends[-1] = env.now
@@ -155,12 +157,19 @@ class SimReplica:
         self._leave_step()
         return ends
 
-    @staticmethod
-    def _prompts_completing(out) -> int:
-        """Requests of `out` whose prompt this step completes (they sample a first token)."""
-        return sum(1 for req, before, n in zip(out.reqs, out.num_computed_before,
-                                               out.num_new_tokens)
-                   if before + n == req.num_tokens and req.num_output_tokens == 0)
+    def _handoff_s(self, out) -> float:
+        """Host seconds a prefill replica spends handing off the prompts `out` completes (they
+        sample a first token): `kv_handoff_step_s` once, `kv_handoff_s` each and
+        `kv_handoff_token_s` per prompt token."""
+        if not (self.kv_handoff_step_s or self.kv_handoff_s or self.kv_handoff_token_s):
+            return 0.0
+        done = [req.num_prompt_tokens for req, before, n in zip(
+            out.reqs, out.num_computed_before, out.num_new_tokens)
+            if before + n == req.num_tokens and req.num_output_tokens == 0]
+        if not done:
+            return 0.0
+        return (self.kv_handoff_step_s + self.kv_handoff_s * len(done)
+                + self.kv_handoff_token_s * sum(done))
 
     def _begin_steps(self, shape: BatchShape, k: int) -> tuple[list[float], list[float]]:
         """Seconds alone and memory seconds of the next `k` steps; with host sharing, marks

@@ -25,13 +25,14 @@ from simulator.host_share import HostSharing
 class TimedStep:
     """One step an engine ran: wall start (s, epoch), duration (s) and shape; for serving
     workers also the loop's host seconds before it (`loop_s`, None if not measured) and the
-    requests whose KV it handed off (`handoffs`)."""
+    requests whose KV it handed off (`handoffs`) with their prompt tokens (`handoff_tokens`)."""
 
     t_start: float
     duration_s: float
     shape: BatchShape
     loop_s: float | None = None
     handoffs: int = 0
+    handoff_tokens: int = 0
 
     @property
     def t_end(self) -> float:

@@ -83,6 +83,7 @@ def test_workers_log_their_steps(pd):
         assert all(b.loop_s <= b.t_start - a.t_end + 2e-3 for a, b in zip(steps, steps[1:]))
     # every prompt's KV was handed off by the prefill worker, in the step that finished it
     assert sum(s.handoffs for s in pre) == len(ps)
+    assert sum(s.handoff_tokens for s in pre) == sum(map(len, ps))
     assert all(s.handoffs <= s.shape.num_prefill_reqs for s in pre)
     assert sum(s.handoffs for s in dec) == 0
 

@@ -25,39 +25,49 @@ CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_siz
        "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
 
 
-def _rows(loop_s: list[float], handoffs: list[int]) -> list[list[float]]:
+def _rows(loop_s: list, handoffs: list[int], tokens: list[int] | None = None) -> list[list[float]]:
     shape = BatchShape.from_lists([8], [0])
-    return encode_loop([TimedStep(float(i), 0.01, shape, s, h)
-                        for i, (s, h) in enumerate(zip(loop_s, handoffs))])
+    tokens = tokens or [0] * len(handoffs)
+    return encode_loop([TimedStep(float(i), 0.01, shape, s, h, t)
+                        for i, (s, h, t) in enumerate(zip(loop_s, handoffs, tokens))])
 
 
 def test_the_loop_and_the_hand_off_cost_are_read_from_the_steps_around_them():
-    # colocated / decode: 0.3 ms before every step; prefill: 0.3 ms + 0.9 ms per request the
-    # step before handed off (1-3 of them), and a heartbeat now and then (a median ignores it)
+    # colocated / decode: 0.3 ms before every step; prefill: 0.3 ms + 1 ms per hand-off step
+    # + 0.4 ms per request and 2 us per prompt token the step before handed off; a heartbeat
+    # or a burst of arrivals now and then (the fit is robust to them)
     n = MIN_LOOP_STEPS
     plain = [3e-4] * n
     plain[5] = 5e-3
-    handoffs = [1 + i % 3 for i in range(2 * n)]
-    prefill = [0.0] + [3e-4 + 9e-4 * h for h in handoffs[:-1]]
+    handoffs = [1 + i % 3 for i in range(3 * n)]
+    tokens = [h * (20 + 37 * (i % 7)) for i, h in enumerate(handoffs)]
+    prefill = [0.0] + [3e-4 + 1e-3 + 4e-4 * h + 2e-6 * t
+                       for h, t in zip(handoffs[:-1], tokens[:-1])]
+    prefill[9] += 8e-3
     probe = {"loop": {"colocated": _rows(plain, [0] * n), "decode": _rows(plain, [0] * n),
-                      "prefill": _rows(prefill, handoffs)}}
+                      "prefill": _rows(prefill, handoffs, tokens)}}
     got = fit_loop(probe)
     assert got["loop_overhead_s"] == pytest.approx(3e-4)
-    assert got["kv_handoff_s"] == pytest.approx(9e-4)
-    assert got["num_steps"] == {"loop": 2 * (n - 1), "handoff": 2 * n - 1} and not got["errors"]
-    assert loop_params(got) == pytest.approx({"loop_overhead_s": 3e-4, "kv_handoff_s": 9e-4})
-    assert "0.300 ms per step" in format_loop(got) and "0.900 ms per KV hand-off" in format_loop(got)
+    assert got["kv_handoff_step_s"] == pytest.approx(1e-3, rel=0.02)
+    assert got["kv_handoff_s"] == pytest.approx(4e-4, rel=0.02)
+    assert got["kv_handoff_token_s"] == pytest.approx(2e-6, rel=0.02)
+    assert got["num_steps"] == {"loop": 2 * (n - 1), "handoff": 3 * n - 1} and not got["errors"]
+    assert loop_params(got) == pytest.approx({"loop_overhead_s": 3e-4, "kv_handoff_step_s": 1e-3,
+                                              "kv_handoff_s": 4e-4, "kv_handoff_token_s": 2e-6},
+                                             rel=0.02)
+    text = format_loop(got)
+    assert "0.300 ms per step" in text and "ms per request + 2.00 us per prompt token (59 steps)" in text
 
 
 def test_steps_without_a_loop_time_are_skipped_and_too_few_measure_nothing():
     rows = _rows([None] * 30, [0] * 30)  # a log from before loop times were recorded
-    assert rows[3] == [-1.0, 0]
+    assert rows[3] == [-1.0, 0, 0]
     got = fit_loop({"loop": {"colocated": rows}})
     assert "loop_overhead_s" not in got and "kv_handoff_s" not in got
     assert got["errors"]["loop_overhead_s"] == f"0 loop time(s), need >= {MIN_LOOP_STEPS}"
     assert "not measured: loop_overhead_s" in format_loop(got)
     got = fit_loop({"loop": {"colocated": _rows([2e-4] * 30, [0] * 30),
-                             "prefill": _rows([1e-3] * 3, [1] * 3)}})
+                             "prefill": _rows([1e-3] * 3, [1] * 3, [40] * 3)}})
     assert got["loop_overhead_s"] == pytest.approx(2e-4) and "kv_handoff_s" not in got
     assert got["errors"]["kv_handoff_s"].startswith(f"2 prefill step(s) after a hand-off, need >= "
                                                     f"{MIN_HANDOFF_STEPS}")
@@ -68,28 +78,33 @@ def test_steps_without_a_loop_time_are_skipped_and_too_few_measure_nothing():
 
 def test_a_malformed_loop_row_names_the_role_and_row():
     with pytest.raises(ValueError, match="prefill row 1 must be"):
-        fit_loop({"loop": {"prefill": [[1e-3, 0], [1e-3]]}})
+        fit_loop({"loop": {"prefill": [[1e-3, 0, 0], [1e-3, 1]]}})
     with pytest.raises(ValueError, match="decode must be a list"):
         fit_loop({"loop": {"decode": {"a": 1}}})
 
 
 def test_cost_params_keep_the_loop_terms_and_refuse_bad_values(tmp_path):
-    p = CostParams(loop_overhead_s=2.5e-4, kv_handoff_s=8e-4, device="cpu", model="m")
+    p = CostParams(loop_overhead_s=2.5e-4, kv_handoff_step_s=2e-3, kv_handoff_s=8e-4,
+                   kv_handoff_token_s=1e-6, device="cpu", model="m")
     path = tmp_path / "cal.yaml"
     p.save(str(path))
     back = CostParams.load(str(path))
-    assert (back.loop_overhead_s, back.kv_handoff_s) == (2.5e-4, 8e-4)
+    assert (back.loop_overhead_s, back.kv_handoff_step_s, back.kv_handoff_s,
+            back.kv_handoff_token_s) == (2.5e-4, 2e-3, 8e-4, 1e-6)
     # a device twice as fast runs its loop twice as fast too (the host is the device on CPU)
     fast = overheads_at_speed(back, 2.0)
-    assert (fast.loop_overhead_s, fast.kv_handoff_s) == pytest.approx((1.25e-4, 4e-4))
+    assert (fast.loop_overhead_s, fast.kv_handoff_step_s, fast.kv_handoff_s,
+            fast.kv_handoff_token_s) == pytest.approx((1.25e-4, 1e-3, 4e-4, 5e-7))
     with pytest.raises(ValueError, match="kv_handoff_s must be seconds >= 0"):
         CostParams(kv_handoff_s=-1e-3)
     assert "loop_overhead_s" not in CostParams().to_dict()["params"]  # off: not written
 
 
-def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool):
-    cal = tmp_path / f"cal-{loop_s}-{handoff_s}.yaml"
+def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool, handoff_token_s: float = 0.0,
+         handoff_step_s: float = 0.0):
+    cal = tmp_path / f"cal-{loop_s}-{handoff_s}-{handoff_token_s}-{handoff_step_s}.yaml"
     CostParams(step_overhead_s=2e-3, loop_overhead_s=loop_s, kv_handoff_s=handoff_s,
+               kv_handoff_token_s=handoff_token_s, kv_handoff_step_s=handoff_step_s,
                device="cpu", model=None).save(str(cal))
     sc = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(cal)},
           "cache": {"num_gpu_blocks": 256}, "output": {"plots": False},
@@ -109,8 +124,8 @@ def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(t
     assert loop["ttft_s"] - base["ttft_s"] == pytest.approx([1e-3] * 6, abs=1e-9)
     assert loop["e2e_s"] - base["e2e_s"] == pytest.approx([10e-3] * 6, abs=1e-9)
     pd_base = _run(tmp_path, 0.0, 0.0, pd=True)
-    pd_loop = _run(tmp_path, 1e-3, 5e-3, pd=True)
-    # the first token waits for its step's loop and its own hand-off; the decode worker's
-    # 9 steps each carry the loop
-    assert pd_loop["ttft_s"] - pd_base["ttft_s"] == pytest.approx([6e-3] * 6, abs=1e-9)
-    assert pd_loop["e2e_s"] - pd_base["e2e_s"] == pytest.approx([15e-3] * 6, abs=1e-9)
+    pd_loop = _run(tmp_path, 1e-3, 5e-3, pd=True, handoff_token_s=1e-4, handoff_step_s=3e-3)
+    # the first token waits for its step's loop and the step's hand-off (3 ms + 5 ms + 40
+    # tokens x 0.1 ms); the decode worker's 9 steps each carry the loop
+    assert pd_loop["ttft_s"] - pd_base["ttft_s"] == pytest.approx([13e-3] * 6, abs=1e-9)
+    assert pd_loop["e2e_s"] - pd_base["e2e_s"] == pytest.approx([22e-3] * 6, abs=1e-9)
