@@ -14,6 +14,7 @@ are left out. Prints the terms (`simulator.calibrate_loop`) before writing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,20 +24,22 @@ from simulator.costparams import LOOP_FIELDS, CostParams
 
 
 def upgraded_loop(probe: dict) -> dict:
-    """The probe's `loop` rows as [loop_s, handoffs, handoff_tokens]."""
+    """The probe's `loop` rows as [loop_s, handoffs, handoff_tokens]; after a hand-off step
+    whose tokens its shape cannot pin, the next step's loop time is dropped (-1)."""
     steps = decode_steps(probe)
     loop = {}
     for role, rows in probe["loop"].items():
-        out = []
+        out, unpinned = [], False
         for row, step in zip(rows, steps[role]):
+            loop_s = -1.0 if unpinned else row[0]
             if len(row) == 3:
-                out.append(row)
+                out.append([loop_s, *row[1:]])
+                unpinned = False
                 continue
-            loop_s, h = row
-            shape = step.shape
-            known = h == 0 or (h == shape.num_prefill_reqs and not shape.num_decode_reqs)
-            out.append([loop_s, h, shape.prefill_context_tokens if h else 0] if known
-                       else [loop_s, -1, 0])  # marks the next step's loop time as unusable
+            h, shape = row[1], step.shape
+            unpinned = h > 0 and (h != shape.num_prefill_reqs or shape.num_decode_reqs > 0)
+            out.append([loop_s, 0 if unpinned else h,
+                        shape.prefill_context_tokens if h and not unpinned else 0])
         loop[role] = out
     return loop
 
@@ -50,20 +53,10 @@ def main() -> None:
                     help="drop the calibration's serving_speed (as kvpd validate does by default)")
     args = ap.parse_args()
     probe = json.loads(args.profile.read_text())["serving_probe"]
-    loop = upgraded_loop(probe)
-    # a step after an unknown hand-off: drop its loop time (its cost is not pinned)
-    for role, rows in loop.items():
-        for i in range(1, len(rows)):
-            if rows[i - 1][1] < 0:
-                rows[i] = [-1.0, max(rows[i][1], 0), rows[i][2]]
-        loop[role] = [[s, max(h, 0), t] for s, h, t in rows]
-    fit = fit_loop({"loop": loop})
+    fit = fit_loop({"loop": upgraded_loop(probe)})
     print(format_loop(fit))
     params = CostParams.load(str(args.calibration))
-    for name in LOOP_FIELDS:
-        setattr(params, name, 0.0)
-    for name, value in loop_params(fit).items():
-        setattr(params, name, value)
+    params = dataclasses.replace(params, **{**dict.fromkeys(LOOP_FIELDS, 0.0), **loop_params(fit)})
     params.extra["serving_loop"] = fit
     if args.no_serving_speed:
         params.extra.pop("serving_speed", None)

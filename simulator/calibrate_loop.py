@@ -1,6 +1,7 @@
-"""The serving loop's host cost (`loop_overhead_s`, `kv_handoff_step_s`, `kv_handoff_s`,
-`kv_handoff_token_s` in `CostParams`), measured from the profile's serving probe (`meta.serving_probe.loop`, written by
-realexec/profile_serving.py from the workers' step logs).
+"""The serving loop's host cost (`CostParams` `LOOP_FIELDS`: `loop_overhead_s`,
+`kv_handoff_step_s`, `kv_handoff_s`, `kv_handoff_token_s`), measured from the profile's
+serving probe (`meta.serving_probe.loop`, written by realexec/profile_serving.py from the
+workers' step logs).
 
 A serving worker spends host time between its engine steps that no profiled step contains:
 polling for requests, pushing each step's tokens to the front end and, on a PD prefill worker,
@@ -29,9 +30,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from simulator.costparams import LOOP_FIELDS
+
 MIN_LOOP_STEPS = 20  # loop times; fewer measure a few iterations' luck
 MIN_HANDOFF_STEPS = 5  # prefill steps after a hand-off
-LOOP_TERMS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s")
 
 
 def encode_loop(steps: Sequence) -> list[list[float]]:
@@ -76,9 +78,9 @@ def fit_handoff(loop_s: np.ndarray, handoffs: np.ndarray, tokens: np.ndarray,
 
 def fit_loop(probe: dict[str, Any]) -> dict[str, Any]:
     """{"loop_overhead_s": s, "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s": s
-    (the last three when the probe had PD hand-offs), "num_steps": {"loop": n, "handoff": n}, "errors": {term:
-    why}} from the probe's `loop` rows; {"error": why} when it has none (a profile from
-    before the loop was logged)."""
+    (the last three when the probe had PD hand-offs), "num_steps": {"loop": n, "handoff": n},
+    "errors": {term: why}} from the probe's `loop` rows; {"error": why} when it has none (a
+    profile from before the loop was logged)."""
     loop = probe.get("loop")
     if not loop:
         return {"error": "the serving probe has no loop times (profile again to measure them)"}
@@ -123,4 +125,4 @@ def format_loop(fit: dict[str, Any]) -> str:
 
 def loop_params(fit: dict[str, Any]) -> dict[str, float]:
     """The `CostParams` fields a fit measured."""
-    return {k: float(fit[k]) for k in LOOP_TERMS if k in fit}
+    return {k: float(fit[k]) for k in LOOP_FIELDS if k in fit}

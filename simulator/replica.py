@@ -63,12 +63,7 @@ class SimReplica:
         self.neighbours: list[SimReplica] = []
         self.in_step = False
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
-        # the serving loop's host seconds per step and per KV hand-off (CostParams)
-        params = getattr(cost_model, "params", None)
-        self.loop_overhead_s = float(getattr(params, "loop_overhead_s", 0.0))
-        self.kv_handoff_step_s = float(getattr(params, "kv_handoff_step_s", 0.0))
-        self.kv_handoff_s = float(getattr(params, "kv_handoff_s", 0.0))
-        self.kv_handoff_token_s = float(getattr(params, "kv_handoff_token_s", 0.0))
+        self.loop_overhead_s = cost_model.params.loop_overhead_s  # host s per step, outside it
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -160,16 +155,16 @@ class SimReplica:
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they
         sample a first token): `kv_handoff_step_s` once, `kv_handoff_s` each and
-        `kv_handoff_token_s` per prompt token."""
-        if not (self.kv_handoff_step_s or self.kv_handoff_s or self.kv_handoff_token_s):
+        `kv_handoff_token_s` per prompt token (`CostParams`)."""
+        p = self.cost_model.params
+        if not (p.kv_handoff_step_s or p.kv_handoff_s or p.kv_handoff_token_s):
             return 0.0
         done = [req.num_prompt_tokens for req, before, n in zip(
             out.reqs, out.num_computed_before, out.num_new_tokens)
             if before + n == req.num_tokens and req.num_output_tokens == 0]
         if not done:
             return 0.0
-        return (self.kv_handoff_step_s + self.kv_handoff_s * len(done)
-                + self.kv_handoff_token_s * sum(done))
+        return p.kv_handoff_step_s + p.kv_handoff_s * len(done) + p.kv_handoff_token_s * sum(done)
 
     def _begin_steps(self, shape: BatchShape, k: int) -> tuple[list[float], list[float]]:
         """Seconds alone and memory seconds of the next `k` steps; with host sharing, marks
@@ -178,11 +173,16 @@ class SimReplica:
         cm = self.cost_model
         base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
         hs = self.host_sharing
-        loop = self.loop_overhead_s
         if hs is None:
-            return [b + loop for b in base], [0.0] * len(base)
-        mem = [hs.memory_seconds(shape, base[0])] if k == 1 else hs.memory_seconds_run(shape, base)
-        base = [b + loop for b in base]  # the loop's host time streams no memory
+            mem = [0.0] * len(base)
+        elif k == 1:
+            mem = [hs.memory_seconds(shape, base[0])]
+        else:
+            mem = hs.memory_seconds_run(shape, base)
+        if self.loop_overhead_s:  # the loop's host time streams no memory
+            base = [b + self.loop_overhead_s for b in base]
+        if hs is None:
+            return base, mem
         self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0
         self.in_step = True
         for n in self.neighbours:

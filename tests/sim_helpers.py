@@ -7,6 +7,11 @@ import copy
 from simulator.run import run_scenario
 from simulator.scenario import scenario_from_dict
 
+# a two-layer Llama config (HF dict) for scenarios that need a model but not its size
+TINY_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                  "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+
 BASE = {
     "name": "t",
     "model": "llama-3-8b",

@@ -19,10 +19,9 @@ from simulator.hardware import get_accelerator
 from simulator.models import ModelSpec
 from simulator.scenario import scenario_from_dict
 from simulator.step_pricing import TimedStep
+from tests.sim_helpers import TINY_HF_CONFIG
 
-CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-       "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+CFG = TINY_HF_CONFIG
 PARAMS = CostParams(step_overhead_s=2e-3, layer_overhead_s=3e-5, token_overhead_s=1e-6,
                     device="cpu", model="m")
 

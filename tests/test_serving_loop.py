@@ -19,10 +19,9 @@ from simulator.costparams import CostParams
 from simulator.run import run_scenario
 from simulator.scenario import scenario_from_dict
 from simulator.step_pricing import TimedStep
+from tests.sim_helpers import TINY_HF_CONFIG
 
-CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-       "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+CFG = TINY_HF_CONFIG
 
 
 def _rows(loop_s: list, handoffs: list[int], tokens: list[int] | None = None) -> list[list[float]]:
