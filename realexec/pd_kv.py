@@ -1,19 +1,22 @@
-"""KV blocks on the wire: cut a request's blocks out of a `PagedKVCache` as zero-copy frames
-(prefill side), collect received frames and write them into another pool (decode side).
+"""KV blocks on the wire: cut a request's blocks out of a `PagedKVCache` as frames (prefill
+side), collect received frames and write them into another pool (decode side).
 
-A `kv` message carries `runs`: one entry `[layer, kv, token_start, num_tokens]` per tensor
-frame, where `kv` is 0 for keys and 1 for values and the frame is that layer's K or V of
-prompt tokens `[token_start, token_start + num_tokens)` as `[num_tokens, kv_heads, head_dim]`.
-A frame is one run of consecutive block ids of the sender's pool, so it is a contiguous slice
-of the pool tensor and goes out without a copy. When the blocks are scattered (runs smaller
-than `ZERO_COPY_MIN_BYTES` on average) they are instead gathered into one frame per layer and
-K/V (one copy; many small frames cost more than the copy). Token ranges (not block ids) cross the wire,
-so the two sides may use different block sizes and block ids. The last run may extend past
-the prompt into the tail of its final block; the receiver writes only prompt tokens.
+A `kv` message carries `runs`: one entry `[first_layer, num_layers, first_kv, num_kv,
+token_start, num_tokens]` per tensor frame, and the frame is
+`kv[first_layer : first_layer + num_layers, first_kv : first_kv + num_kv]` (kv 0: keys,
+1: values) of prompt tokens `[token_start, token_start + num_tokens)`, shaped
+`[num_layers, num_kv, num_tokens, kv_heads, head_dim]`. A CPU pool whose blocks lie in long
+runs of consecutive ids sends one zero-copy view per run, layer and K/V (`[1, 1, ...]`
+frames); scattered blocks, and any device pool, are gathered into one frame of all the
+message's layers, K and V (`[layers, 2, ...]`): one copy, one frame. Token ranges (not block
+ids) cross the wire, so the two sides may use different block sizes and block ids. A frame may
+extend past the prompt into the tail of its final block; the receiver writes only prompt
+tokens.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -35,37 +38,44 @@ def block_runs(block_ids: list[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-# pyzmq copies any frame smaller than zmq.COPY_THRESHOLD (65536 bytes) instead of sending it
-# zero-copy, and each frame adds per-part overhead; below this mean run size we gather.
-ZERO_COPY_MIN_BYTES = 65536
+# A zero-copy frame still costs host time to slice, encode and send: ~60 us on this 2-core VM
+# (bench/kv_handoff.py), as long as copying ~300 KB at its ~6 GB/s. Below this mean frame size
+# (one layer's K of one run of blocks) gathering everything into one frame is cheaper.
+ZERO_COPY_MIN_BYTES = 256 * 1024
 
 
 def kv_frames(cache: PagedKVCache, block_ids: list[int], num_tokens: int,
               layers: range) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """(runs, tensors) covering the first `num_tokens` tokens of `block_ids` in `layers`;
-    the tensors are views into `cache` (valid while the blocks are held), or gathered copies
-    when the blocks are scattered."""
+    """(runs, tensors) covering the first `num_tokens` tokens of `block_ids` in `layers`.
+
+    On a CPU pool whose blocks lie in long runs (`ZERO_COPY_MIN_BYTES` or more per frame) the
+    tensors are views into `cache` (valid while the blocks are held), one per run, layer and
+    K/V. Otherwise (short prompts, scattered blocks, or a device pool that must go through
+    host memory anyway: one device-to-host copy per frame) all of it is gathered into one
+    tensor `[layers, 2, tokens, kv_heads, head_dim]` with a single copy."""
+    if layers.step != 1 or not layers:
+        raise ValueError(f"layers must be a non-empty range of consecutive layers, got {layers}")
     bs = cache.block_size
     need = -(-num_tokens // bs)
     if need > len(block_ids):
         raise ValueError(f"{num_tokens} tokens need {need} blocks, the request holds {len(block_ids)}")
-    runs, tensors = [], []
     block_runs_ = block_runs(block_ids[:need])
     frame_bytes = cache.spec.bytes_per_block // (2 * cache.spec.num_layers)  # one layer's K
-    if need * frame_bytes < ZERO_COPY_MIN_BYTES * len(block_runs_) and len(block_runs_) > 1:
+    if cache.device.type != "cpu" or need * frame_bytes < ZERO_COPY_MIN_BYTES * len(block_runs_):
         ids = torch.tensor(block_ids[:need], dtype=torch.long, device=cache.device)
-        shape = (-1, bs, cache.spec.num_kv_heads, cache.spec.head_dim)
-        for layer in layers:
-            for kv in (0, 1):  # whole-block rows: ~3x faster than gathering token slots
-                runs.append([layer, kv, 0, need * bs])
-                tensors.append(cache.kv[layer, kv].view(shape).index_select(0, ids).flatten(0, 1))
-        return runs, tensors
+        spec = cache.spec
+        pool = cache.kv[layers.start:layers.stop]
+        blocks = pool.view(len(layers), 2, -1, bs, spec.num_kv_heads, spec.head_dim)
+        # whole-block rows: ~3x faster than gathering token slots
+        frame = blocks.index_select(2, ids).flatten(2, 3)
+        return [[layers.start, len(layers), 0, 2, 0, need * bs]], [frame]
+    runs, tensors = [], []
     for idx, first, n in block_runs_:
         lo, hi = first * bs, (first + n) * bs
         for layer in layers:
             for kv in (0, 1):
-                runs.append([layer, kv, idx * bs, n * bs])
-                tensors.append(cache.kv[layer, kv, lo:hi])
+                runs.append([layer, 1, kv, 1, idx * bs, n * bs])
+                tensors.append(cache.kv[layer, kv, lo:hi][None, None])
     return runs, tensors
 
 
@@ -94,6 +104,10 @@ class StagedKV:
                    for layer in range(self.num_layers) for kv in (0, 1))
 
 
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def check_kv_message(msg: Message, cache: PagedKVCache) -> None:
     """ProtocolError unless the `kv` message's runs match its frames and this pool's shape."""
     body = msg.body
@@ -105,15 +119,17 @@ def check_kv_message(msg: Message, cache: PagedKVCache) -> None:
     spec = cache.spec
     want = (spec.num_kv_heads, spec.head_dim)
     for i, (run, t) in enumerate(zip(runs, msg.tensors)):
-        if len(run) != 4 or not all(isinstance(x, int) and not isinstance(x, bool) for x in run):
-            raise ProtocolError(f"kv run {i}: expected [layer, kv, token_start, num_tokens], got {run}")
-        layer, kv, start, n = run
-        if not (0 <= layer < spec.num_layers and kv in (0, 1) and start >= 0 and n >= 1):
-            raise ProtocolError(f"kv run {i}: {run} out of range ({spec.num_layers} layers)")
-        if t.dtype != spec.dtype or tuple(t.shape) != (n, *want):
+        if len(run) != 6 or not all(isinstance(x, int) and not isinstance(x, bool) for x in run):
+            raise ProtocolError(f"kv run {i}: expected [first_layer, num_layers, first_kv, "
+                                f"num_kv, token_start, num_tokens], got {run}")
+        layer, num_layers, kv, num_kv, start, n = run
+        if not (layer >= 0 and num_layers >= 1 and layer + num_layers <= spec.num_layers
+                and kv >= 0 and num_kv >= 1 and kv + num_kv <= 2 and start >= 0 and n >= 1):
+            raise ProtocolError(f"kv run {i}: {run} out of range ({spec.num_layers} layers, K and V)")
+        if t.dtype != spec.dtype or tuple(t.shape) != (num_layers, num_kv, n, *want):
             raise ProtocolError(
-                f"kv run {i}: frame is {str(t.dtype)}{list(t.shape)}, this pool needs "
-                f"{str(spec.dtype)}{[n, *want]}"
+                f"kv run {i}: frame is {_dtype(t.dtype)}{list(t.shape)}, this pool needs "
+                f"{_dtype(spec.dtype)}{[num_layers, num_kv, n, *want]}"
             )
 
 
@@ -125,8 +141,9 @@ def stage(staged: StagedKV, msg: Message) -> None:
         staged.t_first_recv = now
     staged.t_last_recv = now
     staged.parts.append((msg.body["runs"], msg.tensors))
-    for (layer, kv, _start, n), t in zip(msg.body["runs"], msg.tensors):
-        staged.covered[(layer, kv)] = staged.covered.get((layer, kv), 0) + n
+    for (layer, num_layers, kv, num_kv, _start, n), t in zip(msg.body["runs"], msg.tensors):
+        for key in itertools.product(range(layer, layer + num_layers), range(kv, kv + num_kv)):
+            staged.covered[key] = staged.covered.get(key, 0) + n
         staged.nbytes += t.numel() * t.element_size()
     staged.got_last = staged.got_last or bool(msg.body["last"])
 
@@ -142,9 +159,10 @@ def write_staged(cache: PagedKVCache, staged: StagedKV, block_ids: list[int],
     ids = torch.tensor(block_ids, dtype=torch.long)
     slots = (ids[:, None] * bs + torch.arange(bs)).reshape(-1).to(cache.device)
     for runs, tensors in staged.parts:
-        for (layer, kv, start, count), t in zip(runs, tensors):
+        for (layer, num_layers, kv, num_kv, start, count), t in zip(runs, tensors):
             lo, hi = max(start, skip_tokens), min(start + count, n)
             if lo >= hi:
                 continue
-            src = t[lo - start : hi - start].to(cache.device, non_blocking=True)
-            cache.kv[layer, kv].index_copy_(0, slots[lo:hi], src)
+            src = t[:, :, lo - start : hi - start].to(cache.device, non_blocking=True)
+            dst = cache.kv[layer : layer + num_layers, kv : kv + num_kv]
+            dst.index_copy_(2, slots[lo:hi], src)

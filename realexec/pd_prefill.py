@@ -6,9 +6,10 @@ first token, and appears in `EngineStepOutput.kv_ready`; its blocks stay held. I
 mode the KV of all layers then goes out as one `kv` message; in `layerwise` mode the step
 that completes the prompt sends layer l's blocks as soon as layer l's attention has written
 them (a hook around the attention backend), overlapping the transfer with the remaining
-layers. Frames are views of the KV pool (zero-copy). `kv_ack` from the decode side (ok or
-not) releases the blocks (`Scheduler.release_transferred`); without one they are released
-after `kv_hold_timeout_s` once ZMQ has let go of the frames.
+layers. Frames are views of the KV pool (zero-copy) or one gathered copy
+(`pd_kv.kv_frames`). `kv_ack` from the decode side (ok or not) releases the blocks
+(`Scheduler.release_transferred`); without one they are released after `kv_hold_timeout_s`
+once ZMQ has let go of the frames.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ prompt carry `sched_age`, how many seconds before that the worker's first step o
 A message is a multipart ZMQ message. Frame 0 is a msgpack map
 `{"v": PROTOCOL_VERSION, "type": str, "body": map, "tensors": [[dtype, [dims...]], ...]}`;
 frames 1..n are the raw bytes of the n tensors the header describes, in order (C order,
-native little-endian). Tensor frames are sent with `copy=False` straight from the KV pool
-(zero-copy on CPU) and decoded as `torch.frombuffer` views of the received frame.
+native little-endian). Tensor frames are sent with `copy=False` (from the KV pool itself
+when `pd_kv.kv_frames` sends views: zero-copy on CPU) and decoded as `torch.frombuffer` views of the received frame.
 
 Every incoming message is validated by `decode`: header size, msgpack well-formedness,
 protocol version, known type, each body field's presence and type (`SCHEMAS`), tensor
@@ -49,7 +49,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: `kv` runs carry layer and K/V ranges (pd_kv)
 # Headers are small maps (an `add` with a 8k-token prompt packs to ~25 KB); anything larger
 # than this is rejected before unpacking so a garbled frame cannot make us allocate much.
 MAX_HEADER_BYTES = 16 * 1024 * 1024

@@ -1,7 +1,7 @@
 """Timing the PD KV transport for `kvpd profile`: the serving stack's own path, end to end.
 
 One-way time for the KV of n prompt tokens to go from a prefill worker's paged cache into a
-decode worker's cache: `pd_kv.kv_frames` (zero-copy views) -> `transport.encode` -> ZMQ
+decode worker's cache: `pd_kv.kv_frames` (pool views or one gathered frame) -> `transport.encode` -> ZMQ
 DEALER -> ROUTER over `ipc://` -> `transport.decode` -> `pd_kv.stage` -> `pd_kv.write_staged`
 in a second process (`python -m realexec.validate_kv`), as `realexec/pd_prefill.py` and
 `realexec/pd_decode.py` do. Both processes read the same monotonic clock

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from realexec.client import AsyncEngineClient, EngineClient, EngineDeadError, RequestFailed
-from realexec.transport import encode
+from realexec.transport import PROTOCOL_VERSION, encode
 from tests.serving_helpers import (
     GREEDY,
     RawEngine,
@@ -150,7 +150,7 @@ def test_engine_rejects_garbled_and_truncated_messages_and_keeps_serving(raw):
     raw.send_frames([bytes(good[0])[:10]])  # truncated header
     raw.send_frames([bytes(encode("add", {"request_id": "c", "prompt_token_ids": [1],
                                           "sampling": {}}, [])[0]), b"\x00" * 12])  # stray frame
-    raw.send_frames([msgpack.packb({"v": 1, "type": "add", "body": {"request_id": 7},
+    raw.send_frames([msgpack.packb({"v": PROTOCOL_VERSION, "type": "add", "body": {"request_id": 7},
                                     "tensors": []})])  # wrong field type
     raw.send_frames([bytes(b) for b in good])
     toks_a, fin_a, _ = raw.items_until("a", 60)

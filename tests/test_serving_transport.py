@@ -100,7 +100,8 @@ def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise,
         runs, tensors = kv_frames(src, src_ids, n, layers)
         views = [t.untyped_storage().data_ptr() == src.kv.untyped_storage().data_ptr()
                  for t in tensors]
-        assert len(tensors) == 2 * len(layers) * (1 if gather else 3)  # 3 runs of blocks
+        # 3 runs of blocks: a view per run, layer and K/V, or all of it in one gathered frame
+        assert len(tensors) == (1 if gather else 2 * len(layers) * 3)
         assert all(views) != gather
         msg = decode([bytes(memoryview(f)) for f in encode("kv", {
             "request_id": "r", "num_tokens": n, "block_size": 4, "runs": runs,
@@ -135,3 +136,34 @@ def test_incomplete_or_mismatched_kv_is_detected():
                                        "runs": runs, "last": True, "t_send": 0.0,
                                        "prefill_worker": "p"}, tensors)))
     assert staged.got_last and not staged.complete
+
+
+def _kv_msg(runs, tensors):
+    return decode(encode("kv", {"request_id": "r", "num_tokens": 8, "block_size": 4, "runs": runs,
+                                "last": True, "t_send": 0.0, "prefill_worker": "p"}, tensors))
+
+
+@pytest.mark.parametrize("runs, shape, fragment", [
+    ([[0, 0, 0, 8]], [1, 1, 8, 2, 8], "expected \\[first_layer, num_layers, first_kv"),  # v1 run
+    ([[0, 3, 0, 2, 0, 8]], [3, 2, 8, 2, 8], "out of range"),  # layers 0-2 of a 2-layer pool
+    ([[1, 1, 1, 2, 0, 8]], [1, 2, 8, 2, 8], "out of range"),  # K/V 1-2: there is no third
+    ([[0, 2, 0, 2, 0, 8]], [2, 1, 8, 2, 8], r"frame is float32\[2, 1, 8, 2, 8\].*\[2, 2, 8, 2, 8\]"),
+    ([[0, 1, 0, True, 0, 8]], [1, 1, 8, 2, 8], "expected"),  # a bool is not a count
+])
+def test_kv_runs_that_do_not_fit_the_pool_are_refused_by_name(runs, shape, fragment):
+    msg = _kv_msg(runs, [torch.zeros(shape)])
+    with pytest.raises(ProtocolError, match=fragment):
+        check_kv_message(msg, _cache(8, 4, layers=2))
+
+
+def test_gathered_frame_holds_every_layer_and_both_k_and_v_of_scattered_blocks():
+    src = _cache(16, 4)
+    src.kv.copy_(torch.randn(src.kv.shape, generator=torch.Generator().manual_seed(1)))
+    ids = [9, 2, 5]  # three runs of one block: gathered
+    runs, tensors = kv_frames(src, ids, 10, range(1, 3))
+    assert runs == [[1, 2, 0, 2, 0, 12]] and len(tensors) == 1
+    slots = torch.tensor([b * 4 + o for b in ids for o in range(4)])
+    assert torch.equal(tensors[0], src.kv[1:3, :, slots])
+    check_kv_message(_kv_msg(runs, tensors), src)
+    with pytest.raises(ValueError, match="consecutive layers"):
+        kv_frames(src, ids, 10, range(0, 3, 2))
