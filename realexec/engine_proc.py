@@ -116,6 +116,7 @@ class EngineLoop:
         # host seconds the loop worked outside steps since the latest step ended (its waits
         # in poll excluded): the serving loop's cost the step log records per step ("l")
         self._step_end: float | None = None
+        self._step_end_cpu = 0.0  # the engine thread's CPU time (s) at that moment
         self._waited_s = 0.0
         self.step_log = None
         if spec.step_log:
@@ -229,9 +230,12 @@ class EngineLoop:
         """One engine step; returns (output items, whether it did anything)."""
         t_wall = time.time() if self.step_log is not None else 0.0
         t0 = time.perf_counter()
+        cpu0 = time.thread_time()
         loop_s = None if self._step_end is None else max(0.0, t0 - self._step_end - self._waited_s)
+        loop_cpu_s = None if self._step_end is None else cpu0 - self._step_end_cpu
         out = self.llm.step()
         self._step_end = t_end = time.perf_counter()
+        self._step_end_cpu = time.thread_time()
         self._waited_s = 0.0
         step_s = t_end - t0
         self.num_steps += 1
@@ -239,7 +243,7 @@ class EngineLoop:
         so = out.scheduler_output
         if self.step_log is not None and so.reqs:
             self.step_log.add(t_wall, step_s, so.shape, loop_s, len(out.kv_ready),
-                              sum(r.num_prompt_tokens for r in out.kv_ready))
+                              sum(r.num_prompt_tokens for r in out.kv_ready), loop_cpu_s)
         handoff = {r.request_id for r in out.kv_ready}
         if self.connector is not None:
             self.connector.after_step(out)

@@ -3,7 +3,8 @@
 A worker started with `WorkerSpec.step_log` appends `{"t": wall start (s, epoch), "s":
 duration (s, schedule + execute + update), "shape": BatchShape fields, "l": host seconds
 the serving loop worked between the previous step's end and this step (its waits for input
-excluded; absent on a worker's first step), "h": requests whose KV this step handed to the
+excluded; absent on a worker's first step), "lc": the CPU seconds the worker's engine thread
+used in that time (so "l" - "lc" is time it waited for a core or a lock), "h": requests whose KV this step handed to the
 transport and "ht": their prompt tokens (PD prefill worker)}` per step. Lines are
 buffered and written when the worker goes idle, every `FLUSH_EVERY` steps and at exit, so a
 reader sees a run's steps a heartbeat after its last request finished. `kvpd validate` reads
@@ -36,10 +37,13 @@ class StepLogWriter:
         self.buffer: list[str] = []
 
     def add(self, t_start: float, duration_s: float, shape: BatchShape,
-            loop_s: float | None = None, handoffs: int = 0, handoff_tokens: int = 0) -> None:
+            loop_s: float | None = None, handoffs: int = 0, handoff_tokens: int = 0,
+            loop_cpu_s: float | None = None) -> None:
         line: dict[str, Any] = {"t": t_start, "s": duration_s, "shape": dataclasses.asdict(shape)}
         if loop_s is not None:
             line["l"] = loop_s
+        if loop_cpu_s is not None:
+            line["lc"] = loop_cpu_s
         if handoffs:
             line["h"] = handoffs
             line["ht"] = handoff_tokens

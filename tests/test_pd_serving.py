@@ -3,6 +3,7 @@ the colocated engine, lost transfers, back-pressure, bad KV messages and a kille
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -81,6 +82,12 @@ def test_workers_log_their_steps(pd):
         # than the gap since the previous step
         assert all(s.loop_s is not None and s.loop_s >= 0 for s in steps[1:])
         assert all(b.loop_s <= b.t_start - a.t_end + 2e-3 for a, b in zip(steps, steps[1:]))
+    for role, path in logs.items():  # the loop's CPU time: there, and within its wall time
+        with open(path, "rb") as f:
+            f.seek(offsets[role])
+            lines = [json.loads(x) for x in f.read().splitlines() if x.strip()]
+        assert all("lc" in d and 0 <= d["lc"] <= d["l"] + 1e-3 for d in lines[1:] if "l" in d)
+        assert sum("lc" in d for d in lines) >= len(lines) - 1
     # every prompt's KV was handed off by the prefill worker, in the step that finished it
     assert sum(s.handoffs for s in pre) == len(ps)
     assert sum(s.handoff_tokens for s in pre) == sum(map(len, ps))
