@@ -2,10 +2,11 @@
 
 A worker started with `WorkerSpec.step_log` appends `{"t": wall start (s, epoch), "s":
 duration (s, schedule + execute + update), "shape": BatchShape fields, "l": host seconds
-the serving loop worked between the previous step's end and this step (its waits for input
-excluded; absent on a worker's first step), "lc": the CPU seconds the worker's engine thread
-used in that time (so "l" - "lc" is time it waited for a core or a lock), "h": requests whose KV this step handed to the
-transport and "ht": their prompt tokens (PD prefill worker)}` per step. Lines are
+of serving-loop work this step waited on (`engine_proc.LoopClock`: after the previous step
+until the loop first waited for input, plus from its last wake-up to this step; absent on a
+worker's first step), "lc": the CPU seconds the worker's engine thread used in that time
+(so "l" - "lc" is time it waited for a core or a lock), "h": requests whose KV this step
+handed to the transport and "ht": their prompt tokens (PD prefill worker)}` per step. Lines are
 buffered and written when the worker goes idle, every `FLUSH_EVERY` steps and at exit, so a
 reader sees a run's steps a heartbeat after its last request finished. `kvpd validate` reads
 them to check the calibrated cost model on the PD workers' own steps and to see when the

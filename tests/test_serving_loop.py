@@ -128,3 +128,33 @@ def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(t
     # tokens x 0.1 ms); the decode worker's 9 steps each carry the loop
     assert pd_loop["ttft_s"] - pd_base["ttft_s"] == pytest.approx([13e-3] * 6, abs=1e-9)
     assert pd_loop["e2e_s"] - pd_base["e2e_s"] == pytest.approx([22e-3] * 6, abs=1e-9)
+
+
+def test_loop_clock_counts_post_step_and_wake_up_work_not_idle_iterations(monkeypatch):
+    import realexec.engine_proc as engine_proc
+
+    now = {"wall": 0.0, "cpu": 0.0}
+    monkeypatch.setattr(engine_proc.time, "perf_counter", lambda: now["wall"])
+    monkeypatch.setattr(engine_proc.time, "thread_time", lambda: now["cpu"])
+
+    def at(wall_ms: float, cpu_ms: float) -> None:
+        now["wall"], now["cpu"] = wall_ms / 1e3, cpu_ms / 1e3
+
+    clock = engine_proc.LoopClock()
+    assert clock.step_starting() == (None, None)  # a worker's first step
+    at(0, 0)
+    clock.step_ended()
+    at(0.4, 0.3)  # straight on to the next step
+    assert clock.step_starting() == pytest.approx((0.4e-3, 0.3e-3))
+    at(10, 5)
+    clock.step_ended()
+    at(11, 5.9)  # 1 ms handing off and pushing, then the loop waits
+    clock.waiting()
+    at(500, 6)  # woken by an ack: idle work, then it waits again
+    clock.woke()
+    at(502, 8)
+    clock.waiting()
+    at(900, 8.1)  # a request arrives: 0.5 ms to read it and start the step
+    clock.woke()
+    at(900.5, 8.5)
+    assert clock.step_starting() == pytest.approx((1.5e-3, 1.3e-3))
