@@ -5,6 +5,9 @@ files: the median loop time ("l", ms) before a step that follows a step without 
 and, for a PD prefill worker, before a step that follows one which handed off h prompts, by
 h. Where the log has it (since commit f1cdee5), the engine thread's CPU time in the same
 interval ("lc") is shown beside it: the rest is time spent waiting for a core or a lock.
+"straight on": the median over steps that followed the previous one without a wait (gap
+within 0.2 ms of "l"); logs written before commit 81e2587 count idle iterations in "l" after
+a wait, which these exclude.
 """
 
 from __future__ import annotations
@@ -23,13 +26,24 @@ def _logs(args: list[str]) -> list[Path]:
     return out
 
 
+STRAIGHT_ON_S = 0.2e-3
+
+
+def _straight_on(a: dict, b: dict) -> bool:
+    return b["t"] - (a["t"] + a["s"]) - b["l"] < STRAIGHT_ON_S
+
+
 def _row(label: str, pairs: list[tuple[dict, dict]]) -> str:
     loop = [b["l"] * 1e3 for _, b in pairs]
+    straight = [b["l"] * 1e3 for a, b in pairs if _straight_on(a, b)]
     cpu = [b["lc"] * 1e3 for _, b in pairs if "lc" in b]
     tok = [a.get("ht", 0) for a, _ in pairs]
     text = f"  {label:<28} {len(loop):>6} {statistics.median(loop):>8.3f}"
     text += f" {statistics.median(cpu):>8.3f}" if cpu else f" {'-':>8}"
-    return text + f" {statistics.median(tok):>8.0f}"
+    text += f" {statistics.median(tok):>8.0f}"
+    if straight:
+        text += f" {len(straight):>8} {statistics.median(straight):>8.3f}"
+    return text
 
 
 def summarize(path: Path) -> str:
@@ -37,7 +51,7 @@ def summarize(path: Path) -> str:
     pairs = [(a, b) for a, b in zip(lines, lines[1:]) if "l" in b]
     plain = [(a, b) for a, b in pairs if not a.get("h")]
     out = [f"{path}", f"  {'loop before a step after':<28} {'steps':>6} {'wall ms':>8} "
-           f"{'cpu ms':>8} {'tokens':>8}"]
+           f"{'cpu ms':>8} {'tokens':>8} {'straight on: steps':>18} {'wall ms':>8}"]
     if plain:
         out.append(_row("a step without hand-offs", plain))
     for h in sorted({a["h"] for a, _ in pairs if a.get("h")}):
