@@ -75,7 +75,7 @@ def kv_frames(cache: PagedKVCache, block_ids: list[int], num_tokens: int,
         for layer in layers:
             for kv in (0, 1):
                 runs.append([layer, 1, kv, 1, idx * bs, n * bs])
-                tensors.append(cache.kv[layer, kv, lo:hi][None, None])
+                tensors.append(cache.kv[layer : layer + 1, kv : kv + 1, lo:hi])
     return runs, tensors
 
 
