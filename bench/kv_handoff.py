@@ -59,8 +59,8 @@ def _sink(endpoint: str, ready: mp.Queue) -> None:
 
 
 def per_layer_frames(cache, block_ids: list[int], num_tokens: int):
-    """The protocol-1 sender: a gathered frame per layer and K/V ([1, 1, tokens, heads, dim]
-    here so the receiver-side timing below can share `write_staged`'s layout)."""
+    """The protocol-1 sender: a frame per layer and K/V, with as many torch ops per frame as it
+    had (shaped [1, 1, tokens, heads, dim] so the receiver side can share `write_staged`)."""
     import torch
 
     from realexec.pd_kv import block_runs
@@ -74,14 +74,15 @@ def per_layer_frames(cache, block_ids: list[int], num_tokens: int):
         for layer in range(spec.num_layers):
             for kv in (0, 1):
                 runs.append([layer, 1, kv, 1, 0, need * bs])
-                tensors.append(cache.kv[layer, kv, lo:hi][None, None])
+                tensors.append(cache.kv[layer : layer + 1, kv : kv + 1, lo:hi])
         return runs, tensors
     ids = torch.tensor(block_ids[:need], dtype=torch.long)
     shape = (-1, bs, spec.num_kv_heads, spec.head_dim)
+    frame = (1, 1, need * bs, spec.num_kv_heads, spec.head_dim)
     for layer in range(spec.num_layers):
         for kv in (0, 1):
             runs.append([layer, 1, kv, 1, 0, need * bs])
-            tensors.append(cache.kv[layer, kv].view(shape).index_select(0, ids).flatten(0, 1)[None, None])
+            tensors.append(cache.kv[layer, kv].view(shape).index_select(0, ids).view(frame))
     return runs, tensors
 
 
