@@ -39,8 +39,8 @@ def block_runs(block_ids: list[int]) -> list[tuple[int, int, int]]:
 
 
 # A zero-copy frame still costs host time to slice, encode and send: 35-60 us on this 2-core
-# VM (bench/kv_handoff.py), as long as copying 200-350 KB at its ~6 GB/s. Below this mean frame size
-# (one layer's K of one run of blocks) gathering everything into one frame is cheaper.
+# VM (bench/kv_handoff.py), as long as copying 200-350 KB at its ~6 GB/s. Below this mean
+# frame size (one layer's K of one run of blocks) gathering all into one frame is cheaper.
 ZERO_COPY_MIN_BYTES = 256 * 1024
 
 

@@ -5,10 +5,10 @@ workers' step logs).
 
 A serving worker spends host time between its engine steps that no profiled step contains:
 polling for requests, pushing each step's tokens to the front end and, on a PD prefill worker,
-handing every finished prompt's KV to the transport (scattered blocks are gathered into one
-frame per layer and K/V first, a copy that grows with the prompt). The workers log it per step
-("l" in `realexec.step_log`: seconds worked since the previous step ended, waits for input
-excluded) with each step's hand-offs and their prompt tokens ("h", "ht"). Here:
+handing every finished prompt's KV to the transport (usually gathered into one frame first, a
+copy that grows with the prompt; `realexec.pd_kv`). The workers log it per step ("l" in
+`realexec.step_log`: the loop work that step waited on, `realexec.engine_proc.LoopClock`)
+with each step's hand-offs and their prompt tokens ("h", "ht"). Here:
 
 - `loop_overhead_s` = the median loop time before a step that follows a step without
   hand-offs, over every role;
@@ -17,9 +17,9 @@ excluded) with each step's hand-offs and their prompt tokens ("h", "ht"). Here:
   per hand-off + per prompt token (robust least squares, all >= 0), because a loop iteration
   now and then also carries a heartbeat or a burst of arrivals.
 
-Run 15's real prefill worker (llama-50m, this 2-core CPU): 3.0 ms after a step that handed
-off one prompt, 4.4, 5.3, 5.7 and 9.5 ms after 2, 3, 4 and 10: about 2.2 ms per step and
-0.75 ms per request, far more than the loop's 0.24-0.30 ms without hand-offs.
+Run 16's real prefill worker (llama-50m, this 2-core CPU), steps that went straight on:
+1.53, 2.30, 2.31 and 2.35 ms after a step that handed off 1, 2, 3 and 4 prompts, far more
+than the loop's 0.27-0.41 ms without hand-offs (`bench/loop_times.py`).
 """
 
 from __future__ import annotations

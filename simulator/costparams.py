@@ -119,13 +119,12 @@ class CostParams:
     loop_overhead_s: float = 0.0
     # PD prefill worker, once per step that completed prompts (`kv_handoff_step_s`), per
     # request whose prompt it completed (`kv_handoff_s`) and per token of those prompts
-    # (`kv_handoff_token_s`): handing the KV to the transport (one
-    # message per request; scattered blocks are gathered into one frame per layer and K/V
-    # first, a copy of the prompt's KV) and its first token to the front end, before the next
-    # step starts and before that first token goes out. 0: an asynchronous connector.
-    # Measured like loop_overhead_s (simulator/calibrate_loop.py); this CPU, llama-50m (run
-    # 15's real prefill worker): 3.0 ms after a step that handed off one prompt, 4.4, 5.3,
-    # 5.7 and 9.5 ms after 2, 3, 4 and 10 (~2.2 ms + 0.75 ms each).
+    # (`kv_handoff_token_s`): handing the KV to the transport (one message per request,
+    # usually one gathered frame: a copy of the prompt's KV; realexec/pd_kv.py) and its first
+    # token to the front end, before the next step starts and before that first token goes
+    # out. 0: an asynchronous connector. Measured like loop_overhead_s
+    # (simulator/calibrate_loop.py); this CPU, llama-50m (run 16's real prefill worker, steps
+    # that went straight on): 1.5 ms after a step that handed off one prompt, 2.3 after 2-4.
     kv_handoff_step_s: float = 0.0
     kv_handoff_s: float = 0.0
     kv_handoff_token_s: float = 0.0
