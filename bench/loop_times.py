@@ -3,7 +3,8 @@
 For each worker step log (`*.steps.jsonl`, realexec/step_log.py) under the given folders or
 files: the median loop time ("l", ms) before a step that follows a step without KV hand-offs,
 and, for a PD prefill worker, before a step that follows one which handed off h prompts, by
-h. Where the log has it (since commit f1cdee5), the engine thread's CPU time in the same
+h, and, for a PD decode worker, before a step whose loop wrote k landed prompts' KV into the
+pool ("k", since this field was logged), by k ("tokens": their median tokens). Where the log has it (since commit f1cdee5), the engine thread's CPU time in the same
 interval ("lc") is shown beside it: the rest is time spent waiting for a core or a lock.
 "straight on": the median over steps that followed the previous one without a wait (gap
 within 0.2 ms of "l"); logs written before commit 81e2587 count idle iterations in "l" after
@@ -33,11 +34,11 @@ def _straight_on(a: dict, b: dict) -> bool:
     return b["t"] - (a["t"] + a["s"]) - b["l"] < STRAIGHT_ON_S
 
 
-def _row(label: str, pairs: list[tuple[dict, dict]]) -> str:
+def _row(label: str, pairs: list[tuple[dict, dict]], landed: bool = False) -> str:
     loop = [b["l"] * 1e3 for _, b in pairs]
     straight = [b["l"] * 1e3 for a, b in pairs if _straight_on(a, b)]
     cpu = [b["lc"] * 1e3 for _, b in pairs if "lc" in b]
-    tok = [a.get("ht", 0) for a, _ in pairs]
+    tok = [b.get("kt", 0) if landed else a.get("ht", 0) for a, b in pairs]
     text = f"  {label:<28} {len(loop):>6} {statistics.median(loop):>8.3f}"
     text += f" {statistics.median(cpu):>8.3f}" if cpu else f" {'-':>8}"
     text += f" {statistics.median(tok):>8.0f}"
@@ -49,13 +50,16 @@ def _row(label: str, pairs: list[tuple[dict, dict]]) -> str:
 def summarize(path: Path) -> str:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     pairs = [(a, b) for a, b in zip(lines, lines[1:]) if "l" in b]
-    plain = [(a, b) for a, b in pairs if not a.get("h")]
+    plain = [(a, b) for a, b in pairs if not a.get("h") and not b.get("k")]
     out = [f"{path}", f"  {'loop before a step after':<28} {'steps':>6} {'wall ms':>8} "
            f"{'cpu ms':>8} {'tokens':>8} {'straight on: steps':>18} {'wall ms':>8}"]
     if plain:
         out.append(_row("a step without hand-offs", plain))
     for h in sorted({a["h"] for a, _ in pairs if a.get("h")}):
         out.append(_row(f"{h} hand-off(s)", [(a, b) for a, b in pairs if a.get("h") == h]))
+    for k in sorted({b["k"] for _, b in pairs if b.get("k")}):
+        out.append(_row(f"{k} landing(s) before it", [(a, b) for a, b in pairs
+                                                      if b.get("k") == k and not a.get("h")], True))
     return "\n".join(out)
 
 

@@ -226,6 +226,7 @@ class EngineLoop:
         """One engine step; returns (output items, whether it did anything)."""
         t_wall = time.time() if self.step_log is not None else 0.0
         loop_s, loop_cpu_s = self.loop_clock.step_starting()
+        landed = self.connector.take_landed() if self.connector is not None else (0, 0)
         t0 = time.perf_counter()
         out = self.llm.step()
         t_end = time.perf_counter()
@@ -236,7 +237,7 @@ class EngineLoop:
         so = out.scheduler_output
         if self.step_log is not None and so.reqs:
             self.step_log.add(t_wall, step_s, so.shape, loop_s, len(out.kv_ready),
-                              sum(r.num_prompt_tokens for r in out.kv_ready), loop_cpu_s)
+                              sum(r.num_prompt_tokens for r in out.kv_ready), loop_cpu_s, *landed)
         handoff = {r.request_id for r in out.kv_ready}
         if self.connector is not None:
             self.connector.after_step(out)

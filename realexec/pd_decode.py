@@ -56,6 +56,7 @@ class DecodeConnector:
         self.unneeded: dict[str, float] = {}  # request id -> monotonic s: prompt was all cached
         self.kv_info: dict[str, dict[str, Any]] = {}
         self.num_received = self.num_lost = 0
+        self.landed = self.landed_tokens = 0  # KV written into the pool since `take_landed`
 
     # ------------------------------------------------------------- control
     def on_peers(self, body: dict[str, Any]) -> None:
@@ -83,6 +84,13 @@ class DecodeConnector:
 
     def next_deadline(self) -> float | None:
         return min((p.deadline for p in self.pending.values()), default=None)
+
+    def take_landed(self) -> tuple[int, int]:
+        """(requests, tokens) of received KV written into the pool since the last call (the
+        step log's "k", "kt": host work before the next step)."""
+        out = (self.landed, self.landed_tokens)
+        self.landed = self.landed_tokens = 0
+        return out
 
     def pop_kv_info(self, rid: str) -> dict[str, Any] | None:
         return self.kv_info.pop(rid, None)
@@ -144,6 +152,8 @@ class DecodeConnector:
             write_staged(self.llm.kv_cache, st, self.llm.kv_cache_manager.get_block_ids(rid),
                          p.num_cached)
             self.rx.drop(rid)
+            self.landed += 1
+            self.landed_tokens += max(0, st.num_tokens - p.num_cached)
         else:
             self.unneeded[rid] = time.monotonic()
         t_written = time.time()

@@ -138,6 +138,10 @@ class PrefillConnector:
         now = time.monotonic()
         return min((max(h.deadline, now + 0.1) for h in self.held.values()), default=None)
 
+    def take_landed(self) -> tuple[int, int]:
+        """(requests, tokens) of received KV written since the last call: none here."""
+        return 0, 0
+
     def pop_kv_info(self, rid: str) -> dict[str, Any] | None:
         h = self.held.get(rid)
         return {"bytes": h.nbytes, "decode_worker": h.decode_worker} if h else None

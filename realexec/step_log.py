@@ -6,11 +6,12 @@ of serving-loop work this step waited on (`engine_proc.LoopClock`: after the pre
 until the loop first waited for input, plus from its last wake-up to this step; absent on a
 worker's first step), "lc": the CPU seconds the worker's engine thread used in that time
 (so "l" - "lc" is time it waited for a core or a lock), "h": requests whose KV this step
-handed to the transport and "ht": their prompt tokens (PD prefill worker)}` per step. Lines are
-buffered and written when the worker goes idle, every `FLUSH_EVERY` steps and at exit, so a
-reader sees a run's steps a heartbeat after its last request finished. `kvpd validate` reads
-them to check the calibrated cost model on the PD workers' own steps and to see when the
-two workers' steps overlapped.
+handed to the transport and "ht": their prompt tokens (PD prefill worker), "k": requests whose
+received KV the loop wrote into the pool before this step and "kt": the tokens written (PD
+decode worker)}` per step. Lines are buffered and written when the worker goes idle, every
+`FLUSH_EVERY` steps and at exit, so a reader sees a run's steps a heartbeat after its last
+request finished. `kvpd validate` reads them to check the calibrated cost model on the PD
+workers' own steps and to see when the two workers' steps overlapped.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class StepLogWriter:
 
     def add(self, t_start: float, duration_s: float, shape: BatchShape,
             loop_s: float | None = None, handoffs: int = 0, handoff_tokens: int = 0,
-            loop_cpu_s: float | None = None) -> None:
+            loop_cpu_s: float | None = None, landings: int = 0, landing_tokens: int = 0) -> None:
         line: dict[str, Any] = {"t": t_start, "s": duration_s, "shape": dataclasses.asdict(shape)}
         if loop_s is not None:
             line["l"] = loop_s
@@ -48,6 +49,9 @@ class StepLogWriter:
         if handoffs:
             line["h"] = handoffs
             line["ht"] = handoff_tokens
+        if landings:
+            line["k"] = landings
+            line["kt"] = landing_tokens
         self.buffer.append(json.dumps(line))
         if len(self.buffer) >= FLUSH_EVERY:
             self.flush()
@@ -80,7 +84,7 @@ def read_step_log(path: str | Path, offset: int = 0) -> tuple[list[LoggedStep], 
             loop_s = d.get("l")
             steps.append(LoggedStep(float(d["t"]), float(d["s"]), BatchShape(**d["shape"]),
                                     None if loop_s is None else float(loop_s), int(d.get("h", 0)),
-                                    int(d.get("ht", 0))))
+                                    int(d.get("ht", 0)), int(d.get("k", 0)), int(d.get("kt", 0))))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{p}: step log line {i + 1} after byte {offset} is malformed: "
                              f"{exc}") from None

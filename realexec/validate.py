@@ -353,6 +353,11 @@ class Validation:
                                  runs / "colocated-steps", pd=None)
         return ServedBackend(self.model_config, self.llm_kwargs(), self.threads, runs / "pd-steps")
 
+    def _serving_loop(self, mode: str) -> bool:
+        """Whether the mode's real engines run a worker loop between steps (not an `LLM`
+        driven in-process: `colocated_engine: inproc`), so the simulator charges its cost."""
+        return not (mode == "colocated" and self.cfg.colocated_engine == "inproc")
+
     def context(self) -> int:
         from simulator.models import ModelSpec
 
@@ -393,7 +398,8 @@ class Validation:
         folder = cfg.out / "runs" / tag
         folder.mkdir(parents=True, exist_ok=True)
         sc0 = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
-                            cfg.knobs, mode, folder / "capacity-trace.csv", cfg.seed)
+                            cfg.knobs, mode, folder / "capacity-trace.csv", cfg.seed,
+                            self._serving_loop(mode))
         cap = capacity(sc0, base, cfg.capacity_requests, folder / "capacity-trace.csv")
         rates = list(cfg.rates) if cfg.rates else [f * cap for f in cfg.fractions]
         self.say(f"[{tag}] simulated capacity {cap:.3f} req/s; rates "
@@ -489,7 +495,7 @@ class Validation:
         trace_file = folder / f"rate{i}-trace.csv"
         workloads.write_trace(trace, trace_file)
         sc = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
-                           cfg.knobs, mode, trace_file, cfg.seed)
+                           cfg.knobs, mode, trace_file, cfg.seed, self._serving_loop(mode))
         sim = simulate(sc)
         sim.write(folder / f"rate{i}-sim")
         return _RateRun(i, rate, trace, sc, sim)

@@ -140,12 +140,15 @@ def trace_probe(base: workloads.Trace, rate: float, skip: int,
 
 def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                   params: CostParams, knobs: RunKnobs, mode: str, trace_file: Path,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, serving_loop: bool = True) -> dict[str, Any]:
     """The simulator scenario mirroring a real run (paths absolute). With the calibration's
     serving speed for the mode's engines, each engine's device runs at it
-    (`hardware.serving_speed`, simulator/calibrated.py)."""
+    (`hardware.serving_speed`, simulator/calibrated.py); `serving_loop=False` (an engine
+    driven in-process) leaves out the calibration's serving-loop terms."""
     hw = dict(params.extra.get("hardware") or {})
     hw["calibration"] = str(Path(calibration).resolve())
+    if not serving_loop:
+        hw["serving_loop"] = False
     sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
                                             "enable_chunked_prefill", "preemption_mode", "policy")}
     if knobs.max_model_len:
@@ -229,7 +232,10 @@ def rescaled_scenario(params: CostParams, sc: dict[str, Any], factors: dict[str,
     {"prefill": f, "decode": f} PD); scaled calibrations are written beside `stem`."""
     if "engine" in factors:
         path = stem.with_name(f"{stem.name}-{tag}.yaml")
-        return dict(sc, hardware=scaled_hardware(params, factors["engine"], path))
+        hw = scaled_hardware(params, factors["engine"], path)
+        if "serving_loop" in sc["hardware"]:  # an in-process engine stays without its loop
+            hw["serving_loop"] = sc["hardware"]["serving_loop"]
+        return dict(sc, hardware=hw)
     pd = dict(sc["cluster"]["pd"])
     for role, f in factors.items():
         path = stem.with_name(f"{stem.name}-{role}-{tag}.yaml")

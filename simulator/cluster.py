@@ -25,6 +25,7 @@ neighbour starting or ending a step re-prices the rest of a step in progress.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import simpy
@@ -34,7 +35,7 @@ from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
+from simulator.costparams import LOOP_FIELDS, CostParams
 from simulator.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.host_share import HostSharing
 from simulator.links import SimLink
@@ -49,19 +50,26 @@ from simulator.timeline import Timeline
 def resolve_hardware(spec: Spec, scenario: Scenario,
                      role: str = "colocated") -> tuple[Accelerator, CostParams | None]:
     """A catalog name or inline spec; `{calibration: FILE, ...}` also loads fitted params,
-    and with `serving_speed: true` runs the device at the speed an engine of `role`
-    ("colocated", "prefill", "decode") served at in the calibration's serving probe."""
+    with `serving_speed: true` runs the device at the speed an engine of `role`
+    ("colocated", "prefill", "decode") served at in the calibration's serving probe, and with
+    `serving_loop: false` leaves out the calibration's serving-loop terms (`LOOP_FIELDS`: an
+    engine driven in-process, without a worker loop between its steps)."""
     params, speed = None, False
-    if isinstance(spec, dict) and ("calibration" in spec or "serving_speed" in spec):
-        spec = dict(spec)
+    if isinstance(spec, dict) and ({"calibration", "serving_speed", "serving_loop"} & set(spec)):
+        original, spec = spec, dict(spec)
         speed = spec.pop("serving_speed", False)
-        if not isinstance(speed, bool):
-            raise ValueError(f"hardware.serving_speed must be true or false, got {speed!r}")
+        loop = spec.pop("serving_loop", True)
+        for key, v in (("serving_speed", speed), ("serving_loop", loop)):
+            if not isinstance(v, bool):
+                raise ValueError(f"hardware.{key} must be true or false, got {v!r}")
         if "calibration" not in spec:
-            raise ValueError("hardware.serving_speed needs hardware.calibration (the file whose "
-                             "serving probe measured the speed)")
+            given = "serving_speed" if "serving_loop" not in original else "serving_loop"
+            raise ValueError(f"hardware.{given} needs hardware.calibration (the file whose "
+                             "serving probe measured it)")
         path = spec.pop("calibration")
         params = CostParams.load(scenario.resolve(path))
+        if not loop:
+            params = dataclasses.replace(params, **dict.fromkeys(LOOP_FIELDS, 0.0))
         if not spec:
             if not params.device:
                 raise ValueError("hardware.calibration file names no device; add hardware.base")
@@ -215,6 +223,7 @@ class SimCluster:
         if req.is_finished:  # aborted meanwhile
             return
         decode.scheduler.on_kv_received(req.request_id)
+        decode.kv_landed(req.num_prompt_tokens - cached_tokens)
         if self.first_token_at_decode:  # the user sees it once the decode replica holds the KV
             req.token_times[0] = env.now
             req.first_token_time = env.now

@@ -26,7 +26,8 @@ OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 # Host seconds of a serving engine's loop outside its engine steps (a calibration measures
 # them from the profile's serving probe, simulator/calibrate_loop.py; not fitted).
-LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s")
+LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s",
+               "kv_land_s", "kv_land_token_s")
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
 TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
@@ -128,6 +129,13 @@ class CostParams:
     kv_handoff_step_s: float = 0.0
     kv_handoff_s: float = 0.0
     kv_handoff_token_s: float = 0.0
+    # PD decode worker, per request whose received KV it writes into its pool (`kv_land_s`)
+    # and per token written (`kv_land_token_s`), between two of its steps: the write delays
+    # the next step of every running request. 0: the KV lands without host work (a
+    # connector that writes into the pool as it receives). Measured like loop_overhead_s;
+    # this CPU, llama-50m: 0.26-2.2 ms per request of 64-1024 tokens (bench/kv_handoff.py).
+    kv_land_s: float = 0.0
+    kv_land_token_s: float = 0.0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).

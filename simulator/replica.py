@@ -64,6 +64,7 @@ class SimReplica:
         self.in_step = False
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
         self.loop_overhead_s = cost_model.params.loop_overhead_s  # host s per step, outside it
+        self.pending_host_s = 0.0  # host s of KV landings the next step waits for (`kv_landed`)
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -73,6 +74,14 @@ class SimReplica:
         self.outstanding_tokens += req.num_prompt_tokens + req.max_tokens
         self.scheduler.add_request(req, self.env.now)
         self.wake()
+
+    def kv_landed(self, num_tokens: int) -> None:
+        """A PD decode replica wrote `num_tokens` tokens of received KV into its pool: host
+        time (`kv_land_s` + `kv_land_token_s` per token, `CostParams`) its next step waits for."""
+        if num_tokens <= 0:  # the whole prompt was cached here: nothing to write
+            return
+        p = self.cost_model.params
+        self.pending_host_s += p.kv_land_s + p.kv_land_token_s * num_tokens
 
     def wake(self) -> None:
         if not self._wake.triggered:
@@ -181,6 +190,9 @@ class SimReplica:
             mem = hs.memory_seconds_run(shape, base)
         if self.loop_overhead_s:  # the loop's host time streams no memory
             base = [b + self.loop_overhead_s for b in base]
+        if self.pending_host_s:  # KV written into the pool since the last step began
+            base[0] += self.pending_host_s
+            self.pending_host_s = 0.0
         if hs is None:
             return base, mem
         self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0

@@ -24,8 +24,10 @@ from simulator.host_share import HostSharing
 @dataclasses.dataclass(slots=True)
 class TimedStep:
     """One step an engine ran: wall start (s, epoch), duration (s) and shape; for serving
-    workers also the loop's host seconds before it (`loop_s`, None if not measured) and the
-    requests whose KV it handed off (`handoffs`) with their prompt tokens (`handoff_tokens`)."""
+    workers also the loop's host seconds before it (`loop_s`, None if not measured), the
+    requests whose KV it handed off (`handoffs`) with their prompt tokens (`handoff_tokens`),
+    and the received KV the loop wrote into the pool before it (`landings` requests,
+    `landing_tokens` tokens; PD decode worker)."""
 
     t_start: float
     duration_s: float
@@ -33,6 +35,8 @@ class TimedStep:
     loop_s: float | None = None
     handoffs: int = 0
     handoff_tokens: int = 0
+    landings: int = 0
+    landing_tokens: int = 0
 
     @property
     def t_end(self) -> float:

@@ -93,6 +93,10 @@ def test_workers_log_their_steps(pd):
     assert sum(s.handoff_tokens for s in pre) == sum(map(len, ps))
     assert all(s.handoffs <= s.shape.num_prefill_reqs for s in pre)
     assert sum(s.handoffs for s in dec) == 0
+    # and the decode worker wrote every prompt's KV into its pool before a step
+    assert sum(s.landings for s in dec) == len(ps)
+    assert sum(s.landing_tokens for s in dec) == sum(map(len, ps))
+    assert sum(s.landings for s in pre) == 0
 
 
 def test_pd_greedy_output_equals_colocated(pd):

@@ -3,10 +3,13 @@ a calibration measures from the serving probe, and what the simulator does with 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from simulator.calibrate_loop import (
     MIN_HANDOFF_STEPS,
+    MIN_LAND_STEPS,
     MIN_LOOP_STEPS,
     encode_loop,
     fit_loop,
@@ -24,11 +27,13 @@ from tests.sim_helpers import TINY_HF_CONFIG
 CFG = TINY_HF_CONFIG
 
 
-def _rows(loop_s: list, handoffs: list[int], tokens: list[int] | None = None) -> list[list[float]]:
+def _rows(loop_s: list, handoffs: list[int], tokens: list[int] | None = None,
+          landings: list[int] | None = None, landed: list[int] | None = None) -> list[list[float]]:
     shape = BatchShape.from_lists([8], [0])
-    tokens = tokens or [0] * len(handoffs)
-    return encode_loop([TimedStep(float(i), 0.01, shape, s, h, t)
-                        for i, (s, h, t) in enumerate(zip(loop_s, handoffs, tokens))])
+    n = len(handoffs)
+    tokens, landings, landed = tokens or [0] * n, landings or [0] * n, landed or [0] * n
+    return encode_loop([TimedStep(float(i), 0.01, shape, *row)
+                        for i, row in enumerate(zip(loop_s, handoffs, tokens, landings, landed))])
 
 
 def test_the_loop_and_the_hand_off_cost_are_read_from_the_steps_around_them():
@@ -43,24 +48,49 @@ def test_the_loop_and_the_hand_off_cost_are_read_from_the_steps_around_them():
     prefill = [0.0] + [3e-4 + 1e-3 + 4e-4 * h + 2e-6 * t
                        for h, t in zip(handoffs[:-1], tokens[:-1])]
     prefill[9] += 8e-3
-    probe = {"loop": {"colocated": _rows(plain, [0] * n), "decode": _rows(plain, [0] * n),
+    # decode: every third step waits for 1-2 landings (0.5 ms each + 1 us per token written)
+    landings = [(1 + i % 2) if i % 3 == 1 else 0 for i in range(3 * n)]
+    landed = [k * (30 + 11 * (i % 5)) for i, k in enumerate(landings)]
+    decode = [3e-4 + 5e-4 * k + 1e-6 * t for k, t in zip(landings, landed)]
+    decode[4] += 6e-3
+    probe = {"loop": {"colocated": _rows(plain, [0] * n),
+                      "decode": _rows(decode, [0] * 3 * n, None, landings, landed),
                       "prefill": _rows(prefill, handoffs, tokens)}}
     got = fit_loop(probe)
     assert got["loop_overhead_s"] == pytest.approx(3e-4)
     assert got["kv_handoff_step_s"] == pytest.approx(1e-3, rel=0.02)
     assert got["kv_handoff_s"] == pytest.approx(4e-4, rel=0.02)
     assert got["kv_handoff_token_s"] == pytest.approx(2e-6, rel=0.02)
-    assert got["num_steps"] == {"loop": 2 * (n - 1), "handoff": 3 * n - 1} and not got["errors"]
+    assert got["kv_land_s"] == pytest.approx(5e-4, rel=0.02)
+    assert got["kv_land_token_s"] == pytest.approx(1e-6, rel=0.02)
+    assert got["num_steps"] == {"loop": n - 1 + 2 * n - 1, "handoff": 3 * n - 1,
+                                "land": n} and not got["errors"]
     assert loop_params(got) == pytest.approx({"loop_overhead_s": 3e-4, "kv_handoff_step_s": 1e-3,
-                                              "kv_handoff_s": 4e-4, "kv_handoff_token_s": 2e-6},
+                                              "kv_handoff_s": 4e-4, "kv_handoff_token_s": 2e-6,
+                                              "kv_land_s": 5e-4, "kv_land_token_s": 1e-6},
                                              rel=0.02)
     text = format_loop(got)
     assert "0.300 ms per step" in text and "ms per request + 2.00 us per prompt token (59 steps)" in text
+    assert re.search(r"KV landing 0\.(499|500|501) ms per request \+ 1\.0\d us per token "
+                     r"written \(20 steps\)", text)
+
+
+def test_landings_are_measured_only_from_a_probe_that_logged_them():
+    n = MIN_LOOP_STEPS + 1  # the first step has no loop time before it
+    old_rows = [row[:3] for row in _rows([3e-4] * n, [0] * n)]  # a profile from before landings
+    got = fit_loop({"loop": {"decode": old_rows}})
+    assert got["loop_overhead_s"] == pytest.approx(3e-4) and "kv_land_s" not in got
+    assert "did not log landings" in got["errors"]["kv_land_s"]
+    few = [1 if i in (3, 7) else 0 for i in range(n + 2)]
+    got = fit_loop({"loop": {"decode": _rows([3e-4] * (n + 2), [0] * (n + 2), None, few, few)}})
+    assert got["errors"]["kv_land_s"] == (f"2 decode step(s) after a landing, need >= "
+                                          f"{MIN_LAND_STEPS}")
+    assert "kv_land_s" not in fit_loop({"loop": {"colocated": _rows([3e-4] * n, [0] * n)}})["errors"]
 
 
 def test_steps_without_a_loop_time_are_skipped_and_too_few_measure_nothing():
     rows = _rows([None] * 30, [0] * 30)  # a log from before loop times were recorded
-    assert rows[3] == [-1.0, 0, 0]
+    assert rows[3] == [-1.0, 0, 0, 0, 0]
     got = fit_loop({"loop": {"colocated": rows}})
     assert "loop_overhead_s" not in got and "kv_handoff_s" not in got
     assert got["errors"]["loop_overhead_s"] == f"0 loop time(s), need >= {MIN_LOOP_STEPS}"
@@ -100,12 +130,13 @@ def test_cost_params_keep_the_loop_terms_and_refuse_bad_values(tmp_path):
 
 
 def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool, handoff_token_s: float = 0.0,
-         handoff_step_s: float = 0.0):
-    cal = tmp_path / f"cal-{loop_s}-{handoff_s}-{handoff_token_s}-{handoff_step_s}.yaml"
+         handoff_step_s: float = 0.0, serving_loop: bool = True, **land: float):
+    cal = tmp_path / f"cal-{loop_s}-{handoff_s}-{handoff_token_s}-{handoff_step_s}-{land}.yaml"
     CostParams(step_overhead_s=2e-3, loop_overhead_s=loop_s, kv_handoff_s=handoff_s,
                kv_handoff_token_s=handoff_token_s, kv_handoff_step_s=handoff_step_s,
-               device="cpu", model=None).save(str(cal))
-    sc = {"model": CFG, "dtype": "fp32", "hardware": {"calibration": str(cal)},
+               device="cpu", model=None, **land).save(str(cal))
+    hw = {"calibration": str(cal), **({} if serving_loop is True else {"serving_loop": serving_loop})}
+    sc = {"model": CFG, "dtype": "fp32", "hardware": hw,
           "cache": {"num_gpu_blocks": 256}, "output": {"plots": False},
           "workload": {"synthetic": {
               "num_requests": 6, "arrival": {"process": "poisson", "rate": 0.01},
@@ -122,12 +153,22 @@ def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(t
     loop = _run(tmp_path, 1e-3, 5e-3, pd=False)  # colocated: no hand-offs
     assert loop["ttft_s"] - base["ttft_s"] == pytest.approx([1e-3] * 6, abs=1e-9)
     assert loop["e2e_s"] - base["e2e_s"] == pytest.approx([10e-3] * 6, abs=1e-9)
+    # an engine driven in-process has no worker loop: `serving_loop: false` leaves it out
+    inproc = _run(tmp_path, 1e-3, 5e-3, pd=False, serving_loop=False)
+    assert inproc["e2e_s"] == pytest.approx(base["e2e_s"], abs=1e-12)
+    with pytest.raises(ValueError, match="serving_loop must be true or false, got 'no'"):
+        _run(tmp_path, 1e-3, 0.0, pd=False, serving_loop="no")
     pd_base = _run(tmp_path, 0.0, 0.0, pd=True)
     pd_loop = _run(tmp_path, 1e-3, 5e-3, pd=True, handoff_token_s=1e-4, handoff_step_s=3e-3)
     # the first token waits for its step's loop and the step's hand-off (3 ms + 5 ms + 40
     # tokens x 0.1 ms); the decode worker's 9 steps each carry the loop
     assert pd_loop["ttft_s"] - pd_base["ttft_s"] == pytest.approx([13e-3] * 6, abs=1e-9)
     assert pd_loop["e2e_s"] - pd_base["e2e_s"] == pytest.approx([22e-3] * 6, abs=1e-9)
+    # the decode worker writes each landed prompt (2 ms + 40 tokens x 0.1 ms) before the
+    # request's first decode step: every later token waits for it, the first does not
+    pd_land = _run(tmp_path, 0.0, 0.0, pd=True, kv_land_s=2e-3, kv_land_token_s=1e-4)
+    assert pd_land["ttft_s"] == pytest.approx(pd_base["ttft_s"], abs=1e-9)
+    assert pd_land["e2e_s"] - pd_base["e2e_s"] == pytest.approx([6e-3] * 6, abs=1e-9)
 
 
 def test_loop_clock_counts_post_step_and_wake_up_work_not_idle_iterations(monkeypatch):

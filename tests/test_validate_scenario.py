@@ -40,3 +40,20 @@ def test_pd_scenario_shares_the_host_memory_the_profile_measured(tmp_path):
     params.extra["host_sharing"] = {"error": "too few"}
     c = scenario_from_dict(scenario_dict(*args, "pd", tmp_path / "t.csv")).cluster
     assert (c.host_memory_share, c.host_compute_share) == (0.63, None)
+
+
+def test_an_in_process_engine_is_simulated_without_the_serving_loop(tmp_path):
+    """`colocated_engine: inproc` drives an `LLM` in the validating process: no worker loop
+    runs between its steps, so its scenario (and a re-scaled copy of it) drops the loop."""
+    from realexec.validate_plan import rescaled_scenario
+
+    params = CostParams(loop_overhead_s=3e-4, device="cpu")
+    args = (TINY_HF_CONFIG, "fp32", tmp_path / "cal.yaml", params, RunKnobs(), "colocated",
+            tmp_path / "t.csv")
+    assert "serving_loop" not in scenario_dict(*args)["hardware"]
+    inproc = scenario_dict(*args, serving_loop=False)
+    assert inproc["hardware"]["serving_loop"] is False
+    faster = rescaled_scenario(params, inproc, {"engine": 1.1}, tmp_path / "r", "x")
+    assert faster["hardware"]["serving_loop"] is False
+    assert "serving_loop" not in rescaled_scenario(params, scenario_dict(*args), {"engine": 1.1},
+                                                   tmp_path / "r", "y")["hardware"]
