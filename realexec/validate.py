@@ -3,10 +3,12 @@ the simulator with the calibrated device, and report the simulator's signed rela
 
 For each trace (the Azure conversation slice, a bursty Gamma trace) and mode (colocated, 1P1D
 PD), the calibrated simulator's capacity for that trace sets the rates (low, medium, near
-saturation: `fractions` of it). Each rate runs `repeats` times on the real engine (so the
-report shows run-to-run spread beside the errors; the repeats go round the rates, so a slow
-phase of a shared machine spreads over them) and once in the simulator, with the same
-scheduler knobs, the same number of KV blocks and the same requests. A speed probe before
+saturation: `fractions` of it): the highest rate at which its simulated run of the trace
+keeps up (`validate_plan.sustained_capacity`), found below the rate it serves at a burst.
+Each rate runs `repeats` times on the real engine (so the report shows run-to-run spread
+beside the errors; the repeats go round the rates, so a slow phase of a shared machine
+spreads over them) and once in the simulator, with the same scheduler knobs, the same number
+of KV blocks and the same requests. A speed probe before
 each real run (`realexec.validate_probe`) records how fast the machine is then (and, before a
 PD run on a CPU, the memory-bandwidth share two processes get then), and a serving probe
 (a short fixed load of other requests, replayed through the same real engine) measures how
@@ -33,10 +35,12 @@ from realexec.validate_plan import (
     base_trace,
     capacity,
     engine_factors,
+    queue_growing,
     rescaled_scenario,
     run_trace,
     scenario_dict,
     simulate,
+    sustained_capacity,
     trace_probe,
 )
 from simulator.step_pricing import (
@@ -215,18 +219,6 @@ def run_failure(res) -> str | None:
 
 
 # ----------------------------------------------------------------------------- comparing
-def _queue_growing(records: dict[str, np.ndarray]) -> bool:
-    """The real run's queue kept growing: the last third of arrivals waited (median) more
-    than twice as long as the first third, and over half a second."""
-    q = records["queueing_s"][np.argsort(records["arrival_s"])]
-    q = q[~np.isnan(q)]
-    if q.size < 6:
-        return False
-    k = q.size // 3
-    first, last = float(np.median(q[:k])), float(np.median(q[-k:]))
-    return last > 2 * first + 0.5
-
-
 def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
     """Per metric: real values per repeat, their mean and spread (half range / mean; None
     from one run, which measures no spread), the simulated value and the signed relative
@@ -353,6 +345,11 @@ class Validation:
                                  runs / "colocated-steps", pd=None)
         return ServedBackend(self.model_config, self.llm_kwargs(), self.threads, runs / "pd-steps")
 
+    def _num_requests(self, rate: float) -> int:
+        """Requests of a run at `rate` req/s: `duration_s` of arrivals, clamped."""
+        cfg = self.cfg
+        return int(np.clip(round(rate * cfg.duration_s), cfg.min_requests, cfg.max_requests))
+
     def _serving_loop(self, mode: str) -> bool:
         """Whether the mode's real engines run a worker loop between steps (not an `LLM`
         driven in-process: `colocated_engine: inproc`), so the simulator charges its cost."""
@@ -400,10 +397,14 @@ class Validation:
         sc0 = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
                             cfg.knobs, mode, folder / "capacity-trace.csv", cfg.seed,
                             self._serving_loop(mode))
-        cap = capacity(sc0, base, cfg.capacity_requests, folder / "capacity-trace.csv")
+        burst = capacity(sc0, base, cfg.capacity_requests, folder / "capacity-trace.csv")
+        cap, search = sustained_capacity(sc0, base, burst, self._num_requests,
+                                         folder / "capacity-search-trace.csv")
+        self.traces[kind].setdefault("capacity", {})[mode] = {
+            "sustained": cap, "burst": burst, "search": search}
         rates = list(cfg.rates) if cfg.rates else [f * cap for f in cfg.fractions]
-        self.say(f"[{tag}] simulated capacity {cap:.3f} req/s; rates "
-                 + ", ".join(f"{r:.3f}" for r in rates))
+        self.say(f"[{tag}] simulated capacity {cap:.3f} req/s kept up with ({burst:.3f} served "
+                 "at a burst); rates " + ", ".join(f"{r:.3f}" for r in rates))
         warm = run_trace(base, rates[0], 4)
         self.engine.replay(warm, cfg.seed + 1)  # first-request costs out of the measured runs
         runs = [self._rate_run(i, rate, base, mode, folder) for i, rate in enumerate(rates)]
@@ -490,8 +491,7 @@ class Validation:
                   folder: Path) -> _RateRun:
         """Rate i's requests (written beside the results) and its simulated run."""
         cfg = self.cfg
-        n = int(np.clip(round(rate * cfg.duration_s), cfg.min_requests, cfg.max_requests))
-        trace = run_trace(base, rate, n)
+        trace = run_trace(base, rate, self._num_requests(rate))
         trace_file = folder / f"rate{i}-trace.csv"
         workloads.write_trace(trace, trace_file)
         sc = scenario_dict(self.model_config, self.dtype, cfg.calibration, self.params,
@@ -510,7 +510,7 @@ class Validation:
         adjusted = self._adjusted(run.scenario, run.reals, run.avails, probe["speed"],
                                   folder / f"rate{run.index}")
         load = run.rate / cap if cap else float("inf")
-        growing = _queue_growing(run.recs[0])
+        growing = queue_growing(run.recs[0])
         metrics = compare(run.reals, run.sim.summary)
         label = "over-loaded" if (load >= 1 or growing) else "under-loaded"
         cluster = run.scenario.get("cluster") or {}
@@ -519,7 +519,8 @@ class Validation:
         by_role = (pd_step_errors(steps, self.cost_model, cluster.get("host_memory_share"),
                                   cluster.get("host_compute_share")) if mode == "pd" else None)
         self.results.append({
-            "trace": kind, "mode": mode, "rate": run.rate, "capacity": cap, "load": load,
+            "trace": kind, "mode": mode, "rate": run.rate, "capacity": cap,
+            "burst_capacity": self.traces[kind]["capacity"][mode]["burst"], "load": load,
             "label": label, "queue_growing": growing, "num_requests": len(run.trace),
             "repeats": len(run.reals), "real_wall_s": run.wall_s,
             "cpu_available": run.avails, "cpu_available_profile": self.profile_avail,

@@ -17,7 +17,17 @@ import workloads
 from kvpd.cli import main as kvpd_main
 from realexec.configs import TINY
 from realexec.validate import ValidateConfig, Validation, compare
-from realexec.validate_plan import RunKnobs, base_trace, run_trace
+from realexec.validate_plan import (
+    SUSTAINED_STEPS,
+    RunKnobs,
+    base_trace,
+    capacity,
+    queue_growing,
+    run_trace,
+    scenario_dict,
+    simulate,
+    sustained_capacity,
+)
 from realexec.validate_report import format_table, write_report
 from simulator.costparams import CostParams
 
@@ -65,12 +75,15 @@ def done(tmp_path_factory):
 
 
 def test_rates_come_from_the_simulated_capacity(done):
-    cfg, _, summary = done
+    cfg, v, summary = done
     assert not summary["failures"]
     res = summary["results"]
     assert [r["trace"] for r in res] == ["gamma", "gamma"]
     cap = res[0]["capacity"]
-    assert cap > 0
+    assert 0 < cap <= res[0]["burst_capacity"]
+    search = v.traces["gamma"]["capacity"]["colocated"]
+    assert search["sustained"] == cap and search["burst"] == res[0]["burst_capacity"]
+    assert search["search"] and all(grew == (rate > cap) for rate, grew in search["search"])
     assert [r["rate"] for r in res] == pytest.approx([0.2 * cap, 0.6 * cap])
     assert [r["load"] for r in res] == pytest.approx([0.2, 0.6])
     for r in res:
@@ -554,19 +567,53 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
 
 
 def test_a_real_queue_that_keeps_growing_marks_the_rate_over_loaded():
-    """`_queue_growing`: the last third of arrivals waited (median) over twice as long as the
+    """`queue_growing`: the last third of arrivals waited (median) over twice as long as the
     first third and over half a second; records without queueing (NaN) say nothing."""
     arrival = np.arange(30.0)
     growing = {"arrival_s": arrival, "queueing_s": arrival * 0.1}
-    assert validate_mod._queue_growing(growing)
+    assert queue_growing(growing)
     flat = {"arrival_s": arrival, "queueing_s": np.full(30, 0.8)}
-    assert not validate_mod._queue_growing(flat)
+    assert not queue_growing(flat)
     slow_but_short = {"arrival_s": arrival, "queueing_s": arrival * 0.01}  # 0.25 s at most
-    assert not validate_mod._queue_growing(slow_but_short)
+    assert not queue_growing(slow_but_short)
     unknown = {"arrival_s": arrival, "queueing_s": np.full(30, np.nan)}
-    assert not validate_mod._queue_growing(unknown)
+    assert not queue_growing(unknown)
     shuffled = np.random.default_rng(0).permutation(30)  # read in arrival order
-    assert validate_mod._queue_growing({k: v[shuffled] for k, v in growing.items()})
+    assert queue_growing({k: v[shuffled] for k, v in growing.items()})
+
+
+def test_the_capacity_is_the_highest_rate_the_simulated_run_keeps_up_with(tmp_path):
+    """A trace whose later requests are longer: the burst capacity, measured on its first
+    requests, over-states the rate a longer run keeps up with; the sustained capacity is the
+    bisection's boundary between rates whose simulated queue stayed flat and those whose
+    grew, and the runs `kvpd validate` would replay at 0.9 of it keep up."""
+    cal = tiny_calibration(tmp_path / "cal.yaml")
+    params = CostParams.load(str(cal))
+    from realexec.profile_facts import model_identity
+
+    sc = scenario_dict(model_identity("tiny-llama")[0], "fp32", cal, params, KNOBS, "colocated", tmp_path / "t.csv")
+    n = 300
+    base = workloads.Trace(np.arange(n, dtype=float), np.linspace(8, 80, n).astype(int),
+                           np.linspace(2, 40, n).astype(int))
+    burst = capacity(sc, base, 24, tmp_path / "burst.csv")
+
+    def num_requests(rate: float) -> int:
+        return int(np.clip(round(rate * 4), 12, n))
+
+    cap, points = sustained_capacity(sc, base, burst, num_requests, tmp_path / "s.csv")
+    assert 0 < cap < burst
+    assert points[0] == [burst, True] and len(points) == 1 + SUSTAINED_STEPS
+    assert all(grew == (rate > cap) for rate, grew in points)
+    assert min(r for r, grew in points if grew) - cap <= burst / 2 ** SUSTAINED_STEPS + 1e-12
+    below = run_trace(base, 0.9 * cap, num_requests(0.9 * cap))
+    workloads.write_trace(below, tmp_path / "below.csv")
+    res = simulate(dict(sc, workload={"trace": str(tmp_path / "below.csv"), "format": "generic_csv"}))
+    assert not queue_growing(res.records)
+    # a trace the burst rate already keeps up with: nothing to search
+    flat = workloads.Trace(np.arange(n, dtype=float), np.full(n, 8), np.full(n, 4))
+    tiny = capacity(sc, flat, 24, tmp_path / "flat.csv")
+    got, points = sustained_capacity(sc, flat, tiny, lambda r: 12, tmp_path / "f.csv")
+    assert (got, points) == (tiny, [[tiny, False]])
 
 
 @pytest.mark.slow
