@@ -82,6 +82,9 @@ class ProfileGrid:
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"profile grid: repeats must be >= 1 and warmup >= 0, "
                              f"got {self.repeats}, {self.warmup}")
+        short = [c for c in self.decode_contexts if c < 3]
+        if short:  # a prompt of context - 2 tokens, then an untimed decode step
+            raise ValueError(f"profile grid: decode_contexts {short} must be >= 3 tokens")
         needs = [("prefill_lens", n, n) for n in self.prefill_lens]
         needs += [("chunks", (c, q), c + q) for c, q in self.chunks]
         needs += [("decode_contexts", c, c + len(self.mixed_prompts) + 3)
@@ -105,7 +108,7 @@ def ragged_contexts(batch: int, mean: int) -> list[int]:
     """Contexts (tokens) of a ragged decode batch: evenly spread over [1/4, 7/4] x `mean`."""
     if batch == 1:
         return [mean]
-    return [max(2, round(mean * (0.25 + 1.5 * i / (batch - 1)))) for i in range(batch)]
+    return [max(3, round(mean * (0.25 + 1.5 * i / (batch - 1)))) for i in range(batch)]
 
 
 def scatter_free_blocks(pool: BlockPool, rng: random.Random) -> None:
@@ -237,13 +240,20 @@ class Profiler:
         self._budget(FULL_BUDGET)
         return [(("chunk", ctx, q), "chunk", *self._timed_step())]
 
-    def _group(self, batch: int, context: int, prompts: tuple[int, ...]) -> list[Sample]:
-        """One decode step of `batch` requests at `context` tokens, then one mixed step per
-        prompt length in `prompts` (the same decodes + that prompt)."""
-        reqs = [self._add(context - 1, len(prompts) + 3) for _ in range(batch)]
-        self._budget(batch * context)  # every prompt in one (free) step: equal contexts
+    def _warm_decode(self, reqs: list) -> None:
+        """Run the (free) prompts of `reqs`, then one untimed decode step: a serving engine's
+        decode steps follow one another, and a batch's first one ran 4-5% slower than the
+        next at one request on this CPU (1% at 2-4, none from 8; bench/decode_first_step.py)."""
+        self._budget(sum(r.num_prompt_tokens for r in reqs))  # every prompt in one free step
         self._free_run(lambda: all(r.num_output_tokens >= 1 for r in reqs))
         self._budget(FULL_BUDGET)
+        self.llm.step()
+
+    def _group(self, batch: int, context: int, prompts: tuple[int, ...]) -> list[Sample]:
+        """One decode step of `batch` requests at `context` tokens (their second), then one
+        mixed step per prompt length in `prompts` (the same decodes + that prompt)."""
+        reqs = [self._add(context - 2, len(prompts) + 3) for _ in range(batch)]
+        self._warm_decode(reqs)
         out = [(("decode", batch, context), "decode", *self._timed_step())]
         for p in prompts:
             self._add(p, 1)
@@ -254,10 +264,8 @@ class Profiler:
     def _ragged(self, batch: int, mean: int) -> list[Sample]:
         """One decode step of `batch` requests whose contexts spread around `mean`."""
         ctxs = ragged_contexts(batch, mean)
-        reqs = [self._add(c - 1, 3) for c in ctxs]
-        self._budget(sum(ctxs))
-        self._free_run(lambda: all(r.num_output_tokens >= 1 for r in reqs))
-        self._budget(FULL_BUDGET)
+        reqs = [self._add(c - 2, 3) for c in ctxs]
+        self._warm_decode(reqs)
         out = [(("ragged", batch, mean), "decode", *self._timed_step())]
         self._drain()
         return out

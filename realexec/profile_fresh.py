@@ -8,8 +8,9 @@ compilation on MPS), the served steps pay it and the profile does not see it: on
 cuDNN attention made served decode steps ~3x the profiled ones (docs/gpu-runs.md).
 
 This check times a few grid points at their own (repeated) shape and, interleaved, at shapes
-one to a few tokens shorter that no step has had yet, and reports fresh / repeated per
-point. A ratio near 1 says the profile stands for serving; well above 1 says served steps
+two to a few tokens shorter that no step has had yet (every other length: a decode point's
+untimed warm-up step, `Profiler._warm_decode`, runs the length below it), and reports
+fresh / repeated per point. A ratio near 1 says the profile stands for serving; well above 1 says served steps
 will be slower than it, by about that much on most steps.
 """
 
@@ -33,17 +34,17 @@ def fresh_points(grid) -> list[tuple[str, int, int]]:
 
 def fresh_shape_check(prof, repeats: int = 3) -> dict[str, Any]:
     """Time `fresh_points` of `prof` (a `realexec.profile.Profiler` whose grid has run) at
-    their grid shape and at never-run shapes (tokens - 1, - 2, ...), interleaved.
+    their grid shape and at never-run shapes (tokens - 2, - 4, ...), interleaved.
 
     Returns {"points": [{kind, batch, tokens, repeated_s, fresh_s, ratio}], "ratio": median
     of the points' ratios (None without points), "warn": ratio > WARN_RATIO}."""
     out = []
     for kind, batch, tokens in fresh_points(prof.grid):
-        if tokens - repeats < 2:
+        if tokens - 2 * repeats < 3:
             continue
         repeated, fresh = [], []
         for r in range(repeats):
-            for n, sink in ((tokens, repeated), (tokens - 1 - r, fresh)):
+            for n, sink in ((tokens, repeated), (tokens - 2 - 2 * r, fresh)):
                 if kind == "prefill":
                     (sample,) = prof._prefill(n)
                 else:
