@@ -8,14 +8,14 @@ keeps up (`validate_plan.sustained_capacity`), found below the rate it serves at
 Each rate runs `repeats` times on the real engine (so the report shows run-to-run spread
 beside the errors; the repeats go round the rates, so a slow phase of a shared machine
 spreads over them) and once in the simulator, with the same scheduler knobs, the same number
-of KV blocks and the same requests. A speed probe before
-each real run (`realexec.validate_probe`) records how fast the machine is then (and, before a
-PD run on a CPU, the memory-bandwidth share two processes get then), and a serving probe
-(a short fixed load of other requests, replayed through the same real engine) measures how
-fast each engine runs its steps in serving relative to the calibration; the `refreshed`
-re-run prices the rate's simulation at that speed. A trace probe (~20 s of the same trace at
-the same rate, taken after every validated request: `validate_plan.trace_probe`) does the
-same with the run's own mix of steps; `refreshed_trace` prices the simulation at its speed.
+of KV blocks and the same requests. A speed probe before each real run
+(`realexec.validate_probe`) records how fast the machine is then (and, before a PD run on a
+CPU, the memory-bandwidth share two processes get then), and a serving probe (a short fixed
+load of other requests, replayed through the same real engine) measures how fast each engine
+runs its steps in serving relative to the calibration; the `refreshed` re-run prices the
+rate's simulation at that speed. A trace probe (~20 s of the same trace at the same rate,
+taken after every validated request: `validate_plan.trace_probe`) does the same with the
+run's own mix of steps; `refreshed_trace` prices the simulation at its speed.
 A rate whose real engine fails is reported with its error; the others keep their results.
 """
 
