@@ -243,6 +243,27 @@ def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bracket_probes(sequence: list[dict[str, Any]], closing: dict[str, Any] | None) -> None:
+    """Give each run's probes (`sequence`: in the order the runs ran, one engine) the
+    serving probe taken after that run as `serving_after`: the next run's serving probe, and
+    `closing` (taken after the last run) for the last one."""
+    after = [p.get("serving") for p in sequence[1:]] + [closing]
+    for probes, nxt in zip(sequence, after):
+        if nxt is not None:
+            probes["serving_after"] = nxt
+
+
+def bracketed_factors(probes: dict[str, Any]) -> dict[str, float] | None:
+    """Per engine, the mean of the serving probes just before and just after one run
+    (bracketing: the machine's speed during the run, as far as measurements of other
+    requests around it tell); None unless both succeeded."""
+    before = (probes.get("serving") or {}).get("factors")
+    after = (probes.get("serving_after") or {}).get("factors")
+    if not before or not after or set(before) != set(after):
+        return None
+    return {k: (float(before[k]) + float(after[k])) / 2 for k in before}
+
+
 def check_targets(metrics: dict[str, Any]) -> dict[str, bool]:
     return {m: abs(metrics[m]["error"]) <= tol for m, tol in TARGETS.items()
             if metrics.get(m, {}).get("error") is not None}
@@ -425,6 +446,7 @@ class Validation:
         one after a run fails)."""
         cfg = self.cfg
         tag = f"{kind}-{mode}"
+        sequence: list[dict[str, Any]] = []  # every run's probes, in the order they ran
         # repeats go round the rates (0, 1, 2, 0, 1, 2, ...): a slow phase of a shared
         # machine then lands on several rates once, and shows in their spread, instead of
         # on one rate twice
@@ -437,6 +459,7 @@ class Validation:
                 serving = self._serving_probe(self.engine, cluster)
                 if serving is not None:
                     run.probes[-1]["serving"] = serving
+                sequence.append(run.probes[-1])
                 if run.trace_probe is not None:
                     run.probes[-1]["trace"] = self._replay_probe(
                         self.engine, run.trace_probe, self.cfg.seed + 11, cluster)
@@ -469,6 +492,13 @@ class Validation:
                     run.steps.setdefault(role, []).extend(rs)
                 run.run_speeds.append(speed_factors(self.engine.steps, self.cost_model,
                                                     run.scenario.get("cluster")))
+        if sequence and self.engine is not None:
+            # the serving probe after the last run closes the bracket of `_refreshed`'s
+            # "bracketed" speeds (every other run's is the probe before the next run)
+            closing = self._serving_probe(self.engine, runs[0].scenario.get("cluster"))
+            if closing is not None:
+                self.traces.setdefault(kind, {}).setdefault("closing_probes", {})[mode] = closing
+            bracket_probes(sequence, closing)
 
     def _finish(self, kind: str, mode: str, cap: float, runs: list[_RateRun], folder: Path,
                 interrupted: str | None = None) -> None:
@@ -529,6 +559,8 @@ class Validation:
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
             "refreshed_trace": self._refreshed(run, folder / f"rate{run.index}", "trace"),
+            "refreshed_bracketed": self._refreshed(run, folder / f"rate{run.index}",
+                                                   "bracketed"),
             "step_adjusted": self._step_adjusted(run.scenario, run.reals,
                                                  factors_from_errors(step_error, by_role),
                                                  folder / f"rate{run.index}"),
@@ -620,7 +652,7 @@ class Validation:
         """`trace` replayed through the real engine: {"factors": the speed each engine ran
         its steps at relative to the calibration (`speed_factors`), "wall_s", "num_steps"},
         or {"error": why} when it failed (a probe is a measurement: the run goes on)."""
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         try:
             res, _, _ = backend.replay(trace, seed)
             why = run_failure(res)
@@ -629,16 +661,23 @@ class Validation:
             factors = speed_factors(backend.steps, self.cost_model, cluster)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
+        # window: wall clock (s, epoch), to find the probe's own steps in the step logs
         return {"factors": factors, "wall_s": time.perf_counter() - t0,
+                "window": [wall0, time.time()],
                 "num_steps": sum(len(v) for v in backend.steps.values())}
 
     def _refreshed(self, run: _RateRun, stem: Path, probe: str = "serving") -> dict[str, Any] | None:
         """The simulator re-run with each engine's device at the speed the `probe` probes
-        ("serving" or "trace") before this rate's runs measured (mean over the probes): the
-        calibration's speed refreshed in serving conditions just before the runs, from other
-        requests than the validated ones. None without a successful probe of that kind."""
-        got = [p[probe]["factors"] for p in run.probes
-               if (p.get(probe) or {}).get("factors")]
+        measured (mean over the rate's runs): "serving" or "trace", the probes just before
+        each run; "bracketed", the mean of the serving probes just before and just after
+        each run (`bracket_probes`). The calibration's speed refreshed in serving conditions
+        around the runs, from other requests than the validated ones. None without a
+        successful probe of that kind."""
+        if probe == "bracketed":
+            got = [f for p in run.probes if (f := bracketed_factors(p))]
+        else:
+            got = [p[probe]["factors"] for p in run.probes
+                   if (p.get(probe) or {}).get("factors")]
         if not got:
             return None
         factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}

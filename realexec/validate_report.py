@@ -193,6 +193,16 @@ def format_refreshed_trace(summary: dict[str, Any]) -> str:
         "engine just before each run, mean over the rate's runs")
 
 
+def format_refreshed_bracketed(summary: dict[str, Any]) -> str:
+    """The simulator re-run at the mean speed of the serving probes just before and just
+    after each of the rate's runs (`Validation._refreshed` of the "bracketed" probes)."""
+    return _diagnostic_table(
+        summary, "refreshed_bracketed", [("speed", 11)], _factor_cells,
+        "speed: as the serving probes' above, the mean of the probe just before and the one "
+        "just after each run (bracketing the run; the last run's is a closing probe), mean "
+        "over the rate's runs")
+
+
 def format_step_adjusted(summary: dict[str, Any]) -> str:
     """The diagnostic re-run at the speed each engine's own steps ran in the real runs."""
     return _diagnostic_table(
@@ -207,6 +217,8 @@ def format_step_adjusted(summary: dict[str, Any]) -> str:
 RE_RUNS = (("adjusted", "speed-adjusted diagnostic", format_adjusted),
            ("refreshed", "refreshed by serving probes", format_refreshed),
            ("refreshed_trace", "refreshed by trace probes", format_refreshed_trace),
+           ("refreshed_bracketed", "refreshed by serving probes around each run",
+            format_refreshed_bracketed),
            ("step_adjusted", "step-speed diagnostic", format_step_adjusted))
 
 
@@ -243,7 +255,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def targets_summary(summary: dict[str, Any], diagnostic: str | None = None) -> dict[str, Any]:
     """Targets met over the under-loaded rates, per (trace, mode): of the validation, or of a
-    re-run (`diagnostic`: "adjusted", "refreshed", "refreshed_trace" or "step_adjusted")."""
+    re-run (`diagnostic`: a key of `RE_RUNS`)."""
     from realexec.validate import check_targets
 
     out: dict[str, Any] = {}

@@ -120,6 +120,14 @@ def test_rates_come_from_the_simulated_capacity(done):
             np.mean([sv["factors"]["engine"] for sv in serving]))}
         assert set(refreshed["metrics"]) == set(r["metrics"])
         assert refreshed["metrics"]["ttft_p50"]["real"] == r["metrics"]["ttft_p50"]["real"]
+        # the bracketed re-run: per run, the mean of the serving probes just before and
+        # just after it (the next run's, or the closing probe after the last run)
+        assert all(sv["window"][0] < sv["window"][1] for sv in serving)
+        after = [run["serving_after"]["factors"]["engine"] for run in probe["runs"]]
+        brk = r["refreshed_bracketed"]
+        assert brk["num_probes"] == 2
+        assert brk["factors"]["engine"] == pytest.approx(
+            np.mean([(sv["factors"]["engine"] + a) / 2 for sv, a in zip(serving, after)]))
         # so did a trace probe (the same trace at the same rate, after the validated requests)
         by_trace = [run["trace"] for run in probe["runs"]]
         assert all(tp["num_steps"] >= 4 and tp["factors"]["engine"] > 0 for tp in by_trace)
@@ -132,6 +140,13 @@ def test_rates_come_from_the_simulated_capacity(done):
         (a0, a1), (b0, b1) = r["real_windows"]
         assert a0 < a1 <= b0 < b1
         assert r["real_wall_s"] == pytest.approx((a1 - a0) + (b1 - b0), rel=0.05, abs=0.05)
+    # runs go round the rates: each run's after-probe is the next run's before-probe, and
+    # the last run's is the closing probe taken after it
+    runs = [res[i % 2]["probe"]["runs"][i // 2] for i in range(4)]
+    for this, nxt in zip(runs, runs[1:]):
+        assert this["serving_after"] is nxt["serving"]
+    closing = v.traces["gamma"]["closing_probes"]["colocated"]
+    assert runs[-1]["serving_after"] is closing and closing["factors"]["engine"] > 0
     # the trace probes take requests after every validated one (recorded for reproduction)
     probes = summary["traces"]["gamma"]["trace_probes"]
     assert set(probes) == {"colocated/rate0", "colocated/rate1"}
@@ -228,8 +243,8 @@ def test_report_files(done):
     assert repro["traces"]["gamma"]["spec"]["arrival"]["cv"] == 4.0
     assert "torch" in repro["device_facts"]["versions"]
     table = (out / "validation.txt").read_text()
-    # main, 4 re-runs, queueing, by kind
-    assert table.count("gamma  colocated") == 14 and "cpu:" in table
+    # main, 5 re-runs, queueing, by kind
+    assert table.count("gamma  colocated") == 16 and "cpu:" in table
     assert "queueing (ms)" in table
     assert "speed-adjusted" in table and "probe:" in table
     assert "never-run shapes / repeated shapes 1.02 (decode 1x40 1.02) (the calibration's profile)" in table
@@ -240,6 +255,8 @@ def test_report_files(done):
     assert "refreshed by serving probes" in table and "refreshed by trace probes" in table
     assert set(saved["targets_refreshed_trace"]) == set(saved["targets"])
     assert set(saved["targets_refreshed"]) == set(saved["targets"])
+    assert "refreshed by serving probes around each run" in table
+    assert set(saved["targets_refreshed_bracketed"]) == set(saved["targets"])
 
 
 def test_scaled_hardware_scales_every_step_time(done, tmp_path):

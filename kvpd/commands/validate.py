@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table({**summary}))
     if pd_steps := format_pd_steps(summary):
         print(pd_steps)
-    refreshed = tuple(k for k in ("refreshed", "refreshed_trace")
+    refreshed = tuple(k for k in ("refreshed", "refreshed_trace", "refreshed_bracketed")
                       if any(r.get(k) for r in summary["results"]))
     if refreshed:
         print("\n" + format_re_runs(summary, refreshed))
