@@ -19,6 +19,12 @@ priced by this checkout), so what is left is the error of everything but step sp
 rate's steps are those logged while its real runs ran (`real_windows` in validation.json;
 folders written before it was recorded: each run's end from its summary's file time and
 its length from `wall_s`).
+
+--bracketed also re-runs the bracketed refresh (`Validation._bracketed`): the simulator once
+per real run, each engine at the mean speed of the serving probes just before and just
+after that run (needs closing probes: commit 829ed4c or later); with --two-speeds the
+colocated engine's compute and memory apart where the probes fit both (fitted from the
+probes' logged steps, inside their windows, when the folder predates recorded speeds).
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from realexec.validate import check_targets, compare
+from realexec.validate import bracketed_factors, check_targets, compare
 from realexec.validate_plan import engine_factors, rescaled_scenario, simulate
-from realexec.validate_steps import logged_steps, real_windows, steps_within
+from realexec.validate_steps import logged_steps, real_windows, steps_within, with_probe_speeds
 from simulator.calibrated import calibrated_cost_model
 from simulator.costparams import CostParams
 from simulator.step_pricing import speed_factors
@@ -54,10 +60,14 @@ def main() -> None:
     ap.add_argument("--modes", default="colocated,pd")
     ap.add_argument("--step-speed", action="store_true",
                     help="also re-run the step-speed diagnostic from the step logs")
+    ap.add_argument("--bracketed", action="store_true",
+                    help="also re-run the bracketed refresh (one simulation per real run)")
+    ap.add_argument("--two-speeds", action="store_true",
+                    help="with --bracketed: colocated compute and memory speeds apart")
     args = ap.parse_args()
     runs_dir = args.validate_dir / "runs"
     results = json.loads((args.validate_dir / "validation.json").read_text())["results"]
-    tally = {"base": [0, 0], "step-speed": [0, 0]}
+    tally = {"base": [0, 0], "step-speed": [0, 0], "bracketed": [0, 0]}
     logs: dict[str, dict[str, list]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="resim-"))
     # the calibration the engines are priced by: FILE, or the copy the validation kept (not
@@ -82,13 +92,23 @@ def main() -> None:
             sc = rescaled_scenario(params, sc, engine_factors(params, sc), stem, "serving")
         reals = [json.loads(p.read_text())
                  for p in sorted(folder.glob(f"rate{index}-real*/summary.json"))]
-        runs = [("base", sc)]
+        runs: list[tuple[str, Any]] = [("base", sc)]
+        if (args.step_speed or args.bracketed) and mode not in logs:
+            logs[mode] = logged_steps(runs_dir, mode)
+        cm = calibrated_cost_model(params, sc["model"], params.model or "model",
+                                   sc.get("dtype") or "fp32")
+        if args.bracketed:
+            per_run = [bracketed_factors(with_probe_speeds(p, logs[mode], cm)
+                                         if args.two_speeds else p, args.two_speeds)
+                       for p in r["probe"]["runs"][:len(reals)]]
+            if per_run and all(per_run):
+                print("  bracketed speeds: " + ", ".join(json.dumps(f) for f in per_run))
+                runs.append(("bracketed", [rescaled_scenario(params, sc, f, stem, f"bracketed{j}")
+                                           for j, f in enumerate(per_run)]))
+            else:
+                print(f"  (rate {index}: not every real run is bracketed)")
         if args.step_speed:
-            if mode not in logs:
-                logs[mode] = logged_steps(runs_dir, mode)
             steps = steps_within(logs[mode], real_windows(r, folder, index))
-            cm = calibrated_cost_model(params, sc["model"], params.model or "model",
-                                       sc.get("dtype") or "fp32")
             factors = speed_factors(steps, cm, sc.get("cluster"))
             if factors is None:
                 print(f"  (no logged steps in rate {index}'s runs)")
@@ -96,7 +116,9 @@ def main() -> None:
                 runs.append(("step-speed", rescaled_scenario(params, sc, factors, stem,
                                                              "step-speed")))
         for name, scenario in runs:
-            metrics = compare(reals, simulate(scenario).summary)
+            sims = ([simulate(x).summary for x in scenario] if isinstance(scenario, list)
+                    else simulate(scenario).summary)
+            metrics = compare(reals, sims)
             ok = check_targets(metrics)
             if r["label"] == "under-loaded":
                 tally[name][0] += sum(ok.values())

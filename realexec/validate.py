@@ -32,6 +32,7 @@ import numpy as np
 import workloads
 from realexec.validate_plan import (
     RunKnobs,
+    Speed,
     base_trace,
     capacity,
     engine_factors,
@@ -49,6 +50,7 @@ from simulator.step_pricing import (
     speed_factors,
     step_errors,
 )
+from simulator.step_speeds import fit_two_speeds
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -219,15 +221,18 @@ def run_failure(res) -> str | None:
 
 
 # ----------------------------------------------------------------------------- comparing
-def compare(real: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
+def compare(real: list[dict[str, Any]], sim: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric: real values per repeat, their mean and spread (half range / mean; None
-    from one run, which measures no spread), the simulated value and the signed relative
-    error (`ABSOLUTE` metrics: sim - real in their unit)."""
+    from one run, which measures no spread), the simulated value (the mean over `sim` when
+    it is a list of summaries, one per real run) and the signed relative error (`ABSOLUTE`
+    metrics: sim - real in their unit)."""
+    sims = sim if isinstance(sim, list) else [sim]
     out = {}
     for name, path in METRICS:
         vals = [get_path(s, path) for s in real]
         vals = [v for v in vals if v is not None]
-        sv = get_path(sim, path)
+        got = [get_path(s, path) for s in sims]
+        sv = None if not got or any(v is None for v in got) else float(np.mean(got))
         if not vals or sv is None:
             out[name] = {"real": vals, "sim": sv, "error": None, "spread": None}
             continue
@@ -253,15 +258,38 @@ def bracket_probes(sequence: list[dict[str, Any]], closing: dict[str, Any] | Non
             probes["serving_after"] = nxt
 
 
-def bracketed_factors(probes: dict[str, Any]) -> dict[str, float] | None:
+def bracketed_factors(probes: dict[str, Any], two_speeds: bool = False) -> dict[str, Speed] | None:
     """Per engine, the mean of the serving probes just before and just after one run
     (bracketing: the machine's speed during the run, as far as measurements of other
-    requests around it tell); None unless both succeeded."""
-    before = (probes.get("serving") or {}).get("factors")
-    after = (probes.get("serving_after") or {}).get("factors")
-    if not before or not after or set(before) != set(after):
+    requests around it tell), one factor; with `two_speeds`, {"compute": c, "memory": m}
+    where both probes fitted two speeds (`simulator.step_speeds`). None unless both probes
+    succeeded."""
+    before, after = probes.get("serving") or {}, probes.get("serving_after") or {}
+    fb, fa = before.get("factors"), after.get("factors")
+    if not fb or not fa or set(fb) != set(fa):
         return None
-    return {k: (float(before[k]) + float(after[k])) / 2 for k in before}
+    sb, sa = ((before.get("speeds") or {}, after.get("speeds") or {}) if two_speeds
+              else ({}, {}))
+    out: dict[str, Speed] = {}
+    for k in fb:
+        if k in sb and k in sa:
+            out[k] = {part: (float(sb[k][part]) + float(sa[k][part])) / 2
+                      for part in ("compute", "memory")}
+        else:
+            out[k] = (float(fb[k]) + float(fa[k])) / 2
+    return out
+
+
+def mean_factors(per_run: list[dict[str, Speed]]) -> dict[str, Speed]:
+    """Per engine, the mean over runs of `Speed`s of one form (a factor, or compute and
+    memory factors)."""
+    out: dict[str, Speed] = {}
+    for k, first in per_run[0].items():
+        if isinstance(first, dict):
+            out[k] = {part: float(np.mean([f[k][part] for f in per_run])) for part in first}
+        else:
+            out[k] = float(np.mean([f[k] for f in per_run]))
+    return out
 
 
 def check_targets(metrics: dict[str, Any]) -> dict[str, bool]:
@@ -559,8 +587,7 @@ class Validation:
             "adjusted": adjusted,
             "refreshed": self._refreshed(run, folder / f"rate{run.index}"),
             "refreshed_trace": self._refreshed(run, folder / f"rate{run.index}", "trace"),
-            "refreshed_bracketed": self._refreshed(run, folder / f"rate{run.index}",
-                                                   "bracketed"),
+            "refreshed_bracketed": self._bracketed(run, folder / f"rate{run.index}"),
             "step_adjusted": self._step_adjusted(run.scenario, run.reals,
                                                  factors_from_errors(step_error, by_role),
                                                  folder / f"rate{run.index}"),
@@ -659,25 +686,25 @@ class Validation:
             if why:
                 raise RuntimeError(why)
             factors = speed_factors(backend.steps, self.cost_model, cluster)
+            speeds = None
+            if set(backend.steps) == {"colocated"}:  # PD workers each run one kind of step
+                speeds = fit_two_speeds(backend.steps["colocated"], self.cost_model)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
         # window: wall clock (s, epoch), to find the probe's own steps in the step logs
-        return {"factors": factors, "wall_s": time.perf_counter() - t0,
-                "window": [wall0, time.time()],
-                "num_steps": sum(len(v) for v in backend.steps.values())}
+        out = {"factors": factors, "wall_s": time.perf_counter() - t0,
+               "window": [wall0, time.time()],
+               "num_steps": sum(len(v) for v in backend.steps.values())}
+        if speeds is not None:  # compute and memory apart (`simulator.step_speeds`)
+            out["speeds"] = {"engine": speeds}
+        return out
 
     def _refreshed(self, run: _RateRun, stem: Path, probe: str = "serving") -> dict[str, Any] | None:
         """The simulator re-run with each engine's device at the speed the `probe` probes
-        measured (mean over the rate's runs): "serving" or "trace", the probes just before
-        each run; "bracketed", the mean of the serving probes just before and just after
-        each run (`bracket_probes`). The calibration's speed refreshed in serving conditions
-        around the runs, from other requests than the validated ones. None without a
-        successful probe of that kind."""
-        if probe == "bracketed":
-            got = [f for p in run.probes if (f := bracketed_factors(p))]
-        else:
-            got = [p[probe]["factors"] for p in run.probes
-                   if (p.get(probe) or {}).get("factors")]
+        ("serving" or "trace") before this rate's runs measured (mean over the probes): the
+        calibration's speed refreshed in serving conditions just before the runs, from other
+        requests than the validated ones. None without a successful probe of that kind."""
+        got = [p[probe]["factors"] for p in run.probes if (p.get(probe) or {}).get("factors")]
         if not got:
             return None
         factors = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
@@ -685,6 +712,24 @@ class Validation:
         sim = simulate(rescaled_scenario(self.params, run.scenario, factors, stem, tag))
         return {"factors": factors, "num_probes": len(got),
                 "metrics": compare(run.reals, sim.summary)}
+
+    def _bracketed(self, run: _RateRun, stem: Path) -> dict[str, Any] | None:
+        """The simulator run once per real run, each engine's device at the speed of the
+        serving probes just before and just after that run (`bracketed_factors`), compared
+        as the mean of those runs with the mean of the real ones. Bracketing calibrates
+        around each measurement, so the machine's drift between runs (and within the
+        validation) is followed; the probes are other requests than the validated ones.
+        None unless every real run is bracketed. One factor per engine: compute and memory
+        apart (the probes' `speeds`, kept) priced run 19's colocated steps no better
+        (`bench/bracket_accuracy.py`) and met 100 targets against 102."""
+        per_run = [bracketed_factors(p) for p in run.probes[:len(run.reals)]]
+        if not per_run or any(f is None for f in per_run):
+            return None
+        sims = [simulate(rescaled_scenario(self.params, run.scenario, f, stem,
+                                           f"bracketed{j}")).summary
+                for j, f in enumerate(per_run)]
+        return {"factors": mean_factors(per_run), "runs": per_run,
+                "metrics": compare(run.reals, sims)}
 
     def _step_adjusted(self, sc: dict[str, Any], reals: list[dict[str, Any]],
                        factors: dict[str, float] | None, stem: Path) -> dict[str, Any] | None:

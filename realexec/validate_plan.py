@@ -213,24 +213,32 @@ def engine_factors(params: CostParams, sc: dict[str, Any], factor: float = 1.0) 
     return {role: factor * f for role, f in base.items()}
 
 
-def scaled_hardware(params: CostParams, factor: float, path: Path) -> dict[str, Any]:
+Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}
+
+
+def scaled_hardware(params: CostParams, factor: Speed, path: Path) -> dict[str, Any]:
     """A hardware spec: the calibrated device of `params` running `factor` x as fast (every
-    step time / factor; links unchanged), its calibration written to `path`."""
+    step time / factor; links unchanged), or with compute (peaks and fixed overheads) and
+    memory bandwidth at their own factors ({"compute": c, "memory": m}: `step_speeds`); its
+    calibration written to `path`."""
     from simulator.calibrated import overheads_at_speed
 
+    c, m = ((factor["compute"], factor["memory"]) if isinstance(factor, dict)
+            else (factor, factor))
     hw = dict(params.extra.get("hardware") or {})
-    hw.update(base=params.device, name=params.device, fp32_tflops_scale=factor,
-              bf16_tflops_scale=factor, mem_bw_tbps_scale=factor)
-    scaled = dataclasses.replace(overheads_at_speed(params, factor),
+    hw.update(base=params.device, name=params.device, fp32_tflops_scale=c,
+              bf16_tflops_scale=c, mem_bw_tbps_scale=m)
+    scaled = dataclasses.replace(overheads_at_speed(params, c),
                                  extra={**params.extra, "hardware": hw})
     scaled.save(str(path))
     return {**hw, "calibration": str(path.resolve())}
 
 
-def rescaled_scenario(params: CostParams, sc: dict[str, Any], factors: dict[str, float],
+def rescaled_scenario(params: CostParams, sc: dict[str, Any], factors: dict[str, Speed],
                       stem: Path, tag: str) -> dict[str, Any]:
     """`sc` with each engine's device `factors` x as fast ({"engine": f} colocated,
-    {"prefill": f, "decode": f} PD); scaled calibrations are written beside `stem`."""
+    {"prefill": f, "decode": f} PD; f a `Speed`); scaled calibrations are written beside
+    `stem`."""
     if "engine" in factors:
         path = stem.with_name(f"{stem.name}-{tag}.yaml")
         hw = scaled_hardware(params, factors["engine"], path)

@@ -43,3 +43,20 @@ def steps_within(logs: dict[str, list], windows: Sequence[tuple[float, float]]) 
     """The steps of `logs` (role -> steps) that started inside one of `windows`."""
     return {role: [s for s in steps if any(a <= s.t_start <= b for a, b in windows)]
             for role, steps in logs.items()}
+
+
+def with_probe_speeds(probes: dict[str, Any], logs: dict[str, list], cost_model) -> dict[str, Any]:
+    """A run's probes (`probe.runs[i]` of validation.json) with every colocated serving
+    probe's two speeds (`simulator.step_speeds`): as recorded, else fitted from its steps in
+    the step logs `logs` (inside its `window`; folders written before probes had speeds)."""
+    from simulator.step_speeds import fit_two_speeds
+
+    out = dict(probes)
+    for key in ("serving", "serving_after"):
+        probe = probes.get(key) or {}
+        if probe.get("speeds") or not probe.get("window") or "colocated" not in logs:
+            continue
+        fit = fit_two_speeds(steps_within(logs, [probe["window"]])["colocated"], cost_model)
+        if fit is not None:
+            out[key] = {**probe, "speeds": {"engine": fit}}
+    return out

@@ -15,6 +15,7 @@ from simulator.models import ModelSpec
 
 # every throughput figure of a device (bandwidths and peaks); latencies of links stay
 SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")
+MEMORY_FIELD = "mem_bw_bytes_per_s"
 
 
 def calibrated_cost_model(calibration: CostParams | str | Path, model_config: dict[str, Any],
@@ -51,10 +52,20 @@ def at_speed(acc: Accelerator, params: CostParams, factor: float) -> tuple[Accel
     """`acc` and `params` of a device `factor` x as fast: peaks and bandwidth x factor,
     per-step overheads / factor, so every step time (and host-sharing memory seconds) is
     divided by `factor`; links are unchanged."""
-    if not factor > 0:
-        raise ValueError(f"speed factor must be > 0, got {factor}")
-    faster = {f: getattr(acc, f) * factor for f in SPEED_FIELDS if getattr(acc, f) is not None}
-    return dataclasses.replace(acc, **faster), overheads_at_speed(params, factor)
+    return at_speeds(acc, params, factor, factor)
+
+
+def at_speeds(acc: Accelerator, params: CostParams, compute: float,
+              memory: float) -> tuple[Accelerator, CostParams]:
+    """`acc` and `params` of a device whose compute runs `compute` x as fast (every peak
+    FLOP/s x compute, fixed overheads / compute: they are host work) and whose memory
+    streams `memory` x as fast (bandwidth x memory); links are unchanged."""
+    for name, f in (("compute", compute), ("memory", memory)):
+        if not f > 0:
+            raise ValueError(f"{name} speed factor must be > 0, got {f}")
+    faster = {f: getattr(acc, f) * (memory if f == MEMORY_FIELD else compute)
+              for f in SPEED_FIELDS if getattr(acc, f) is not None}
+    return dataclasses.replace(acc, **faster), overheads_at_speed(params, compute)
 
 
 def overheads_at_speed(params: CostParams, factor: float) -> CostParams:

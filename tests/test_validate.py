@@ -123,11 +123,16 @@ def test_rates_come_from_the_simulated_capacity(done):
         # the bracketed re-run: per run, the mean of the serving probes just before and
         # just after it (the next run's, or the closing probe after the last run)
         assert all(sv["window"][0] < sv["window"][1] for sv in serving)
+        # (3 probe requests: too few prompt steps to fit compute and memory apart), and the
+        # simulator runs once per real run at its own bracket
+        assert not any("speeds" in sv for sv in serving)
         after = [run["serving_after"]["factors"]["engine"] for run in probe["runs"]]
         brk = r["refreshed_bracketed"]
-        assert brk["num_probes"] == 2
+        assert brk["runs"] == [{"engine": pytest.approx((sv["factors"]["engine"] + a) / 2)}
+                               for sv, a in zip(serving, after)]
         assert brk["factors"]["engine"] == pytest.approx(
-            np.mean([(sv["factors"]["engine"] + a) / 2 for sv, a in zip(serving, after)]))
+            np.mean([f["engine"] for f in brk["runs"]]))
+        assert brk["metrics"]["ttft_p50"]["real"] == r["metrics"]["ttft_p50"]["real"]
         # so did a trace probe (the same trace at the same rate, after the validated requests)
         by_trace = [run["trace"] for run in probe["runs"]]
         assert all(tp["num_steps"] >= 4 and tp["factors"]["engine"] > 0 for tp in by_trace)
@@ -285,6 +290,49 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
     for shape in (BatchShape.from_lists([37], [0]), BatchShape.from_lists([1] * 5, [60] * 5),
                   BatchShape.from_lists([16, 1, 1], [32, 40, 50])):
         assert slow.step_time(shape) == pytest.approx(base.step_time(shape) / 0.8, rel=1e-9)
+    # compute and memory at their own factors: the device `step_speeds` prices with
+    from simulator.step_speeds import cost_model_at
+
+    spec = scaled_hardware(v.params, {"compute": 0.7, "memory": 1.3}, tmp_path / "two.yaml")
+    acc, params = resolve_hardware(spec, sc)
+    two, want = CostModel(model, acc, "fp32", params=params), cost_model_at(base, 0.7, 1.3)
+    for shape in (BatchShape.from_lists([37], [0]), BatchShape.from_lists([1] * 5, [60] * 5)):
+        assert two.step_time(shape) == pytest.approx(want.step_time(shape), rel=1e-9)
+
+
+def test_bracketed_factors_average_the_probes_around_a_run():
+    from realexec.validate import bracket_probes, bracketed_factors, mean_factors
+
+    def serving(f, speeds=None):
+        return {"factors": {"engine": f}, **({"speeds": {"engine": speeds}} if speeds else {})}
+
+    seq = [{"serving": serving(0.9)}, {"serving": serving(1.1)}, {"serving": {"error": "x"}}]
+    bracket_probes(seq, serving(1.0))
+    assert bracketed_factors(seq[0]) == {"engine": pytest.approx(1.0)}
+    assert bracketed_factors(seq[1]) is None  # the probe after it failed
+    assert bracketed_factors(seq[2]) is None  # and so did its own
+    # two speeds where both probes fitted them, else one factor
+    a = {"serving": serving(0.9, {"compute": 0.8, "memory": 1.0}),
+         "serving_after": serving(1.1, {"compute": 1.0, "memory": 1.2})}
+    assert bracketed_factors(a, two_speeds=True) == {"engine": {"compute": pytest.approx(0.9),
+                                                                "memory": pytest.approx(1.1)}}
+    assert bracketed_factors(a) == {"engine": pytest.approx(1.0)}  # one factor by default
+    a["serving_after"] = serving(1.1)
+    assert bracketed_factors(a, two_speeds=True) == {"engine": pytest.approx(1.0)}
+    pd = {"serving": {"factors": {"prefill": 0.8, "decode": 1.0}},
+          "serving_after": {"factors": {"prefill": 1.0, "decode": 1.2}}}
+    assert bracketed_factors(pd) == {"prefill": pytest.approx(0.9), "decode": pytest.approx(1.1)}
+    assert mean_factors([{"engine": {"compute": 1.0, "memory": 2.0}},
+                         {"engine": {"compute": 2.0, "memory": 3.0}}]) == {
+        "engine": {"compute": 1.5, "memory": 2.5}}
+
+
+def test_compare_takes_the_mean_of_one_simulated_run_per_real_run():
+    reals = [{"ttft_s": {"p50": 1.0}}, {"ttft_s": {"p50": 3.0}}]
+    sims = [{"ttft_s": {"p50": 2.0}}, {"ttft_s": {"p50": 2.4}}]
+    m = compare(reals, sims)["ttft_p50"]
+    assert m["sim"] == pytest.approx(2.2) and m["error"] == pytest.approx(0.1)
+    assert compare(reals, [sims[0], {}])["ttft_p50"]["error"] is None
 
 
 def test_a_failing_real_engine_reports_the_rate_and_keeps_the_others(tmp_path, monkeypatch):
