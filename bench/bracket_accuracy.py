@@ -22,14 +22,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _cost_model(vdir: Path):
-    from simulator.calibrated import calibrated_cost_model
-
-    repro = json.loads((vdir / "repro.json").read_text())
-    return calibrated_cost_model(vdir / Path(repro["calibration"]).name, repro["model_config"],
-                                 repro["model"], repro["dtype"])
-
-
 def _estimators(probes: dict, logs: dict, cm, mode: str) -> dict[str, dict | None]:
     """Estimator -> per engine a `Speed` (one factor or {"compute", "memory"}), or None."""
     from realexec.validate import bracketed_factors
@@ -60,7 +52,7 @@ def _priced(steps: list, cm, speed) -> float:
 
 
 def main() -> None:
-    from realexec.validate_steps import logged_steps, steps_within
+    from realexec.validate_steps import folder_cost_model, logged_steps, steps_within
     from simulator.step_pricing import speed_factors
     from simulator.step_speeds import step_groups
 
@@ -69,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     vdir = args.validate_dir
     data = json.loads((vdir / "validation.json").read_text())
-    cm = _cost_model(vdir)
+    cm = folder_cost_model(vdir)
     logs = {}
     scores: dict[tuple[str, str], list[float]] = {}
     for r in data["results"]:

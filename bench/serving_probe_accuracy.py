@@ -27,15 +27,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _cost_model(vdir: Path):
-    """The validation's calibrated cost model (its calibration is copied beside it)."""
-    from simulator.calibrated import calibrated_cost_model
-
-    repro = json.loads((vdir / "repro.json").read_text())
-    return calibrated_cost_model(vdir / Path(repro["calibration"]).name, repro["model_config"],
-                                 repro["model"], repro["dtype"])
-
-
 def _speeds_from_logs(vdir: Path, result: dict, index: int, cost_model) -> list[dict]:
     from realexec.validate_steps import logged_steps, real_windows, steps_within
     from simulator.step_pricing import speed_factors
@@ -83,6 +74,8 @@ def _estimators(seq: list[tuple[str, dict | None, dict | None]]) -> dict[str, di
 
 
 def main() -> None:
+    from realexec.validate_steps import folder_cost_model
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)
     args = ap.parse_args()
@@ -102,7 +95,7 @@ def main() -> None:
         index = rates_seen[key] = rates_seen.get(key, -1) + 1  # the rate's index in its block
         speeds = r.get("run_speeds")
         if speeds is None:
-            cost_model = cost_model or _cost_model(vdir)
+            cost_model = cost_model or folder_cost_model(vdir)
             speeds = _speeds_from_logs(vdir, r, index, cost_model)
         for rep, (probe, run) in enumerate(zip(r["probe"]["runs"], speeds)):
             for kind in ("serving", "trace"):

@@ -11,6 +11,16 @@ from pathlib import Path
 from typing import Any
 
 
+def folder_cost_model(validate_dir: Path):
+    """The calibrated cost model a `kvpd validate` folder priced with (its calibration is
+    copied beside its results; `repro.json` names it, the model and the dtype)."""
+    from simulator.calibrated import calibrated_cost_model
+
+    repro = json.loads((validate_dir / "repro.json").read_text())
+    return calibrated_cost_model(validate_dir / Path(repro["calibration"]).name,
+                                 repro["model_config"], repro["model"], repro["dtype"])
+
+
 def logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
     """Every step a `kvpd validate` folder's engines logged (`runs_dir`: its runs/), by role
     ("colocated"; PD: "prefill", "decode")."""
