@@ -44,16 +44,15 @@ def _estimators(probes: dict, logs: dict, cm, mode: str) -> dict[str, dict | Non
 
 
 def _priced(steps: list, cm, speed) -> float:
-    from simulator.step_speeds import cost_model_at
+    from simulator.step_speeds import compute_memory, cost_model_at
 
-    c, m = ((speed["compute"], speed["memory"]) if isinstance(speed, dict) else (speed, speed))
-    at = cost_model_at(cm, c, m)
+    at = cost_model_at(cm, *compute_memory(speed))
     return float(sum(at.step_time(s.shape) for s in steps))
 
 
 def main() -> None:
     from realexec.validate_steps import folder_cost_model, logged_steps, steps_within
-    from simulator.step_pricing import speed_factors
+    from simulator.step_pricing import speed_factors, usable_steps
     from simulator.step_speeds import step_groups
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,17 +77,16 @@ def main() -> None:
             steps = steps_within(logs[mode], [window])
             cells = []
             if mode == "colocated":
-                groups = {"all": steps["colocated"], **step_groups(steps["colocated"])}
+                groups = {"all": usable_steps(steps["colocated"]),
+                          **step_groups(steps["colocated"])}
                 for name, est in _estimators(probes, logs[mode], cm, mode).items():
                     if not est:
                         continue
                     errs = []
                     for g, ss in groups.items():
-                        real = sum(s.duration_s for s in ss if s.shape.num_tokens > 0
-                                   and s.duration_s > 0)
+                        real = sum(s.duration_s for s in ss)
                         if real > 0:
-                            e = _priced([s for s in ss if s.shape.num_tokens > 0
-                                         and s.duration_s > 0], cm, est["engine"]) / real - 1
+                            e = _priced(ss, cm, est["engine"]) / real - 1
                             scores.setdefault((f"colocated {g}", name), []).append(e)
                             errs.append(f"{g} {e:+.1%}")
                     cells.append(f"{name}: " + " ".join(errs))

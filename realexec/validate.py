@@ -32,7 +32,6 @@ import numpy as np
 import workloads
 from realexec.validate_plan import (
     RunKnobs,
-    Speed,
     base_trace,
     capacity,
     engine_factors,
@@ -50,7 +49,7 @@ from simulator.step_pricing import (
     speed_factors,
     step_errors,
 )
-from simulator.step_speeds import fit_two_speeds
+from simulator.step_speeds import Speed, fit_two_speeds
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -521,8 +520,8 @@ class Validation:
                 run.run_speeds.append(speed_factors(self.engine.steps, self.cost_model,
                                                     run.scenario.get("cluster")))
         if sequence and self.engine is not None:
-            # the serving probe after the last run closes the bracket of `_refreshed`'s
-            # "bracketed" speeds (every other run's is the probe before the next run)
+            # the serving probe after the last run closes its bracket (`_bracketed`; every
+            # other run's is the probe before the next run)
             closing = self._serving_probe(self.engine, runs[0].scenario.get("cluster"))
             if closing is not None:
                 self.traces.setdefault(kind, {}).setdefault("closing_probes", {})[mode] = closing

@@ -15,6 +15,7 @@ import numpy as np
 
 import workloads
 from simulator.costparams import CostParams
+from simulator.step_speeds import Speed, compute_memory
 from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 
 TRACE_KINDS = ("azure", "gamma")
@@ -213,9 +214,6 @@ def engine_factors(params: CostParams, sc: dict[str, Any], factor: float = 1.0) 
     return {role: factor * f for role, f in base.items()}
 
 
-Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}
-
-
 def scaled_hardware(params: CostParams, factor: Speed, path: Path) -> dict[str, Any]:
     """A hardware spec: the calibrated device of `params` running `factor` x as fast (every
     step time / factor; links unchanged), or with compute (peaks and fixed overheads) and
@@ -223,8 +221,7 @@ def scaled_hardware(params: CostParams, factor: Speed, path: Path) -> dict[str, 
     calibration written to `path`."""
     from simulator.calibrated import overheads_at_speed
 
-    c, m = ((factor["compute"], factor["memory"]) if isinstance(factor, dict)
-            else (factor, factor))
+    c, m = compute_memory(factor)
     hw = dict(params.extra.get("hardware") or {})
     hw.update(base=params.device, name=params.device, fp32_tflops_scale=c,
               bf16_tflops_scale=c, mem_bw_tbps_scale=m)

@@ -193,21 +193,11 @@ def format_refreshed_trace(summary: dict[str, Any]) -> str:
         "engine just before each run, mean over the rate's runs")
 
 
-def _speed_text(f: Any) -> str:
-    return f"c{f['compute']:.2f}m{f['memory']:.2f}" if isinstance(f, dict) else f"{f:.2f}"
-
-
-def _bracket_cells(a: dict[str, Any]) -> list[str]:
-    f = a["factors"]
-    return ["/".join(_speed_text(f[k]) for k in ("prefill", "decode")) if "prefill" in f
-            else _speed_text(f["engine"])]
-
-
 def format_refreshed_bracketed(summary: dict[str, Any]) -> str:
     """The simulator run once per real run at the speed of the serving probes just before
     and just after it (`Validation._bracketed`)."""
     return _diagnostic_table(
-        summary, "refreshed_bracketed", [("speed", 13)], _bracket_cells,
+        summary, "refreshed_bracketed", [("speed", 11)], _factor_cells,
         "speed: per real run, the mean of the serving probe just before and the one just "
         "after it (the last run's: a closing probe), the simulator run once at each run's "
         "speed and their mean compared; shown: the mean speed over the rate's runs")

@@ -48,7 +48,8 @@ def _summary(pred: np.ndarray, real: np.ndarray) -> dict[str, Any]:
             "median": float(np.median(pred / real - 1))}
 
 
-def _usable(steps: Sequence) -> list:
+def usable_steps(steps: Sequence) -> list:
+    """The steps that computed tokens and took time (the ones a speed can be read from)."""
     return [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
 
 
@@ -76,7 +77,7 @@ def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
     """Total predicted / total measured - 1 (what sets throughput and latency) and the
     median per-step error, over all steps and `by_kind` (`step_kind`: one speed factor
     cannot correct an error that depends on the batch); None without steps."""
-    steps = _usable(steps)
+    steps = usable_steps(steps)
     if not steps:
         return None
     real = np.array([s.duration_s for s in steps])
@@ -99,7 +100,7 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
     priced: dict[str, list[tuple[Any, float, float]]] = {}
     for role, steps in steps_by_role.items():
         rows = []
-        for st in sorted(_usable(steps), key=lambda st: st.t_start):
+        for st in sorted(usable_steps(steps), key=lambda st: st.t_start):
             base = cost_model.step_time(st.shape)
             rows.append((st, base, hs.memory_seconds(st.shape, base) if hs else 0.0))
         priced[role] = rows

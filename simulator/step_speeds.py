@@ -22,12 +22,22 @@ from scipy.optimize import least_squares
 
 from simulator.calibrated import at_speeds
 from simulator.costmodel import CostModel
+from simulator.step_pricing import usable_steps
+
+Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}
 
 # A group fits a speed only with enough steps and time behind it (steps, fraction of the
 # measured total): a few prompt steps among hundreds of decodes say little of the compute.
 MIN_GROUP_STEPS = 10
 MIN_GROUP_SHARE = 0.1
 SPEED_BOUNDS = (0.2, 5.0)  # x the calibration; beyond these the machine is not the same one
+
+
+def compute_memory(speed: Speed) -> tuple[float, float]:
+    """(compute, memory) factors of a `Speed`: one factor stands for both."""
+    if isinstance(speed, dict):
+        return float(speed["compute"]), float(speed["memory"])
+    return float(speed), float(speed)
 
 
 def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
@@ -39,7 +49,7 @@ def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
 
 def step_groups(steps: Sequence) -> dict[str, list]:
     """"prompt" (steps with a prompt or prompt chunk) and "decode" (decode-only) steps."""
-    usable = [s for s in steps if s.shape.num_tokens > 0 and s.duration_s > 0]
+    usable = usable_steps(steps)
     return {"prompt": [s for s in usable if s.shape.num_prefill_reqs > 0],
             "decode": [s for s in usable if s.shape.num_prefill_reqs == 0]}
 
