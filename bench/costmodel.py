@@ -14,7 +14,7 @@ import random
 import time
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 
 TARGET_EVALS_PER_S = 100_000
 CONFIGS = [  # (label, model, hardware, tp, pp)

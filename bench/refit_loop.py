@@ -20,7 +20,7 @@ from pathlib import Path
 
 from simulator.calibrate_loop import fit_loop, format_loop, loop_params
 from simulator.calibrate_serving import decode_steps
-from simulator.costparams import LOOP_FIELDS, CostParams
+from simulator.cost.params import LOOP_FIELDS, CostParams
 
 
 def upgraded_loop(probe: dict) -> dict:

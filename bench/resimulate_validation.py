@@ -39,7 +39,7 @@ from realexec.validate import bracketed_factors, check_targets, compare
 from realexec.validate_plan import engine_factors, rescaled_scenario, simulate
 from realexec.validate_steps import logged_steps, real_windows, steps_within, with_probe_speeds
 from simulator.calibrated import calibrated_cost_model
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 from simulator.step_pricing import speed_factors
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "e2e_p50",

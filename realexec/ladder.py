@@ -100,7 +100,7 @@ def bandwidth_report(results, hardware: str | None) -> dict | None:
 
     if hardware is None:
         return None
-    from simulator.hardware import get_accelerator
+    from simulator.cost.hardware import get_accelerator
 
     bw = get_accelerator(hardware).mem_bw_bytes_per_s
     rep = {"hardware": hardware, "mem_bw_bytes_per_s": bw, "rungs": {}}

@@ -17,8 +17,8 @@ from realexec.configs import BUILTIN_CONFIGS
 def catalog_device(device: torch.device) -> str:
     """The hardware catalog entry of `device`: `cpu`, or the GPU whose catalog name or alias
     appears in the device name (pairs of words first: "H100 PCIe" -> h100-pcie)."""
-    from simulator.catalog_match import normalize_name
-    from simulator.hardware import get_accelerator
+    from simulator.cost.catalog_match import normalize_name
+    from simulator.cost.hardware import get_accelerator
 
     if device.type == "cpu":
         return "cpu"

@@ -331,7 +331,7 @@ class Validation:
 
     def __init__(self, cfg: ValidateConfig, progress: Progress | None = None) -> None:
         from realexec.profile_facts import model_identity
-        from simulator.costparams import CostParams
+        from simulator.cost.params import CostParams
 
         if cfg.colocated_engine not in ("process", "inproc"):
             raise ValueError(f"colocated_engine must be 'process' or 'inproc', got "
@@ -404,7 +404,7 @@ class Validation:
         return not (mode == "colocated" and self.cfg.colocated_engine == "inproc")
 
     def context(self) -> int:
-        from simulator.models import ModelSpec
+        from simulator.cost.models import ModelSpec
 
         spec = ModelSpec.from_hf_config(self.model_config, name=self.model_name)
         return int(self.cfg.context or self.cfg.knobs.max_model_len or spec.max_position_embeddings)

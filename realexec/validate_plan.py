@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import workloads
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 from simulator.step_speeds import Speed, compute_memory
 from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 
@@ -58,7 +58,7 @@ def _swap_gb(model_config: dict[str, Any], dtype: str, knobs: RunKnobs) -> float
     simulator derives blocks = floor(GB x 1e9 / block bytes); half a block of slack)."""
     if not knobs.num_cpu_blocks:
         return 0.0
-    from simulator.models import ModelSpec
+    from simulator.cost.models import ModelSpec
 
     spec = ModelSpec.from_hf_config(model_config)
     block_bytes = spec.kv_bytes_per_token(dtype) * knobs.block_size

@@ -50,11 +50,11 @@ from simulator.calibrate_linears import fit_size_factors
 from simulator.calibrate_loop import fit_loop, format_loop, loop_params
 from simulator.calibrate_serving import fit_serving_speed, format_serving_speed
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import Accelerator, get_accelerator
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
 from simulator.fresh_shapes import describe_fresh_shapes
-from simulator.hardware import Accelerator, get_accelerator
-from simulator.models import ModelSpec
 
 HELD_FIELDS = ("comm_efficiency", "layer_overhead_s", "token_overhead_s")
 STATISTICS = ("median", "mean", "cpu")

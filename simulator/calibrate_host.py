@@ -3,7 +3,7 @@ profile's contended steps (`device_facts.host_contention`, see realexec/profile_
 
 Each point was timed alone (a), beside a neighbour streaming memory (f = 1) and beside one
 spinning on a core (f = 0). With the calibrated cost model's memory share of the step, phi
-(`simulator.host_share`), the model is
+(`simulator.cost.host_share`), the model is
 
     stream / a = phi / s + (1 - phi) / c        spin / a = phi + (1 - phi) / c
 
@@ -18,8 +18,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.host_share import HostSharing
+from simulator.cost.costmodel import CostModel
+from simulator.cost.host_share import HostSharing
 
 MIN_POINTS = 2  # contended points (each gives two ratios) for two parameters
 

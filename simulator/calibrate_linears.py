@@ -18,8 +18,8 @@ import numpy as np
 
 from simulator.calibrate_io import Profile
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costmodel_ops import LINEAR_OPS
+from simulator.cost.breakdown import LINEAR_OPS
+from simulator.cost.costmodel import CostModel
 
 
 def _op_seconds(cm: CostModel, n: int, names: tuple[str, ...]) -> float:

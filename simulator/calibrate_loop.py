@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.costparams import LOOP_FIELDS
+from simulator.cost.params import LOOP_FIELDS
 
 MIN_LOOP_STEPS = 20  # loop times; fewer measure a few iterations' luck
 MIN_HANDOFF_STEPS = 5  # prefill steps after a hand-off

@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 from simulator.step_pricing import TimedStep, pd_step_errors, priced_total, step_errors
 
 ROLES = ("colocated", "prefill", "decode")

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.calibrate_serving import ROLES
-from simulator.costmodel import CostModel
-from simulator.costparams import LOOP_FIELDS, OVERHEAD_FIELDS, CostParams
-from simulator.hardware import Accelerator
-from simulator.models import ModelSpec
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import Accelerator
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import LOOP_FIELDS, OVERHEAD_FIELDS, CostParams
 
 # every throughput figure of a device (bandwidths and peaks); latencies of links stay
 SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")

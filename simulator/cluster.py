@@ -19,7 +19,7 @@ of the bytes, where L is the number of layers.
 Host sharing (`cluster.host_memory_share` = s, `cluster.host_compute_share` = c): all
 replicas on one host (kvpd's CPU validation runs 1P1D as two processes on one machine).
 While another replica is in a step whose memory share of time is f, a step streams at
-1 - (1 - s) f of the bandwidth and computes at c of its speed (`simulator.host_share`); a
+1 - (1 - s) f of the bandwidth and computes at c of its speed (`simulator.cost.host_share`); a
 neighbour starting or ending a step re-prices the rest of a step in progress.
 """
 
@@ -34,13 +34,13 @@ from simulator.calibrated import at_speed, serving_speed
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
-from simulator.costmodel import CostModel
-from simulator.costparams import LOOP_FIELDS, CostParams
-from simulator.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.host_share import HostSharing
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
+from simulator.cost.host_share import HostSharing
+from simulator.cost.memory_plan import MemoryPlan, plan_memory
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import LOOP_FIELDS, CostParams
 from simulator.links import SimLink
-from simulator.memory_plan import MemoryPlan, plan_memory
-from simulator.models import ModelSpec
 from simulator.replica import SimReplica
 from simulator.router import Router
 from simulator.scenario import PoolSpec, Scenario, Spec
@@ -144,7 +144,7 @@ class SimCluster:
             self._share_host(mem_share, compute_share)
 
     def _share_host(self, memory_share: float, compute_share: float) -> None:
-        """Every replica is every other's neighbour on one host (`simulator.host_share`,
+        """Every replica is every other's neighbour on one host (`simulator.cost.host_share`,
         `SimReplica._durations`)."""
         pools = ([self.replicas] if self.scenario.cluster.pd is None
                  else [self.prefill_replicas, self.decode_replicas])

@@ -8,7 +8,7 @@ polling). Runs of identical all-decode steps are simulated as one *decode burst*
 it at the step in progress, so results equal step-by-step simulation.
 
 Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) slow each
-other while both are in a step (`simulator.host_share`); a neighbour starting or ending a
+other while both are in a step (`simulator.cost.host_share`); a neighbour starting or ending a
 step wakes the others, which re-price the rest of the step in progress.
 """
 
@@ -23,7 +23,7 @@ from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
-from simulator.host_share import HostSharing
+from simulator.cost.host_share import HostSharing
 from simulator.links import SimLink
 from simulator.timeline import Timeline
 
@@ -133,7 +133,7 @@ class SimReplica:
         """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
         times (s). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
         step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
-        Sharing a host (`simulator.host_share`), a step progresses at 1 / (its price while
+        Sharing a host (`simulator.cost.host_share`), a step progresses at 1 / (its price while
         the neighbours' state holds) of its work per second: a wake-up re-prices the rest of
         the step in progress."""
         env = self.env

@@ -13,8 +13,8 @@ import simpy
 import workloads
 from simulator.cluster import SimCluster
 from simulator.core.request import Request, SamplingParams
+from simulator.cost.models import get_model
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
-from simulator.models import get_model
 from simulator.scenario import Scenario
 from simulator.timeline import Timeline
 

@@ -59,7 +59,7 @@ class ClusterSpec(_Strict):
     host_memory_share: float | None = Field(None, gt=0, le=1)
     # ... and computes at this share of its speed alone (a busy neighbour core takes shared
     # caches and clock headroom; `kvpd calibrate` fits it from the profile's contended
-    # steps). None: 1. See simulator/host_share.py.
+    # steps). None: 1. See simulator/cost/host_share.py.
     host_compute_share: float | None = Field(None, gt=0, le=1)
 
 

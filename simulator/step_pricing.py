@@ -4,7 +4,7 @@ speed from the profile's serving probe).
 
 A step is anything with `shape` (a `BatchShape`) and `duration_s` (s); PD workers' steps also
 carry wall-clock starts (`t_start`, `t_end`, s), so a worker's steps can be priced as the
-simulator prices them on a shared host (`simulator.host_share`): while the other worker is
+simulator prices them on a shared host (`simulator.cost.host_share`): while the other worker is
 in a step (as logged), a step streams memory and computes at the shared rates.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.host_share import HostSharing
+from simulator.cost.host_share import HostSharing
 
 
 @dataclasses.dataclass(slots=True)

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simulator.calibrated import at_speeds
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 from simulator.step_pricing import usable_steps
 
 Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}

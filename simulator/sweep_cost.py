@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.catalog_match import normalize_name
+from simulator.cost.catalog_match import normalize_name
 from simulator.scenario import Scenario
 from simulator.sweep_preflight import hardware_specs
 

@@ -11,14 +11,14 @@ from simulator.scenario import Scenario
 
 @lru_cache(maxsize=256)
 def _model(key: str) -> None:
-    from simulator.models import get_model
+    from simulator.cost.models import get_model
 
     get_model(key)
 
 
 @lru_cache(maxsize=256)
 def _link(key: str) -> None:
-    from simulator.hardware import get_link
+    from simulator.cost.hardware import get_link
 
     get_link(key)
 

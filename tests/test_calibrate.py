@@ -14,9 +14,9 @@ from realexec.configs import LLAMA_50M
 from simulator.calibrate import FREE_FIELDS, calibrate, write_calibration
 from simulator.calibrate_io import ProfileRow, read_profile, write_profile
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.models import ModelSpec
+from simulator.cost.costmodel import CostModel
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import CostParams
 
 CFG = {**LLAMA_50M, "_name_or_path": "llama-50m"}
 TRUE = CostParams(gemm_compute_efficiency=0.3, gemm_memory_efficiency=0.4,
@@ -45,7 +45,7 @@ def _shapes() -> list[tuple[str, BatchShape]]:
 def contention(params, memory_share: float, compute_share: float, shapes=None) -> dict:
     """Contended points as `kvpd profile` records them, made from the host-sharing model
     with these shares (step times alone from the cost model under `params`)."""
-    from simulator.host_share import HostSharing
+    from simulator.cost.host_share import HostSharing
 
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
     hs = HostSharing(cm, memory_share, compute_share)

@@ -15,8 +15,8 @@ from simulator.calibrate_linears import (
     size_factors,
 )
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
+from simulator.cost.costmodel import CostModel
+from simulator.cost.params import CostParams
 
 
 def test_factors_are_one_at_anchors_and_relative_to_them_between() -> None:

@@ -13,10 +13,10 @@ from simulator.calibrate_serving import (
 )
 from simulator.cluster import resolve_hardware
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.hardware import get_accelerator
-from simulator.models import ModelSpec
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import CostParams
 from simulator.scenario import scenario_from_dict
 from simulator.step_pricing import TimedStep
 from tests.sim_helpers import TINY_HF_CONFIG

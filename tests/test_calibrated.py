@@ -7,9 +7,9 @@ import pytest
 from realexec.configs import TINY
 from simulator.calibrated import calibrated_cost_model
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.models import ModelSpec
+from simulator.cost.costmodel import CostModel
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import CostParams
 from tests.test_validate import tiny_calibration
 
 

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost_explain import BOUNDS
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.hardware import get_link
-from simulator.models import get_model
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_link
+from simulator.cost.models import get_model
+from simulator.cost.op_cost import BOUNDS
+from simulator.cost.params import CostParams
 
 CONFIGS = [  # (model, hardware, dtype, tp, pp)
     ("llama-3-8b", "h100-sxm", "bf16", 1, 1),

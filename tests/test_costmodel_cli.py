@@ -8,7 +8,7 @@ import pytest
 
 from kvpd.cli import main
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
+from simulator.cost.costmodel import CostModel
+from simulator.cost.params import CostParams
 
 CPU = CostParams(decode_padding=0.6, overlap=0.4, gemm_row_passes_below=4,
                  decode_attn_overhead_s=2e-4, request_overhead_s=5e-5)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.hardware import GIB, get_accelerator
-from simulator.memory_plan import plan_memory
-from simulator.models import get_model
+from simulator.cost.hardware import GIB, get_accelerator
+from simulator.cost.memory_plan import plan_memory
+from simulator.cost.models import get_model
 
 
 def test_llama3_70b_does_not_fit_one_80gb_gpu_and_says_by_how_much() -> None:

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.hardware import get_accelerator
-from simulator.models import get_model, matrix_weight_bytes
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.models import get_model, matrix_weight_bytes
+from simulator.cost.params import CostParams
 
 IDEAL = CostParams(gemm_compute_efficiency=1.0, gemm_memory_efficiency=1.0,
                    attn_compute_efficiency=1.0, attn_memory_efficiency=1.0,

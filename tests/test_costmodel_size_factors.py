@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costmodel_ops import size_factor
-from simulator.costparams import CostParams
+from simulator.cost.breakdown import size_factor
+from simulator.cost.costmodel import CostModel
+from simulator.cost.params import CostParams
 
 CONFIGS = [("gpt2", "cpu", "fp32", 1, 1), ("llama-3-8b", "h100-sxm", "bf16", 1, 1),
            ("llama-3-70b", "h100-sxm", "bf16", 4, 2), ("mixtral-8x7b", "mi300x", "fp8", 1, 2)]

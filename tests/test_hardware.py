@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from simulator.hardware import (
+from simulator.cost.hardware import (
     GIB,
     get_accelerator,
     get_link,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from simulator.models import (
+from simulator.cost.models import (
     SUPPORTED_ARCHITECTURES,
     ModelSpec,
     dtype_bytes,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.models import ModelSpec
+from simulator.cost.models import ModelSpec
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

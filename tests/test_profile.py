@@ -27,7 +27,7 @@ from realexec.profile_facts import (
 )
 from simulator.calibrate_io import read_profile
 from simulator.core.block_pool import BlockPool
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 
 GRID = ProfileGrid(prefill_lens=(8, 24), chunks=((32, 16),), decode_batches=(1, 3),
                    decode_contexts=(8, 40), mixed_batches=(3,), mixed_contexts=(40,),

@@ -18,7 +18,7 @@ from simulator.calibrate_loop import (
 )
 from simulator.calibrated import overheads_at_speed
 from simulator.core.batch_shape import BatchShape
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 from simulator.run import run_scenario
 from simulator.scenario import scenario_from_dict
 from simulator.step_pricing import TimedStep

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from simulator.core import BatchShape
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 from tests.sim_helpers import BASE, merged, sim
 
 

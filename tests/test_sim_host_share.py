@@ -78,7 +78,7 @@ def test_contended_steps_use_the_share_of_bandwidth() -> None:
 
     from simulator.cluster import SimCluster
     from simulator.core.batch_shape import BatchShape
-    from simulator.models import get_model
+    from simulator.cost.models import get_model
     from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": 0.5}}))
@@ -86,7 +86,7 @@ def test_contended_steps_use_the_share_of_bandwidth() -> None:
                    lambda *_: None)
     p, d = c.prefill_replicas[0], c.decode_replicas[0]
     assert p.neighbours == [d] and d.neighbours == [p]
-    from simulator.host_share import contended_cost_model
+    from simulator.cost.host_share import contended_cost_model
 
     slow_cm = contended_cost_model(d.cost_model, 0.5)
     assert slow_cm.accelerator.mem_bw_bytes_per_s == pytest.approx(
@@ -127,7 +127,7 @@ def test_compute_share_applies_to_the_non_memory_seconds() -> None:
 
     from simulator.cluster import SimCluster
     from simulator.core.batch_shape import BatchShape
-    from simulator.models import get_model
+    from simulator.cost.models import get_model
     from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_compute_share": 0.8}}))
@@ -148,7 +148,7 @@ def _two_replicas(share: float = 0.5, compute: float = 0.8):
     import simpy
 
     from simulator.cluster import SimCluster
-    from simulator.models import get_model
+    from simulator.cost.models import get_model
     from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": share,

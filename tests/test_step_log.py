@@ -7,8 +7,8 @@ import pytest
 
 from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.host_share import HostSharing, contended_cost_model
+from simulator.cost.costmodel import CostModel
+from simulator.cost.host_share import HostSharing, contended_cost_model
 from simulator.step_pricing import STEP_KINDS, pd_step_errors, step_errors
 
 

@@ -8,9 +8,9 @@ import pytest
 from realexec.configs import builtin_config
 from simulator.calibrated import at_speed, at_speeds
 from simulator.core.batch_shape import BatchShape
-from simulator.costmodel import CostModel
-from simulator.costparams import CostParams
-from simulator.models import ModelSpec
+from simulator.cost.costmodel import CostModel
+from simulator.cost.models import ModelSpec
+from simulator.cost.params import CostParams
 from simulator.step_pricing import TimedStep, step_errors
 from simulator.step_speeds import cost_model_at, fit_two_speeds, step_groups
 

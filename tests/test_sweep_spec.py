@@ -114,7 +114,7 @@ def test_unknown_catalog_name_is_reported_up_front():
 
 
 def test_a_calibration_that_cannot_serve_a_pool_is_reported_up_front(tmp_path):
-    from simulator.costparams import CostParams
+    from simulator.cost.params import CostParams
 
     cal = tmp_path / "cal.yaml"
     CostParams(device="cpu", extra={"serving_speed": {"colocated": 0.9}}).save(str(cal))

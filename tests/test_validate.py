@@ -29,7 +29,7 @@ from realexec.validate_plan import (
     sustained_capacity,
 )
 from realexec.validate_report import format_table, write_report
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 
 KNOBS = RunKnobs(max_num_seqs=8, max_num_batched_tokens=128, num_gpu_blocks=48)
 
@@ -271,8 +271,8 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
 
     from simulator.cluster import resolve_hardware
     from simulator.core.batch_shape import BatchShape
-    from simulator.costmodel import CostModel
-    from simulator.models import ModelSpec
+    from simulator.cost.costmodel import CostModel
+    from simulator.cost.models import ModelSpec
     from simulator.scenario import scenario_from_dict
 
     v = copy.copy(done[1])  # every overhead non-zero, so that each is checked
@@ -604,7 +604,7 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
     the cluster's host sharing; None when a worker ran no step."""
     from realexec.step_log import LoggedStep
     from simulator.core.batch_shape import BatchShape
-    from simulator.host_share import HostSharing
+    from simulator.cost.host_share import HostSharing
     from simulator.step_pricing import speed_factors
 
     cm = done[1].cost_model

@@ -1,7 +1,7 @@
 """The simulator scenario that mirrors a real validation run."""
 
 from realexec.validate_plan import RunKnobs, scenario_dict
-from simulator.costparams import CostParams
+from simulator.cost.params import CostParams
 from simulator.scenario import scenario_from_dict
 from tests.sim_helpers import TINY_HF_CONFIG
 

@@ -63,11 +63,11 @@ def parse_hardware(text: str) -> str | dict:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.core.batch_shape import BatchShape
-    from simulator.costmodel import CostModel
-    from simulator.costparams import CostParams
-    from simulator.hardware import get_accelerator
-    from simulator.memory_plan import plan_memory
-    from simulator.models import get_model
+    from simulator.cost.costmodel import CostModel
+    from simulator.cost.hardware import get_accelerator
+    from simulator.cost.memory_plan import plan_memory
+    from simulator.cost.models import get_model
+    from simulator.cost.params import CostParams
 
     if not args.prefill and not args.decode:
         raise ValueError("give --prefill N, --decode BxC, or both")

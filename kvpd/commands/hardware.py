@@ -22,8 +22,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator import hardware as hw
-
+    from simulator.cost import hardware as hw
     if args.action == "list":
         accs = [hw.get_accelerator(n) for n in hw.list_accelerators()]
         links = [hw.get_link(n) for n in hw.list_links()]

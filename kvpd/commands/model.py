@@ -37,7 +37,7 @@ def model_dict(m) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.models import get_model, list_models
+    from simulator.cost.models import get_model, list_models
 
     if args.action == "list":
         models = [get_model(n) for n in list_models()]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from simulator.costmodel import CostModel
+from simulator.cost.costmodel import CostModel
 
 REFERENCE_SHARE = 0.5  # bandwidth of the reference model that splits out memory seconds
 

@@ -4,15 +4,32 @@ vectorised all-decode run (`decode_run_times`). Both agree with `CostModel.step_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost_explain import OpCost, StepBreakdown
+from simulator.cost.models import ModelSpec
+from simulator.cost.op_cost import OpCost, StepBreakdown
+from simulator.cost.params import CostParams
 
-if TYPE_CHECKING:
-    from simulator.costmodel import CostModel
+
+class CostModel(Protocol):
+    """What these functions read of `simulator.cost.costmodel.CostModel` (a protocol, so this
+    module does not import the class that calls it)."""
+
+    model: ModelSpec
+    params: CostParams
+    tp: int
+    pp: int
+    _stages: list[dict[str, Any]]
+
+    def decode_attn_tokens(self, shape: BatchShape) -> float: ...
+    def num_microbatches(self, shape: BatchShape) -> int: ...
+    def describe(self) -> dict[str, Any]: ...
+    @staticmethod
+    def _stage_time(fast: tuple, T: float, R: float, Tp: float, P: float, Pctx: float,
+                    Rd: float, Dctx: float) -> float: ...
 
 
 # per-layer operators that `CostParams.linear_token_factors` scales

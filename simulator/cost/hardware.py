@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from simulator.catalog_match import normalize_name, unknown_name_error
+from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
 GIB = 2**30  # bytes; catalog memory sizes are binary (see hardware.yaml header)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from simulator.catalog_match import normalize_name, unknown_name_error
+from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
 _DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",

@@ -45,11 +45,18 @@ from typing import Any
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost_explain import StepBreakdown
-from simulator.costparams import CostParams
-from simulator.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.models import ModelSpec, dtype_bytes, get_model, matrix_weight_bytes, normalize_dtype
-from simulator.parallel import shard_model
+from simulator.cost.breakdown import decode_run_times, explain_step
+from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
+from simulator.cost.models import (
+    ModelSpec,
+    dtype_bytes,
+    get_model,
+    matrix_weight_bytes,
+    normalize_dtype,
+)
+from simulator.cost.op_cost import StepBreakdown
+from simulator.cost.parallel import shard_model
+from simulator.cost.params import CostParams
 
 # Sampling reads the fp32 logits of each request about three times (softmax, top-k/top-p
 # filtering, the draw) in vLLM's sampler; order of magnitude, absorbed by calibration.
@@ -259,15 +266,11 @@ class CostModel:
 
     def explain(self, shape: BatchShape) -> StepBreakdown:
         """Per-operator FLOPs, bytes, seconds and bound; `total_s` equals `step_time(shape)`."""
-        from simulator.costmodel_ops import explain_step
-
         return explain_step(self, shape)
 
     def decode_run_times(self, shape: BatchShape, num_steps: int) -> np.ndarray:
         """Seconds of `num_steps` consecutive all-decode steps, contexts growing by one per step
         (element k equals `step_time(shape.advanced(k))`)."""
-        from simulator.costmodel_ops import decode_run_times
-
         return decode_run_times(self, shape, num_steps)
 
     def describe(self) -> dict[str, Any]:

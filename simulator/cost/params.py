@@ -141,7 +141,7 @@ class CostParams:
     # Provenance: the device and model a calibration fitted these on (None: defaults).
     device: str | None = None
     model: str | None = None
-    source: str = "defaults (simulator/costparams.py)"
+    source: str = "defaults (simulator/cost/params.py)"
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept on save/load
 
     FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS + BEHAVIOUR_FIELDS

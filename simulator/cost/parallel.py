@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.models import ModelSpec, matrix_weight_bytes, normalize_dtype
+from simulator.cost.models import ModelSpec, matrix_weight_bytes, normalize_dtype
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.hardware import Accelerator, get_accelerator
-from simulator.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
-from simulator.parallel import shard_model
+from simulator.cost.hardware import Accelerator, get_accelerator
+from simulator.cost.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
+from simulator.cost.parallel import shard_model
 
 GB = 1e9
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
