@@ -1,7 +1,7 @@
 """How well each way of refreshing the calibration priced the real runs' own steps in a
 `kvpd validate` folder: the calibration as profiled, the serving probe just before the run
 (one factor), the bracket of the probes before and after it (one factor), and the bracket
-with compute and memory apart (`simulator.step_speeds`, colocated engines).
+with compute and memory apart (`simulator.calibrate.step_speeds`, colocated engines).
 
     python bench/bracket_accuracy.py VALIDATE_DIR
 
@@ -44,7 +44,7 @@ def _estimators(probes: dict, logs: dict, cm, mode: str) -> dict[str, dict | Non
 
 
 def _priced(steps: list, cm, speed) -> float:
-    from simulator.step_speeds import compute_memory, cost_model_at
+    from simulator.calibrate.step_speeds import compute_memory, cost_model_at
 
     at = cost_model_at(cm, *compute_memory(speed))
     return float(sum(at.step_time(s.shape) for s in steps))
@@ -52,8 +52,8 @@ def _priced(steps: list, cm, speed) -> float:
 
 def main() -> None:
     from realexec.validate_steps import folder_cost_model, logged_steps, steps_within
-    from simulator.step_pricing import speed_factors, usable_steps
-    from simulator.step_speeds import step_groups
+    from simulator.calibrate.step_pricing import speed_factors, usable_steps
+    from simulator.calibrate.step_speeds import step_groups
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)

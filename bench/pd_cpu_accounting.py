@@ -68,7 +68,7 @@ def cost_model(path: str | None):
     if not path:
         return None
     from realexec.profile_facts import model_identity
-    from simulator.calibrated import calibrated_cost_model
+    from simulator.calibrate.calibrated import calibrated_cost_model
 
     cfg, name = model_identity("llama-50m")
     return calibrated_cost_model(path, cfg, name, "fp32")

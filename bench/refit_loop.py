@@ -8,7 +8,7 @@ PROFILE.json: the `kvpd profile` metadata whose serving probe logged loop times 
 5b5607b on). Probes of commit 5b5607b logged [loop_s, handoffs] per step without the prompt
 tokens handed off; for those, a hand-off step's tokens are its prefill context when every
 prompt in it completed (the only case a step's shape pins them), and other hand-off steps
-are left out. Prints the terms (`simulator.calibrate_loop`) before writing.
+are left out. Prints the terms (`simulator.calibrate.loop`) before writing.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from simulator.calibrate_loop import fit_loop, format_loop, loop_params
-from simulator.calibrate_serving import decode_steps
+from simulator.calibrate.loop import fit_loop, format_loop, loop_params
+from simulator.calibrate.serving_speed import decode_steps
 from simulator.cost.params import LOOP_FIELDS, CostParams
 
 

@@ -14,7 +14,7 @@ separates what a cost-model change does from the machine's drift: the real runs 
 same ones.
 
 --step-speed also re-runs the step-speed diagnostic: each engine's device at the speed its
-own logged steps ran in that rate's real runs (`simulator.step_pricing.speed_factors`,
+own logged steps ran in that rate's real runs (`simulator.calibrate.step_pricing.speed_factors`,
 priced by this checkout), so what is left is the error of everything but step speed. A
 rate's steps are those logged while its real runs ran (`real_windows` in validation.json;
 folders written before it was recorded: each run's end from its summary's file time and
@@ -38,9 +38,9 @@ from typing import Any
 from realexec.validate import bracketed_factors, check_targets, compare
 from realexec.validate_plan import engine_factors, rescaled_scenario, simulate
 from realexec.validate_steps import logged_steps, real_windows, steps_within, with_probe_speeds
-from simulator.calibrated import calibrated_cost_model
+from simulator.calibrate.calibrated import calibrated_cost_model
+from simulator.calibrate.step_pricing import speed_factors
 from simulator.cost.params import CostParams
-from simulator.step_pricing import speed_factors
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "e2e_p50",
          "tpot_p90", "e2e_p90")

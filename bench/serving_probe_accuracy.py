@@ -29,7 +29,7 @@ import numpy as np
 
 def _speeds_from_logs(vdir: Path, result: dict, index: int, cost_model) -> list[dict]:
     from realexec.validate_steps import logged_steps, real_windows, steps_within
-    from simulator.step_pricing import speed_factors
+    from simulator.calibrate.step_pricing import speed_factors
 
     runs = vdir / "runs"
     logs = logged_steps(runs, result["mode"])

@@ -6,7 +6,7 @@
 STEPS.jsonl: step logs a real run wrote (`kvpd validate` keeps them under
 `runs/colocated-steps/` and `runs/pd-steps/`; serving workers with `step_log_dir`). Prints,
 for each calibration, the error (total predicted / total measured - 1) over all steps and by
-kind (`simulator.step_pricing.step_kind`), then per exact size of all-decode steps, side
+kind (`simulator.calibrate.step_pricing.step_kind`), then per exact size of all-decode steps, side
 by side: where one calibration's error jumps between neighbouring sizes and the other's
 does not, the size effect is what it models (see `CostParams.linear_token_factors`).
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from realexec.profile_facts import model_identity
 from realexec.step_log import read_step_log
-from simulator.calibrated import calibrated_cost_model
-from simulator.step_pricing import STEP_KINDS, step_errors, step_kind
+from simulator.calibrate.calibrated import calibrated_cost_model
+from simulator.calibrate.step_pricing import STEP_KINDS, step_errors, step_kind
 
 
 def main() -> None:

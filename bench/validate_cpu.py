@@ -32,7 +32,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="profile rounds")
     p.add_argument("--statistic", default="cpu", choices=["cpu", "mean", "median"],
                    help="what the fit matches per profile point (cpu: on-CPU time, then scaled "
-                   "by the profile's CPU share; see simulator/calibrate.py)")
+                   "by the profile's CPU share; see simulator/calibrate/fit.py)")
     p.add_argument("--duration-s", type=float, default=10.0)
     p.add_argument("--min-requests", type=int, default=10)
     p.add_argument("--max-requests", type=int, default=400)
@@ -57,7 +57,7 @@ def main() -> int:
         targets_summary,
         write_report,
     )
-    from simulator.calibrate import calibrate, write_calibration
+    from simulator.calibrate.fit import calibrate, write_calibration
 
     t_all = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)

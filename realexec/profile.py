@@ -9,7 +9,7 @@ swap copies and PD KV transfers. Decode contexts are set up without computing
 them (`_NoCompute` runs the scheduler's prompt steps for free; the cache content does not
 change the timing). Step points are visited in `warmup` untimed and `repeats` timed
 rounds (interleaved, see `Profiler`); copies get `warmup` + `repeats` back-to-back runs. The
-profile keeps the median, mean and spread of each point (see `simulator.calibrate_io`).
+profile keeps the median, mean and spread of each point (see `simulator.calibrate.profile_io`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from realexec.profile_facts import (
 )
 from realexec.profile_fresh import fresh_shape_check
 from realexec.profile_linears import time_linears
-from simulator.calibrate_io import STEP_KINDS, ProfileRow, write_profile
+from simulator.calibrate.fresh_shapes import describe_fresh_shapes
+from simulator.calibrate.profile_io import STEP_KINDS, ProfileRow, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.core.block_pool import BlockPool
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
-from simulator.fresh_shapes import describe_fresh_shapes
 
 Progress = Callable[[str], None] | None
 Sample = tuple[tuple, str, float, float, BatchShape]  # key, kind, wall s, on-CPU s, shape

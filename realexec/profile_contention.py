@@ -6,7 +6,7 @@ decode batch) are timed in interleaved rounds with the neighbour in each of thre
 `none` (idle), `stream` (one thread reading a tensor larger than the caches: a neighbour
 whose step is all memory, f = 1) and `spin` (one thread busy on registers: a neighbour that
 takes a core but no memory bandwidth, f = 0). `kvpd calibrate` fits the two shares from the
-ratios (`simulator.calibrate_host`).
+ratios (`simulator.calibrate.host_share`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from realexec.profile_contention import decode_points
-from simulator.fresh_shapes import WARN_RATIO
+from simulator.calibrate.fresh_shapes import WARN_RATIO
 
 
 def fresh_points(grid) -> list[tuple[str, int, int]]:

@@ -5,7 +5,7 @@ GEMM kernels are not smooth in their row count while a roofline is linear in row
 fp32 MKL on one core, real llama-50m decode batches of 5, 7, 9 and 11 requests ran 7-10%
 slower than the roofline fitted at 4, 8, 12 and 16 (bench/step_errors_by_size.py). The step grid fits the cost model at the batch sizes it
 profiles; these timings give `kvpd calibrate` the shape of the curve between them
-(`CostParams.linear_token_factors`, `lm_head_row_factors`, simulator/calibrate_linears.py).
+(`CostParams.linear_token_factors`, `lm_head_row_factors`, simulator/calibrate/linears.py).
 
 - `linear` (rows = tokens): every layer's projections and MLP as `PagedCausalLM.forward`
   calls them (qkv, o, MLP; GPT-2: c_attn, c_proj, MLP) on `[rows, hidden]`;
@@ -25,7 +25,7 @@ import torch
 
 from realexec.device import synchronize
 from realexec.paged_model import PagedCausalLM
-from simulator.calibrate_io import ProfileRow
+from simulator.calibrate.profile_io import ProfileRow
 from simulator.core.batch_shape import BatchShape
 
 

@@ -1,7 +1,7 @@
 """The serving probe of `kvpd profile`: a short fixed load replayed through a real colocated
 engine and a real 1P1D PD deployment, every step they ran recorded, so `kvpd calibrate` can
 measure how fast steps run *while serving* relative to the grid's isolated, repeated steps
-(`serving_speed` in the calibration; `simulator.calibrate_serving`).
+(`serving_speed` in the calibration; `simulator.calibrate.serving_speed`).
 
 Why: on the 2-core VM kvpd is validated on, the PD prefill worker's steps ran 4-13% slower
 in every real PD run than the calibration priced them (after host sharing), and colocated and
@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from simulator.calibrate_loop import encode_loop
-from simulator.calibrate_serving import STEP_SHAPE_FIELDS, encode_steps
+from simulator.calibrate.loop import encode_loop
+from simulator.calibrate.serving_speed import STEP_SHAPE_FIELDS, encode_steps
 
 WARMUP_REQUESTS = 4  # replayed first, not recorded (first-request costs)
 MODES = ("colocated", "pd")

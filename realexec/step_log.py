@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator.calibrate.step_pricing import TimedStep
 from simulator.core.batch_shape import BatchShape
-from simulator.step_pricing import TimedStep
 
 FLUSH_EVERY = 256  # steps
 

@@ -43,13 +43,13 @@ from realexec.validate_plan import (
     sustained_capacity,
     trace_probe,
 )
-from simulator.step_pricing import (
+from simulator.calibrate.step_pricing import (
     factors_from_errors,
     pd_step_errors,
     speed_factors,
     step_errors,
 )
-from simulator.step_speeds import Speed, fit_two_speeds
+from simulator.calibrate.step_speeds import Speed, fit_two_speeds
 
 Progress = Callable[[str], None]
 # (name, path in summary.json); errors are (sim - real) / real
@@ -261,7 +261,7 @@ def bracketed_factors(probes: dict[str, Any], two_speeds: bool = False) -> dict[
     """Per engine, the mean of the serving probes just before and just after one run
     (bracketing: the machine's speed during the run, as far as measurements of other
     requests around it tell), one factor; with `two_speeds`, {"compute": c, "memory": m}
-    where both probes fitted two speeds (`simulator.step_speeds`). None unless both probes
+    where both probes fitted two speeds (`simulator.calibrate.step_speeds`). None unless both probes
     succeeded."""
     before, after = probes.get("serving") or {}, probes.get("serving_after") or {}
     fb, fa = before.get("factors"), after.get("factors")
@@ -371,7 +371,7 @@ class Validation:
 
     def _cost_model(self):
         """The calibrated `CostModel` (what the simulator uses)."""
-        from simulator.calibrated import calibrated_cost_model
+        from simulator.calibrate.calibrated import calibrated_cost_model
 
         return calibrated_cost_model(self.params, self.model_config, self.model_name, self.dtype)
 
@@ -694,7 +694,7 @@ class Validation:
         out = {"factors": factors, "wall_s": time.perf_counter() - t0,
                "window": [wall0, time.time()],
                "num_steps": sum(len(v) for v in backend.steps.values())}
-        if speeds is not None:  # compute and memory apart (`simulator.step_speeds`)
+        if speeds is not None:  # compute and memory apart (`simulator.calibrate.step_speeds`)
             out["speeds"] = {"engine": speeds}
         return out
 

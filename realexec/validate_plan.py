@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 import workloads
+from simulator.calibrate.step_speeds import Speed, compute_memory
 from simulator.cost.params import CostParams
-from simulator.step_speeds import Speed, compute_memory
 from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 
 TRACE_KINDS = ("azure", "gamma")
@@ -145,7 +145,7 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                   seed: int = 0, serving_loop: bool = True) -> dict[str, Any]:
     """The simulator scenario mirroring a real run (paths absolute). With the calibration's
     serving speed for the mode's engines, each engine's device runs at it
-    (`hardware.serving_speed`, simulator/calibrated.py); `serving_loop=False` (an engine
+    (`hardware.serving_speed`, simulator/calibrate/calibrated.py); `serving_loop=False` (an engine
     driven in-process) leaves out the calibration's serving-loop terms."""
     hw = dict(params.extra.get("hardware") or {})
     hw["calibration"] = str(Path(calibration).resolve())
@@ -177,7 +177,7 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         # the other worker is in a step, a step streams memory and computes at the
         # shares fitted from the profile's contended steps (else the measured bandwidth
         # share of two streams)
-        from simulator.calibrate_host import host_shares
+        from simulator.calibrate.host_share import host_shares
 
         memory, compute = host_shares(params.extra)
         if memory:
@@ -192,10 +192,10 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
 
 
 def serving_factors(params: CostParams, mode: str) -> dict[str, float] | None:
-    """The calibration's `serving_speed` (simulator/calibrate_serving.py) for the engines of
+    """The calibration's `serving_speed` (simulator/calibrate/serving_speed.py) for the engines of
     `mode`, keyed as `rescaled_scenario` takes them ({"engine": f} colocated, {"prefill": f,
     "decode": f} PD); None when it measured none for them."""
-    from simulator.calibrated import serving_speed
+    from simulator.calibrate.calibrated import serving_speed
 
     roles = {"engine": "colocated"} if mode == "colocated" else {"prefill": "prefill",
                                                                  "decode": "decode"}
@@ -219,7 +219,7 @@ def scaled_hardware(params: CostParams, factor: Speed, path: Path) -> dict[str, 
     step time / factor; links unchanged), or with compute (peaks and fixed overheads) and
     memory bandwidth at their own factors ({"compute": c, "memory": m}: `step_speeds`); its
     calibration written to `path`."""
-    from simulator.calibrated import overheads_at_speed
+    from simulator.calibrate.calibrated import overheads_at_speed
 
     c, m = compute_memory(factor)
     hw = dict(params.extra.get("hardware") or {})

@@ -22,7 +22,7 @@ import numpy as np
 
 from realexec.validate import METRICS, TARGETS, ValidateConfig
 from realexec.validate_plan import PD_FIRST_TOKEN
-from simulator.step_pricing import STEP_KINDS, priced_total
+from simulator.calibrate.step_pricing import STEP_KINDS, priced_total
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
          "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "preemptions")
@@ -81,7 +81,7 @@ def format_pd_steps(summary: dict[str, Any]) -> str:
 
 
 def format_steps_by_kind(summary: dict[str, Any]) -> str:
-    """The cost model on the real runs' own steps by kind (`simulator.step_pricing.step_kind`):
+    """The cost model on the real runs' own steps by kind (`simulator.calibrate.step_pricing.step_kind`):
     predicted total / measured total - 1 and the number of steps."""
     seen = {k for r in summary["results"] for k in ((r.get("step_error") or {}).get("by_kind") or {})}
     kinds = [k for k in STEP_KINDS if k in seen]
@@ -386,7 +386,7 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     extra = [t for t in (format_queueing(summary), format_steps_by_kind(summary),
                          format_pd_steps(summary)) if t]
     if measured:
-        from simulator.calibrate_serving import format_serving_speed
+        from simulator.calibrate.serving_speed import format_serving_speed
 
         how = ("The simulated engines ran at these speeds (the calibration's, from its "
                "profile's serving probe); the speed-adjusted re-run scales them, the refreshed "
@@ -397,12 +397,12 @@ def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) 
     params = getattr(validation, "params", None)
     fresh = params.extra.get("fresh_shapes") if params is not None else None
     if fresh:  # the profile's steps of never-run shapes vs repeated ones
-        from simulator.fresh_shapes import describe_fresh_shapes
+        from simulator.calibrate.fresh_shapes import describe_fresh_shapes
 
         extra.insert(0, describe_fresh_shapes(fresh) + " (the calibration's profile)")
     loop = params.extra.get("serving_loop") if params is not None else None
     if loop:  # host time between serving steps, which the simulated engines carry
-        from simulator.calibrate_loop import format_loop
+        from simulator.calibrate.loop import format_loop
 
         extra.insert(0, format_loop(loop) + "; every simulated step carries the loop, every "
                      "PD prompt hand-off its cost")

@@ -1,6 +1,6 @@
 """Finding a validated rate's own steps in a `kvpd validate` folder: the step logs its
 engines wrote, and the wall-clock windows of its real runs. Pricing them is
-`simulator.step_pricing`.
+`simulator.calibrate.step_pricing`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 def folder_cost_model(validate_dir: Path):
     """The calibrated cost model a `kvpd validate` folder priced with (its calibration is
     copied beside its results; `repro.json` names it, the model and the dtype)."""
-    from simulator.calibrated import calibrated_cost_model
+    from simulator.calibrate.calibrated import calibrated_cost_model
 
     repro = json.loads((validate_dir / "repro.json").read_text())
     return calibrated_cost_model(validate_dir / Path(repro["calibration"]).name,
@@ -57,9 +57,9 @@ def steps_within(logs: dict[str, list], windows: Sequence[tuple[float, float]]) 
 
 def with_probe_speeds(probes: dict[str, Any], logs: dict[str, list], cost_model) -> dict[str, Any]:
     """A run's probes (`probe.runs[i]` of validation.json) with every colocated serving
-    probe's two speeds (`simulator.step_speeds`): as recorded, else fitted from its steps in
+    probe's two speeds (`simulator.calibrate.step_speeds`): as recorded, else fitted from its steps in
     the step logs `logs` (inside its `window`; folders written before probes had speeds)."""
-    from simulator.step_speeds import fit_two_speeds
+    from simulator.calibrate.step_speeds import fit_two_speeds
 
     out = dict(probes)
     for key in ("serving", "serving_after"):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from simulator.calibrated import at_speed, serving_speed
+from simulator.calibrate.calibrated import at_speed, serving_speed
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler

@@ -11,8 +11,8 @@ import pytest
 
 from kvpd.cli import main as kvpd_main
 from realexec.configs import LLAMA_50M
-from simulator.calibrate import FREE_FIELDS, calibrate, write_calibration
-from simulator.calibrate_io import ProfileRow, read_profile, write_profile
+from simulator.calibrate.fit import FREE_FIELDS, calibrate, write_calibration
+from simulator.calibrate.profile_io import ProfileRow, read_profile, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.models import ModelSpec
@@ -257,7 +257,7 @@ def test_cli_calibrate_writes_yaml_and_reports_per_kind(tmp_path, capsys):
 
 
 def test_host_sharing_is_fitted_from_the_contended_points(tmp_path):
-    from simulator.calibrate_host import fit_host_sharing
+    from simulator.calibrate.host_share import fit_host_sharing
 
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=TRUE)
     fit = fit_host_sharing(contention(TRUE, 0.45, 0.9), cm)

@@ -1,4 +1,4 @@
-"""GEMM size factors (`kvpd calibrate`, simulator/calibrate_linears.py): 1 at the sizes the
+"""GEMM size factors (`kvpd calibrate`, simulator/calibrate/linears.py): 1 at the sizes the
 step fit saw, the measured curve relative to the anchors between them, nothing invented
 for sizes not timed; a synthetic profile's known factors come back."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.calibrate_io import Profile
-from simulator.calibrate_linears import (
+from simulator.calibrate.linears import (
     fit_size_factors,
     linear_seconds,
     lm_head_seconds,
     size_factors,
 )
+from simulator.calibrate.profile_io import Profile
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.params import CostParams

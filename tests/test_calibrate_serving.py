@@ -4,13 +4,14 @@
 import pytest
 
 from realexec.validate_plan import RunKnobs, engine_factors, scenario_dict
-from simulator.calibrate_serving import (
+from simulator.calibrate.serving_speed import (
     MIN_STEPS,
     STEP_SHAPE_FIELDS,
     encode_steps,
     fit_serving_speed,
     format_serving_speed,
 )
+from simulator.calibrate.step_pricing import TimedStep
 from simulator.cluster import resolve_hardware
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
@@ -18,7 +19,6 @@ from simulator.cost.hardware import get_accelerator
 from simulator.cost.models import ModelSpec
 from simulator.cost.params import CostParams
 from simulator.scenario import scenario_from_dict
-from simulator.step_pricing import TimedStep
 from tests.sim_helpers import TINY_HF_CONFIG
 
 CFG = TINY_HF_CONFIG

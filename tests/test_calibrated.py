@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from realexec.configs import TINY
-from simulator.calibrated import calibrated_cost_model
+from simulator.calibrate.calibrated import calibrated_cost_model
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.models import ModelSpec

@@ -25,7 +25,7 @@ from realexec.profile_facts import (
     model_identity,
     sched_times,
 )
-from simulator.calibrate_io import read_profile
+from simulator.calibrate.profile_io import read_profile
 from simulator.core.block_pool import BlockPool
 from simulator.cost.params import CostParams
 

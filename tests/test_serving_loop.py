@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from simulator.calibrate_loop import (
+from simulator.calibrate.calibrated import overheads_at_speed
+from simulator.calibrate.loop import (
     MIN_HANDOFF_STEPS,
     MIN_LAND_STEPS,
     MIN_LOOP_STEPS,
@@ -16,12 +17,11 @@ from simulator.calibrate_loop import (
     format_loop,
     loop_params,
 )
-from simulator.calibrated import overheads_at_speed
+from simulator.calibrate.step_pricing import TimedStep
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.params import CostParams
 from simulator.run import run_scenario
 from simulator.scenario import scenario_from_dict
-from simulator.step_pricing import TimedStep
 from tests.sim_helpers import TINY_HF_CONFIG
 
 CFG = TINY_HF_CONFIG

@@ -1,15 +1,15 @@
 """Step logs of serving workers (`realexec.step_log`) and the cost model checked on the
-PD workers' own steps (`simulator.step_pricing`)."""
+PD workers' own steps (`simulator.calibrate.step_pricing`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
+from simulator.calibrate.step_pricing import STEP_KINDS, pd_step_errors, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.host_share import HostSharing, contended_cost_model
-from simulator.step_pricing import STEP_KINDS, pd_step_errors, step_errors
 
 
 def _prefill(n: int) -> BatchShape:

@@ -1,4 +1,4 @@
-"""Two speeds (compute, memory) fitted from an engine's steps: `simulator.step_speeds`."""
+"""Two speeds (compute, memory) fitted from an engine's steps: `simulator.calibrate.step_speeds`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from realexec.configs import builtin_config
-from simulator.calibrated import at_speed, at_speeds
+from simulator.calibrate.calibrated import at_speed, at_speeds
+from simulator.calibrate.step_pricing import TimedStep, step_errors
+from simulator.calibrate.step_speeds import cost_model_at, fit_two_speeds, step_groups
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.models import ModelSpec
 from simulator.cost.params import CostParams
-from simulator.step_pricing import TimedStep, step_errors
-from simulator.step_speeds import cost_model_at, fit_two_speeds, step_groups
 
 
 @pytest.fixture(scope="module")

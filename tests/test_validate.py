@@ -291,7 +291,7 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
                   BatchShape.from_lists([16, 1, 1], [32, 40, 50])):
         assert slow.step_time(shape) == pytest.approx(base.step_time(shape) / 0.8, rel=1e-9)
     # compute and memory at their own factors: the device `step_speeds` prices with
-    from simulator.step_speeds import cost_model_at
+    from simulator.calibrate.step_speeds import cost_model_at
 
     spec = scaled_hardware(v.params, {"compute": 0.7, "memory": 1.3}, tmp_path / "two.yaml")
     acc, params = resolve_hardware(spec, sc)
@@ -603,9 +603,9 @@ def test_speed_factors_price_each_engine_by_its_own_steps(done):
     """Colocated: one factor (cost model total / measured total); PD: one per worker, with
     the cluster's host sharing; None when a worker ran no step."""
     from realexec.step_log import LoggedStep
+    from simulator.calibrate.step_pricing import speed_factors
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.host_share import HostSharing
-    from simulator.step_pricing import speed_factors
 
     cm = done[1].cost_model
     a, b = BatchShape.from_lists([40], [0]), BatchShape.from_lists([1] * 4, [50] * 4)

@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from simulator.calibrate import calibrate, write_calibration
-    from simulator.calibrate_io import profile_paths
+    from simulator.calibrate.fit import calibrate, write_calibration
+    from simulator.calibrate.profile_io import profile_paths
 
     cal = calibrate(args.profile, hardware=args.hardware, held_out=args.held_out,
                     seed=args.seed, model=args.model, device=args.device,

@@ -25,7 +25,7 @@ OVERHEAD_FIELDS = ("step_overhead_s", "layer_overhead_s", "token_overhead_s",
 # fitted on the CPU executor; their defaults are the ideal GPU kernels, leaving estimates as is).
 BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 # Host seconds of a serving engine's loop outside its engine steps (a calibration measures
-# them from the profile's serving probe, simulator/calibrate_loop.py; not fitted).
+# them from the profile's serving probe, simulator/calibrate/loop.py; not fitted).
 LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s",
                "kv_land_s", "kv_land_token_s")
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
@@ -107,7 +107,7 @@ class CostParams:
     # (`linear_token_factors`) or the LM head of a step of i + 1 requests
     # (`lm_head_row_factors`); sizes beyond a table get 1. Measured by `kvpd calibrate` from
     # the profile's timings of the executor's own linears at every size, relative to the
-    # sizes the step fit saw (simulator/calibrate_linears.py). fp32 MKL, 1 thread, this CPU:
+    # sizes the step fit saw (simulator/calibrate/linears.py). fp32 MKL, 1 thread, this CPU:
     # without them, real decode batches of 5, 7, 9, 11 requests were priced 7-10% low while
     # 8, 12, 16 fitted within 1% (bench/step_errors_by_size.py). Empty: off (roofline alone).
     linear_token_factors: tuple[float, ...] = ()
@@ -124,7 +124,7 @@ class CostParams:
     # usually one gathered frame: a copy of the prompt's KV; realexec/pd_kv.py) and its first
     # token to the front end, before the next step starts and before that first token goes
     # out. 0: an asynchronous connector. Measured like loop_overhead_s
-    # (simulator/calibrate_loop.py); this CPU, llama-50m (run 16's real prefill worker, steps
+    # (simulator/calibrate/loop.py); this CPU, llama-50m (run 16's real prefill worker, steps
     # that went straight on): 1.5 ms after a step that handed off one prompt, 2.3 after 2-4.
     kv_handoff_step_s: float = 0.0
     kv_handoff_s: float = 0.0

@@ -27,8 +27,8 @@ A seeded, per-kind share of the points (`held_out`) is held back and only used t
 the error (MAPE, median absolute error). Swap copies and PD KV transfers are fitted as
 links (latency + bytes / bandwidth, non-negative least squares) for the scenario's
 `hardware.pcie` and `cluster.pd.link`. The linears timed alone at every small size give
-the GEMM size factors between the step sizes (simulator/calibrate_linears.py). A CPU
-profile's steps timed beside a busy neighbour process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate_host`) that
+the GEMM size factors between the step sizes (simulator/calibrate/linears.py). A CPU
+profile's steps timed beside a busy neighbour process give the host-sharing shares (`extra.host_sharing`, `simulator.calibrate.host_share`) that
 `kvpd validate` simulates its 1P1D runs with.
 """
 
@@ -44,17 +44,17 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from simulator.calibrate_host import fit_host_sharing, host_shares
-from simulator.calibrate_io import STEP_KINDS, Profile, read_profile
-from simulator.calibrate_linears import fit_size_factors
-from simulator.calibrate_loop import fit_loop, format_loop, loop_params
-from simulator.calibrate_serving import fit_serving_speed, format_serving_speed
+from simulator.calibrate.fresh_shapes import describe_fresh_shapes
+from simulator.calibrate.host_share import fit_host_sharing, host_shares
+from simulator.calibrate.linears import fit_size_factors
+from simulator.calibrate.loop import fit_loop, format_loop, loop_params
+from simulator.calibrate.profile_io import STEP_KINDS, Profile, read_profile
+from simulator.calibrate.serving_speed import fit_serving_speed, format_serving_speed
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator, get_accelerator
 from simulator.cost.models import ModelSpec
 from simulator.cost.params import BEHAVIOUR_FIELDS, EFFICIENCY_FIELDS, OVERHEAD_FIELDS, CostParams
-from simulator.fresh_shapes import describe_fresh_shapes
 
 HELD_FIELDS = ("comm_efficiency", "layer_overhead_s", "token_overhead_s")
 STATISTICS = ("median", "mean", "cpu")

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from simulator.calibrate_serving import ROLES
+from simulator.calibrate.serving_speed import ROLES
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator
 from simulator.cost.models import ModelSpec

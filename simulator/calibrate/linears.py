@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.calibrate_io import Profile
+from simulator.calibrate.profile_io import Profile
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import LINEAR_OPS
 from simulator.cost.costmodel import CostModel

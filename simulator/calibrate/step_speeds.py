@@ -7,7 +7,7 @@ decode steps (memory-bound) ran 7-14% faster than priced while its prompt steps 
 bound) ran within -1..+4%, so one factor over-sped the prompts and under-sped the decodes.
 Here the steps are split into those with a prompt (or prompt chunk) and decode-only ones,
 and the device's compute peaks (with the fixed overheads: host work) and its memory
-bandwidth are scaled apart (`simulator.calibrated.at_speeds`) until the cost model's total
+bandwidth are scaled apart (`simulator.calibrate.calibrated.at_speeds`) until the cost model's total
 over each group equals its measured total. An engine whose steps are nearly all of one kind
 (a PD worker) has no second speed to find: None.
 """
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.calibrated import at_speeds
+from simulator.calibrate.calibrated import at_speeds
+from simulator.calibrate.step_pricing import usable_steps
 from simulator.cost.costmodel import CostModel
-from simulator.step_pricing import usable_steps
 
 Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}
 

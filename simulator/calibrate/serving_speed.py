@@ -5,7 +5,7 @@ steps while serving, relative to the calibrated cost model, from the profile's s
 Per role, factor = the cost model's total over the probe's steps / their measured total
 (< 1: serving steps ran slower than the grid's isolated ones): "colocated" from the colocated
 engine's steps; "prefill" and "decode" from the 1P1D workers' steps, priced with the fitted
-host sharing as the simulator prices them (`simulator.step_pricing.pd_step_errors`).
+host sharing as the simulator prices them (`simulator.calibrate.step_pricing.pd_step_errors`).
 `kvpd validate` simulates each engine's device at its role's factor
 (`realexec.validate_plan.scenario_dict`).
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from simulator.calibrate.step_pricing import TimedStep, pd_step_errors, priced_total, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
-from simulator.step_pricing import TimedStep, pd_step_errors, priced_total, step_errors
 
 ROLES = ("colocated", "prefill", "decode")
 MIN_STEPS = 20  # per role: fewer measure one request's luck, not the engine's speed
