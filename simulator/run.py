@@ -11,12 +11,12 @@ import numpy as np
 import simpy
 
 import workloads
-from simulator.cluster import SimCluster
+from simulator.cluster.cluster import SimCluster
+from simulator.cluster.timeline import Timeline
 from simulator.core.request import Request, SamplingParams
 from simulator.cost.models import get_model
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
 from simulator.scenario import Scenario
-from simulator.timeline import Timeline
 
 
 def build_trace(sc: Scenario, max_model_len: int | None = None) -> workloads.Trace:

@@ -28,7 +28,7 @@ class ClusterCost:
 
 def cluster_cost(sc: Scenario, cost_table: dict[str, float] | None = None) -> ClusterCost:
     """Accelerators and USD/hour of `sc`'s cluster; `cost_table` maps names to USD/hour."""
-    from simulator.cluster import resolve_hardware
+    from simulator.cluster.cluster import resolve_hardware
 
     table = {normalize_name(k): float(v) for k, v in (cost_table or {}).items()}
     gpus, total, unpriced = 0, 0.0, []

@@ -34,7 +34,7 @@ def hardware_specs(sc: Scenario) -> list[tuple[str, int, object]]:
 
 def preflight(sc: Scenario) -> None:
     """Raise ValueError / FileNotFoundError naming the field when a name or file is wrong."""
-    from simulator.cluster import resolve_hardware
+    from simulator.cluster.cluster import resolve_hardware
 
     model = sc.model
     if isinstance(model, str):

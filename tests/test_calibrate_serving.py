@@ -12,7 +12,7 @@ from simulator.calibrate.serving_speed import (
     format_serving_speed,
 )
 from simulator.calibrate.step_pricing import TimedStep
-from simulator.cluster import resolve_hardware
+from simulator.cluster.cluster import resolve_hardware
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
@@ -141,7 +141,7 @@ def test_validate_simulates_each_engine_at_its_serving_speed(tmp_path):
 def _pools(sc: dict, tmp_path) -> dict[str, float]:
     """Step time (s) of one mixed batch on each pool of scenario `sc` as `kvpd simulate`
     plans it."""
-    from simulator.cluster import plan_pool
+    from simulator.cluster.cluster import plan_pool
     from simulator.scenario import PoolSpec
 
     parsed = scenario_from_dict(sc)

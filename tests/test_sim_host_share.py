@@ -76,10 +76,10 @@ def test_out_of_range_share_is_refused(key, bad) -> None:
 def test_contended_steps_use_the_share_of_bandwidth() -> None:
     import simpy
 
-    from simulator.cluster import SimCluster
+    from simulator.cluster.cluster import SimCluster
+    from simulator.cluster.timeline import Timeline
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.models import get_model
-    from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": 0.5}}))
     c = SimCluster(simpy.Environment(), sc, get_model("llama-3-8b"), Timeline(enabled=False),
@@ -125,10 +125,10 @@ def _price_alone_then_beside(r, neighbour, shape, fraction: float | None) -> lis
 def test_compute_share_applies_to_the_non_memory_seconds() -> None:
     import simpy
 
-    from simulator.cluster import SimCluster
+    from simulator.cluster.cluster import SimCluster
+    from simulator.cluster.timeline import Timeline
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.models import get_model
-    from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_compute_share": 0.8}}))
     c = SimCluster(simpy.Environment(), sc, get_model("llama-3-8b"), Timeline(enabled=False),
@@ -147,9 +147,9 @@ def test_compute_share_applies_to_the_non_memory_seconds() -> None:
 def _two_replicas(share: float = 0.5, compute: float = 0.8):
     import simpy
 
-    from simulator.cluster import SimCluster
+    from simulator.cluster.cluster import SimCluster
+    from simulator.cluster.timeline import Timeline
     from simulator.cost.models import get_model
-    from simulator.timeline import Timeline
 
     sc = scenario_from_dict(merged(PD, {"cluster": {"host_memory_share": share,
                                                     "host_compute_share": compute}}))

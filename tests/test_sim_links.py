@@ -1,7 +1,7 @@
 import pytest
 import simpy
 
-from simulator.links import SimLink
+from simulator.cluster.links import SimLink
 
 
 def _run(transfers, bw=1e9, lat=1e-3):

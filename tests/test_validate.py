@@ -269,7 +269,7 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
     import copy
     import dataclasses
 
-    from simulator.cluster import resolve_hardware
+    from simulator.cluster.cluster import resolve_hardware
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.costmodel import CostModel
     from simulator.cost.models import ModelSpec

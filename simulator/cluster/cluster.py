@@ -31,6 +31,10 @@ from dataclasses import dataclass
 import simpy
 
 from simulator.calibrate.calibrated import at_speed, serving_speed
+from simulator.cluster.links import SimLink
+from simulator.cluster.replica import SimReplica
+from simulator.cluster.router import Router
+from simulator.cluster.timeline import Timeline
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
@@ -40,11 +44,7 @@ from simulator.cost.host_share import HostSharing
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
 from simulator.cost.models import ModelSpec
 from simulator.cost.params import LOOP_FIELDS, CostParams
-from simulator.links import SimLink
-from simulator.replica import SimReplica
-from simulator.router import Router
 from simulator.scenario import PoolSpec, Scenario, Spec
-from simulator.timeline import Timeline
 
 
 def resolve_hardware(spec: Spec, scenario: Scenario,

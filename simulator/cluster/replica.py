@@ -19,13 +19,13 @@ from itertools import accumulate
 
 import simpy
 
+from simulator.cluster.links import SimLink
+from simulator.cluster.timeline import Timeline
 from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
 from simulator.cost.host_share import HostSharing
-from simulator.links import SimLink
-from simulator.timeline import Timeline
 
 
 class SimReplica:
