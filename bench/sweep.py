@@ -34,7 +34,7 @@ AXES = {
 
 
 def same_tables(a: list[dict], b: list[dict]) -> bool:
-    from simulator.sweep_worker import WALL_CLOCK_METRICS
+    from simulator.plan.worker import WALL_CLOCK_METRICS
 
     skip = {"point_wall_s", *WALL_CLOCK_METRICS}
 
@@ -46,8 +46,8 @@ def same_tables(a: list[dict], b: list[dict]) -> bool:
 
 
 def bench_sweep(workers: int | None) -> None:
-    from simulator.sweep import run_sweep
-    from simulator.sweep_spec import sweep_from_dict
+    from simulator.plan.sweep import run_sweep
+    from simulator.plan.sweep_spec import sweep_from_dict
 
     load_before = os.getloadavg()[0]
     spec = sweep_from_dict({"name": "bench-64", "base": str(QUICKSTART), "axes": AXES},
@@ -78,8 +78,8 @@ def bench_sweep(workers: int | None) -> None:
 
 
 def bench_capacity() -> None:
-    from simulator.capacity_plan import plan_capacity
-    from simulator.capacity_slo import SLOSet, parse_slo
+    from simulator.plan.candidates import plan_capacity
+    from simulator.plan.slo import SLOSet, parse_slo
 
     slos = SLOSet((parse_slo("ttft_p90=0.5"), parse_slo("tpot_p90=0.05")))
     t0 = time.perf_counter()

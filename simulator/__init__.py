@@ -1,1 +1,4 @@
-"""Simulator: the clock-free core (`simulator.core`), hardware/model catalogs, cost model, SimPy cluster, metrics, scenarios."""
+"""The modelled side: `core/` (the clock-free scheduler and KV cache both backends run),
+`cost/` (what a step costs), `cluster/` (the SimPy deployment), `calibrate/` (fits to real
+profiles), `plan/` (sweeps and capacity); `scenario`, `run`, `metrics`, `plots`, `report` turn
+a scenario into results."""

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from kvpd.cli import main
-from simulator.capacity import replay_variants
-from simulator.capacity_plan import candidates, parse_pd_ratios, plan_capacity
-from simulator.capacity_slo import SLOSet, SLOTarget, parse_slo, slo_set
+from simulator.plan.candidates import candidates, parse_pd_ratios, plan_capacity
+from simulator.plan.capacity import replay_variants
+from simulator.plan.keys import BaseScenario, build_scenario
+from simulator.plan.slo import SLOSet, SLOTarget, parse_slo, slo_set
 from simulator.run import run_scenario
 from simulator.scenario import load_scenario
-from simulator.sweep_keys import BaseScenario, build_scenario
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 # 30 s of the Azure conversation trace (59 requests): a simulation takes ~0.05 s, and even

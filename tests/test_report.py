@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from kvpd.cli import main
-from simulator.capacity_plan import plan_capacity, write_result
-from simulator.capacity_slo import SLOSet, parse_slo
-from simulator.sweep import run_sweep
-from simulator.sweep_plots import pareto_front
-from simulator.sweep_report import write_report
-from simulator.sweep_spec import load_sweep
+from simulator.plan.candidates import plan_capacity, write_result
+from simulator.plan.plots import pareto_front
+from simulator.plan.report import write_report
+from simulator.plan.slo import SLOSet, parse_slo
+from simulator.plan.sweep import run_sweep
+from simulator.plan.sweep_spec import load_sweep
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

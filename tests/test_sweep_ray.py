@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from kvpd.cli import main
-from simulator.sweep import run_sweep
-from simulator.sweep_backends import RayBackend, check_ray_address, ray_endpoint
-from simulator.sweep_spec import load_sweep
-from simulator.sweep_worker import WALL_CLOCK_METRICS
+from simulator.plan.backends import RayBackend, check_ray_address, ray_endpoint
+from simulator.plan.sweep import run_sweep
+from simulator.plan.sweep_spec import load_sweep
+from simulator.plan.worker import WALL_CLOCK_METRICS
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 

@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from kvpd.cli import main
+from simulator.plan.sweep import POINTS, read_points, run_sweep
+from simulator.plan.sweep_spec import load_sweep
+from simulator.plan.table import read_table
+from simulator.plan.worker import WALL_CLOCK_METRICS, flatten_summary
 from simulator.run import run_scenario
 from simulator.scenario import load_scenario
-from simulator.sweep import POINTS, read_points, run_sweep
-from simulator.sweep_spec import load_sweep
-from simulator.sweep_table import read_table
-from simulator.sweep_worker import WALL_CLOCK_METRICS, flatten_summary
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 # 80 requests of the Azure conversation trace: each point simulates in well under a second.

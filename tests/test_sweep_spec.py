@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.sweep_spec import Axis, expand, load_sweep, point_id, sweep_from_dict
+from simulator.plan.sweep_spec import Axis, expand, load_sweep, point_id, sweep_from_dict
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 

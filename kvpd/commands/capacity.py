@@ -81,13 +81,13 @@ def format_result(result: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from simulator.capacity_plan import (
+    from simulator.plan.candidates import (
         load_cost_table,
         parse_pd_ratios,
         plan_capacity,
         write_result,
     )
-    from simulator.capacity_slo import parse_slo, slo_set
+    from simulator.plan.slo import parse_slo, slo_set
     from simulator.scenario import load_scenario
 
     for text in args.slo:  # bad SLOs fail before the scenario is even read
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
     print(f"wrote {path}")
     if args.report:
-        from simulator.sweep_report import write_report
+        from simulator.plan.report import write_report
 
         print(f"wrote {write_report(path.parent)}")
     return 0 if any(c.get("max_rate_rps") for c in result["candidates"]) else 1

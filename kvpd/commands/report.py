@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.sweep_report import write_report
+    from simulator.plan.report import write_report
 
     path = write_report(args.results, args.format, args.out, args.metric)
     print(f"wrote {path}")

@@ -41,8 +41,8 @@ def _fmt(v) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from simulator.sweep import axis_columns, run_sweep
-    from simulator.sweep_spec import load_sweep
+    from simulator.plan.sweep import axis_columns, run_sweep
+    from simulator.plan.sweep_spec import load_sweep
 
     spec = load_sweep(args.sweep, args.overrides)
     if args.dry_run:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     for path in out.paths:
         print(f"wrote {path}")
     if args.report:
-        from simulator.sweep_report import write_report
+        from simulator.plan.report import write_report
 
         print(f"wrote {write_report(out.out_dir)}")
     return 0 if ok or not out.rows else 1

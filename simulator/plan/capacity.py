@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.capacity_slo import SLOSet
-from simulator.sweep_keys import BaseScenario
-from simulator.sweep_worker import PointTask, simulate
+from simulator.plan.keys import BaseScenario
+from simulator.plan.slo import SLOSet
+from simulator.plan.worker import PointTask, simulate
 
 # Bracketing stops after this many doublings / halvings of the start rate (x4096 / /1024).
 MAX_DOUBLINGS = 12

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from simulator.plan.keys import build_scenario, check_key, set_path
 from simulator.scenario import Scenario, parse_override, read_scenario_yaml
-from simulator.sweep_keys import build_scenario, check_key, set_path
 
 SPEC_KEYS = ("name", "description", "base", "set", "mode", "samples", "seed", "out", "cost_table",
              "axes")
@@ -270,7 +270,7 @@ def _set_overrides(raw: Any, where: str) -> dict[str, Any]:
 
 def _validate_points(spec: SweepSpec) -> None:
     """Build every point's scenario; report the first bad ones, naming their overrides."""
-    from simulator.sweep_preflight import preflight
+    from simulator.plan.preflight import preflight
 
     errors = []
     for p in spec.points:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator import sweep_plots as plots
-from simulator.sweep_table import read_table
+from simulator.plan import plots as plots
+from simulator.plan.table import read_table
 
 # Metric columns shown in the report tables (all columns are in results.csv).
 TABLE_METRICS = ("slo.goodput_rps", "slo.attainment", "throughput.output_tokens_per_s",

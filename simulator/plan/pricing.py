@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.catalog_match import normalize_name
+from simulator.plan.preflight import hardware_specs
 from simulator.scenario import Scenario
-from simulator.sweep_preflight import hardware_specs
 
 SECONDS_PER_HOUR = 3600.0
 

@@ -25,7 +25,7 @@ BACKENDS = ("process", "ray", "serial")
 RAY_GCS_PORT = 6379
 RAY_CLIENT_PORT = 10001
 # Modules a pool worker imports once at start (forkserver preload) instead of per task.
-PRELOAD = ["simulator.run", "simulator.sweep_worker"]
+PRELOAD = ["simulator.run", "simulator.plan.worker"]
 
 Outcome = tuple[int, bool, Any]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from simulator.sweep_keys import BaseScenario
+    from simulator.plan.keys import BaseScenario
 
 # Sweep points skip the per-step time series (it only feeds plots and timeseries.parquet;
 # the summary is the same, tests/test_sweep_run.py checks it) unless a point sets it.
@@ -92,8 +92,8 @@ def _error_text(exc: BaseException) -> str:
 
 def simulate(task: PointTask) -> dict[str, Any]:
     """Simulate one point; returns flat metrics including `cost.*`. Raises on failure."""
+    from simulator.plan.pricing import cluster_cost, cost_metrics
     from simulator.run import run_scenario
-    from simulator.sweep_cost import cluster_cost, cost_metrics
     overrides = {**POINT_DEFAULTS, **task.overrides}
     sc = task.base.build(overrides)
     with deadline(task.timeout_s):

@@ -5,7 +5,7 @@ Results folder layout:
 - `sweep.json`: the sweep (name, base scenario and its fingerprint, axes, points count)
 - `points.jsonl`: one line per finished point (ok or failed), appended as points finish,
   so an interrupted sweep loses nothing; a re-run skips the points already in it
-- `results.parquet`, `results.csv`: the table (see `simulator.sweep_table`)
+- `results.parquet`, `results.csv`: the table (see `simulator.plan.table`)
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.sweep_keys import BaseScenario
-from simulator.sweep_spec import SweepSpec
-from simulator.sweep_table import table_rows, write_table
-from simulator.sweep_worker import PointTask, run_point
+from simulator.plan.keys import BaseScenario
+from simulator.plan.sweep_spec import SweepSpec
+from simulator.plan.table import table_rows, write_table
+from simulator.plan.worker import PointTask, run_point
 
 META = "sweep.json"
 POINTS = "points.jsonl"
@@ -107,7 +107,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, backend: An
     finishes, then write the table. `backend` is a name (see `make_backend`) or a
     backend object (kept open); `point_timeout_s` fails a point that simulates longer.
     Ctrl-C stops the sweep and still writes the table."""
-    from simulator.sweep_backends import make_backend
+    from simulator.plan.backends import make_backend
 
     t0 = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else default_out_dir(spec)

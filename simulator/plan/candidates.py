@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from simulator.capacity import Probe, confidence, replay_variants, search, trace_rate
-from simulator.capacity_slo import SLOSet
+from simulator.plan.capacity import Probe, confidence, replay_variants, search, trace_rate
+from simulator.plan.keys import BaseScenario
+from simulator.plan.preflight import preflight
+from simulator.plan.pricing import cluster_cost
+from simulator.plan.slo import SLOSet
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
-from simulator.sweep_cost import cluster_cost
-from simulator.sweep_keys import BaseScenario
-from simulator.sweep_preflight import preflight
 
 RESULT_FILE = "capacity.json"
 
@@ -164,7 +164,7 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
                   max_simulations: int = 60, backend: Any = "process",
                   workers: int | None = None, sim_timeout_s: float | None = None) -> dict[str, Any]:
     """Search every candidate and return the capacity result (see `RESULT_FILE`)."""
-    from simulator.sweep_backends import SerialBackend, make_backend
+    from simulator.plan.backends import SerialBackend, make_backend
 
     t0 = time.perf_counter()
     path = Path(scenario_path)
