@@ -29,8 +29,8 @@ def main() -> None:
 
     import torch
 
-    import realexec.runner as runner_mod
-    from realexec.device import synchronize
+    import realexec.engine.runner as runner_mod
+    from realexec.engine.device import synchronize
     from realexec.validate import ColocatedBackend
     from realexec.validate_probe import serving_probe_trace
 
@@ -84,7 +84,7 @@ def main() -> None:
     llm.runner.model.forward = timed("forward", orig[2], True)
     llm.runner.model.compute_logits = timed("logits", orig[3], True)
     llm.runner.sampler.sample = timed("sample", orig[4], True)
-    import realexec.attention as attention_mod
+    import realexec.engine.attention as attention_mod
 
     orig_attend = attention_mod.PagedAttention.attend
     attention_mod.PagedAttention.attend = timed("attend", orig_attend, True)

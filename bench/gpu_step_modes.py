@@ -159,7 +159,7 @@ def engine_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def engine_setup(args: argparse.Namespace) -> tuple[dict, dict]:
     """(model config, `LLM` keyword arguments) of the engine: bench/gpu_validate.sh's knobs."""
-    from realexec.configs import builtin_config
+    from realexec.engine.configs import builtin_config
     from realexec.validate_plan import RunKnobs
 
     knobs = RunKnobs(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=8192)

@@ -24,8 +24,8 @@ import sys
 import time
 
 from realexec import LLM, SamplingParams
-from realexec.hf_reference import hf_greedy
-from realexec.model_loader import load_model
+from realexec.engine.hf_reference import hf_greedy
+from realexec.engine.model_loader import load_model
 
 FAMILIES = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2")
 LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 31, 32, 47, 64, 90)

@@ -36,8 +36,8 @@ POOL_BLOCKS = 1024
 def _spec():
     import torch
 
-    from realexec.configs import builtin_config
-    from realexec.kv_cache import KVCacheSpec
+    from realexec.engine.configs import builtin_config
+    from realexec.engine.kv_cache import KVCacheSpec
 
     c = builtin_config("llama-50m")
     head_dim = c["hidden_size"] // c["num_attention_heads"]
@@ -93,7 +93,7 @@ def main() -> None:
 
     import torch
 
-    from realexec.kv_cache import PagedKVCache
+    from realexec.engine.kv_cache import PagedKVCache
     from realexec.pd_kv import StagedKV, check_kv_message, kv_frames, stage, write_staged
     from realexec.transport import decode, encode
 

@@ -33,7 +33,7 @@ import zmq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-MODEL = "llama-50m"  # the ladder's default model (realexec.configs.DEFAULT_MODEL)
+MODEL = "llama-50m"  # the ladder's default model (realexec.engine.configs.DEFAULT_MODEL)
 PROMPT_TOKENS = 2048
 BLOCK_SIZE = 16
 AZURE = REPO.parent / "shared" / "data" / "traces" / "azure2023_AzureLLMInferenceTrace_conv.csv"
@@ -42,8 +42,8 @@ AZURE = REPO.parent / "shared" / "data" / "traces" / "azure2023_AzureLLMInferenc
 def _spec():
     import torch
 
-    from realexec.configs import builtin_config
-    from realexec.kv_cache import KVCacheSpec
+    from realexec.engine.configs import builtin_config
+    from realexec.engine.kv_cache import KVCacheSpec
 
     c = builtin_config(MODEL)
     head_dim = c["hidden_size"] // c["num_attention_heads"]
@@ -56,7 +56,7 @@ def _receiver(endpoint: str, q: mp.Queue) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from realexec.kv_cache import PagedKVCache
+    from realexec.engine.kv_cache import PagedKVCache
     from realexec.pd_kv import StagedKV, check_kv_message, stage, write_staged
     from realexec.transport import decode
 
@@ -91,7 +91,7 @@ def _receiver(endpoint: str, q: mp.Queue) -> None:
 def bench_transfer(transport: str, mode: str, fragmented: bool, reps: int) -> dict[str, float]:
     import torch
 
-    from realexec.kv_cache import PagedKVCache
+    from realexec.engine.kv_cache import PagedKVCache
     from realexec.pd_kv import kv_frames
     from realexec.transport import encode
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from realexec.client import EngineClient
-from realexec.llm import LLM
+from realexec.engine.llm import LLM
 from realexec.serve_config import ServeConfig
 from realexec.step_log import read_step_log
 

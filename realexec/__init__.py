@@ -15,7 +15,7 @@ __all__ = ["LLM", "SamplingParams"]
 def __getattr__(name: str) -> Any:
     # torch is imported only when LLM is first used, so `import realexec` stays light.
     if name == "LLM":
-        from realexec.llm import LLM
+        from realexec.engine.llm import LLM
 
         return LLM
     raise AttributeError(f"module 'realexec' has no attribute {name!r}")

@@ -409,7 +409,7 @@ def worker_main(spec: WorkerSpec) -> None:
 
         if spec.num_threads:
             torch.set_num_threads(spec.num_threads)
-        from realexec.llm import LLM
+        from realexec.engine.llm import LLM
 
         llm = LLM(**spec.llm_kwargs, role=spec.role)
         loop = EngineLoop(spec, llm, ctx, out)

@@ -121,6 +121,8 @@ def run_ladder(args: argparse.Namespace) -> dict:
     import numpy as np
     import torch
 
+    from realexec.engine.llm import LLM
+    from realexec.engine.model_loader import load_model
     from realexec.ladder_rungs import (
         SingleRequestRunner,
         rung_engine,
@@ -128,8 +130,6 @@ def run_ladder(args: argparse.Namespace) -> dict:
         rung_no_cache,
         rungs_contiguous_and_paged,
     )
-    from realexec.llm import LLM
-    from realexec.model_loader import load_model
 
     t_start = time.perf_counter()
     loaded = load_model(args.model, args.dtype, args.device, seed=args.seed)

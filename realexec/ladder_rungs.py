@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from realexec.device import synchronize
-from realexec.llm import LLM
-from realexec.model_loader import LoadedModel, eos_token_id
-from realexec.paged_model import PagedCausalLM
-from realexec.simple_attention import ContiguousKVAttention, NoCacheAttention
+from realexec.engine.device import synchronize
+from realexec.engine.llm import LLM
+from realexec.engine.model_loader import LoadedModel, eos_token_id
+from realexec.engine.paged_model import PagedCausalLM
+from realexec.engine.simple_attention import ContiguousKVAttention, NoCacheAttention
 from simulator.core.request import SamplingParams
 
 

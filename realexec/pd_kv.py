@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from realexec.kv_cache import PagedKVCache
+from realexec.engine.kv_cache import PagedKVCache
 from realexec.transport import Message, ProtocolError
 
 

@@ -166,7 +166,7 @@ class Profiler:
     def __init__(self, model: str | dict[str, Any] = "llama-50m", dtype: str = "fp32",
                  device: str | None = None, grid: ProfileGrid | None = None, seed: int = 0,
                  progress: Progress = None) -> None:
-        from realexec.llm import LLM
+        from realexec.engine.llm import LLM
 
         self.grid = grid or ProfileGrid()
         self.config, self.name = model_identity(model)
@@ -322,7 +322,7 @@ class Profiler:
         return rows
 
     def swaps(self) -> list[ProfileRow]:
-        from realexec.device import synchronize
+        from realexec.engine.device import synchronize
 
         cache = self.llm.kv_cache
         rows = []

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from realexec.configs import BUILTIN_CONFIGS
+from realexec.engine.configs import BUILTIN_CONFIGS
 
 
 def catalog_device(device: torch.device) -> str:
@@ -47,7 +47,7 @@ def device_facts(device: torch.device) -> dict[str, Any]:
     import numpy
     import scipy
 
-    from realexec.kv_cache import total_memory_bytes
+    from realexec.engine.kv_cache import total_memory_bytes
 
     facts: dict[str, Any] = {
         "type": device.type,

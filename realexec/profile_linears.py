@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from realexec.device import synchronize
-from realexec.paged_model import PagedCausalLM
+from realexec.engine.device import synchronize
+from realexec.engine.paged_model import PagedCausalLM
 from simulator.calibrate.profile_io import ProfileRow
 from simulator.core.batch_shape import BatchShape
 

@@ -116,7 +116,7 @@ class ColocatedBackend:
 
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
                  step_log: Path) -> None:
-        from realexec.llm import LLM
+        from realexec.engine.llm import LLM
         from realexec.step_log import StepLogWriter
 
         self.llm = LLM(model_config, record_steps=True, **llm_kwargs)
@@ -347,7 +347,7 @@ class Validation:
             self.params = replace(self.params, extra=extra)
         if self.params.model is None or self.params.device is None:
             raise ValueError(f"{cfg.calibration}: names no model/device; write it with kvpd calibrate")
-        from realexec.device import resolve_device
+        from realexec.engine.device import resolve_device
         from realexec.profile_facts import catalog_device
 
         local = catalog_device(resolve_device(cfg.device))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import zmq
 
-from realexec.kv_cache import KVCacheSpec, PagedKVCache
+from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache
 from realexec.pd_kv import StagedKV, check_kv_message, kv_frames, stage, write_staged
 from realexec.transport import decode, encode
 

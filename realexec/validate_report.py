@@ -282,7 +282,7 @@ def _git_commit() -> str | None:
 
 
 def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
-    from realexec.device import resolve_device
+    from realexec.engine.device import resolve_device
     from realexec.profile_facts import device_facts
 
     cal_copy = out / Path(cfg.calibration).name

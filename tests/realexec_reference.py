@@ -8,11 +8,11 @@ import random
 import pytest
 import torch
 
-from realexec.hf_reference import hf_greedy
-from realexec.model_loader import load_model
+from realexec.engine.hf_reference import hf_greedy
+from realexec.engine.model_loader import load_model
 
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2"]
-VOCAB = 256  # vocab_size of the tiny configs (realexec.configs.TINY)
+VOCAB = 256  # vocab_size of the tiny configs (realexec.engine.configs.TINY)
 
 
 @functools.lru_cache(maxsize=8)

@@ -18,7 +18,7 @@ from realexec.engine_proc import WorkerSpec
 from realexec.serve_config import ServeConfig, spawn_worker
 from realexec.transport import Message, decode, encode
 
-TINY = "tiny-llama"  # 2 layers, hidden 64, vocab 256 (realexec.configs)
+TINY = "tiny-llama"  # 2 layers, hidden 64, vocab 256 (realexec.engine.configs)
 TINY_KWARGS: dict[str, Any] = {"num_gpu_blocks": 512, "block_size": 4, "max_num_batched_tokens": 64}
 STARTUP_S = 120.0  # spawning a worker imports torch + transformers (several s on 2 busy cores)
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
@@ -43,7 +43,7 @@ def reference(prompt_list: list[list[int]], max_tokens: int) -> list[list[int]]:
     one torch thread (a tiny model on several threads of a busy machine is ~100x slower)."""
     import torch
 
-    from realexec.llm import LLM
+    from realexec.engine.llm import LLM
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvpd.cli import main as kvpd_main
-from realexec.configs import LLAMA_50M
+from realexec.engine.configs import LLAMA_50M
 from simulator.calibrate.fit import FREE_FIELDS, calibrate, write_calibration
 from simulator.calibrate.profile_io import ProfileRow, read_profile, write_profile
 from simulator.core.batch_shape import BatchShape

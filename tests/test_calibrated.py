@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from realexec.configs import TINY
+from realexec.engine.configs import TINY
 from simulator.calibrate.calibrated import calibrated_cost_model
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel

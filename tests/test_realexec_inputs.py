@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from realexec import LLM, SamplingParams
-from realexec.device import available_devices, resolve_device
-from realexec.kv_cache import KVCacheSpec, num_blocks_from_budget
-from realexec.model_loader import load_model, parse_dtype
+from realexec.engine.device import available_devices, resolve_device
+from realexec.engine.kv_cache import KVCacheSpec, num_blocks_from_budget
+from realexec.engine.model_loader import load_model, parse_dtype
 from tests.realexec_reference import (
     assert_pool_whole,
     one_thread,  # noqa: F401  (fixture)

@@ -8,11 +8,11 @@ import random
 import pytest
 import torch
 
-from realexec.attention import PagedAttention, build_metadata
-from realexec.configs import builtin_config
-from realexec.kv_cache import KVCacheSpec, PagedKVCache
-from realexec.model_loader import load_model
-from realexec.paged_model import PagedCausalLM
+from realexec.engine.attention import PagedAttention, build_metadata
+from realexec.engine.configs import builtin_config
+from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache
+from realexec.engine.model_loader import load_model
+from realexec.engine.paged_model import PagedCausalLM
 from tests.realexec_reference import one_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -118,7 +118,7 @@ def test_sliding_window_matches_hf():
 
 
 def test_sdpa_backends_leave_out_cudnn_on_cuda_only():
-    from realexec.attention import sdpa_backends
+    from realexec.engine.attention import sdpa_backends
 
     assert torch.backends.cuda.cudnn_sdp_enabled()
     with sdpa_backends(torch.device("cuda")):
@@ -135,8 +135,8 @@ def test_every_attention_call_of_the_walk_runs_under_the_backend_choice(monkeypa
     """The paged forward's SDPA calls (decode batch and prefill chunks) all run inside
     `sdpa_backends` of the model's device: on CUDA none may pick cuDNN, whose per-shape
     graph builds made served decode steps ~3x slower on an H200."""
-    import realexec.attention as attention
-    import realexec.paged_model as paged_model
+    import realexec.engine.attention as attention
+    import realexec.engine.paged_model as paged_model
 
     pm, cache, seqs, tables, _ = _setup("tiny-llama")  # HF's own forward uses SDPA too
     real_backends, real_sdpa = attention.sdpa_backends, attention.F.scaled_dot_product_attention

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from realexec import LLM, SamplingParams
-from realexec.sampler import Sampler, SamplingRow, apply_top_k_top_p
+from realexec.engine.sampler import Sampler, SamplingRow, apply_top_k_top_p
 from tests.realexec_reference import (
     assert_pool_whole,
     one_thread,  # noqa: F401  (fixture)

@@ -72,7 +72,7 @@ def test_prepare_trace_applies_transforms_and_fits_the_context():
 def test_inproc_replay_writes_the_simulators_files(tmp_path):
     import torch
 
-    from realexec.llm import LLM
+    from realexec.engine.llm import LLM
 
     trace = _trace()
     threads = torch.get_num_threads()
@@ -103,7 +103,7 @@ def test_inproc_replay_keeps_each_requests_preemptions():
     the scheduler's own counter."""
     import torch
 
-    from realexec.llm import LLM
+    from realexec.engine.llm import LLM
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
                             output_len=np.full(6, 20), name="burst")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from realexec import pd_kv
-from realexec.kv_cache import KVCacheSpec, PagedKVCache
+from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache
 from realexec.pd_kv import StagedKV, block_runs, check_kv_message, kv_frames, stage, write_staged
 from realexec.transport import PROTOCOL_VERSION, ProtocolError, decode, encode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from realexec.configs import builtin_config
+from realexec.engine.configs import builtin_config
 from simulator.calibrate.calibrated import at_speed, at_speeds
 from simulator.calibrate.step_pricing import TimedStep, step_errors
 from simulator.calibrate.step_speeds import cost_model_at, fit_two_speeds, step_groups

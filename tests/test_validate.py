@@ -15,7 +15,7 @@ import torch
 import realexec.validate as validate_mod
 import workloads
 from kvpd.cli import main as kvpd_main
-from realexec.configs import TINY
+from realexec.engine.configs import TINY
 from realexec.validate import ValidateConfig, Validation, compare
 from realexec.validate_plan import (
     SUSTAINED_STEPS,

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     import random
     import time
 
-    from realexec.llm import LLM
-    from realexec.metrics import requests_of, summarize_run, write_run
+    from realexec.engine.llm import LLM
+    from realexec.engine.metrics import requests_of, summarize_run, write_run
 
     prompts = list(args.prompt_ids or [])
     if args.random_prompts < 0 or args.prompt_len < 1:

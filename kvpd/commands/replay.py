@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             if not isinstance(vocab, int):
                 raise UserError(f"--target {detail}: /v1/models gives no vocab_size (not a kvpd server?)")
         elif kind == "inproc":
-            from realexec.llm import LLM
+            from realexec.engine.llm import LLM
 
             cfg = serve_config(args)
             llm = LLM(cfg.model, **cfg.llm_kwargs)

@@ -73,7 +73,7 @@ class CostParams:
     token_overhead_s: float = 1e-7
     # Host-side work per scheduled request per step, whatever its tokens: its block-table
     # row and attention metadata, sampling its token, appending it and checking stops
-    # (Python per request in the CPU executor, realexec/attention.py and runner.py). 0:
+    # (Python per request in the CPU executor, realexec/engine/attention.py and runner.py). 0:
     # folded into step_overhead_s (GPU estimates). Fitted by `kvpd calibrate`. This CPU,
     # llama-50m: without it the fit priced decode steps of 24-48 requests at short contexts
     # 3-9% low and long ones 1-3% high, in every profile, and real serving batches (short
@@ -81,14 +81,14 @@ class CostParams:
     request_overhead_s: float = 0.0
     # Fixed seconds per layer of a step that has decodes, whatever their number and
     # contexts: setting up the batched decode attention (the CPU executor builds a gather,
-    # a mask and one SDPA call per layer, realexec/attention.py). 0: fused paged kernels,
+    # a mask and one SDPA call per layer, realexec/engine/attention.py). 0: fused paged kernels,
     # whose launch is in layer_overhead_s. Fitted by `kvpd calibrate`. This CPU, llama-50m:
     # the profile's decode steps at a 32-token context took 0.8-2 ms more than their KV
     # reads explain, and the fit without this term priced them 4-8% low.
     decode_attn_overhead_s: float = 0.0
     # Padded decode attention: a batched decode kernel that gathers every decode's KV padded to
     # the longest decode context of the step (the real CPU executor: KV gather + one batched
-    # SDPA, realexec/attention.py) reads and multiplies sum_ctx + p x (decodes x max_ctx -
+    # SDPA, realexec/engine/attention.py) reads and multiplies sum_ctx + p x (decodes x max_ctx -
     # sum_ctx) KV tokens. 0: paged kernels touch only each request's own blocks (vLLM
     # PagedAttention / FlashInfer); 1: fully padded. Fitted by `kvpd calibrate`.
     decode_padding: float = 0.0
@@ -100,7 +100,7 @@ class CostParams:
     # value as `rows` GEMV passes over the weights (measured: 2 or 3 rows cost 1.8x / 2.7x one
     # row, 4 rows 2.3x for a 2 MB matrix); applied to the per-layer linears, whose rows are
     # the step's tokens. The LM head is exempt: the CPU executor pads its 2-3 rows to 4
-    # (realexec/paged_model.py), so it runs as one GEMM. 0: off (GPU GEMMs read weights once).
+    # (realexec/engine/paged_model.py), so it runs as one GEMM. 0: off (GPU GEMMs read weights once).
     gemm_row_passes_below: int = 0
     # GEMM size effects the roofline cannot see (BLAS kernel choice, tile quantisation):
     # element i multiplies the per-layer linears (qkv, o, MLP) of a step of i + 1 tokens

@@ -2,7 +2,7 @@
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
-`realexec.configs`) with seeded random weights. The hub is never contacted
+`realexec.engine.configs`) with seeded random weights. The hub is never contacted
 (`local_files_only=True`).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
-from realexec.configs import BUILTIN_CONFIGS, builtin_config
-from realexec.device import resolve_device
+from realexec.engine.configs import BUILTIN_CONFIGS, builtin_config
+from realexec.engine.device import resolve_device
 
 # model_type (config.json) -> family name shown to users.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {

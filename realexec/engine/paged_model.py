@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from realexec.attention import AttentionBackend, sdpa_backends
-from realexec.model_loader import SUPPORTED_MODEL_TYPES, check_supported
+from realexec.engine.attention import AttentionBackend, sdpa_backends
+from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 
 # rows below which CPU GEMMs are padded (see compute_logits)
 _CPU_MIN_GEMM_ROWS = 4

@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from realexec.kv_cache import PagedKVCache
+from realexec.engine.kv_cache import PagedKVCache
 
 try:  # the SDPA backends the model walk allows on CUDA (`sdpa_backends`)
     from torch.nn.attention import SDPBackend, sdpa_kernel

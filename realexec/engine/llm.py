@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from realexec.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
-from realexec.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
-from realexec.outputs import CompletionOutput, RequestOutput
-from realexec.paged_model import PagedCausalLM
-from realexec.runner import ModelRunner
-from realexec.simple_attention import NoCacheAttention
+from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
+from realexec.engine.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
+from realexec.engine.outputs import CompletionOutput, RequestOutput
+from realexec.engine.paged_model import PagedCausalLM
+from realexec.engine.runner import ModelRunner
+from realexec.engine.simple_attention import NoCacheAttention
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.engine import EngineCore, EngineStepOutput
 from simulator.core.request import Request, SamplingParams
@@ -81,7 +81,7 @@ class LLM:
     """A real model served by the shared core with a paged KV cache.
 
     `model`: a model directory (config.json + safetensors), a config.json path, a config dict or
-    `PretrainedConfig` (seeded random weights), a built-in name (`realexec.configs`), or an
+    `PretrainedConfig` (seeded random weights), a built-in name (`realexec.engine.configs`), or an
     already `LoadedModel` (then `dtype`, `device` and the weight options are its own).
     The KV pool has `num_gpu_blocks` blocks, or as many as fit in `gpu_memory_utilization` of
     the device's memory (capped at 4 GiB on CPU, and at what `max_num_seqs` sequences of

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from realexec.attention import GatherWorkspace, PagedAttention, build_metadata
-from realexec.device import synchronize
-from realexec.kv_cache import PagedKVCache
-from realexec.paged_model import PagedCausalLM
-from realexec.sampler import Sampler, row_from_params
+from realexec.engine.attention import GatherWorkspace, PagedAttention, build_metadata
+from realexec.engine.device import synchronize
+from realexec.engine.kv_cache import PagedKVCache
+from realexec.engine.paged_model import PagedCausalLM
+from realexec.engine.sampler import Sampler, row_from_params
 from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler_output import SchedulerOutput, StepResult

@@ -11,8 +11,8 @@ from simulator.core.request import Request
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
 
 if TYPE_CHECKING:
-    from realexec.llm import LLM
-    from realexec.outputs import RequestOutput
+    from realexec.engine.llm import LLM
+    from realexec.engine.outputs import RequestOutput
 
 
 def requests_of(outputs: list[RequestOutput]) -> list[Request]:
