@@ -22,9 +22,9 @@ from typing import Any
 
 import zmq
 
-from realexec.engine_proc import bind
 from realexec.pd_kv import StagedKV, write_staged
 from realexec.pd_receiver import KVReceiver
+from realexec.worker_spec import bind
 
 log = logging.getLogger("kvpd.decode")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 import numpy as np
 
 import workloads
-from simulator.core.request import Request, RequestStatus, SamplingParams
+from realexec.replay_records import request_record
+from simulator.core.request import Request, RequestStatus
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
 
 
@@ -116,39 +116,6 @@ def synth_prompts(trace: workloads.Trace, vocab_size: int, seed: int = 0) -> lis
     return prompts
 
 
-def _record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: list[int],
-            token_times: list[float], finish_reason: str | None, error: str | None,
-            cached: int = 0, first_scheduled: float | None = None,
-            annotations: dict[str, Any] | None = None, preemptions: int = 0) -> Request:
-    """A finished core `Request` carrying client-side timestamps (s since the replay start).
-    `preemptions`: how often the engine preempted it; `first_scheduled`: when the first step
-    of the engine that ran its prompt began (both in process, as the ZMQ workers report
-    them, or from kvpd's HTTP extension field; None / 0 when not reported)."""
-    req = Request(str(i), prompt_token_ids=prompt,
-                  sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
-                  arrival_time=arrival)
-    req.output_token_ids = list(token_ids)
-    req.num_output_tokens = len(token_times)
-    req.token_times = array("d", token_times)
-    req.first_token_time = token_times[0] if token_times else None
-    req.first_scheduled_time = first_scheduled
-    req.num_cached_tokens = cached
-    req.num_preemptions = preemptions
-    req.annotations.update(annotations or {})
-    end = token_times[-1] if token_times else arrival
-    if error is not None:
-        req.finish(RequestStatus.FINISHED_ABORTED, end, error)
-    elif finish_reason == "stop":
-        req.finish(RequestStatus.FINISHED_STOPPED, end)
-    elif finish_reason == "length":
-        req.finish(RequestStatus.FINISHED_LENGTH, end)
-    elif finish_reason == "rejected":
-        req.finish(RequestStatus.FINISHED_REJECTED, end)
-    else:
-        req.finish(RequestStatus.FINISHED_ABORTED, end, finish_reason)
-    return req
-
-
 def _sleep_until(t: float) -> float:
     """Sleep until perf_counter time `t`; returns how late we woke (s)."""
     d = t - time.perf_counter()
@@ -179,7 +146,7 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]]) -
     for i, r in enumerate(reqs):
         times = [t - start for t in r.token_times]
         fs = None if r.first_scheduled_time is None else r.first_scheduled_time - start
-        out.append(_record(i, prompts[i], int(outs[i]), r.arrival_time - start, r.output_token_ids,
+        out.append(request_record(i, prompts[i], int(outs[i]), r.arrival_time - start, r.output_token_ids,
                            times, r.finish_reason, None, max(r.num_cached_tokens, 0), fs,
                            {"replica": "inproc"}, r.num_preemptions))
     kvs = llm.kv_cache_manager.get_stats()
@@ -207,7 +174,7 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
     out = []
     for i, r in enumerate(sent):
         if isinstance(r, Exception):
-            out.append(_record(i, prompts[i], int(outs[i]), arrival[i], [], [], None, str(r)))
+            out.append(request_record(i, prompts[i], int(outs[i]), arrival[i], [], [], None, str(r)))
             continue
         kv = r.kv
         ann = {"replica": r.decode_worker or r.worker, "kv_transfer_s": kv.get("transfer_s"),
@@ -215,7 +182,7 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
                "step_s": r.step_s}
         # queueing: from submission to the first step of the worker that ran its prompt
         first_scheduled = None if r.first_scheduled is None else r.first_scheduled - t0
-        out.append(_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
+        out.append(request_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
                            [t - t0 for t in r.token_times], r.finish_reason, r.error,
                            r.num_cached_tokens, first_scheduled, ann, r.num_preemptions))
     stats = [w["stats"] for w in client.workers_status().values()]

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 import workloads
+from realexec.replay_records import request_record
 
 
 async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],
@@ -78,11 +79,10 @@ async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[
 def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
                 timeout_s: float) -> tuple[list[Any], dict[str, Any]]:
     """(client-side `Request` records, extra stats) of a replay against a running server."""
-    from realexec.replay import _record
 
     rows = asyncio.run(_run(url, model, trace, prompts, timeout_s))
     outs = trace.output_len.tolist()
-    reqs = [_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
+    reqs = [request_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
                     r["finish"], r["error"], 0,
                     None if r["queueing"] is None else r["sent"] + r["queueing"],
                     {"replica": url}, r["preempted"])

@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from realexec.engine_proc import WorkerSpec, worker_main
+from realexec.engine_proc import worker_main
+from realexec.worker_spec import WorkerSpec
 
 
 def parse_pd(text: str) -> tuple[int, int]:
