@@ -174,7 +174,7 @@ def main() -> None:
 
     import torch
 
-    from realexec.replay import replay
+    from realexec.serving.replay.runner import replay
     from realexec.validate import ColocatedBackend, ServedBackend
     from realexec.validate_probe import serving_probe_trace
 

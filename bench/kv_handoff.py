@@ -63,7 +63,7 @@ def per_layer_frames(cache, block_ids: list[int], num_tokens: int):
     had (shaped [1, 1, tokens, heads, dim] so the receiver side can share `write_staged`)."""
     import torch
 
-    from realexec.pd_kv import block_runs
+    from realexec.serving.pd.kv_wire import block_runs
 
     bs = cache.block_size
     need = -(-num_tokens // bs)
@@ -94,8 +94,14 @@ def main() -> None:
     import torch
 
     from realexec.engine.kv_cache import PagedKVCache
-    from realexec.pd_kv import StagedKV, check_kv_message, kv_frames, stage, write_staged
-    from realexec.transport import decode, encode
+    from realexec.serving.pd.kv_wire import (
+        StagedKV,
+        check_kv_message,
+        kv_frames,
+        stage,
+        write_staged,
+    )
+    from realexec.serving.transport import decode, encode
 
     torch.set_num_threads(1)  # as a worker process runs
     spec = _spec()

@@ -1,6 +1,6 @@
 """Serving-loop host time in real step logs: python bench/loop_times.py RUN_DIR_OR_LOGS...
 
-For each worker step log (`*.steps.jsonl`, realexec/step_log.py) under the given folders or
+For each worker step log (`*.steps.jsonl`, realexec/serving/step_log.py) under the given folders or
 files: the median loop time ("l", ms) before a step that follows a step without KV hand-offs,
 and, for a PD prefill worker, before a step that follows one which handed off h prompts, by
 h, and, for a PD decode worker, before a step whose loop wrote k landed prompts' KV into the

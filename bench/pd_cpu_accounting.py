@@ -77,10 +77,10 @@ def cost_model(path: str | None):
 def main() -> None:
     import torch
 
-    from realexec.client import EngineClient
-    from realexec.replay import replay
-    from realexec.serve_config import ServeConfig
-    from realexec.step_log import read_step_log
+    from realexec.serving.client import EngineClient
+    from realexec.serving.config import ServeConfig
+    from realexec.serving.replay.runner import replay
+    from realexec.serving.step_log import read_step_log
     from realexec.validate_plan import base_trace, run_trace
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

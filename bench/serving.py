@@ -57,8 +57,8 @@ def _receiver(endpoint: str, q: mp.Queue) -> None:
 
     torch.set_num_threads(1)
     from realexec.engine.kv_cache import PagedKVCache
-    from realexec.pd_kv import StagedKV, check_kv_message, stage, write_staged
-    from realexec.transport import decode
+    from realexec.serving.pd.kv_wire import StagedKV, check_kv_message, stage, write_staged
+    from realexec.serving.transport import decode
 
     spec = _spec()
     nblocks = PROMPT_TOKENS // BLOCK_SIZE
@@ -92,8 +92,8 @@ def bench_transfer(transport: str, mode: str, fragmented: bool, reps: int) -> di
     import torch
 
     from realexec.engine.kv_cache import PagedKVCache
-    from realexec.pd_kv import kv_frames
-    from realexec.transport import encode
+    from realexec.serving.pd.kv_wire import kv_frames
+    from realexec.serving.transport import encode
 
     torch.set_num_threads(1)  # as a worker process runs
     tmp = tempfile.mkdtemp(prefix="kvpd-bench-")
@@ -177,9 +177,9 @@ def _overhead_ms(reqs) -> tuple[list[float], list[float]]:
 
 def part_bc(args: argparse.Namespace) -> None:
     import workloads
-    from realexec.client import EngineClient
-    from realexec.replay import prepare_trace, replay
-    from realexec.serve_config import ServeConfig
+    from realexec.serving.client import EngineClient
+    from realexec.serving.config import ServeConfig
+    from realexec.serving.replay.runner import prepare_trace, replay
 
     llm_kwargs = {"num_gpu_blocks": 2048, "block_size": BLOCK_SIZE}
     raw = workloads.load_trace(AZURE)

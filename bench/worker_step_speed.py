@@ -27,10 +27,10 @@ import time
 import numpy as np
 import torch
 
-from realexec.client import EngineClient
 from realexec.engine.llm import LLM
-from realexec.serve_config import ServeConfig
-from realexec.step_log import read_step_log
+from realexec.serving.client import EngineClient
+from realexec.serving.config import ServeConfig
+from realexec.serving.step_log import read_step_log
 
 KW = dict(num_gpu_blocks=512, block_size=16, max_num_seqs=32, max_num_batched_tokens=512,
           max_model_len=2048, dtype="fp32", seed=0, model_seed=0)

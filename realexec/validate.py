@@ -112,12 +112,12 @@ def get_path(d: dict[str, Any], path: tuple[str, ...]) -> float | None:
 
 # ----------------------------------------------------------------------------- backends
 class ColocatedBackend:
-    """One in-process `LLM`, replayed through `realexec.replay` (target `inproc`)."""
+    """One in-process `LLM`, replayed through `realexec.serving.replay.runner` (target `inproc`)."""
 
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
                  step_log: Path) -> None:
         from realexec.engine.llm import LLM
-        from realexec.step_log import StepLogWriter
+        from realexec.serving.step_log import StepLogWriter
 
         self.llm = LLM(model_config, record_steps=True, **llm_kwargs)
         self.steps: dict[str, list] = {}  # role -> StepRecords of the last replay
@@ -126,7 +126,7 @@ class ColocatedBackend:
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the engine thread)."""
         from realexec.profile_facts import cpu_available, sched_times
-        from realexec.replay import replay
+        from realexec.serving.replay.runner import replay
 
         before, s0 = self.llm.scheduler.num_preemptions, sched_times()
         self.llm.runner.steps.clear()
@@ -157,8 +157,8 @@ class ServedBackend:
     def __init__(self, model_config: dict[str, Any], llm_kwargs: dict[str, Any],
                  threads: int | None, step_log_dir: Path,
                  pd: tuple[int, int] | None = (1, 1)) -> None:
-        from realexec.client import EngineClient
-        from realexec.serve_config import ServeConfig
+        from realexec.serving.client import EngineClient
+        from realexec.serving.config import ServeConfig
 
         cfg = ServeConfig(model=model_config, llm_kwargs=llm_kwargs, pd=pd,
                           kv_mode="full", num_threads=threads, step_log_dir=str(step_log_dir))
@@ -170,7 +170,7 @@ class ServedBackend:
         self.steps: dict[str, list] = {}  # role -> LoggedSteps of the last replay
 
     def _read_steps(self) -> dict[str, list]:
-        from realexec.step_log import read_step_log
+        from realexec.serving.step_log import read_step_log
 
         out = {}
         for role, path in self.logs.items():
@@ -189,7 +189,7 @@ class ServedBackend:
 
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the workers' engine threads)."""
-        from realexec.replay import replay
+        from realexec.serving.replay.runner import replay
 
         before, s0 = self._preemptions(), self._sched()
         self._read_steps()  # skip steps of earlier runs not read yet (warm-up)

@@ -3,8 +3,8 @@
 One-way time for the KV of n prompt tokens to go from a prefill worker's paged cache into a
 decode worker's cache: `pd_kv.kv_frames` (pool views or one gathered frame) -> `transport.encode` -> ZMQ
 DEALER -> ROUTER over `ipc://` -> `transport.decode` -> `pd_kv.stage` -> `pd_kv.write_staged`
-in a second process (`python -m realexec.validate_kv`), as `realexec/pd_prefill.py` and
-`realexec/pd_decode.py` do. Both processes read the same monotonic clock
+in a second process (`python -m realexec.validate_kv`), as `realexec/serving/pd/prefill.py` and
+`realexec/serving/pd/decode.py` do. Both processes read the same monotonic clock
 (`time.perf_counter`, system-wide on Linux), so the receiver reports when it is done.
 """
 
@@ -22,8 +22,8 @@ import torch
 import zmq
 
 from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache
-from realexec.pd_kv import StagedKV, check_kv_message, kv_frames, stage, write_staged
-from realexec.transport import decode, encode
+from realexec.serving.pd.kv_wire import StagedKV, check_kv_message, kv_frames, stage, write_staged
+from realexec.serving.transport import decode, encode
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16)}
 STARTUP_TIMEOUT_S = 120.0

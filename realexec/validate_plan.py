@@ -21,7 +21,7 @@ from workloads.shared_traces import TRACES_DIR_ENV, azure_conv_path
 TRACE_KINDS = ("azure", "gamma")
 MODES = ("colocated", "pd")
 # When a PD run's first token counts (simulator `cluster.pd.first_token`): at the prefill
-# hand-off, as the real front end streams it (realexec/client.py).
+# hand-off, as the real front end streams it (realexec/serving/client.py).
 PD_FIRST_TOKEN = "prefill"
 # A bursty synthetic trace of a very different shape: Gamma arrivals with CV 4 (the issue's
 # spec), short prompts (median 24 tokens) and medium outputs; lognormal lengths.
@@ -170,7 +170,7 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
             raise ValueError(f"{calibration}: no kv_transfer link fitted; profile with transfers "
                              "to validate PD")
         # the real PD front end streams the first token when the prefill worker hands the
-        # request off (realexec/client.py), so the simulator counts it there too
+        # request off (realexec/serving/client.py), so the simulator counts it there too
         sc["cluster"] = {"pd": {"link": {k: link[k] for k in ("name", "bandwidth_gb_s", "latency_us")},
                                 "transfer": "whole", "first_token": PD_FIRST_TOKEN}}
         # the real prefill and decode workers are two processes on this one host: while

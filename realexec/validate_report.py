@@ -306,7 +306,7 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
         "calibration_device_facts": validation.params.extra.get("device_facts"),
         "device_facts": device_facts(resolve_device(cfg.device)),
         "git_commit": _git_commit(),
-        "pd_first_token": {"real": "at hand-off by the prefill worker (realexec/client.py "
+        "pd_first_token": {"real": "at hand-off by the prefill worker (realexec/serving/client.py "
                                    "streams it)",
                            "simulator": f"cluster.pd.first_token: {PD_FIRST_TOKEN}"},
     }

@@ -24,7 +24,7 @@ def folder_cost_model(validate_dir: Path):
 def logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
     """Every step a `kvpd validate` folder's engines logged (`runs_dir`: its runs/), by role
     ("colocated"; PD: "prefill", "decode")."""
-    from realexec.step_log import read_step_log
+    from realexec.serving.step_log import read_step_log
 
     if mode == "colocated":  # engine-0.steps.jsonl (a worker process) or engine.steps.jsonl
         found = sorted((runs_dir / "colocated-steps").glob("*.steps.jsonl"))

@@ -14,9 +14,9 @@ from typing import Any
 
 import zmq
 
-from realexec.serve_config import ServeConfig, spawn_worker
-from realexec.transport import Message, decode, encode
-from realexec.worker_spec import WorkerSpec
+from realexec.serving.config import ServeConfig, spawn_worker
+from realexec.serving.transport import Message, decode, encode
+from realexec.serving.worker_spec import WorkerSpec
 
 TINY = "tiny-llama"  # 2 layers, hidden 64, vocab 256 (realexec.engine.configs)
 TINY_KWARGS: dict[str, Any] = {"num_gpu_blocks": 512, "block_size": 4, "max_num_batched_tokens": 64}

@@ -11,8 +11,8 @@ import time
 import pytest
 import zmq
 
-from realexec.client import EngineClient, EngineDeadError
-from realexec.transport import encode
+from realexec.serving.client import EngineClient, EngineDeadError
+from realexec.serving.transport import encode
 from tests.serving_helpers import (
     GREEDY,
     TINY,
@@ -59,7 +59,7 @@ def pd(tmp_path_factory):
 
 
 def test_workers_log_their_steps(pd):
-    from realexec.step_log import read_step_log
+    from realexec.serving.step_log import read_step_log
 
     logs = {w.role: os.path.join(pd.config.step_log_dir, f"{w.name}.steps.jsonl")
             for w in pd.workers.values()}

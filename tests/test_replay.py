@@ -11,7 +11,7 @@ import pytest
 
 import workloads
 from kvpd.cli import main as kvpd_main
-from realexec.replay import parse_target, prepare_trace, replay, synth_prompts
+from realexec.serving.replay.runner import parse_target, prepare_trace, replay, synth_prompts
 from simulator.metrics import request_records, summarize
 from tests.serving_helpers import TINY, TINY_KWARGS, reference, tiny_config
 
@@ -126,8 +126,8 @@ def test_engine_and_http_replays_keep_each_requests_preemptions():
     worker's own counter."""
     import httpx
 
-    from realexec.client import EngineClient
-    from realexec.http_server import ServerThread, create_app
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import ServerThread, create_app
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
                             output_len=np.full(6, 20), name="burst")
@@ -162,8 +162,8 @@ def test_engine_replay_records_the_wait_in_the_workers_queue():
     worker's first step on it (the worker says with the first tokens how long ago that step
     began), and over HTTP kvpd's extension field carries it: with room for two sequences, a
     burst of six runs two at a time, so the last ones wait for earlier ones to finish."""
-    from realexec.client import EngineClient
-    from realexec.http_server import ServerThread, create_app
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import ServerThread, create_app
 
     trace = workloads.Trace(arrival_s=np.zeros(6), prompt_len=np.full(6, 12),
                             output_len=np.full(6, 16), name="burst")
@@ -196,8 +196,8 @@ def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_replay_over_engine_pd_and_http_gives_the_inproc_tokens(tmp_path):
-    from realexec.client import EngineClient
-    from realexec.http_server import ServerThread, create_app
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import ServerThread, create_app
 
     trace = _trace()
     ps = synth_prompts(trace, 256, seed=2)

@@ -14,8 +14,8 @@ import msgpack
 import pytest
 import zmq
 
-from realexec.client import AsyncEngineClient, EngineClient, EngineDeadError, RequestFailed
-from realexec.transport import PROTOCOL_VERSION, encode
+from realexec.serving.client import AsyncEngineClient, EngineClient, EngineDeadError, RequestFailed
+from realexec.serving.transport import PROTOCOL_VERSION, encode
 from tests.serving_helpers import (
     GREEDY,
     RawEngine,

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from realexec.client import EngineClient
-from realexec.http_server import ServerThread, create_app, load_tokenizer
+from realexec.serving.client import EngineClient
+from realexec.serving.http.server import ServerThread, create_app, load_tokenizer
 from tests.serving_helpers import (
     prompts,
     reference,

@@ -172,7 +172,7 @@ def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(t
 
 
 def test_loop_clock_counts_post_step_and_wake_up_work_not_idle_iterations(monkeypatch):
-    import realexec.engine_proc as engine_proc
+    import realexec.serving.engine_proc as engine_proc
 
     now = {"wall": 0.0, "cpu": 0.0}
     monkeypatch.setattr(engine_proc.time, "perf_counter", lambda: now["wall"])

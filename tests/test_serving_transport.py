@@ -8,10 +8,17 @@ import msgpack
 import pytest
 import torch
 
-from realexec import pd_kv
 from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache
-from realexec.pd_kv import StagedKV, block_runs, check_kv_message, kv_frames, stage, write_staged
-from realexec.transport import PROTOCOL_VERSION, ProtocolError, decode, encode
+from realexec.serving.pd import kv_wire as pd_kv
+from realexec.serving.pd.kv_wire import (
+    StagedKV,
+    block_runs,
+    check_kv_message,
+    kv_frames,
+    stage,
+    write_staged,
+)
+from realexec.serving.transport import PROTOCOL_VERSION, ProtocolError, decode, encode
 
 
 def _add_body(**kw):

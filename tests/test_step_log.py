@@ -1,11 +1,11 @@
-"""Step logs of serving workers (`realexec.step_log`) and the cost model checked on the
+"""Step logs of serving workers (`realexec.serving.step_log`) and the cost model checked on the
 PD workers' own steps (`simulator.calibrate.step_pricing`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from realexec.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
+from realexec.serving.step_log import FLUSH_EVERY, LoggedStep, StepLogWriter, read_step_log
 from simulator.calibrate.step_pricing import STEP_KINDS, pd_step_errors, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel

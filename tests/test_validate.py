@@ -158,7 +158,7 @@ def test_rates_come_from_the_simulated_capacity(done):
     most = max(r["num_requests"] for r in res)
     assert all(p["first_request"] == most and not p["overlaps_runs"] for p in probes.values())
     # and those steps are kept beside the results (warm-up run included)
-    from realexec.step_log import read_step_log
+    from realexec.serving.step_log import read_step_log
 
     logged = read_step_log(cfg.out / "runs" / "colocated-steps" / "engine.steps.jsonl")[0]
     assert len(logged) >= sum(r["step_error"]["num_steps"] for r in res)
@@ -407,7 +407,7 @@ def test_the_colocated_engine_runs_in_a_worker_process_by_default(tmp_path):
     compared like an in-process one."""
     import multiprocessing
 
-    from realexec.step_log import read_step_log
+    from realexec.serving.step_log import read_step_log
 
     assert ValidateConfig.__dataclass_fields__["colocated_engine"].default == "process"
     cfg = config(tmp_path, repeats=1, fractions=(0.3,), serving_probe_requests=0, trace_probe_s=0,
@@ -602,7 +602,7 @@ def test_serving_probe_load_is_fixed_and_fits_the_context():
 def test_speed_factors_price_each_engine_by_its_own_steps(done):
     """Colocated: one factor (cost model total / measured total); PD: one per worker, with
     the cluster's host sharing; None when a worker ran no step."""
-    from realexec.step_log import LoggedStep
+    from realexec.serving.step_log import LoggedStep
     from simulator.calibrate.step_pricing import speed_factors
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.host_share import HostSharing

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     import workloads
     from kvpd.cli import UserError
-    from realexec.replay import parse_target, prepare_trace, replay
+    from realexec.serving.replay.runner import parse_target, prepare_trace, replay
 
     kind, detail = parse_target(args.target)
     trace = workloads.load_trace(args.trace, args.format)
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             llm = LLM(cfg.model, **cfg.llm_kwargs)
             max_len = llm.max_model_len
         else:
-            from realexec.client import EngineClient
+            from realexec.serving.client import EngineClient
 
             cfg = serve_config(args)
             if kind == "pd":

@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from kvpd.cli import UserError
-    from realexec.client import EngineClient
-    from realexec.http_server import create_app, load_tokenizer
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import create_app, load_tokenizer
 
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")

@@ -34,7 +34,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def serve_config(args: argparse.Namespace) -> Any:
     """The `ServeConfig` the parsed options describe (ValueError on bad values)."""
-    from realexec.serve_config import ServeConfig, parse_pd
+    from realexec.serving.config import ServeConfig, parse_pd
 
     llm_kwargs: dict[str, Any] = {
         "dtype": args.dtype, "block_size": args.block_size, "max_num_seqs": args.max_num_seqs,

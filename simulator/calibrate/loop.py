@@ -6,9 +6,9 @@ realexec/profile_serving.py from the workers' step logs).
 A serving worker spends host time between its engine steps that no profiled step contains:
 polling for requests, pushing each step's tokens to the front end, on a PD prefill worker
 handing every finished prompt's KV to the transport (usually gathered into one frame first, a
-copy that grows with the prompt; `realexec.pd_kv`) and on a PD decode worker writing received
-KV into its pool (`realexec.pd_decode`). The workers log it per step ("l" in
-`realexec.step_log`: the loop work that step waited on, `realexec.engine_proc.LoopClock`)
+copy that grows with the prompt; `realexec.serving.pd.kv_wire`) and on a PD decode worker writing received
+KV into its pool (`realexec.serving.pd.decode`). The workers log it per step ("l" in
+`realexec.serving.step_log`: the loop work that step waited on, `realexec.serving.engine_proc.LoopClock`)
 with each step's hand-offs and their prompt tokens ("h", "ht") and the landings the loop
 before it wrote ("k", "kt"). Here:
 

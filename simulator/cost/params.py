@@ -121,7 +121,7 @@ class CostParams:
     # PD prefill worker, once per step that completed prompts (`kv_handoff_step_s`), per
     # request whose prompt it completed (`kv_handoff_s`) and per token of those prompts
     # (`kv_handoff_token_s`): handing the KV to the transport (one message per request,
-    # usually one gathered frame: a copy of the prompt's KV; realexec/pd_kv.py) and its first
+    # usually one gathered frame: a copy of the prompt's KV; realexec/serving/pd/kv_wire.py) and its first
     # token to the front end, before the next step starts and before that first token goes
     # out. 0: an asynchronous connector. Measured like loop_overhead_s
     # (simulator/calibrate/loop.py); this CPU, llama-50m (run 16's real prefill worker, steps

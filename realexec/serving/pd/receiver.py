@@ -19,8 +19,8 @@ from typing import Any
 
 import zmq
 
-from realexec.pd_kv import StagedKV, check_kv_message, stage
-from realexec.transport import ProtocolError, decode, encode
+from realexec.serving.pd.kv_wire import StagedKV, check_kv_message, stage
+from realexec.serving.transport import ProtocolError, decode, encode
 
 log = logging.getLogger("kvpd.decode")
 _ids = itertools.count()

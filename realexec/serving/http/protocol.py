@@ -1,4 +1,4 @@
-"""OpenAI API shapes for `realexec.http_server`: request validation (-> `ApiError` 400 with an
+"""OpenAI API shapes for `realexec.serving.http.server`: request validation (-> `ApiError` 400 with an
 OpenAI-style body) and response / stream-chunk construction.
 
 Prompts are token ids (`prompt: [int, ...]`, or `prompt_token_ids` in the body of a chat

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 import workloads
-from realexec.replay_records import request_record
+from realexec.serving.replay.records import request_record
 
 
 async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],

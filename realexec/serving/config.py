@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from realexec.engine_proc import worker_main
-from realexec.worker_spec import WorkerSpec
+from realexec.serving.engine_proc import worker_main
+from realexec.serving.worker_spec import WorkerSpec
 
 
 def parse_pd(text: str) -> tuple[int, int]:
@@ -29,7 +29,7 @@ class ServeConfig:
     """A deployment. `model` and `llm_kwargs` go to `realexec.LLM` in every worker.
 
     pd: None for one colocated engine, or (num_prefill, num_decode) workers.
-    kv_mode: "full" or "layerwise" (see `realexec.pd_prefill`). transport: "ipc" or "tcp".
+    kv_mode: "full" or "layerwise" (see `realexec.serving.pd.prefill`). transport: "ipc" or "tcp".
     kv_timeout_s: the decode side recomputes a prompt whose KV is this late (s).
     heartbeat_s: idle heartbeat period of workers (s); a worker silent for
     `heartbeat_timeout_s` or whose process exits is reported down and its requests fail.
@@ -37,7 +37,7 @@ class ServeConfig:
     num_threads: torch threads per worker (default: the CPUs split evenly among workers).
     fault_drop_kv: prefill workers drop every KV transfer (tests/benchmarks of the fallback).
     step_log_dir: a folder where each worker appends its steps to `<worker>.steps.jsonl`
-    (`realexec.step_log`); None for no logs.
+    (`realexec.serving.step_log`); None for no logs.
     """
 
     model: Any = "llama-50m"

@@ -31,17 +31,17 @@ from typing import Any
 
 import zmq
 
-from realexec.client_types import (
+from realexec.serving.client_types import (
     ClientRequest,
     Delta,
     EngineDeadError,
     RequestFailed,
     WorkerState,
 )
-from realexec.pd_proxy import PDRouter
-from realexec.serve_config import ServeConfig, spawn_worker
-from realexec.serving_metrics import ServingMetrics
-from realexec.transport import ProtocolError, decode, encode
+from realexec.serving.config import ServeConfig, spawn_worker
+from realexec.serving.metrics import ServingMetrics
+from realexec.serving.pd.proxy import PDRouter
+from realexec.serving.transport import ProtocolError, decode, encode
 
 log = logging.getLogger("kvpd.client")
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import workloads
-from realexec.replay_records import request_record
+from realexec.serving.replay.records import request_record
 from simulator.core.request import Request, RequestStatus
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
 
@@ -47,7 +47,7 @@ class ReplayResult:
 
 def parse_target(text: str) -> tuple[str, Any]:
     """"inproc" | "engine" | "pd:P:D" | "http://host:port" -> (kind, detail)."""
-    from realexec.serve_config import parse_pd
+    from realexec.serving.config import parse_pd
 
     if text in ("inproc", "engine"):
         return text, None
@@ -236,7 +236,7 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
         prompts = synth_prompts(trace, int(client.model_info["vocab_size"]), seed)
         reqs, extra = _replay_client(client, trace, prompts, timeout_s)
     else:
-        from realexec.replay_http import replay_http
+        from realexec.serving.replay.over_http import replay_http
 
         if model is None or vocab_size is None:
             raise ValueError("an http target needs model= and vocab_size=")

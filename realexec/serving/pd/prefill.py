@@ -21,8 +21,8 @@ from typing import Any
 
 import zmq
 
-from realexec.pd_kv import kv_frames
-from realexec.transport import ProtocolError, decode, encode
+from realexec.serving.pd.kv_wire import kv_frames
+from realexec.serving.transport import ProtocolError, decode, encode
 
 log = logging.getLogger("kvpd.prefill")
 

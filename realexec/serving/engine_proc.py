@@ -1,5 +1,5 @@
 """The engine-core process: `EngineCore` (schedule, execute, update) with the real model runner,
-fed over ZeroMQ (socket topology and message formats: `realexec.transport`).
+fed over ZeroMQ (socket topology and message formats: `realexec.serving.transport`).
 
 One thread runs everything: poll the input socket (and the KV socket of a PD worker), apply
 adds and aborts, run one engine step, push one `outputs` message per step with every
@@ -21,8 +21,8 @@ from typing import Any
 
 import zmq
 
-from realexec.transport import Message, ProtocolError, decode, encode
-from realexec.worker_spec import WorkerSpec, bind
+from realexec.serving.transport import Message, ProtocolError, decode, encode
+from realexec.serving.worker_spec import WorkerSpec, bind
 
 log = logging.getLogger("kvpd.engine")
 
@@ -32,7 +32,7 @@ IDLE_STEP_WAIT_S = 0.005
 
 
 class EngineLoop:
-    """The worker's serve loop around an `LLM` (role hooks come from `realexec.pd_*`)."""
+    """The worker's serve loop around an `LLM` (role hooks come from `realexec.serving.pd`)."""
 
     def __init__(self, spec: WorkerSpec, llm: Any, ctx: zmq.Context, out: zmq.Socket) -> None:
         self.spec = spec
@@ -48,11 +48,11 @@ class EngineLoop:
         self.stopping = False
         self.connector: Any = None
         if spec.role == "prefill":
-            from realexec.pd_prefill import PrefillConnector
+            from realexec.serving.pd.prefill import PrefillConnector
 
             self.connector = PrefillConnector(self, ctx)
         elif spec.role == "decode":
-            from realexec.pd_decode import DecodeConnector
+            from realexec.serving.pd.decode import DecodeConnector
 
             self.connector = DecodeConnector(self, ctx)
             self.endpoints["kv"] = self.connector.endpoint
@@ -64,7 +64,7 @@ class EngineLoop:
         self.loop_clock = LoopClock()  # the serving loop's cost per step ("l" in the step log)
         self.step_log = None
         if spec.step_log:
-            from realexec.step_log import StepLogWriter
+            from realexec.serving.step_log import StepLogWriter
 
             self.step_log = StepLogWriter(spec.step_log)
 

@@ -23,7 +23,7 @@ class WorkerSpec:
     recomputing the prompt itself. kv_hold_timeout_s: prefill side: how long it holds a
     handed-off request's blocks without an acknowledgement. heartbeat_s: idle heartbeat period.
     fault_drop_kv: drop every outgoing KV transfer (tests and benchmarks of the fallback).
-    step_log: a file to append one JSON line per step to (`realexec.step_log`); "" for none.
+    step_log: a file to append one JSON line per step to (`realexec.serving.step_log`); "" for none.
     """
 
     name: str

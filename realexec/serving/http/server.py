@@ -3,7 +3,7 @@
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (both with `stream: true` as
 server-sent events ending in `data: [DONE]`), `GET /v1/models`, `GET /health` (200, or 503
 with the down workers), `GET /metrics` (Prometheus text). Bad input is a 400 with an
-OpenAI-style error body (`realexec.http_protocol`); a request whose worker is down is a 503.
+OpenAI-style error body (`realexec.serving.http.protocol`); a request whose worker is down is a 503.
 A client that disconnects (or cancels) aborts its request: the engine frees its blocks
 before its next step.
 """
@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from realexec.client import AsyncEngineClient, EngineClient, EngineDeadError
-from realexec.http_protocol import (
+from realexec.serving.client import AsyncEngineClient, EngineClient, EngineDeadError
+from realexec.serving.http.protocol import (
     ApiError,
     Detokenizer,
     ParsedRequest,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from realexec.engine.kv_cache import PagedKVCache
-from realexec.transport import Message, ProtocolError
+from realexec.serving.transport import Message, ProtocolError
 
 
 def block_runs(block_ids: list[int]) -> list[tuple[int, int, int]]:

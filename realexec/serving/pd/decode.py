@@ -6,7 +6,7 @@ sampled); the request enters the `role="decode"` scheduler as WAITING_FOR_REMOTE
 step allocates its blocks (`SchedulerOutput.kv_to_receive`; the head of the line waits while
 the pool is full) the KV staged for it is copied into those blocks, `on_kv_received` starts
 decoding and `kv_ack(ok)` tells the prefill worker to free its copy. KV may arrive before or
-after `add_remote`; a receiver thread (`realexec.pd_receiver`) reads it while steps run and
+after `add_remote`; a receiver thread (`realexec.serving.pd.receiver`) reads it while steps run and
 keeps it in a staging area (views of the received frames) bounded by `max_staging_bytes`;
 when that is full it stops reading the KV socket, so further KV stays on the prefill side. If the KV is not complete `kv_timeout_s` after the blocks were
 allocated, the transfer counts as lost: `on_kv_failed` makes this worker recompute the prompt
@@ -22,9 +22,9 @@ from typing import Any
 
 import zmq
 
-from realexec.pd_kv import StagedKV, write_staged
-from realexec.pd_receiver import KVReceiver
-from realexec.worker_spec import bind
+from realexec.serving.pd.kv_wire import StagedKV, write_staged
+from realexec.serving.pd.receiver import KVReceiver
+from realexec.serving.worker_spec import bind
 
 log = logging.getLogger("kvpd.decode")
 
