@@ -47,7 +47,8 @@ def main() -> int:
 
     import torch
 
-    from realexec.profile import grid_preset, profile_device
+    from realexec.profile import grid_preset
+    from realexec.profile_run import profile_device
     from realexec.validate import ValidateConfig, Validation
     from realexec.validate_plan import RunKnobs
     from realexec.validate_report import (

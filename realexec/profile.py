@@ -20,22 +20,15 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from realexec.profile_contention import host_contention
 from realexec.profile_facts import (
-    catalog_device,
-    device_facts,
-    memory_bandwidth_share,
     model_identity,
 )
-from realexec.profile_fresh import fresh_shape_check
 from realexec.profile_linears import time_linears
-from simulator.calibrate.fresh_shapes import describe_fresh_shapes
-from simulator.calibrate.profile_io import STEP_KINDS, ProfileRow, write_profile
+from simulator.calibrate.profile_io import STEP_KINDS, ProfileRow
 from simulator.core.batch_shape import BatchShape
 from simulator.core.block_pool import BlockPool
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
@@ -368,66 +361,3 @@ class Profiler:
         if "transfer" in kinds and self.grid.transfer_tokens:
             rows += self.transfers()
         return rows
-
-
-def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
-                   dtype: str = "fp32", device: str | None = None, threads: int | None = None,
-                   grid: ProfileGrid | None = None, seed: int = 0, hardware: str | None = None,
-                   kinds: tuple[str, ...] = PROFILE_KINDS, serving_requests: int = 0,
-                   progress: Progress = None) -> Path:
-    """Profile `model` on the local device and write `out` (CSV + JSON); returns the CSV path.
-
-    `threads`: torch intra-op threads (default: torch's); `hardware`: the catalog entry to
-    calibrate (default: guessed from the device); `serving_requests`: requests of the
-    serving probe (`realexec.profile_serving`; 0: none) replayed through a real colocated
-    engine and, when transfers are profiled, a real 1P1D pair, after the grid."""
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    t0 = time.perf_counter()
-    prof = Profiler(model, dtype, device, grid, seed, progress)
-    dev = prof.llm.device
-    facts_before = device_facts(dev)
-    rows = prof.run(kinds)
-    fresh = None
-    if "steps" in kinds:  # would served steps (new shapes) cost what these repeated ones did?
-        fresh = fresh_shape_check(prof)
-        prof.progress(describe_fresh_shapes(fresh))
-    facts = device_facts(dev)
-    facts["loadavg_1m_start"] = facts_before["loadavg_1m"]
-    facts["cpu_available"] = prof.cpu_available
-    if dev.type == "cpu":  # what co-located PD workers share (cluster.host_memory_share)
-        prof.progress("host memory bandwidth: alone and 2 processes at once")
-        facts.update(memory_bandwidth_share())
-        if "steps" in kinds:  # steps beside a busy neighbour (cluster.host_*_share)
-            facts["host_contention"] = host_contention(prof)
-    probe = None
-    block_size = prof.llm.kv_cache.block_size
-    if serving_requests > 0:
-        prof.llm = None  # the probe's engines need the device memory
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        from realexec.profile_serving import serving_probe
-
-        probe = serving_probe(prof.config, dtype, device, threads, serving_requests, seed,
-                              ("colocated", "pd") if "transfer" in kinds else ("colocated",),
-                              prof.progress)
-    meta = {
-        "device": hardware or catalog_device(dev),
-        "model": prof.name,
-        "model_config": prof.config,
-        "dtype": dtype,
-        "block_size": block_size,
-        "device_facts": facts,
-        "grid": prof.grid.to_dict(),
-        "seed": seed,
-        "timing": "wall time of LLM.step() (schedule + copies + forward + sampling + update)",
-        "kv_block_order": "scattered (seeded shuffle)" if prof.grid.scatter_blocks else "id order",
-        "elapsed_s": time.perf_counter() - t0,
-    }
-    if fresh is not None:
-        meta["fresh_shapes"] = fresh
-    if probe is not None:
-        meta["serving_probe"] = probe
-    return write_profile(rows, meta, out)

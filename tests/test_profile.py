@@ -199,7 +199,7 @@ def test_profiler_hands_out_scattered_blocks_unless_asked_for_id_order():
 
 
 def test_cli_blocks_in_id_order_reaches_the_grid(monkeypatch, tmp_path):
-    import realexec.profile as profile
+    import realexec.profile_run as profile
 
     grids = []
     monkeypatch.setattr(profile, "profile_device",

@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from realexec.profile import PROFILE_KINDS, grid_preset, profile_device
+    from realexec.profile import PROFILE_KINDS, grid_preset
+    from realexec.profile_run import profile_device
 
     grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup,
                        scatter_blocks=False if args.blocks_in_id_order else None)
