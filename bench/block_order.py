@@ -22,7 +22,7 @@ import statistics
 
 import torch
 
-from realexec.profile import ProfileGrid, Profiler, scatter_free_blocks
+from realexec.fidelity.profile.profiler import ProfileGrid, Profiler, scatter_free_blocks
 
 # (kind, batch, context tokens): decode points of the default profile grid
 POINTS = (("equal", 4, 512), ("equal", 16, 256), ("equal", 16, 768), ("equal", 32, 384),

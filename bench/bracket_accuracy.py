@@ -24,8 +24,8 @@ import numpy as np
 
 def _estimators(probes: dict, logs: dict, cm, mode: str) -> dict[str, dict | None]:
     """Estimator -> per engine a `Speed` (one factor or {"compute", "memory"}), or None."""
-    from realexec.validate import bracketed_factors
-    from realexec.validate_steps import with_probe_speeds
+    from realexec.fidelity.validate.steps import with_probe_speeds
+    from realexec.fidelity.validate.validation import bracketed_factors
 
     before = (probes.get("serving") or {}).get("factors")
     out: dict[str, dict | None] = {"profiled": {k: 1.0 for k in before} if before else None,
@@ -51,7 +51,7 @@ def _priced(steps: list, cm, speed) -> float:
 
 
 def main() -> None:
-    from realexec.validate_steps import folder_cost_model, logged_steps, steps_within
+    from realexec.fidelity.validate.steps import folder_cost_model, logged_steps, steps_within
     from simulator.calibrate.step_pricing import speed_factors, usable_steps
     from simulator.calibrate.step_speeds import step_groups
 

@@ -2,7 +2,7 @@
 
     python bench/decode_first_step.py [--rounds N]
 
-The profile grid (`realexec.profile.Profiler._group`) times the first decode step of a
+The profile grid (`realexec.fidelity.profile.profiler.Profiler._group`) times the first decode step of a
 batch whose prompts it ran without computing them; a serving engine runs decode steps back
 to back. For a few grid points, in shuffled rounds of one run, this times steps 1, 2 and
 3-6 of the same batch and prints, per point, the median of each and step 1 / steps 3-6.
@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from realexec.profile import FULL_BUDGET, Profiler
+from realexec.fidelity.profile.profiler import FULL_BUDGET, Profiler
 
 POINTS = [(1, 128), (1, 768), (2, 128), (4, 384), (8, 128), (16, 384), (32, 128)]
 

@@ -160,7 +160,7 @@ def engine_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def engine_setup(args: argparse.Namespace) -> tuple[dict, dict]:
     """(model config, `LLM` keyword arguments) of the engine: bench/gpu_validate.sh's knobs."""
     from realexec.engine.configs import builtin_config
-    from realexec.validate_plan import RunKnobs
+    from realexec.fidelity.validate.plan import RunKnobs
 
     knobs = RunKnobs(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=8192)
     return builtin_config(args.model), {**knobs.to_dict(), "dtype": args.dtype,
@@ -174,9 +174,9 @@ def main() -> None:
 
     import torch
 
+    from realexec.fidelity.validate.speed_probe import serving_probe_trace
+    from realexec.fidelity.validate.validation import ColocatedBackend, ServedBackend
     from realexec.serving.replay.runner import replay
-    from realexec.validate import ColocatedBackend, ServedBackend
-    from realexec.validate_probe import serving_probe_trace
 
     args.out.mkdir(parents=True, exist_ok=True)
     cfg, kwargs = engine_setup(args)
@@ -193,7 +193,7 @@ def main() -> None:
         try:
             sampler.worker_pid = next(iter(be.client.workers_status().values())).get("pid")
             if hold_second_engine:
-                from realexec.validate_probe import SpeedProbe
+                from realexec.fidelity.validate.speed_probe import SpeedProbe
 
                 class _Zero:
                     def step_time(self, shape):

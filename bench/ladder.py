@@ -1,6 +1,6 @@
 """KV-cache ladder benchmark (issue 6): `python bench/ladder.py [--model ...]`.
 
-Same as `kvpd bench ladder`; see `realexec/ladder.py` for what each rung measures.
+Same as `kvpd bench ladder`; see `realexec/fidelity/ladder.py` for what each rung measures.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from realexec.ladder import add_arguments, main
+from realexec.fidelity.ladder import add_arguments, main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)

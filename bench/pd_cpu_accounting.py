@@ -67,7 +67,7 @@ def back_to_back_gap_ms(steps: list) -> float:
 def cost_model(path: str | None):
     if not path:
         return None
-    from realexec.profile_facts import model_identity
+    from realexec.fidelity.profile.facts import model_identity
     from simulator.calibrate.calibrated import calibrated_cost_model
 
     cfg, name = model_identity("llama-50m")
@@ -77,11 +77,11 @@ def cost_model(path: str | None):
 def main() -> None:
     import torch
 
+    from realexec.fidelity.validate.plan import base_trace, run_trace
     from realexec.serving.client import EngineClient
     from realexec.serving.config import ServeConfig
     from realexec.serving.replay.runner import replay
     from realexec.serving.step_log import read_step_log
-    from realexec.validate_plan import base_trace, run_trace
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=("pd", "engine"), default="pd")

@@ -35,9 +35,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from realexec.validate import bracketed_factors, check_targets, compare
-from realexec.validate_plan import engine_factors, rescaled_scenario, simulate
-from realexec.validate_steps import logged_steps, real_windows, steps_within, with_probe_speeds
+from realexec.fidelity.validate.plan import engine_factors, rescaled_scenario, simulate
+from realexec.fidelity.validate.steps import (
+    logged_steps,
+    real_windows,
+    steps_within,
+    with_probe_speeds,
+)
+from realexec.fidelity.validate.validation import bracketed_factors, check_targets, compare
 from simulator.calibrate.calibrated import calibrated_cost_model
 from simulator.calibrate.step_pricing import speed_factors
 from simulator.cost.params import CostParams

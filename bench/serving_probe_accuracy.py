@@ -28,7 +28,7 @@ import numpy as np
 
 
 def _speeds_from_logs(vdir: Path, result: dict, index: int, cost_model) -> list[dict]:
-    from realexec.validate_steps import logged_steps, real_windows, steps_within
+    from realexec.fidelity.validate.steps import logged_steps, real_windows, steps_within
     from simulator.calibrate.step_pricing import speed_factors
 
     runs = vdir / "runs"
@@ -74,7 +74,7 @@ def _estimators(seq: list[tuple[str, dict | None, dict | None]]) -> dict[str, di
 
 
 def main() -> None:
-    from realexec.validate_steps import folder_cost_model
+    from realexec.fidelity.validate.steps import folder_cost_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realexec.profile_facts import model_identity
+from realexec.fidelity.profile.facts import model_identity
 from realexec.serving.step_log import read_step_log
 from simulator.calibrate.calibrated import calibrated_cost_model
 from simulator.calibrate.step_pricing import STEP_KINDS, step_errors, step_kind

@@ -47,17 +47,17 @@ def main() -> int:
 
     import torch
 
-    from realexec.profile import grid_preset
-    from realexec.profile_run import profile_device
-    from realexec.validate import ValidateConfig, Validation
-    from realexec.validate_plan import RunKnobs
-    from realexec.validate_report import (
+    from realexec.fidelity.profile.device_profile import profile_device
+    from realexec.fidelity.profile.profiler import grid_preset
+    from realexec.fidelity.validate.plan import RunKnobs
+    from realexec.fidelity.validate.report import (
         RE_RUNS,
         format_re_runs,
         format_table,
         targets_summary,
         write_report,
     )
+    from realexec.fidelity.validate.validation import ValidateConfig, Validation
     from simulator.calibrate.fit import calibrate, write_calibration
 
     t_all = time.perf_counter()

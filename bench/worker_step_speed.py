@@ -40,7 +40,7 @@ PROMPT_LEN = 64
 def _cost_model(path: str | None):
     if not path:
         return None
-    from realexec.profile_facts import model_identity
+    from realexec.fidelity.profile.facts import model_identity
     from simulator.calibrate.calibrated import calibrated_cost_model
 
     cfg, name = model_identity("llama-50m")

@@ -3,7 +3,7 @@
 
 import pytest
 
-from realexec.validate_plan import RunKnobs, engine_factors, scenario_dict
+from realexec.fidelity.validate.plan import RunKnobs, engine_factors, scenario_dict
 from simulator.calibrate.serving_speed import (
     MIN_STEPS,
     STEP_SHAPE_FIELDS,

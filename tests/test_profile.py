@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from kvpd.cli import main as kvpd_main
-from realexec.profile import (
-    GRID_PRESETS,
-    ProfileGrid,
-    Profiler,
-    grid_preset,
-    scatter_free_blocks,
-)
-from realexec.profile_facts import (
+from realexec.fidelity.profile.facts import (
     catalog_device,
     cpu_available,
     memory_bandwidth_share,
     model_identity,
     sched_times,
+)
+from realexec.fidelity.profile.profiler import (
+    GRID_PRESETS,
+    ProfileGrid,
+    Profiler,
+    grid_preset,
+    scatter_free_blocks,
 )
 from simulator.calibrate.profile_io import read_profile
 from simulator.core.block_pool import BlockPool
@@ -152,7 +152,7 @@ def test_memory_bandwidth_share_of_two_processes():
 
 
 def test_steps_beside_a_busy_neighbour(rows):
-    from realexec.profile_contention import MODES, contention_points, host_contention
+    from realexec.fidelity.profile.contention import MODES, contention_points, host_contention
 
     prof, _ = rows
     # prompts of 16..512 tokens from the grid, the smallest and largest decode batch <= 16
@@ -199,7 +199,7 @@ def test_profiler_hands_out_scattered_blocks_unless_asked_for_id_order():
 
 
 def test_cli_blocks_in_id_order_reaches_the_grid(monkeypatch, tmp_path):
-    import realexec.profile_run as profile
+    import realexec.fidelity.profile.device_profile as profile
 
     grids = []
     monkeypatch.setattr(profile, "profile_device",
@@ -210,7 +210,7 @@ def test_cli_blocks_in_id_order_reaches_the_grid(monkeypatch, tmp_path):
 
 
 def test_fresh_shape_check_compares_never_run_shapes_with_repeated_ones(rows):
-    from realexec.profile_fresh import fresh_points, fresh_shape_check
+    from realexec.fidelity.profile.fresh_shapes import fresh_points, fresh_shape_check
 
     prof, _ = rows
     check = fresh_shape_check(prof, repeats=2)
@@ -225,7 +225,7 @@ def test_fresh_shape_check_compares_never_run_shapes_with_repeated_ones(rows):
 def test_fresh_shape_check_sees_a_per_shape_setup_cost(rows, monkeypatch):
     """An engine that pays 20 ms the first time it meets a step shape (as cuDNN attention
     building its graph on a GPU): repeated grid shapes are free of it, fresh ones are not."""
-    from realexec.profile_fresh import fresh_shape_check
+    from realexec.fidelity.profile.fresh_shapes import fresh_shape_check
 
     prof, _ = rows
     runner = prof.llm.engine.executor

@@ -27,9 +27,9 @@ def test_defaults_follow_the_variable_set_after_import(monkeypatch, tmp_path):
 
     import pytest
 
-    from realexec import ladder
-    from realexec.validate import ValidateConfig
-    from realexec.validate_plan import base_trace
+    from realexec.fidelity import ladder
+    from realexec.fidelity.validate.plan import base_trace
+    from realexec.fidelity.validate.validation import ValidateConfig
 
     monkeypatch.setenv(TRACES_DIR_ENV, str(tmp_path))
     with pytest.raises(FileNotFoundError, match=f"azure trace not found: {tmp_path}"):

@@ -170,7 +170,7 @@ def test_a_rates_steps_are_those_logged_while_its_real_runs_ran(cm, tmp_path):
     import json
     import os
 
-    from realexec.validate_steps import real_windows, steps_within
+    from realexec.fidelity.validate.steps import real_windows, steps_within
 
     assert real_windows({"real_windows": [[1.0, 2.0], [5, 6]]}, tmp_path, 0) == [(1.0, 2.0), (5.0, 6.0)]
     for rep, end in ((0, 100.0), (1, 200.0)):

@@ -101,7 +101,7 @@ def test_an_engine_of_one_kind_of_step_has_no_second_speed(cm):
 
 
 def test_a_probe_without_recorded_speeds_gets_them_from_the_step_logs(cm):
-    from realexec.validate_steps import with_probe_speeds
+    from realexec.fidelity.validate.steps import with_probe_speeds
 
     probe_steps = timed(serving_like_shapes(), cost_model_at(cm, 0.9, 1.1))
     later = [TimedStep(s.t_start + 1000.0, s.duration_s * 3, s.shape) for s in probe_steps]

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import realexec.validate as validate_mod
+import realexec.fidelity.validate.validation as validate_mod
 import workloads
 from kvpd.cli import main as kvpd_main
 from realexec.engine.configs import TINY
-from realexec.validate import ValidateConfig, Validation, compare
-from realexec.validate_plan import (
+from realexec.fidelity.validate.plan import (
     SUSTAINED_STEPS,
     RunKnobs,
     base_trace,
@@ -28,7 +27,8 @@ from realexec.validate_plan import (
     simulate,
     sustained_capacity,
 )
-from realexec.validate_report import format_table, write_report
+from realexec.fidelity.validate.report import format_table, write_report
+from realexec.fidelity.validate.validation import ValidateConfig, Validation, compare
 from simulator.cost.params import CostParams
 
 KNOBS = RunKnobs(max_num_seqs=8, max_num_batched_tokens=128, num_gpu_blocks=48)
@@ -200,8 +200,8 @@ def test_queueing_is_compared_in_seconds_and_split_out_of_ttft():
     """Queueing percentiles are reported beside the targets, not among them, as sim - real
     in seconds (a relative error of a near-zero wait says nothing), and the queueing table
     splits the p50 TTFT into the wait and the rest."""
-    from realexec.validate import check_targets
-    from realexec.validate_report import format_queueing
+    from realexec.fidelity.validate.report import format_queueing
+    from realexec.fidelity.validate.validation import check_targets
 
     real = [{"ttft_s": {"p50": 0.30}, "queueing_s": {"p50": 0.010, "p90": 0.10, "p99": 0.2}},
             {"ttft_s": {"p50": 0.34}, "queueing_s": {"p50": 0.030, "p90": 0.14, "p99": 0.4}}]
@@ -282,7 +282,7 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
                              "workload": {"synthetic": {"num_requests": 1}}})
     model = ModelSpec.from_hf_config(v.model_config, name="tiny-llama")
     base = v._cost_model()
-    from realexec.validate_plan import scaled_hardware
+    from realexec.fidelity.validate.plan import scaled_hardware
 
     spec = scaled_hardware(v.params, 0.8, tmp_path / "slow.yaml")
     acc, params = resolve_hardware(spec, sc)
@@ -301,7 +301,11 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
 
 
 def test_bracketed_factors_average_the_probes_around_a_run():
-    from realexec.validate import bracket_probes, bracketed_factors, mean_factors
+    from realexec.fidelity.validate.validation import (
+        bracket_probes,
+        bracketed_factors,
+        mean_factors,
+    )
 
     def serving(f, speeds=None):
         return {"factors": {"engine": f}, **({"speeds": {"engine": speeds}} if speeds else {})}
@@ -507,7 +511,7 @@ def test_pd_probe_also_measures_the_memory_share_two_processes_get(tmp_path, mon
     """Before a PD run on a CPU the probe adds the memory-bandwidth share of 2 processes (the
     workers' mutual slowdown follows it), beside the profile's; not before a colocated run,
     and a failing measurement is recorded, not raised."""
-    import realexec.profile_facts as facts
+    import realexec.fidelity.profile.facts as facts
 
     v = Validation(config(tmp_path))
     v.probe = _StubProbe()
@@ -558,7 +562,7 @@ def test_a_failing_serving_probe_is_recorded_and_the_run_goes_on(tmp_path, monke
 
 
 def test_trace_probe_takes_the_trace_after_the_validated_requests_at_the_rate():
-    from realexec.validate_plan import TRACE_PROBE_MIN_REQUESTS, trace_probe
+    from realexec.fidelity.validate.plan import TRACE_PROBE_MIN_REQUESTS, trace_probe
 
     base, _ = base_trace("gamma", 256, num_requests=400, seed=3)
     scaled = workloads.rescale_rate(base, 2.0)
@@ -588,7 +592,7 @@ def test_trace_probe_takes_the_trace_after_the_validated_requests_at_the_rate():
 
 
 def test_serving_probe_load_is_fixed_and_fits_the_context():
-    from realexec.validate_probe import serving_probe_trace
+    from realexec.fidelity.validate.speed_probe import serving_probe_trace
 
     for context in (40, 96, 2048):
         t = serving_probe_trace(16, context, seed=7)
@@ -654,7 +658,7 @@ def test_the_capacity_is_the_highest_rate_the_simulated_run_keeps_up_with(tmp_pa
     grew, and the runs `kvpd validate` would replay at 0.9 of it keep up."""
     cal = tiny_calibration(tmp_path / "cal.yaml")
     params = CostParams.load(str(cal))
-    from realexec.profile_facts import model_identity
+    from realexec.fidelity.profile.facts import model_identity
 
     sc = scenario_dict(model_identity("tiny-llama")[0], "fp32", cal, params, KNOBS, "colocated", tmp_path / "t.csv")
     n = 300

@@ -1,6 +1,6 @@
 """The simulator scenario that mirrors a real validation run."""
 
-from realexec.validate_plan import RunKnobs, scenario_dict
+from realexec.fidelity.validate.plan import RunKnobs, scenario_dict
 from simulator.cost.params import CostParams
 from simulator.scenario import scenario_from_dict
 from tests.sim_helpers import TINY_HF_CONFIG
@@ -45,7 +45,7 @@ def test_pd_scenario_shares_the_host_memory_the_profile_measured(tmp_path):
 def test_an_in_process_engine_is_simulated_without_the_serving_loop(tmp_path):
     """`colocated_engine: inproc` drives an `LLM` in the validating process: no worker loop
     runs between its steps, so its scenario (and a re-scaled copy of it) drops the loop."""
-    from realexec.validate_plan import rescaled_scenario
+    from realexec.fidelity.validate.plan import rescaled_scenario
 
     params = CostParams(loop_overhead_s=3e-4, device="cpu")
     args = (TINY_HF_CONFIG, "fp32", tmp_path / "cal.yaml", params, RunKnobs(), "colocated",

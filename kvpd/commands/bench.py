@@ -14,13 +14,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="KV-cache ladder: (1) no cache, (2) contiguous cache, (3) paged, 1 request, "
         "(4) paged + static batching, (5) paged + ORCA, (6) HF generate padded batches.",
     )
-    from realexec.ladder import add_arguments  # light: heavy imports happen inside run
+    from realexec.fidelity.ladder import add_arguments  # light: heavy imports happen inside run
 
     add_arguments(lad)
     lad.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from realexec.ladder import main
+    from realexec.fidelity.ladder import main
 
     return main(args)

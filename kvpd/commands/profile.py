@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from realexec.profile import PROFILE_KINDS, grid_preset
-    from realexec.profile_run import profile_device
+    from realexec.fidelity.profile.device_profile import profile_device
+    from realexec.fidelity.profile.profiler import PROFILE_KINDS, grid_preset
 
     grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup,
                        scatter_blocks=False if args.blocks_in_id_order else None)

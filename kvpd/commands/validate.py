@@ -28,7 +28,7 @@ def _names(allowed: tuple[str, ...]):
     return parse
 
 
-TRACE_KINDS = ("azure", "gamma")  # = realexec.validate_plan.TRACE_KINDS (kept light here)
+TRACE_KINDS = ("azure", "gamma")  # = realexec.fidelity.validate.plan.TRACE_KINDS (kept light here)
 MODES = ("colocated", "pd")
 
 
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _interruptible() -> Iterator[None]:
     """While inside, SIGTERM, SIGINT and SIGHUP stop the validation with `ValidationInterrupted`
     (the completed rates are still reported); a second signal acts as it normally would."""
-    from realexec.validate import ValidationInterrupted
+    from realexec.fidelity.validate.validation import ValidationInterrupted
 
     signals = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
@@ -109,14 +109,14 @@ def _interruptible() -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from realexec.validate import ValidateConfig, Validation
-    from realexec.validate_plan import RunKnobs
-    from realexec.validate_report import (
+    from realexec.fidelity.validate.plan import RunKnobs
+    from realexec.fidelity.validate.report import (
         format_pd_steps,
         format_re_runs,
         format_table,
         write_report,
     )
+    from realexec.fidelity.validate.validation import ValidateConfig, Validation
 
     for name in ("repeats", "min_requests", "max_requests", "num_gpu_blocks", "max_num_seqs"):
         if getattr(args, name) < 1:

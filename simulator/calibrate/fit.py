@@ -268,7 +268,7 @@ def fit_with_row_passes(model: ModelSpec, acc: Accelerator, dtype: str, shapes: 
 def step_shape(prof: Profile, i: int) -> BatchShape:
     """The `BatchShape` of profile row `i`. Profiles do not record `max_decode_context`: a
     `decode` step's longest context is `max_context`; a `mixed` step's decodes share one
-    context in the profiler's grid (realexec/profile.py), so it is their mean (rounded up)."""
+    context in the profiler's grid (realexec/fidelity/profile/profiler.py), so it is their mean (rounded up)."""
     shape = prof.shape(i)
     if shape.num_decode_reqs and not shape.max_decode_context:
         if shape.num_prefill_reqs == 0:

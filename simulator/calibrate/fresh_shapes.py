@@ -1,4 +1,4 @@
-"""Reading the profile's fresh-shape check (written by realexec/profile_fresh.py): how much
+"""Reading the profile's fresh-shape check (written by realexec/fidelity/profile/fresh_shapes.py): how much
 slower steps of never-run shapes were than steps of repeated ones."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Fit host sharing (`cluster.host_memory_share` s, `cluster.host_compute_share` c) from the
-profile's contended steps (`device_facts.host_contention`, see realexec/profile_contention.py).
+profile's contended steps (`device_facts.host_contention`, see realexec/fidelity/profile/contention.py).
 
 Each point was timed alone (a), beside a neighbour streaming memory (f = 1) and beside one
 spinning on a core (f = 0). With the calibrated cost model's memory share of the step, phi

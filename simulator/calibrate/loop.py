@@ -1,7 +1,7 @@
 """The serving loop's host cost (`CostParams` `LOOP_FIELDS`: `loop_overhead_s`,
 `kv_handoff_step_s`, `kv_handoff_s`, `kv_handoff_token_s`, `kv_land_s`, `kv_land_token_s`),
 measured from the profile's serving probe (`meta.serving_probe.loop`, written by
-realexec/profile_serving.py from the workers' step logs).
+realexec/fidelity/profile/serving_probe.py from the workers' step logs).
 
 A serving worker spends host time between its engine steps that no profiled step contains:
 polling for requests, pushing each step's tokens to the front end, on a PD prefill worker

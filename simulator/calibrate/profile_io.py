@@ -7,7 +7,7 @@ library versions, the grid, the seed). Rows:
 - step kinds (`prefill`, `chunk`, `decode`, `mixed`): the `BatchShape` of the engine step
   (fields below, tokens) and its wall time (seconds) from schedule to the end of update;
 - `linear`: every layer's linears (qkv, o, MLP) alone on `num_tokens` rows; `lm_head`: the
-  final norm and LM head on `num_reqs` rows (realexec/profile_linears.py);
+  final norm and LM head on `num_reqs` rows (realexec/fidelity/profile/linears.py);
 - `swap_out`, `swap_in`: `num_blocks` KV blocks (`num_bytes`) copied device <-> host;
 - `kv_transfer`: the KV of `num_tokens` tokens (`num_bytes`) sent from a prefill worker
   to a decode worker (gather, send, receive, scatter) over the PD transport.
@@ -44,7 +44,7 @@ KINDS = STEP_KINDS + OP_KINDS + COPY_KINDS
 TIME_FIELDS = ("median_s", "mean_s", "p10_s", "p90_s", "min_s", "max_s", "rel_iqr", "cpu_median_s")
 COLUMNS = ("kind", *SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats", *TIME_FIELDS)
 INT_COLUMNS = (*SHAPE_FIELDS, "num_blocks", "num_bytes", "repeats")
-# Facts a profile's JSON must carry (written by realexec.profile).
+# Facts a profile's JSON must carry (written by realexec.fidelity.profile.profiler).
 REQUIRED_META = ("device", "model", "model_config", "dtype", "device_facts")
 
 

@@ -1,13 +1,13 @@
 """Serving speed (`serving_speed` in a calibration's extra): how fast a real engine ran its
 steps while serving, relative to the calibrated cost model, from the profile's serving probe
-(`meta.serving_probe`, written by realexec/profile_serving.py).
+(`meta.serving_probe`, written by realexec/fidelity/profile/serving_probe.py).
 
 Per role, factor = the cost model's total over the probe's steps / their measured total
 (< 1: serving steps ran slower than the grid's isolated ones): "colocated" from the colocated
 engine's steps; "prefill" and "decode" from the 1P1D workers' steps, priced with the fitted
 host sharing as the simulator prices them (`simulator.calibrate.step_pricing.pd_step_errors`).
 `kvpd validate` simulates each engine's device at its role's factor
-(`realexec.validate_plan.scenario_dict`).
+(`realexec.fidelity.validate.plan.scenario_dict`).
 """
 
 from __future__ import annotations

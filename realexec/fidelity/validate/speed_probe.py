@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 import workloads
-from realexec.profile import ProfileGrid, Profiler
+from realexec.fidelity.profile.profiler import ProfileGrid, Profiler
 
 PROBE_GRID = ProfileGrid(prefill_lens=(128, 512), chunks=(), decode_batches=(8,),
                          decode_contexts=(384,), mixed_batches=(), mixed_contexts=(),

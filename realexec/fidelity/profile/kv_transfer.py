@@ -3,7 +3,7 @@
 One-way time for the KV of n prompt tokens to go from a prefill worker's paged cache into a
 decode worker's cache: `pd_kv.kv_frames` (pool views or one gathered frame) -> `transport.encode` -> ZMQ
 DEALER -> ROUTER over `ipc://` -> `transport.decode` -> `pd_kv.stage` -> `pd_kv.write_staged`
-in a second process (`python -m realexec.validate_kv`), as `realexec/serving/pd/prefill.py` and
+in a second process (`python -m realexec.fidelity.profile.kv_transfer`), as `realexec/serving/pd/prefill.py` and
 `realexec/serving/pd/decode.py` do. Both processes read the same monotonic clock
 (`time.perf_counter`, system-wide on Linux), so the receiver reports when it is done.
 """
@@ -92,7 +92,7 @@ def measure_transfer(cache: PagedKVCache, token_counts: list[int], repeats: int,
               "head_dim": spec.head_dim, "block_size": spec.block_size, "dtype": str(spec.dtype)}
     args = {"spec": spec_d, "num_blocks": need, "device": str(cache.device), "threads": threads,
             "kv": addr_kv, "ack": addr_ack}
-    proc = subprocess.Popen([sys.executable, "-m", "realexec.validate_kv", json.dumps(args)])
+    proc = subprocess.Popen([sys.executable, "-m", "realexec.fidelity.profile.kv_transfer", json.dumps(args)])
     kv = ctx.socket(zmq.DEALER)
     kv.setsockopt(zmq.IDENTITY, b"profile-prefill")
     out = []

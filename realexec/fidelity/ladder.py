@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fixed_workload(vocab: int, n: int, prompt_len: int, max_tokens: int, seed: int):
-    from realexec.ladder_rungs import Workload
+    from realexec.fidelity.ladder_rungs import Workload
 
     rng = random.Random(seed)
     prompts = [[rng.randrange(3, vocab) for _ in range(prompt_len)] for _ in range(n)]
@@ -60,7 +60,7 @@ def trace_workload(vocab: int, args: argparse.Namespace, max_model_len: int):
     """First N requests of a trace, lengths scaled and clipped, arrivals rescaled to --rate."""
     import numpy as np
 
-    from realexec.ladder_rungs import Workload
+    from realexec.fidelity.ladder_rungs import Workload
     from workloads import first_n, load_trace, rescale_rate
 
     if not args.trace.exists():
@@ -123,7 +123,7 @@ def run_ladder(args: argparse.Namespace) -> dict:
 
     from realexec.engine.llm import LLM
     from realexec.engine.model_loader import load_model
-    from realexec.ladder_rungs import (
+    from realexec.fidelity.ladder_rungs import (
         SingleRequestRunner,
         rung_engine,
         rung_hf_static,

@@ -9,7 +9,7 @@ Each rate runs `repeats` times on the real engine (so the report shows run-to-ru
 beside the errors; the repeats go round the rates, so a slow phase of a shared machine
 spreads over them) and once in the simulator, with the same scheduler knobs, the same number
 of KV blocks and the same requests. A speed probe before each real run
-(`realexec.validate_probe`) records how fast the machine is then (and, before a PD run on a
+(`realexec.fidelity.validate.speed_probe`) records how fast the machine is then (and, before a PD run on a
 CPU, the memory-bandwidth share two processes get then), and a serving probe (a short fixed
 load of other requests, replayed through the same real engine) measures how fast each engine
 runs its steps in serving relative to the calibration; the `refreshed` re-run prices the
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 import workloads
-from realexec.validate_plan import (
+from realexec.fidelity.validate.plan import (
     RunKnobs,
     base_trace,
     capacity,
@@ -125,7 +125,7 @@ class ColocatedBackend:
 
     def replay(self, trace: workloads.Trace, seed: int):
         """(ReplayResult, preemptions, CPU availability of the engine thread)."""
-        from realexec.profile_facts import cpu_available, sched_times
+        from realexec.fidelity.profile.facts import cpu_available, sched_times
         from realexec.serving.replay.runner import replay
 
         before, s0 = self.llm.scheduler.num_preemptions, sched_times()
@@ -182,7 +182,7 @@ class ServedBackend:
                    for w in self.client.workers_status().values())
 
     def _sched(self) -> dict[str, tuple[float, float] | None]:
-        from realexec.profile_facts import sched_times
+        from realexec.fidelity.profile.facts import sched_times
 
         return {n: sched_times(w["pid"]) for n, w in self.client.workers_status().items()
                 if w.get("pid")}
@@ -330,7 +330,7 @@ class Validation:
     """Runs a `ValidateConfig`; `results` fills as rates complete."""
 
     def __init__(self, cfg: ValidateConfig, progress: Progress | None = None) -> None:
-        from realexec.profile_facts import model_identity
+        from realexec.fidelity.profile.facts import model_identity
         from simulator.cost.params import CostParams
 
         if cfg.colocated_engine not in ("process", "inproc"):
@@ -348,7 +348,7 @@ class Validation:
         if self.params.model is None or self.params.device is None:
             raise ValueError(f"{cfg.calibration}: names no model/device; write it with kvpd calibrate")
         from realexec.engine.device import resolve_device
-        from realexec.profile_facts import catalog_device
+        from realexec.fidelity.profile.facts import catalog_device
 
         local = catalog_device(resolve_device(cfg.device))
         if local != self.params.device:
@@ -624,7 +624,7 @@ class Validation:
         on a shared host (1.00 in one profile, 0.55 in another)."""
         try:
             if self.probe is None:
-                from realexec.validate_probe import SpeedProbe
+                from realexec.fidelity.validate.speed_probe import SpeedProbe
 
                 self.probe = SpeedProbe(self.model_config, self.dtype, self.cfg.device,
                                         self.cost_model, self.cfg.seed)
@@ -633,7 +633,7 @@ class Validation:
             return {"error": f"{type(exc).__name__}: {exc}"}
         if mode == "pd" and self.probe.device_type == "cpu":
             try:
-                from realexec.profile_facts import memory_bandwidth_share
+                from realexec.fidelity.profile.facts import memory_bandwidth_share
 
                 out["mem_bw_share"] = memory_bandwidth_share()["mem_bw_share"]
             except Exception as exc:
@@ -668,7 +668,7 @@ class Validation:
         if n <= 0:
             return None
         if self.serving_probe_trace is None:
-            from realexec.validate_probe import serving_probe_trace
+            from realexec.fidelity.validate.speed_probe import serving_probe_trace
 
             self.serving_probe_trace = serving_probe_trace(n, self.context(), self.cfg.seed + 7)
         return self._replay_probe(backend, self.serving_probe_trace, self.cfg.seed + 7, cluster)

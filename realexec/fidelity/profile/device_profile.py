@@ -9,15 +9,15 @@ from typing import Any
 
 import torch
 
-from realexec.profile import PROFILE_KINDS, ProfileGrid, Profiler, Progress
-from realexec.profile_contention import host_contention
-from realexec.profile_facts import (
+from realexec.fidelity.profile.contention import host_contention
+from realexec.fidelity.profile.facts import (
     catalog_device,
     device_facts,
     memory_bandwidth_share,
 )
-from realexec.profile_fresh import fresh_shape_check
-from realexec.profile_serving import serving_probe
+from realexec.fidelity.profile.fresh_shapes import fresh_shape_check
+from realexec.fidelity.profile.profiler import PROFILE_KINDS, ProfileGrid, Profiler, Progress
+from realexec.fidelity.profile.serving_probe import serving_probe
 from simulator.calibrate.fresh_shapes import describe_fresh_shapes
 from simulator.calibrate.profile_io import write_profile
 
@@ -31,7 +31,7 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
 
     `threads`: torch intra-op threads (default: torch's); `hardware`: the catalog entry to
     calibrate (default: guessed from the device); `serving_requests`: requests of the
-    serving probe (`realexec.profile_serving`; 0: none) replayed through a real colocated
+    serving probe (`realexec.fidelity.profile.serving_probe`; 0: none) replayed through a real colocated
     engine and, when transfers are profiled, a real 1P1D pair, after the grid."""
     if threads is not None:
         if threads < 1:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from realexec.validate import METRICS, TARGETS, ValidateConfig
-from realexec.validate_plan import PD_FIRST_TOKEN
+from realexec.fidelity.validate.plan import PD_FIRST_TOKEN
+from realexec.fidelity.validate.validation import METRICS, TARGETS, ValidateConfig
 from simulator.calibrate.step_pricing import STEP_KINDS, priced_total
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
@@ -256,7 +256,7 @@ def format_table(summary: dict[str, Any]) -> str:
 def targets_summary(summary: dict[str, Any], diagnostic: str | None = None) -> dict[str, Any]:
     """Targets met over the under-loaded rates, per (trace, mode): of the validation, or of a
     re-run (`diagnostic`: a key of `RE_RUNS`)."""
-    from realexec.validate import check_targets
+    from realexec.fidelity.validate.validation import check_targets
 
     out: dict[str, Any] = {}
     for r in summary["results"]:
@@ -283,7 +283,7 @@ def _git_commit() -> str | None:
 
 def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
     from realexec.engine.device import resolve_device
-    from realexec.profile_facts import device_facts
+    from realexec.fidelity.profile.facts import device_facts
 
     cal_copy = out / Path(cfg.calibration).name
     if Path(cfg.calibration).resolve() != cal_copy.resolve():
@@ -297,9 +297,9 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
         "max_requests": cfg.max_requests, "repeats": cfg.repeats,
         "capacity_requests": cfg.capacity_requests, "traces": validation.traces,
         "serving_probe_requests": cfg.serving_probe_requests,
-        "serving_probe_trace": "seed + 7, realexec.validate_probe.serving_probe_trace",
+        "serving_probe_trace": "seed + 7, realexec.fidelity.validate.speed_probe.serving_probe_trace",
         "trace_probe_s": cfg.trace_probe_s,
-        "trace_probe": "seed + 11, realexec.validate_plan.trace_probe (traces.*.trace_probes)",
+        "trace_probe": "seed + 11, realexec.fidelity.validate.plan.trace_probe (traces.*.trace_probes)",
         "trace_files": "runs/TRACE-MODE/rateI-trace.csv (exact requests of each run)",
         "calibration": str(cal_copy), "calibration_source": str(cfg.calibration),
         "calibration_device": validation.params.device,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from realexec.profile_contention import decode_points
+from realexec.fidelity.profile.contention import decode_points
 from simulator.calibrate.fresh_shapes import WARN_RATIO
 
 
@@ -33,7 +33,7 @@ def fresh_points(grid) -> list[tuple[str, int, int]]:
 
 
 def fresh_shape_check(prof, repeats: int = 3) -> dict[str, Any]:
-    """Time `fresh_points` of `prof` (a `realexec.profile.Profiler` whose grid has run) at
+    """Time `fresh_points` of `prof` (a `realexec.fidelity.profile.profiler.Profiler` whose grid has run) at
     their grid shape and at never-run shapes (tokens - 2, - 4, ...), interleaved.
 
     Returns {"points": [{kind, batch, tokens, repeated_s, fresh_s, ratio}], "ratio": median

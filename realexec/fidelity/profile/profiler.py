@@ -4,7 +4,7 @@ Each step is timed as the engine runs it (`LLM.step()`: schedule, copies, forwar
 update), so the fitted cost model covers everything the simulator's step stands for. The
 grid (`ProfileGrid`) covers prompt steps of many lengths, prompt chunks after a cached
 context, decode steps over batch sizes x context lengths, mixed steps (decodes + one prompt
-chunk), the executor's linears alone at every small size (realexec/profile_linears.py), KV
+chunk), the executor's linears alone at every small size (realexec/fidelity/profile/linears.py), KV
 swap copies and PD KV transfers. Decode contexts are set up without computing
 them (`_NoCompute` runs the scheduler's prompt steps for free; the cache content does not
 change the timing). Step points are visited in `warmup` untimed and `repeats` timed
@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from realexec.profile_facts import (
+from realexec.fidelity.profile.facts import (
     model_identity,
 )
-from realexec.profile_linears import time_linears
+from realexec.fidelity.profile.linears import time_linears
 from simulator.calibrate.profile_io import STEP_KINDS, ProfileRow
 from simulator.core.batch_shape import BatchShape
 from simulator.core.block_pool import BlockPool
@@ -56,7 +56,7 @@ class ProfileGrid:
     # contexts spread evenly over [1/4, 7/4] x the mean (`ragged_contexts`)
     ragged: tuple[tuple[int, int], ...] = ((4, 256), (8, 512), (16, 256), (16, 768), (32, 384))
     # the executor's linears timed alone at these token counts, and its LM head at these
-    # request counts (realexec/profile_linears.py; every size up to the largest batch)
+    # request counts (realexec/fidelity/profile/linears.py; every size up to the largest batch)
     linear_tokens: tuple[int, ...] = tuple(range(1, 65))
     lm_head_rows: tuple[int, ...] = tuple(range(1, 65))
     swap_blocks: tuple[int, ...] = (1, 4, 16, 64, 256)
@@ -335,7 +335,7 @@ class Profiler:
         return rows
 
     def transfers(self) -> list[ProfileRow]:
-        from realexec.validate_kv import measure_transfer
+        from realexec.fidelity.profile.kv_transfer import measure_transfer
 
         rows = []
         for n, nbytes, times in measure_transfer(

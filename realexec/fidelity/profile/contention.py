@@ -66,7 +66,7 @@ def contention_points(grid) -> list[tuple[str, tuple]]:
 
 def host_contention(prof, repeats: int | None = None, warmup: int | None = None,
                     nbytes: int = 256 << 20) -> dict[str, Any]:
-    """Time `contention_points` of `prof` (a `realexec.profile.Profiler`) alone and beside a
+    """Time `contention_points` of `prof` (a `realexec.fidelity.profile.profiler.Profiler`) alone and beside a
     neighbour process streaming memory or spinning; medians per point and mode (s)."""
     g = prof.grid
     repeats = g.repeats if repeats is None else repeats

@@ -1,4 +1,4 @@
-"""The six rungs of the KV-cache ladder (see `realexec.ladder`), each timed on one workload.
+"""The six rungs of the KV-cache ladder (see `realexec.fidelity.ladder`), each timed on one workload.
 
 Every rung decodes greedily with EOS banned until the request's `max_tokens` (vLLM's
 `min_tokens`, HF's `min_new_tokens`), so all rungs emit the same number of tokens and their
