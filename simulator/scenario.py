@@ -232,6 +232,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """Read, override and validate a scenario file; errors name the file and key path."""
     path = Path(path)
     data = read_scenario_yaml(path)
+    data.setdefault("name", path.stem)  # an unnamed scenario is known by its file
     apply_overrides(data, overrides or [])
     return scenario_from_dict(data, str(path), str(path.resolve().parent))
 

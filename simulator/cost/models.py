@@ -337,4 +337,8 @@ def get_model(name_or_path_or_dict: str | dict[str, Any]) -> ModelSpec:
         return _catalog_model(_aliases()[key])
     if os.path.exists(x):
         return load_hf_config(x)
+    looks_like_path = x.endswith(".json") or x.startswith((".", "/", "~")) or x.count("/") > 1
+    if looks_like_path:  # HF ids are exactly one "org/name": this was meant as a file
+        raise FileNotFoundError(f"no such file or directory: {x} (a model is a catalog name, an HF "
+                                "config.json path or a folder holding one)")
     raise unknown_name_error("model", x, [*_catalog(), *_aliases()])

@@ -21,9 +21,9 @@ import yaml
 
 from simulator.plan.capacity import Probe, confidence, replay_variants, search, trace_rate
 from simulator.plan.keys import BaseScenario
-from simulator.plan.preflight import preflight
 from simulator.plan.pricing import cluster_cost
 from simulator.plan.slo import SLOSet
+from simulator.preflight import preflight
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
 
 RESULT_FILE = "capacity.json"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.catalog_match import normalize_name
-from simulator.plan.preflight import hardware_specs
+from simulator.preflight import hardware_specs
 from simulator.scenario import Scenario
 
 SECONDS_PER_HOUR = 3600.0

@@ -270,7 +270,7 @@ def _set_overrides(raw: Any, where: str) -> dict[str, Any]:
 
 def _validate_points(spec: SweepSpec) -> None:
     """Build every point's scenario; report the first bad ones, naming their overrides."""
-    from simulator.plan.preflight import preflight
+    from simulator.preflight import preflight
 
     errors = []
     for p in spec.points:
