@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
+    e.add_argument("--no-warmup", action="store_true",
+                   help="time the first request cold (default: one short untimed request first)")
     p.add_argument("--out", default=None, help="directory for summary.json, requests.parquet, outputs.json")
     p.set_defaults(func=run)
 
@@ -82,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed, "n": args.n, "stop_token_ids": tuple(args.stop_token_ids),
         "ignore_eos": args.ignore_eos,
     }
+    if not args.no_warmup:
+        llm.warm_up(max(len(p) for p in prompts))
     t = time.perf_counter()
     outputs = llm.generate(prompts, params)
     wall = time.perf_counter() - t
