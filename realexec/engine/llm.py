@@ -306,7 +306,7 @@ class LLM:
             raise RuntimeError("warm_up needs an idle engine")
         rng = random.Random(seed)
         prompt = [rng.randrange(self.vocab_size) for _ in range(max(1, prompt_len))]
-        self.generate([prompt], {"max_tokens": 2, "ignore_eos": True})
+        self.generate([prompt], {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0})
         self.kv_cache_manager.block_pool.reset_prefix_cache()
         self.kv_cache_manager.reset_stats()
         self._next_id = 0
