@@ -189,8 +189,10 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
         cand = base.build({**over, **slos.per_request()})
         try:
             preflight(cand)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{path}: candidate {name}: {exc}") from None
         except ValueError as exc:
-            raise ValueError(f"candidate {name}: {exc}") from None
+            raise ValueError(f"{path}: candidate {name}: {exc}") from None
         tasks.append(CapacityTask(name, base, over, slos, repeats, rel_tol, verify_step,
                                   max_simulations, sim_timeout_s, progress))
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
