@@ -19,7 +19,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 BLOCK = 4
 LENS = [1, 5, 11, 23, 40]
-FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2"]
+FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
+            "tiny-qwen2-moe", "tiny-qwen3-moe"]
 
 
 def _setup(model):
