@@ -81,6 +81,14 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-qwen3-moe": {"model_type": "qwen3_moe", **_TINY_COMMON, "head_dim": 16,
                        "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                        "mlp_only_layers": [0], "norm_topk_prob": True},
+    # DeepSeek-V3: MLA (latent rank 16 + rope 8 cached per token, q LoRA rank 32), layer 0 dense
+    # (`first_k_dense_replace`), layer 1 MoE with 4 routed experts in 2 groups, top-2 from
+    # 1 group, plus a shared expert. MLA expands K/V to every head: kv heads = heads.
+    "tiny-deepseek-v3": {"model_type": "deepseek_v3", **_TINY_COMMON, "num_key_value_heads": 4,
+                         "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+                         "topk_group": 1, "moe_intermediate_size": 32, "n_shared_experts": 1,
+                         "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+                         "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
     "tiny-gpt2": {
         "model_type": "gpt2",
         "n_embd": 64,
