@@ -72,7 +72,7 @@ def test_capacity_report(tmp_path):
     # a curve per SLO target and the per-candidate bars
     assert len(embedded_pngs(page)) == 3
     assert "ttft_p90 &lt;= 0.5 s" in page and "cost unknown" in page
-    assert "other traffic samples" in page  # the confidence note
+    assert "other samples of the traffic" in page  # the confidence note
 
 
 def test_pareto_front_keeps_the_undominated_points():

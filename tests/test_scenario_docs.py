@@ -6,7 +6,7 @@ from pathlib import Path
 from simulator.scenario import scenario_keys
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
-POOL_KEYS = ("replicas", "tp", "pp", "hardware", "router", "num_gpu_blocks")
+POOL_KEYS = ("replicas", "tp", "pp", "ep", "ep_link", "hardware", "router", "num_gpu_blocks")
 
 
 def _documented() -> set[str]:
