@@ -27,7 +27,12 @@ def build_trace(sc: Scenario, max_model_len: int | None = None) -> workloads.Tra
     if w.trace and w.synthetic:
         raise ValueError("workload: give either 'trace' or 'synthetic', not both")
     if w.trace:
-        trace = workloads.load_trace(sc.resolve(w.trace), w.format, columns=w.columns, **w.options)
+        try:
+            trace = workloads.load_trace(sc.resolve(w.trace), w.format, columns=w.columns,
+                                         **w.options)
+        except workloads.TraceError as exc:  # callers may re-hint it (exc.hinted) for their CLI
+            exc.args = (f"workload.trace: {exc.hinted('workload.options.skip_invalid: true drops them')}",)
+            raise
     elif w.synthetic:
         trace = workloads.synthesize(w.synthetic, seed=sc.seed if w.seed is None else w.seed)
     else:

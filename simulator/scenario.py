@@ -39,6 +39,10 @@ class PoolSpec(_Strict):
     replicas: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    # expert parallelism (MoE models): 1, or tp (each GPU holds experts/ep whole experts;
+    # all-to-all dispatch/combine over ep_link). See simulator/cost/moe_cost.py.
+    ep: int = Field(1, ge=1)
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
     hardware: Spec | None = None  # default: the scenario's hardware
     router: str = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
@@ -59,6 +63,8 @@ class ClusterSpec(_Strict):
     replicas: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)  # expert parallelism, as PoolSpec.ep
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
@@ -281,6 +287,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """Read, override and validate a scenario file; errors name the file and key path."""
     path = Path(path)
     data = read_scenario_yaml(path)
+    data.setdefault("name", path.stem)  # an unnamed scenario is known by its file
     apply_overrides(data, overrides or [])
     return scenario_from_dict(data, str(path), str(path.resolve().parent))
 

@@ -132,7 +132,7 @@ def test_confidence_replays_other_windows_near_the_boundary():
     res = plan(slos("ttft_p90=0.5"), repeats=2)
     conf = res["candidates"][0]["confidence"]
     assert conf["replays"] == 2 and "windows of the trace starting at 30, 60 s" in conf["what"]
-    assert 0 <= conf["held_at_max"] <= 2 and "the answer held on" in conf["note"]
+    assert 0 <= conf["held_at_max"] <= 2 and "met the SLOs on" in conf["note"]
     evals = res["candidates"][0]["evaluations"]
     assert {e["variant"] for e in evals} == {0, 1, 2}
     # each replay's own highest passing rate, checked against its evaluations
@@ -222,10 +222,21 @@ def test_cli_capacity(tmp_path, capsys):
                "--slo", "ttft_p90=0.5", "--slo", "tpot_p90=0.05", "--repeats", "0",
                "--peak-rate", "40", "--out", str(out)])
     assert rc == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "ttft_p90 <= 0.5 s, tpot_p90 <= 0.05 s" in text and "units@40" in text
     res = json.loads((out / "capacity.json").read_text())
     assert res["candidates"][0]["max_rate_rps"] > 0 and res["num_simulations"] >= 4
+    # progress: one stderr line per simulation, then one per finished candidate
+    sims = [line for line in captured.err.splitlines() if ": simulation " in line]
+    assert len(sims) == res["num_simulations"] and "[1/1 candidates] h100-sxm" in captured.err
+    # the price behind $/M tokens is printed with the table, with where it came from
+    price = res["candidates"][0]["usd_per_hour_per_replica"]
+    assert "$/GPU-h" in text and f"h100-sxm ${price:g}/GPU-h (catalog on-demand list price)" in text
+    assert main(["capacity", str(QUICKSTART), "--set", "workload.window_s=[0, 30]",
+                 "--slo", "ttft_p90=0.5", "--repeats", "0", "--quiet",
+                 "--out", str(tmp_path / "q")]) == 0
+    assert ": simulation " not in capsys.readouterr().err
     rc = main(["capacity", str(QUICKSTART), "--slo", "ttft_p95=0.5", "--out", str(tmp_path / "x")])
     assert rc == 2 and "statistics: mean, p50, p90, p99, max" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

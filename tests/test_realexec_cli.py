@@ -86,3 +86,26 @@ def test_step_level_api_with_abort():
     assert b.finish_reason == "abort" and 0 < len(b.output_token_ids) < 10
     assert not llm.abort_request("nope")
     assert_pool_whole(llm)
+
+
+def test_generate_warms_up_untimed_and_leaves_the_engine_as_fresh(tmp_path, capsys):
+    from realexec import LLM
+
+    llm = LLM("tiny-llama", num_gpu_blocks=16)
+    llm.warm_up(6)
+    stats = llm.kv_cache_manager.get_stats()
+    assert stats.prefix_queries_tokens == 0 and stats.peak_usage == stats.usage == 0.0
+    assert not llm.kv_cache_manager.block_pool.cached_hash_to_block  # no warm-up prefix hits
+    sampled = LLM("tiny-llama", num_gpu_blocks=16).generate([[5, 6, 7, 8]], {"max_tokens": 3})
+    # the warm-up is greedy: it draws nothing from the engine's sampling generator
+    again = llm.generate([[5, 6, 7, 8]], {"max_tokens": 3})
+    assert again[0].outputs[0].token_ids == sampled[0].outputs[0].token_ids
+    out = llm.generate([[5, 6, 7, 8]], {"max_tokens": 3, "ignore_eos": True, "temperature": 0})
+    assert out[0].request_id == "1"
+    assert out[0].outputs[0].token_ids == reference("tiny-llama", [5, 6, 7, 8], 3)
+    for flag in ([], ["--no-warmup"]):
+        assert main(["generate", "--model", "tiny-llama", "--prompt-ids", "5,6,7,8",
+                     "--max-tokens", "3", "--ignore-eos", "--out", str(tmp_path / "o"), *flag]) == 0
+        summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+        assert summary["requests"]["total"] == 1 and summary["kv"]["prefix_hit_rate"] == 0.0
+    assert capsys.readouterr().out.count("finish=length") == 2

@@ -170,3 +170,19 @@ def test_cli_bad_input_exits_2_before_any_work(tmp_path, capsys):
     assert main(["sweep", str(good), "--out", str(out), "--address", "127.0.0.1:1"]) == 2
     assert "--address applies to --backend ray only" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_ranking_keeps_only_points_that_meet_the_attainment_target(capsys):
+    from kvpd.commands.sweep import print_ranking
+
+    rows = [{"slo.goodput_rps": 9.0, "slo.attainment": 0.73, "x": 1},
+            {"slo.goodput_rps": 5.0, "slo.attainment": 0.95, "x": 2},
+            {"slo.goodput_rps": 4.0, "slo.attainment": 1.0, "x": 3}]
+    print_ranking(rows, ["x"], 0.9)
+    out = capsys.readouterr().out
+    assert "(2 of 3 points" in out and "x=1" not in out
+    assert out.index("x=2") < out.index("x=3")  # by goodput among those kept
+    print_ranking(rows, ["x"], 0.99)
+    assert "x=2" not in capsys.readouterr().out
+    print_ranking(rows[:1], ["x"], 0.9)
+    assert "none: the highest attainment is 0.730" in capsys.readouterr().out

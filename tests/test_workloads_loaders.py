@@ -100,7 +100,7 @@ def test_azure_bad_value_names_file_line_and_expectation(tmp_path, row, field, e
     err = info.value
     assert (err.file, err.line, err.field) == (str(path), 3, field)
     assert expected in err.expected
-    assert f"{path}:3" in str(err) and "--skip-invalid" in str(err)
+    assert f"{path}:3" in str(err) and "skip_invalid=True drops them" in str(err)
     t = load_trace(path, skip_invalid=True)
     assert len(t) == 2 and t.prompt_len.tolist() == [374, 879]
     (reason,) = t.load_report.dropped

@@ -26,21 +26,32 @@ class TraceError(ValueError):
         field: str | None = None,
         got: Any = None,
         note: str | None = None,
+        skippable: bool = False,
     ) -> None:
         self.file = str(file)
         self.line = line
         self.expected = expected
         self.field = field
         self.got = got
-        where = self.file if line is None else f"{self.file}:{line}"
-        what = f"{field}: " if field else ""
-        msg = f"{where}: {what}expected {expected}"
-        if got is not None:
-            shown = got if len(repr(got)) <= 80 else repr(got)[:77] + "..."
+        self.note = note
+        # True when the loader's `skip_invalid` option would drop the bad rows; each front end
+        # names its own way to set it (`hinted`).
+        self.skippable = skippable
+        super().__init__(self.hinted("skip_invalid=True drops them"))
+
+    def hinted(self, skip_hint: str) -> str:
+        """The message, with `skip_hint` (how the caller's interface sets skip_invalid) when the
+        bad rows are skippable."""
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        what = f"{self.field}: " if self.field else ""
+        msg = f"{where}: {what}expected {self.expected}"
+        if self.got is not None:
+            shown = self.got if len(repr(self.got)) <= 80 else repr(self.got)[:77] + "..."
             msg += f", got {shown!r}"
-        if note:
-            msg += f" ({note})"
-        super().__init__(msg)
+        parts = [x for x in (self.note, skip_hint if self.skippable else None) if x]
+        if parts:
+            msg += f" ({'; '.join(parts)})"
+        return msg
 
 
 class TraceFileNotFoundError(TraceError, FileNotFoundError):

@@ -50,9 +50,9 @@ SPEC_KEYS = (
 )
 
 
-def validate_spec(spec: Any) -> dict[str, Any]:
-    """Checked, normalised copy of a synthesize spec."""
-    where = "synthesize"
+def validate_spec(spec: Any, where: str = "synthesize") -> dict[str, Any]:
+    """Checked, normalised copy of a synthesize spec; errors start with `where` (the spec's key
+    path, e.g. `workload.synthetic` in a scenario)."""
     spec = check_mapping(spec, where)
     check_keys(spec, SPEC_KEYS, where)
     arrival = spec.get("arrival")

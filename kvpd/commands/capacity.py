@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="processes for several candidates (default: CPUs)")
     p.add_argument("--out", help="results folder (default runs/capacity/NAME)")
     p.add_argument("--json", action="store_true", help="print capacity.json")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines on stderr (one per simulation by default)")
     p.add_argument("--report", action="store_true", help="also write report.html")
     p.set_defaults(func=run)
 
@@ -52,14 +54,16 @@ def _num(v, fmt: str = ".4g") -> str:
 
 def format_result(result: dict) -> str:
     """A text table of the candidates and their notes."""
-    head = ["candidate", "max req/s", "req/s/GPU", "GPUs/unit", "$/M out tok"]
+    head = ["candidate", "max req/s", "req/s/GPU", "GPUs/unit", "$/GPU-h", "$/M out tok"]
     peak = result.get("peak_rps")
     if peak:
         head += [f"units@{peak:g}", "GPUs@peak", "$/h@peak"]
     rows = []
     for c in result["candidates"]:
+        gpus, usd_h = c.get("gpus_per_replica"), c.get("usd_per_hour_per_replica")
+        per_gpu = usd_h / gpus if usd_h is not None and gpus else None
         row = [c["name"], _num(c.get("max_rate_rps")), _num(c.get("max_rate_per_gpu")),
-               _num(c.get("gpus_per_replica"), "d"), _num(c.get("usd_per_m_output_tokens"), ".3f")]
+               _num(gpus, "d"), _num(per_gpu, ".2f"), _num(c.get("usd_per_m_output_tokens"), ".3f")]
         if peak:
             row += [_num(c.get("replicas_for_peak"), "d"), _num(c.get("gpus_for_peak"), "d"),
                     _num(c.get("usd_per_hour_for_peak"), ".2f")]
@@ -68,6 +72,9 @@ def format_result(result: dict) -> str:
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
     out = [f"{result['name']}: {result['slo_text']} (unit: {result['unit']})", line(head),
            line(["-" * w for w in widths]), *map(line, rows)]
+    prices = sorted({c["price_assumption"] for c in result["candidates"] if c.get("price_assumption")})
+    if prices:
+        out.append(f"prices assumed: {'; '.join(prices)} (--cost-table FILE sets your own)")
     for c in result["candidates"]:
         notes = [c.get("error"), c.get("note"), c.get("cost_note"),
                  (c.get("confidence") or {}).get("note")]
@@ -103,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                            cost_table=load_cost_table(args.cost_table), repeats=args.repeats,
                            rel_tol=args.tol, verify_step=args.verify_step,
                            max_simulations=args.max_sims, workers=args.workers,
-                           sim_timeout_s=args.sim_timeout)
+                           sim_timeout_s=args.sim_timeout, progress=not args.quiet)
     path = write_result(result, args.out or f"runs/capacity/{result['name']}")
     print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
     print(f"wrote {path}")

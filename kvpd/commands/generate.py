@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    choices=["max_utilization", "guaranteed_no_evict"],
                    help="guaranteed_no_evict: reserve prompt + max_tokens at admission, never preempt")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
+    e.add_argument("--no-warmup", action="store_true",
+                   help="time the first request cold (default: one short untimed request first)")
     p.add_argument("--out", default=None, help="directory for summary.json, requests.parquet, outputs.json")
     p.set_defaults(func=run)
 
@@ -86,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed, "n": args.n, "stop_token_ids": tuple(args.stop_token_ids),
         "ignore_eos": args.ignore_eos,
     }
+    if not args.no_warmup:
+        llm.warm_up(max(len(p) for p in prompts))
     t = time.perf_counter()
     outputs = llm.generate(prompts, params)
     wall = time.perf_counter() - t

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+SKIP_HINT = "--set workload.options.skip_invalid=true drops them"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
         help="replay a scenario's trace against a simulated cluster",
-        description="Simulate a scenario: print a summary table, write summary.json, per-request "
-        "records, time series and PNG plots into --out (default: the scenario's output.dir).",
+        description="Simulate a scenario: print a summary table and write summary.json, per-request "
+        "records, time series and PNG plots into a new folder runs/NAME[+overrides][-N] (or --out).",
     )
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--out", help="output folder (default: output.dir of the scenario, else runs/NAME)")
+    p.add_argument("--out", help="output folder (default: the scenario's output.dir, else "
+                   "runs/NAME plus the overrides; a new numbered folder when that one holds a run)")
+    p.add_argument("--force", action="store_true",
+                   help="write into --out even when it already holds a run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set scheduler.max_num_seqs=64 (repeatable)")
-    p.add_argument("--compare", metavar="B.yaml", help="also run B and print both side by side")
+    p.add_argument("--compare", metavar="B.yaml", help="also run B (with the same --set) and print "
+                   "both side by side with the difference")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--csv", action="store_true", help="write per-request records as CSV")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
@@ -24,39 +33,95 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _run_one(path: str, args: argparse.Namespace):
-    from simulator.run import run_scenario
+def label(name: str, overrides: list[str]) -> str:
+    """A run's column title: the scenario name plus the overrides that changed it."""
+    return name + "".join(f" [{o}]" for o in overrides)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")
+
+
+def default_out(name: str, overrides: list[str], base: Path | None = None) -> Path:
+    """`base` (default runs/NAME, +k=v per override), numbered -2, -3, ... when that folder
+    already holds files, so no run overwrites another."""
+    base = base or Path("runs") / _slug(name + "".join(f"+{o}" for o in overrides))
+    out, n = base, 1
+    while out.exists() and any(out.iterdir()):
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+def _checked_out(out: Path, force: bool) -> Path:
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and (out / "summary.json").exists() and not force:
+        raise ValueError(f"{out} already holds a run (summary.json); pass --force to overwrite "
+                         "it, or drop --out for a new folder")
+    return out
+
+
+def _load(path: str, overrides: list[str]) -> Any:
+    """The scenario with every name and file checked; errors start with the scenario file."""
+    from simulator.preflight import preflight
     from simulator.scenario import load_scenario
 
-    overrides = list(args.overrides)
-    if args.no_plots:
-        overrides.append("output.plots=false")
-    if args.csv:
-        overrides.append("output.records=csv")
     sc = load_scenario(path, overrides)
-    return run_scenario(sc, progress=args.progress or None)
+    try:
+        preflight(sc)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{path}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return sc
+
+
+def _simulate(path: str, sc: Any, progress: bool) -> Any:
+    import workloads
+    from simulator.run import run_scenario
+
+    try:
+        return run_scenario(sc, progress=progress or None)
+    except workloads.TraceError as exc:
+        raise ValueError(f"{path}: workload.trace: {exc.hinted(SKIP_HINT)}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from simulator.report import summary_table
 
-    results = [_run_one(args.scenario, args)]
-    if args.compare:
-        results.append(_run_one(args.compare, args))
-    for i, res in enumerate(results):
-        # output.dir is relative to the current folder, like --out
-        out = res.scenario.output.dir or f"runs/{res.scenario.name}"
+    overrides = list(args.overrides)
+    extra = (["output.plots=false"] if args.no_plots else []) + (
+        ["output.records=csv"] if args.csv else [])
+    paths = [args.scenario] + ([args.compare] if args.compare else [])
+    # every scenario and output folder is checked before anything is simulated
+    scenarios = [_load(p, overrides + extra) for p in paths]
+    outs: list[Path] = []
+    for i, sc in enumerate(scenarios):
         if args.out:
-            out = args.out if i == 0 else str(Path(args.out) / f"compare-{res.scenario.name}")
-        res.write(out)
-        res.extra["out_dir"] = out
+            out = Path(args.out) if i == 0 else Path(args.out) / f"compare-{_slug(sc.name)}"
+            outs.append(_checked_out(out, args.force))
+        else:  # output.dir is relative to the current folder, like --out
+            base = Path(sc.output.dir) if sc.output.dir else None
+            out = default_out(sc.name, overrides, base)
+            while out in outs:  # two runs of one name in one call
+                out = out.with_name(out.name + "-b")
+            outs.append(out)
+    names = [label(sc.name, overrides) for sc in scenarios]
+    results = []
+    for path, sc, out in zip(paths, scenarios, outs):
+        res = _simulate(path, sc, args.progress)
+        res.extra["out_dir"] = str(out)
+        res.extra["written"] = [str(p) for p in res.write(out)]
+        results.append(res)
     if args.json:
-        print(json.dumps([r.summary for r in results] if args.compare else results[0].summary, indent=2))
-    else:
-        print(summary_table([r.summary for r in results], [r.scenario.name for r in results]))
-        for r in results:
-            print(f"wrote {r.extra['out_dir']}/summary.json")
+        print(json.dumps([r.summary for r in results] if args.compare else results[0].summary,
+                         indent=2))
+        return 0
+    print(summary_table([r.summary for r in results], names))
+    for name, r in zip(names, results):
+        files = [Path(f).name for f in r.extra["written"]]
+        print(f"\n{name}: wrote {len(files)} files to {r.extra['out_dir']}/: {', '.join(files)}")
     return 0

@@ -96,9 +96,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load(path: str, args: argparse.Namespace):  # noqa: ANN202 - returns a workloads.Trace
-    from workloads import load_trace
+    from workloads import TraceError, load_trace
 
-    trace = load_trace(path, args.format, **load_kwargs(args))
+    try:
+        trace = load_trace(path, args.format, **load_kwargs(args))
+    except TraceError as exc:
+        if not exc.skippable:
+            raise
+        raise ValueError(exc.hinted("--skip-invalid drops them")) from None
     _print_report(trace.load_report, args, force=args.skip_invalid)
     return trace
 

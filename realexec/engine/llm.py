@@ -6,6 +6,7 @@ Times are seconds on the engine clock: `time.perf_counter()` since the `LLM` was
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,8 +147,9 @@ class LLM:
             role=role,
             capacity_policy=capacity_policy,
         )
-        spec = KVCacheSpec(self.model.num_layers, self.model.num_kv_heads, self.model.head_dim,
-                           block_size, self.loaded.dtype)
+        planes, kv_heads, kv_dim = self.model.kv_cache_shape
+        spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,
+                           num_planes=planes)
         if num_gpu_blocks is None:
             used = self.loaded.weight_bytes + self._profile_activation_bytes(
                 min(max_num_batched_tokens, max_model_len))
@@ -299,6 +301,20 @@ class LLM:
             for r in o.requests:
                 self.finished.pop(r.request_id, None)
         return outputs
+
+    def warm_up(self, prompt_len: int, seed: int = 0x5EED) -> None:
+        """One short untimed request (`prompt_len` random tokens, 2 output tokens), so first-call
+        costs (allocator growth, kernel selection, lazy initialisation) are not charged to the
+        first real request; its prefix-cache entries, KV statistics and request id are then
+        forgotten, so what follows runs as on a fresh engine."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("warm_up needs an idle engine")
+        rng = random.Random(seed)
+        prompt = [rng.randrange(self.vocab_size) for _ in range(max(1, prompt_len))]
+        self.generate([prompt], {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0})
+        self.kv_cache_manager.block_pool.reset_prefix_cache()
+        self.kv_cache_manager.reset_stats()
+        self._next_id = 0
 
     def _output(self, parent: Request) -> RequestOutput:
         n = parent.sampling_params.n

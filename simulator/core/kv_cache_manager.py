@@ -265,6 +265,12 @@ class KVCacheManager:
         if usage > self.peak_usage:
             self.peak_usage = usage
 
+    def reset_stats(self) -> None:
+        """Start the peak usage and prefix-cache counters afresh (e.g. after a warm-up)."""
+        self.peak_usage = self.usage
+        self.prefix_queries_tokens = 0
+        self.prefix_hit_tokens = 0
+
     def get_stats(self) -> KVCacheStats:
         return KVCacheStats(
             num_gpu_blocks=self.num_gpu_blocks,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,9 @@ import yaml
 
 from simulator.plan.capacity import Probe, confidence, replay_variants, search, trace_rate
 from simulator.plan.keys import BaseScenario
-from simulator.plan.preflight import preflight
 from simulator.plan.pricing import cluster_cost
 from simulator.plan.slo import SLOSet
+from simulator.preflight import preflight
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
 
 RESULT_FILE = "capacity.json"
@@ -42,6 +43,7 @@ class CapacityTask:
     verify_step: float = 0.1
     max_simulations: int = 60
     sim_timeout_s: float | None = None
+    progress: bool = False  # one stderr line per simulation (from whichever process runs it)
 
 
 def parse_pd_ratios(text: str) -> list[tuple[int, int]]:
@@ -108,7 +110,8 @@ def search_candidate(task: CapacityTask) -> dict[str, Any]:
     """The search for one candidate, as a JSON-able dict (errors recorded, not raised)."""
     t0 = time.perf_counter()
     row: dict[str, Any] = {"name": task.name, "overrides": task.overrides}
-    probe = Probe(task.base, task.overrides, task.slos, timeout_s=task.sim_timeout_s)
+    probe = Probe(task.base, task.overrides, task.slos, timeout_s=task.sim_timeout_s,
+                  progress_name=task.name if task.progress else None)
     try:
         sc = task.base.build(task.overrides)
         variants, what = replay_variants(task.base, task.overrides, task.repeats)
@@ -122,7 +125,7 @@ def search_candidate(task: CapacityTask) -> dict[str, Any]:
                    max_rate_rps=res.max_rate, fail_rate_rps=res.fail_rate,
                    start_rate_rps=res.start_rate, note=res.note, confidence=res.confidence,
                    gpus_per_replica=cost.gpus, usd_per_hour_per_replica=cost.usd_per_hour,
-                   cost_note=cost.note())
+                   cost_note=cost.note(), price_assumption=cost.price_text())
         if res.max_rate is not None:
             at_max = probe.metrics(res.max_rate)
             row["metrics_at_max"] = {k: at_max.get(k) for k in probe.evaluations[0]["metrics"]}
@@ -162,8 +165,10 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
                   peak_rps: float | None = None, cost_table: dict[str, float] | None = None,
                   repeats: int = 3, rel_tol: float = 0.02, verify_step: float = 0.1,
                   max_simulations: int = 60, backend: Any = "process",
-                  workers: int | None = None, sim_timeout_s: float | None = None) -> dict[str, Any]:
-    """Search every candidate and return the capacity result (see `RESULT_FILE`)."""
+                  workers: int | None = None, sim_timeout_s: float | None = None,
+                  progress: bool = False) -> dict[str, Any]:
+    """Search every candidate and return the capacity result (see `RESULT_FILE`); `progress`:
+    a line on stderr per simulation and per finished candidate."""
     from simulator.plan.backends import SerialBackend, make_backend
 
     t0 = time.perf_counter()
@@ -184,10 +189,12 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
         cand = base.build({**over, **slos.per_request()})
         try:
             preflight(cand)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{path}: candidate {name}: {exc}") from None
         except ValueError as exc:
-            raise ValueError(f"candidate {name}: {exc}") from None
+            raise ValueError(f"{path}: candidate {name}: {exc}") from None
         tasks.append(CapacityTask(name, base, over, slos, repeats, rel_tol, verify_step,
-                                  max_simulations, sim_timeout_s))
+                                  max_simulations, sim_timeout_s, progress))
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
         make_backend(backend, workers=workers) if isinstance(backend, str) else backend)
     rows: list[dict[str, Any] | None] = [None] * len(tasks)
@@ -196,6 +203,12 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
             rows[i] = value if ok else {"name": tasks[i].name, "status": "failed",
                                         "error": f"worker failed: {value}", "evaluations": [],
                                         "num_simulations": 0}
+            if progress:
+                done_n = sum(r is not None for r in rows)
+                rate = rows[i].get("max_rate_rps")
+                what = f"max {rate:.4g} req/s" if rate else rows[i].get("status")
+                print(f"[{done_n}/{len(tasks)} candidates] {tasks[i].name}: {what}",
+                      file=sys.stderr, flush=True)
     finally:
         if isinstance(backend, str):
             engine.close()

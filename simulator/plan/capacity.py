@@ -15,6 +15,7 @@ trace replay is deterministic and gets no repeats (the note says so).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ class Probe:
     _cache: dict[tuple[float, int], dict[str, Any]] = field(default_factory=dict)
     variants: list[dict[str, Any]] = field(default_factory=list)  # replay overrides, [0] = base
     timeout_s: float | None = None  # wall-clock limit per simulation, seconds
+    progress_name: str | None = None  # print a stderr line per simulation under this name
 
     def metrics(self, rate: float, variant: int = 0) -> dict[str, Any]:
         key = (round_rate(rate), variant)
@@ -62,6 +64,11 @@ class Probe:
             kept = {k: m.get(k) for k in (*KEEP, *(t.column for t in self.slos.targets))}
             self.evaluations.append({"rate": key[0], "variant": variant, "ok": ok,
                                      "reasons": reasons, "metrics": kept})
+            if self.progress_name is not None:
+                sample = "" if variant == 0 else f" (traffic sample {variant})"
+                verdict = "meets the SLOs" if ok else "; ".join(reasons)
+                print(f"  {self.progress_name}: simulation {len(self._cache)} at {key[0]:.4g} "
+                      f"req/s{sample}: {verdict}", file=sys.stderr, flush=True)
         return self._cache[key]
 
     def ok(self, rate: float, variant: int = 0) -> bool:
@@ -204,12 +211,12 @@ def confidence(probe: Probe, result: SearchResult, what: str, *, rel_tol: float 
     shown = ", ".join("none" if r is None else r if isinstance(r, str) else f"{r:.4g}"
                       for r in rates)
     if held == n:
-        verdict = "the answer holds on every sample"
+        verdict = "so the answer holds on every sample"
     elif low is not None:
-        verdict = f"to hold on every sample plan for {low:.4g} req/s"
+        verdict = f"plan for {low:.4g} req/s to meet the SLOs on every sample"
     else:
-        verdict = "some samples meet the SLOs at no rate tried; plan well below the answer"
-    out["note"] = (f"highest passing rate on {n} other traffic samples ({what}): {shown} req/s "
-                   f"(this sample: {result.max_rate:.4g}); the answer held on {held}/{n}: "
-                   f"{verdict}")
+        verdict = "some samples meet the SLOs at no rate tried: plan well below the answer"
+    out["note"] = (f"checked on {n} other samples of the traffic ({what}): their highest passing "
+                   f"rates are {shown} req/s; {result.max_rate:.4g} req/s met the SLOs on {held} "
+                   f"of the {n}; {verdict}")
     return out

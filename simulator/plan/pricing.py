@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.catalog_match import normalize_name
-from simulator.plan.preflight import hardware_specs
+from simulator.preflight import hardware_specs
 from simulator.scenario import Scenario
 
 SECONDS_PER_HOUR = 3600.0
@@ -18,6 +18,12 @@ class ClusterCost:
     gpus: int  # accelerators in the cluster
     usd_per_hour: float | None  # None: some accelerator has no known price
     unpriced: tuple[str, ...] = ()  # accelerator names without a price
+    # (accelerator, USD per GPU-hour, where the price came from) for each priced accelerator
+    prices: tuple[tuple[str, float, str], ...] = ()
+
+    def price_text(self) -> str:
+        """The price assumption, e.g. "h100-sxm $2.99/GPU-h (catalog list price)"."""
+        return "; ".join(f"{name} ${usd:g}/GPU-h ({src})" for name, usd, src in self.prices)
 
     def note(self) -> str:
         if self.usd_per_hour is not None:
@@ -31,20 +37,22 @@ def cluster_cost(sc: Scenario, cost_table: dict[str, float] | None = None) -> Cl
     from simulator.cluster.cluster import resolve_hardware
 
     table = {normalize_name(k): float(v) for k, v in (cost_table or {}).items()}
-    gpus, total, unpriced = 0, 0.0, []
+    gpus, total, unpriced, prices = 0, 0.0, [], {}
     for role, count, hw in hardware_specs(sc):
         acc, _ = resolve_hardware(hw, sc, role)
-        price = table.get(normalize_name(acc.name))
+        price, source = table.get(normalize_name(acc.name)), "cost table"
         if price is None and isinstance(hw, str):
             price = table.get(normalize_name(hw))
         if price is None:
-            price = acc.price_per_hour
+            price, source = acc.price_per_hour, "catalog on-demand list price"
         gpus += count
         if price is None:
             unpriced.append(acc.name)
         else:
             total += price * count
-    return ClusterCost(gpus, None if unpriced else total, tuple(dict.fromkeys(unpriced)))
+            prices[acc.name] = (acc.name, price, source)
+    return ClusterCost(gpus, None if unpriced else total, tuple(dict.fromkeys(unpriced)),
+                       tuple(prices.values()))
 
 
 def cost_metrics(summary: dict, cost: ClusterCost) -> dict[str, float | int | None]:

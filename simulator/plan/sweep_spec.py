@@ -270,7 +270,7 @@ def _set_overrides(raw: Any, where: str) -> dict[str, Any]:
 
 def _validate_points(spec: SweepSpec) -> None:
     """Build every point's scenario; report the first bad ones, naming their overrides."""
-    from simulator.plan.preflight import preflight
+    from simulator.preflight import preflight
 
     errors = []
     for p in spec.points:
@@ -282,7 +282,8 @@ def _validate_points(spec: SweepSpec) -> None:
             if len(errors) >= 3:
                 break
     if errors:
-        raise ValueError(f"{spec.source}: invalid sweep values\n" + "\n".join(errors))
+        raise ValueError(f"{spec.source}: invalid sweep values (base scenario {spec.base_source})\n"
+                         + "\n".join(errors))
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:

@@ -137,6 +137,7 @@ def _check_token_counts(table: ParsedTable, skip_invalid: bool) -> None:
             f"prompt_len ({table.columns['prompt_len'][i]}) token ids",
             field="prompt_token_ids",
             got=f"{ids.lengths()[i]} ids",
-            note=f"{int(bad.sum())} such row(s); --skip-invalid drops them",
+            note=f"{int(bad.sum())} such row(s)",
+            skippable=True,
         )
     table.drop(bad, "prompt_token_ids count != prompt_len")

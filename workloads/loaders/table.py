@@ -134,11 +134,9 @@ class RowCollector:
         if n_bad and not skip_invalid:
             line, column, expected, got = self._first_error  # type: ignore[misc]
             at = ", ".join(map(str, self._bad_line_list))
-            note = (
-                f"{n_bad} invalid row(s) in total, first at lines {at}; "
-                "pass --skip-invalid (skip_invalid=True) to drop them"
-            )
-            raise TraceError(self.file, line, expected, field=column, got=got, note=note)
+            note = f"{n_bad} invalid row(s) in total, first at lines {at}"
+            raise TraceError(self.file, line, expected, field=column, got=got, note=note,
+                             skippable=True)
         report = LoadReport(self.file, self.fmt, rows_read=self.rows_read, rows_kept=self.rows_read)
         for reason, count in self._bad.items():
             report.drop(reason, count, self._bad_lines[reason])

@@ -1,0 +1,120 @@
+"""`kvpd simulate` as a new user meets it: output folders never overwritten silently, column
+labels that show overrides, --compare differences, errors naming file, key and value."""
+
+import json
+
+import pytest
+import yaml
+
+from kvpd.cli import main
+from kvpd.commands.simulate import default_out, label
+from tests.sim_helpers import BASE, merged
+
+SMALL = merged(BASE, {"workload": {"synthetic": {"num_requests": 20}}})
+
+
+def _write(tmp_path, data, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_runs_without_out_get_a_new_folder_each(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    p = _write(tmp_path, SMALL)
+    assert main(["simulate", str(p)]) == 0
+    assert main(["simulate", str(p)]) == 0
+    assert main(["simulate", str(p), "--set", "hardware=h200-sxm"]) == 0
+    runs = sorted(d.name for d in (tmp_path / "runs").iterdir())
+    assert runs == ["t", "t+hardware=h200-sxm", "t-2"]
+    out = capsys.readouterr().out
+    assert "t [hardware=h200-sxm]" in out  # the column title shows the override
+
+
+def test_out_that_holds_a_run_is_refused_without_force(tmp_path, capsys):
+    p = _write(tmp_path, SMALL)
+    out = tmp_path / "o"
+    assert main(["simulate", str(p), "--out", str(out)]) == 0
+    before = (out / "summary.json").read_text()
+    assert main(["simulate", str(p), "--out", str(out), "--set", "scheduler.max_num_seqs=2"]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "--force" in err
+    assert (out / "summary.json").read_text() == before  # nothing already written is lost
+    assert main(["simulate", str(p), "--out", str(out), "--force",
+                 "--set", "scheduler.max_num_seqs=2"]) == 0
+
+
+def test_output_dir_of_the_scenario_is_numbered_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = _write(tmp_path, merged(SMALL, {"output": {"dir": "mine"}}))
+    assert main(["simulate", str(p)]) == 0 and main(["simulate", str(p)]) == 0
+    assert (tmp_path / "mine" / "summary.json").is_file()
+    assert (tmp_path / "mine-2" / "summary.json").is_file()
+
+
+def test_compare_prints_the_difference_and_unnamed_scenarios_use_their_file(tmp_path, capsys):
+    a = dict(SMALL)
+    a.pop("name")
+    pa = _write(tmp_path, a, "baseline.yaml")
+    pb = _write(tmp_path, merged(a, {"hardware": "h200-sxm"}), "faster.yaml")
+    assert main(["simulate", str(pa), "--out", str(tmp_path / "o"), "--compare", str(pb)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    assert header[:3] == ["metric", "baseline", "faster"] and header[-2:] == ["diff", "%"]
+    s_a = json.loads((tmp_path / "o" / "summary.json").read_text())
+    s_b = json.loads((tmp_path / "o" / "compare-faster" / "summary.json").read_text())
+    row = next(line for line in out.splitlines() if line.startswith("throughput (output tok/s)"))
+    da = s_b["throughput"]["output_tokens_per_s"] - s_a["throughput"]["output_tokens_per_s"]
+    rel = da / s_a["throughput"]["output_tokens_per_s"] * 100
+    assert f"{da:+.1f}" in row and f"{rel:+.1f}%" in row
+
+
+def test_lists_every_file_it_wrote(tmp_path, capsys):
+    p = _write(tmp_path, merged(SMALL, {"output": {"plots": True}}))
+    out = tmp_path / "o"
+    assert main(["simulate", str(p), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    written = sorted(f.name for f in out.iterdir())
+    assert f"wrote {len(written)} files" in text
+    for name in written:
+        assert name in text
+
+
+def test_label_and_default_out(tmp_path):
+    assert label("q", []) == "q" and label("q", ["a.b=1", "c=x"]) == "q [a.b=1] [c=x]"
+    assert default_out("q", ["hardware=h200 sxm"], None).name == "q+hardware=h200_sxm"
+    (tmp_path / "x").mkdir()
+    assert default_out("q", [], tmp_path / "x") == tmp_path / "x"  # empty: used as is
+    (tmp_path / "x" / "f").write_text("")
+    assert default_out("q", [], tmp_path / "x") == tmp_path / "x-2"
+
+
+@pytest.mark.parametrize(
+    ("patch", "files", "expected"),
+    [
+        ({"workload": {"trace": "nope.csv"}}, {}, ["workload.trace", "nope.csv", "no such file"]),
+        ({"hardware": "h100-sxmm"}, {}, ["hardware", "h100-sxmm", "h100-sxm"]),
+        ({"model": "./nothere/config.json"}, {}, ["model", "config.json", "no such file"]),
+        ({"workload": {"trace": "bad.csv"}},
+         {"bad.csv": "arrival_s,prompt_len,output_len\n0.0,10,10\n0.5,abc,3\n"},
+         ["workload.trace", "bad.csv:3", "abc", "--set workload.options.skip_invalid=true"]),
+        ({"workload": {"synthetic": {"num_requests": 5, "arrival": {"process": "poisson", "rate": 1},
+                                     "prompt_len": {"dist": "constant", "value": 9},
+                                     "output_len": {"dist": "fixed", "value": 9}}}},
+         {}, ["workload.synthetic.prompt_len.dist", "constant", "fixed"]),
+    ],
+)
+def test_errors_name_scenario_file_key_and_value(tmp_path, capsys, patch, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    data = merged(SMALL, patch)
+    if "trace" in patch.get("workload", {}):
+        data["workload"].pop("synthetic")
+    p = _write(tmp_path, data, "mine.yaml")
+    assert main(["simulate", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "mine.yaml" in err, err
+    for word in expected:
+        assert word in err, (word, err)
+    assert "--skip-invalid" not in err  # a flag kvpd simulate does not have
+    assert not (tmp_path / "o").exists()  # refused before anything ran
