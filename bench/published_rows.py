@@ -38,6 +38,8 @@ MODEL_NAMES = {
     "llama2-70b": "llama-2-70b",
     "meta/llama-3.3-70b-instruct": "llama-3.3-70b",
     "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
 }
 
 # Published accelerator names -> kvpd catalog names. "H100 80G": NIM's support matrix
@@ -46,6 +48,17 @@ HARDWARE_NAMES = {
     "A100-80G": "a100-80gb-sxm",
     "H100 80G": "h100-sxm",
     "MI300X": "mi300x",
+    "H200": "h200-sxm",
+    "B200": "b200",
+}
+
+# A PD pair "inside one node" moves KV over the node's GPU fabric.
+SAME_NODE_LINK = {
+    "a100-80gb-sxm": "nvlink3",
+    "h100-sxm": "nvlink4",
+    "h200-sxm": "nvlink4",
+    "b200": "nvlink5",
+    "mi300x": "infinity-fabric-mi300",
 }
 
 # The engines' documented admission policies (what runs when KV blocks run out):
@@ -254,6 +267,12 @@ def to_scenario(row: Row) -> Converted:
         sc["quantization"] = quant
     if s.get("kv_cache_dtype"):
         sc["cache"]["kv_cache_dtype"] = s["kv_cache_dtype"]
+    if s.get("block_size"):
+        sc["cache"]["block_size"] = int(s["block_size"])
+    if s.get("gpu_memory_utilization"):
+        sc["cache"]["gpu_memory_utilization"] = float(s["gpu_memory_utilization"])
+    if s.get("pd"):
+        sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
     if s.get("max_batch"):
         sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
     if closed:
@@ -262,6 +281,25 @@ def to_scenario(row: Row) -> Converted:
         del sc["cache"]
     notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
     return Converted(row, sc, notes)
+
+
+def _pd(row: Row, pd: dict[str, Any], hardware: str, notes: list[str]) -> dict[str, Any]:
+    """cluster.pd from a published prefill/decode split (replicas x TP per side)."""
+    out: dict[str, Any] = {}
+    for side in ("prefill", "decode"):
+        if side not in pd:
+            raise ValueError(f"{row.key}: setup.pd needs {side!r} with replicas and tp")
+        out[side] = {"replicas": int(pd[side].get("replicas", 1)), "tp": int(pd[side]["tp"])}
+        if pd[side].get("max_num_batched_tokens"):
+            notes.append(f"pd.{side}.max_num_batched_tokens {pd[side]['max_num_batched_tokens']} "
+                         "has no per-pool key in kvpd; the scenario-wide default applies")
+    link = pd.get("link")
+    if link == "same node":
+        out["link"] = _lookup(SAME_NODE_LINK, hardware, "same-node fabric of", row)
+        notes.append(f"PD link inside one node: {out['link']}")
+    elif link is not None:
+        raise ValueError(f"{row.key}: setup.pd.link {link!r} has no rule (known: 'same node')")
+    return out
 
 
 def predicted_value(row: Row, summary: dict[str, Any]) -> float:
