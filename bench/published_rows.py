@@ -40,6 +40,14 @@ MODEL_NAMES = {
     "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
+    # Mixtures of experts. The same rule: a post-trained release or an FP8 export keeps its
+    # base model's config.json shapes. DeepSeek-R1 / R1-0528 are DeepseekV3ForCausalLM with
+    # DeepSeek-V3's shapes; Qwen3-235B-A22B-Instruct-2507 (and its -FP8 export) has
+    # Qwen3-235B-A22B's (94 layers, 128 experts, 8 per token). The precision is the row's.
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
 }
 
 # Published accelerator names -> kvpd catalog names. "H100 80G": NIM's support matrix
@@ -50,6 +58,11 @@ HARDWARE_NAMES = {
     "MI300X": "mi300x",
     "H200": "h200-sxm",
     "B200": "b200",
+    # Names that state the form factor exactly.
+    "H200 SXM5": "h200-sxm",
+    "NVIDIA H200 SXM": "h200-sxm",
+    "NVIDIA H100 SXM": "h100-sxm",
+    "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
 }
 
 # A PD pair "inside one node" moves KV over the node's GPU fabric.
@@ -275,12 +288,28 @@ def to_scenario(row: Row) -> Converted:
         sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
     if s.get("max_batch"):
         sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
+    if s.get("max_num_batched_tokens") and not s.get("pd"):
+        sc["scheduler"]["max_num_batched_tokens"] = int(s["max_num_batched_tokens"])
+    if int(s.get("ep") or 1) > 1:
+        _ep(row, s, sc["cluster"], notes)
     if closed:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
     if not sc["cache"]:
         del sc["cache"]
     notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
     return Converted(row, sc, notes)
+
+
+def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:
+    """cluster.ep from a published expert-parallel size. vLLM's --enable-expert-parallel
+    makes the MoE layers' EP group the whole TP x DP group (so ep = tp with DP 1);
+    TensorRT-LLM and SGLang name their --ep_size / --ep-size. kvpd runs EP over the TP group
+    (ep = tp, attention tensor-parallel): any other split is refused by the loader, which
+    names it, rather than mapped to something else here."""
+    if s.get("pd"):
+        raise ValueError(f"{row.key}: setup.ep with setup.pd: give ep per PD side")
+    cluster["ep"] = int(s["ep"])
+    notes.append(f"expert parallelism as published: cluster.ep {cluster['ep']} over tp {cluster['tp']}")
 
 
 def _pd(row: Row, pd: dict[str, Any], hardware: str, notes: list[str]) -> dict[str, Any]:
