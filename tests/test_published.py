@@ -173,3 +173,70 @@ def test_run_row_end_to_end(rows, tmp_path):
     else:
         assert out.predicted is None
         assert any(k in out.skipped for k in CONTRACT_KEYS)
+
+
+def _publisher(url: str) -> str:
+    """The owner of a source: the GitHub account for github.com addresses, else the host."""
+    parts = url.split("/")
+    return parts[3].lower() if parts[2] == "github.com" else parts[2].lower()
+
+
+def _is_moe(row: pr.Row) -> bool:
+    from simulator.cost.models import get_model
+
+    try:
+        return get_model(pr.to_scenario(row).scenario["model"]).is_moe
+    except ValueError:  # a dense catalog name another branch adds (Llama-3.1/3.3 before 30-cost)
+        return False
+
+
+def test_moe_rows_coverage(rows):
+    """Issue 34: >= 8 MoE rows from >= 2 independent publishers, throughput and latency rows,
+    more than one MoE family and accelerator."""
+    moe = [r for r in rows if _is_moe(r)]
+    assert len(moe) >= 8
+    assert len({_publisher(r.source["url"]) for r in moe}) >= 2
+    assert len({pr.to_scenario(r).scenario["model"] for r in moe}) >= 2
+    assert len({pr.to_scenario(r).scenario["hardware"] for r in moe}) >= 2
+    names = {r.metric["name"] for r in moe}
+    assert {"ttft", "tpot"} <= names and "total_throughput" in names
+
+
+def test_moe_release_names_map_to_their_architecture(rows):
+    """Post-trained releases and FP8 exports keep the base model's shapes; the precision is the row's."""
+    by_name = {r.setup["model"]: pr.to_scenario(r).scenario for r in rows if _is_moe(r)}
+    assert by_name["deepseek-ai/DeepSeek-R1"]["model"] == "deepseek-v3"
+    assert by_name["deepseek-ai/DeepSeek-R1-0528"]["model"] == "deepseek-v3"
+    fp8 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"]
+    bf16 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507"]
+    assert fp8["model"] == bf16["model"] == "qwen3-235b-a22b"
+    assert fp8["quantization"] == {"method": "fp8"} and "quantization" not in bf16
+
+
+def test_published_batched_token_budget_reaches_the_scheduler(rows):
+    r = next(x for x in rows if x.setup.get("max_num_batched_tokens") and not x.setup.get("pd"))
+    assert pr.to_scenario(r).scenario["scheduler"]["max_num_batched_tokens"] == 16384
+    r2 = next(x for x in rows if _is_moe(x) and not x.setup.get("max_num_batched_tokens"))
+    assert "max_num_batched_tokens" not in pr.to_scenario(r2).scenario["scheduler"]
+
+
+def test_published_ep_becomes_cluster_ep(rows):
+    r = next(x for x in rows if _is_moe(x))
+    ep = pr.Row(r.source, r.id, r.where, {**r.setup, "ep": 8}, r.metric, r.file)
+    c = pr.to_scenario(ep)
+    assert c.scenario["cluster"]["ep"] == 8 and c.scenario["cluster"]["tp"] == int(r.setup["tp"])
+    assert any(a.startswith("expert parallelism") for a in c.assumptions)
+    assert "ep" not in pr.to_scenario(r).scenario["cluster"]
+    pd = pr.Row(r.source, r.id, r.where, {**ep.setup, "pd": {"prefill": {"tp": 8}, "decode": {"tp": 8}}},
+                r.metric, r.file)
+    with pytest.raises(ValueError, match="setup.ep with setup.pd"):
+        pr.to_scenario(pd)
+
+
+def test_moe_row_runs_end_to_end(rows, tmp_path):
+    """A BF16 MoE row (no key beyond main's) goes through the loader and the simulator."""
+    r = next(x for x in rows if x.key == "gpustack-qwen3-235b-h100/baseline-tp8-bf16-2000-100-total_throughput")
+    out = published.run_row(r, tmp_path)
+    assert out.skipped is None, out.skipped
+    assert out.predicted > 0
+    assert out.error == pytest.approx(pr.signed_error(out.predicted, 23858.69))
