@@ -36,5 +36,9 @@ def check_out_file(path: str | Path, option: str) -> Path:
         raise ValueError(f"{option} {p}: is a folder, expected a file path")
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"{option} {p}: exists and is not writable")
-    check_out_dir(p.parent, option)
+    base = _nearest_existing(p.parent)
+    if not base.is_dir():
+        raise ValueError(f"{option} {p}: {base} is a file, so no folder can be made there")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {p}: {base} is not writable")
     return p
