@@ -3,8 +3,9 @@ calibrated simulator, and judge the simulator's error per metric against the rea
 own run-to-run spread.
 
 For each case (a scenario in a mode: `source.load_cases`), the calibrated simulator's
-capacity for its requests sets the rates (`fractions` of the highest rate its simulated run
-keeps up with, `plan.sustained_capacity`), unless `rates` are given. Each rate runs `repeats`
+capacity for its requests, at the speed the first serving probe measures, sets the rates
+(`fractions` of the highest rate its simulated run keeps up with,
+`plan.sustained_capacity`), unless `rates` are given. Each rate runs `repeats`
 times on the real engine (the repeats go round the rates, so a slow phase of a shared
 machine spreads over them) with the same scheduler knobs, KV blocks and requests as the
 simulated run.
@@ -207,17 +208,27 @@ class Validation:
         cfg = self.cfg
         folder = cfg.out / "runs" / case.tag
         folder.mkdir(parents=True, exist_ok=True)
+        self.engine.replay(run_trace(case.base, 1.0, 4), case.seed + 1)  # first-request costs
+        # the capacity (and so the rates) at the speed the engine runs now: on a machine
+        # slower than when profiled, rates from the calibrated speed would over-load it
+        first = self._serving_probe(case)
+        self._check_speed(first)
         sc0 = self._scenario(case, folder / "capacity-trace.csv")
+        now = bracketed(first, None)
+        if now:
+            sc0 = rescaled_scenario(self.params, sc0, now, folder / "capacity", "speed")
         burst = capacity(sc0, case.base, cfg.capacity_requests, folder / "capacity-trace.csv")
         cap, search = sustained_capacity(sc0, case.base, burst, self._num_requests,
                                          folder / "capacity-search-trace.csv")
         self.cases_info[case.tag] = {**case.info, "scenario": case.name, "mode": case.mode,
                                      "knobs": case.knobs.to_dict(), "seed": case.seed,
-                                     "capacity": {"sustained": cap, "burst": burst, "search": search}}
+                                     "capacity": {"sustained": cap, "burst": burst, "search": search,
+                                                  "speed": now}}
         rates = list(cfg.rates) if cfg.rates else [f * cap for f in cfg.fractions]
-        self.say(f"[{case.tag}] simulated capacity {cap:.3f} req/s kept up with ({burst:.3f} "
-                 "served at a burst); rates " + ", ".join(f"{r:.3f}" for r in rates))
-        self.engine.replay(run_trace(case.base, rates[0], 4), case.seed + 1)  # first-request costs
+        at = ("the speed probed now (" + " ".join(f"{k} {v:.2f}" for k, v in now.items()) + ")"
+              if now else "the calibrated speed")
+        self.say(f"[{case.tag}] simulated capacity at {at}: {cap:.3f} req/s kept up with "
+                 f"({burst:.3f} served at a burst); rates " + ", ".join(f"{r:.3f}" for r in rates))
         runs = []
         for i, rate in enumerate(rates):
             trace = run_trace(case.base, rate, self._num_requests(rate))
@@ -225,26 +236,28 @@ class Validation:
             workloads.write_trace(trace, trace_file)
             runs.append(_RateRun(i, rate, trace, self._scenario(case, trace_file)))
         try:
-            self._repeats(case, runs, folder)
+            self._repeats(case, runs, folder, first)
         except ValidationInterrupted as exc:
             self._finish(case, cap, runs, folder, interrupted=str(exc))
             raise
         self._finish(case, cap, runs, folder)
 
-    def _repeats(self, case: Case, runs: list[_RateRun], folder: Path) -> None:
+    def _repeats(self, case: Case, runs: list[_RateRun], folder: Path,
+                 first: dict[str, Any] | None) -> None:
         """Every rate's real runs, `repeats` each, round the rates, each bracketed by serving
         probes (the probe after a run is the one before the next; a closing one after the
         last). A failed run's engine is replaced by a fresh one for the other rates."""
         cfg = self.cfg
         last: dict[str, Any] | None = None  # the run before's probes, waiting for its "after"
+        pending = first  # the probe that set the rates is the first run's "before"
         for rep in range(cfg.repeats):
             for run in runs:
                 if run.failed:
                     continue
-                probe = self._serving_probe(case)
+                probe = pending if pending is not None else self._serving_probe(case)
+                pending = None
                 if last is not None:
                     last["after"] = probe
-                self._check_speed(probe)
                 self.say(f"[{case.tag}] rate {run.rate:.3f}, run {rep + 1}/{cfg.repeats}: "
                          + _probe_text(probe))
                 t0, wall0 = time.perf_counter(), time.time()
@@ -276,7 +289,7 @@ class Validation:
     def _check_speed(self, probe: dict[str, Any] | None) -> None:
         """Warn once, at the validation's first probe, when an engine runs more than
         `SPEED_WARN` away from the calibrated speed."""
-        if getattr(self, "_speed_checked", False) or not probe:
+        if getattr(self, "_speed_checked", False) or not (probe or {}).get("factors"):
             return
         self._speed_checked = True
         off = {k: f for k, f in (probe.get("factors") or {}).items() if abs(f - 1) > SPEED_WARN}
