@@ -472,3 +472,23 @@ def test_pd_validation_end_to_end(tmp_path):
     for role in ("prefill", "decode"):
         assert (folder / f"rate0-{role}-speed0.yaml").is_file()
     assert list((cfg.out / "runs" / "tiny-pd-steps").glob("*.steps.jsonl"))
+
+
+def test_every_replay_has_token_contents_of_its_own(tmp_path, monkeypatch):
+    """With prefix caching on, a repeat (or a probe) must not find the blocks an earlier one
+    left cached: each replay of a load gets its own seed (same lengths and hashes)."""
+    seeds: dict[str, list[int]] = {"run": [], "probe": []}
+    real_replay = validate_mod.ColocatedBackend.replay
+
+    def record(self, trace, seed):
+        seeds["probe" if trace is v.serving_probe_trace else "run"].append(seed)
+        return real_replay(self, trace, seed)
+
+    monkeypatch.setattr(validate_mod.ColocatedBackend, "replay", record)
+    path = write_scenario(tmp_path / "p.yaml", cache={"num_gpu_blocks": 48,
+                                                      "enable_prefix_caching": True})
+    v = Validation(config(tmp_path, scenarios=(path,), fractions=(0.3,), repeats=2))
+    assert not v.run()["failures"]
+    warmup, *runs = seeds["run"]
+    assert len(runs) == 2 and len(set(seeds["run"])) == 3
+    assert len(seeds["probe"]) == 3 and len(set(seeds["probe"])) == 3

@@ -77,6 +77,12 @@ class ValidateConfig:
     colocated_engine: str = "process"
 
 
+def replay_seed(seed: int, k: int) -> int:
+    """The replay seed (token contents of synthetic prompts) of the k-th replay of one load:
+    distinct per k, so no replay hits prefix-cache blocks another left behind."""
+    return seed + 1000 * (k + 1)
+
+
 def bracketed(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, float] | None:
     """Per engine, the mean of the serving probes just before and just after one run; the
     one that succeeded when the other failed; None when neither did."""
@@ -262,7 +268,11 @@ class Validation:
                          + _probe_text(probe))
                 t0, wall0 = time.perf_counter(), time.time()
                 try:
-                    res, preempt, _ = self.engine.replay(run.trace, case.seed)
+                    # a seed of its own per repeat: token contents differ between repeats (the
+                    # same lengths and shared-prefix structure), so with prefix caching on no
+                    # repeat finds the blocks an earlier one left cached, and every run starts
+                    # as cold as the simulated one
+                    res, preempt, _ = self.engine.replay(run.trace, replay_seed(case.seed, rep))
                     why = run_failure(res)
                     if why:
                         raise RuntimeError(why)
@@ -358,9 +368,11 @@ class Validation:
 
             self.serving_probe_trace = serving_probe_trace(n, self._context(), case.seed + 7)
         backend = self.engine
+        self._probes_taken = getattr(self, "_probes_taken", 0) + 1  # each probe's own contents
         t0, wall0 = time.perf_counter(), time.time()
         try:
-            res, _, _ = backend.replay(self.serving_probe_trace, case.seed + 7)
+            res, _, _ = backend.replay(self.serving_probe_trace,
+                                       replay_seed(case.seed + 7, self._probes_taken))
             why = run_failure(res)
             if why:
                 raise RuntimeError(why)
