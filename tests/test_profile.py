@@ -115,7 +115,9 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     t = prof.columns["median_s"][prof.mask("kv_transfer")]
     assert (t > 0).all()
     cal = tmp_path / "cal.yaml"
-    assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot"]) == 0
+    # 2 repeats of a tiny model's quick grid: the plumbing is checked, not the fit's quality,
+    # which the noisy-fit gate may refuse on a busy machine
+    assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot", "--accept-noisy"]) == 0
     printed = capsys.readouterr().out
     assert "link kv_transfer" in printed and "host sharing: memory share" in printed
     assert "size factors, linears by tokens 1-8" in printed
