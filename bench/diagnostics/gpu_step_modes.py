@@ -174,8 +174,8 @@ def main() -> None:
 
     import torch
 
+    from realexec.fidelity.validate.backends import ColocatedBackend, ServedBackend
     from realexec.fidelity.validate.speed_probe import serving_probe_trace
-    from realexec.fidelity.validate.validation import ColocatedBackend, ServedBackend
     from realexec.serving.replay.runner import replay
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -193,13 +193,9 @@ def main() -> None:
         try:
             sampler.worker_pid = next(iter(be.client.workers_status().values())).get("pid")
             if hold_second_engine:
-                from realexec.fidelity.validate.speed_probe import SpeedProbe
+                from realexec.engine.llm import LLM
 
-                class _Zero:
-                    def step_time(self, shape):
-                        return 0.0
-                second = SpeedProbe(cfg, args.dtype, args.device, _Zero())
-                second.measure()
+                second = LLM(cfg, dtype=args.dtype, device=args.device, num_gpu_blocks=64)
             replay(trace, be.target, client=be.client, seed=1)  # warm-up
             be.replay(trace, seed=2)
             steps = as_dicts(s for role in be.steps.values() for s in role)

@@ -31,8 +31,8 @@ def main() -> None:
 
     import realexec.engine.runner as runner_mod
     from realexec.engine.device import synchronize
+    from realexec.fidelity.validate.backends import ColocatedBackend
     from realexec.fidelity.validate.speed_probe import serving_probe_trace
-    from realexec.fidelity.validate.validation import ColocatedBackend
 
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
