@@ -14,7 +14,7 @@ doing, so the slow mode can be tied to a cause:
   served-1t   a worker with one torch intra-op thread
   inproc      the engine in this process (ColocatedBackend)
 
-    python bench/gpu_step_modes.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
+    python bench/diagnostics/gpu_step_modes.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
 
 Writes DIR/steps-PHASE.jsonl, DIR/samples.jsonl and DIR/report.txt (printed too).
 """

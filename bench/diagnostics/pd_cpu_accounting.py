@@ -1,6 +1,6 @@
 """Where does the CPU go during a real replay? Per-thread CPU accounting (Linux)
 
-    python bench/pd_cpu_accounting.py [--target pd|engine] [--rate 4.66] [--duration-s 90]
+    python bench/diagnostics/pd_cpu_accounting.py [--target pd|engine] [--rate 4.66] [--duration-s 90]
                                       [--calibration FILE]
 
 Replays `kvpd validate`'s bursty gamma trace (CV 4, short prompts) against a 1P1D

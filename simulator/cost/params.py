@@ -109,7 +109,7 @@ class CostParams:
     # the profile's timings of the executor's own linears at every size, relative to the
     # sizes the step fit saw (simulator/calibrate/linears.py). fp32 MKL, 1 thread, this CPU:
     # without them, real decode batches of 5, 7, 9, 11 requests were priced 7-10% low while
-    # 8, 12, 16 fitted within 1% (bench/step_errors_by_size.py). Empty: off (roofline alone).
+    # 8, 12, 16 fitted within 1% (bench/diagnostics/step_errors_by_size.py). Empty: off (roofline alone).
     linear_token_factors: tuple[float, ...] = ()
     lm_head_row_factors: tuple[float, ...] = ()
     # Serving loop, per engine step, outside the step itself: polling for new requests and
