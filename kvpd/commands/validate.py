@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "replay client and in the simulator with the calibrated device, the same knobs and KV "
         "blocks, at rates set from the simulated capacity; each real run is bracketed by "
         "serving probes that set the simulated speed. Prints per metric the signed error and "
-        "a verdict: met (|error| <= 5%% tput/p50, 10%% p90/p99), within noise (<= tolerance + "
+        "a verdict: met (|error| <= 5% tput/p50, 10% p90/p99), within noise (<= tolerance + "
         "the real repeats' spread) or missed; writes validation.json/txt, plots, repro.json.")
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario YAML file(s); its hardware is the calibrated device (leave "
