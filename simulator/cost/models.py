@@ -19,10 +19,10 @@ import yaml
 
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
-_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
                   "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                  "w4a16": "int4", "awq": "int4", "gptq": "int4"}
+                  "w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8"}
 # int4 checkpoints (AWQ/GPTQ) store one fp16 scale and one packed 4-bit zero point per
 # group of 128 weights: 2.5 bytes / 128 weights (AutoAWQ / AutoGPTQ default group_size=128).
 INT4_GROUP_OVERHEAD_BYTES = 2.5 / 128
@@ -38,7 +38,7 @@ SUPPORTED_ARCHITECTURES = {
 
 
 def normalize_dtype(dtype: str) -> str:
-    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int4."""
+    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int8, int4."""
     key = str(dtype).strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in _DTYPE_BYTES:
@@ -47,7 +47,7 @@ def normalize_dtype(dtype: str) -> str:
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of `dtype` ("fp32", "bf16", "fp16", "fp8", "int4" -> 4, 2, 2, 1, 0.5)."""
+    """Bytes per element of `dtype` (fp32, bf16, fp16, fp8, int8, int4 -> 4, 2, 2, 1, 1, 0.5)."""
     return _DTYPE_BYTES[normalize_dtype(dtype)]
 
 
@@ -140,12 +140,15 @@ class ModelSpec:
         return self.num_layers * (self.attn_matrix_params
                                   + self.num_experts * self.expert_matrix_params)
 
-    def weight_bytes(self, dtype: str = "bf16") -> float:
-        """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only)."""
+    def weight_bytes(self, dtype: str = "bf16", matrix_bytes: float | None = None) -> float:
+        """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only);
+        `matrix_bytes` overrides the bytes per matrix weight (a `Precision`'s, with its
+        quantization groups)."""
         dt = normalize_dtype(dtype)
         quant = self.quantizable_params()
         rest = self.num_params - quant
-        return quant * matrix_weight_bytes(dt) + rest * (4.0 if dt == "fp32" else 2.0)
+        mb = matrix_weight_bytes(dt) if matrix_bytes is None else matrix_bytes
+        return quant * mb + rest * (4.0 if dt == "fp32" else 2.0)
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes."""
