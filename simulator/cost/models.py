@@ -1,6 +1,6 @@
 """Model shapes (`ModelSpec`), the model catalog (`simulator/catalog/models.yaml`) and
-Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Mixtral, GPT-2 and OPT
-families.
+Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Qwen3 (dense), Mixtral,
+GPT-2 and OPT families.
 
 Derived sizes count every parameter of the HF implementation (biases, norms, learned
 position embeddings), so `num_params` equals `model.num_parameters()` of `transformers`.
@@ -31,6 +31,7 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
     "MixtralForCausalLM": "mixtral",
     "GPT2LMHeadModel": "gpt2",
     "OPTForCausalLM": "opt",
@@ -72,6 +73,7 @@ class ModelSpec:
     qkv_bias: bool = False
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
+    qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
@@ -105,6 +107,8 @@ class ModelSpec:
         if self.mlp_bias:
             n += self.num_experts * ((2 if self.gated_mlp else 1) * self.ffn_size + d)
         n += 2 * d * (2 if self.norm == "layer" else 1)
+        if self.qk_norm:
+            n += 2 * hd
         if self.is_moe:
             n += d * self.num_experts
         return n
@@ -247,7 +251,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
             embed_proj_dim=proj if proj != d else 0)
-    else:  # llama, mistral, qwen2, mixtral
+    else:  # llama, mistral, qwen2, qwen3, mixtral
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
         moe = fam == "mixtral"
@@ -264,7 +268,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=fam == "qwen2" or bool(cfg.get("attention_bias", False)),
             o_bias=bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms")
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms", qk_norm=fam == "qwen3")
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
                          f"num_attention_heads={spec.num_heads}")
