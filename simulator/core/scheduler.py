@@ -62,7 +62,7 @@ class Scheduler:
             raise ValueError(f"request id {req.request_id!r} is already in the scheduler")
         if req.is_finished:
             raise ValueError(f"request {req.request_id!r} is already finished")
-        reason = self._rejection_reason(req)
+        reason = self.rejection_reason(req)
         if reason is not None:
             req.finish(RequestStatus.FINISHED_REJECTED, now if now is not None else req.arrival_time, reason)
             self._finished_pending.append(req)
@@ -78,7 +78,9 @@ class Scheduler:
                 self.waiting.add(child)
         self.waiting.add(req)
 
-    def _rejection_reason(self, req: Request) -> str | None:
+    def rejection_reason(self, req: Request) -> str | None:
+        """Why `req` could never be served here (None if it can): longer than max_model_len,
+        more blocks than the whole pool, or a prompt over the step budget with chunking off."""
         cfg = self.config
         total = req.num_prompt_tokens + req.max_tokens
         if total > cfg.max_model_len:
