@@ -21,6 +21,7 @@ class CostModel(Protocol):
     model: ModelSpec
     params: CostParams
     accelerator: Any
+    kernels: Any
     dtype: str
     tp: int
     pp: int
@@ -149,8 +150,13 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         c_eff, c_src = src["comm_efficiency"]
         ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * lk,
                           "communication", efficiency=c_eff, source=c_src))
+    floor = getattr(cm.kernels, "layer_floor_s", 0.0)
     ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layers"] * cm.params.layer_overhead_s,
-                      "overhead", source=_overhead_source(p)))
+                      "overhead", source=(f"{cm.kernels.source('layer_floor')} "
+                                          f"({p.layer_overhead_s * 1e6:.1f} us/layer)"
+                                          if floor and p.device is None
+                                          and p.layer_overhead_s == floor
+                                          else _overhead_source(p))))
     if st["last"]:
         fl, wb, act = raw["lm_head"]
         lc = lin["lm_head"]
@@ -176,8 +182,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     return ops
 
 
-def _overhead_source(p: CostParams) -> str:
-    return p.source if p.device is not None else "simulator/cost/params.py (overheads)"
+def _overhead_source(p: CostParams, what: str = "overheads") -> str:
+    return p.source if p.device is not None else f"simulator/cost/params.py ({what})"
 
 
 def size_factor(table: tuple[float, ...], n: float) -> float:

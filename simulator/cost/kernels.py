@@ -44,6 +44,7 @@ class KernelProfile:
     attn_decode_efficiency: float
     attn_decode_request_tokens: float
     weight_only: WeightOnly | None
+    layer_floor_s: float = 0.0  # kernels per layer x seconds each beyond their roofline
 
     def source(self, field: str) -> str:
         """Where a default came from: the catalog entry (its comment cites the measurement)."""
@@ -76,6 +77,8 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         attn_half_keys=float(ap["half_keys"]),
         attn_decode_efficiency=_frac(f"{arch}.attn_decode.efficiency", ad["efficiency"]),
         attn_decode_request_tokens=float(ad["request_tokens"]),
+        layer_floor_s=(float(e["layer_floor"]["kernels"]) * float(e["layer_floor"]["kernel_s"])
+                       if "layer_floor" in e else 0.0),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))

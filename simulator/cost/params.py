@@ -202,6 +202,7 @@ class CostParams:
         if compute in ("fp8", "int8"):
             gemm *= prof.fp8_relative
         return cls(gemm_compute_efficiency=gemm,
+                   layer_overhead_s=prof.layer_floor_s or cls.layer_overhead_s,
                    gemm_memory_efficiency=prof.weight_stream_efficiency,
                    gemv_memory_efficiency=prof.weight_stream_efficiency,
                    attn_compute_efficiency=prof.attn_prefill_efficiency,

@@ -88,10 +88,14 @@ def check_method(method: Any, where: str = "quantization.method") -> str:
     return key
 
 
-def check_kv_cache_dtype(value: Any, where: str = "cache.kv_cache_dtype") -> str:
+def check_kv_cache_dtype(value: Any, where: str = "cache.kv_cache_dtype",
+                         allow_fp32: bool = False) -> str:
+    """The canonical KV-cache dtype; fp32 only for fp32 models (`allow_fp32`, the CPU path)."""
     key = str(value).strip().lower()
     key = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
-           "fp8_e5m2": "fp8", "float8": "fp8"}.get(key, key)
+           "fp8_e5m2": "fp8", "float8": "fp8", "float32": "fp32"}.get(key, key)
+    if key == "fp32" and allow_fp32:
+        return key
     if key not in KV_CACHE_DTYPES:
         raise ValueError(f"{where}: {value!r} is not a KV-cache dtype; expected one of "
                          f"{', '.join(KV_CACHE_DTYPES)}")
@@ -153,7 +157,8 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
             want, f" (no weight-only kernel profile for arch {acc.arch or 'none'!r})")
         raise ValueError(f"{pre}{acc.name} cannot run {want} weights{why}; it supports: "
                          f"{', '.join(can)}")
-    kv = check_kv_cache_dtype(kv_cache_dtype or "auto", f"{pre}kv_cache_dtype")
+    kv = check_kv_cache_dtype(kv_cache_dtype or "auto", f"{pre}kv_cache_dtype",
+                              allow_fp32=dt == "fp32")
     if kv == "auto":  # vLLM: the model's activation dtype (AWQ/GPTQ checkpoints run in fp16)
         kv = "fp32" if dt == "fp32" else ("fp16" if weight_only or dt == "fp16" else "bf16")
     if kv == "fp8" and acc.vendor == "apple":
