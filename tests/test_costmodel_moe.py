@@ -28,7 +28,7 @@ def _mixed() -> BatchShape:
 CONFIGS = [("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 1), ("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 2),
            ("qwen3-30b-a3b", "h100-sxm", "bf16", 1, 1, 1),
            ("deepseek-v2-lite", "h100-sxm", "bf16", 1, 2, 1),
-           ("deepseek-v3", "h200", "fp8", 8, 1, 8), ("deepseek-v3", "h200", "fp8", 8, 2, 1)]
+           ("deepseek-v3", "h200-sxm", "fp8", 8, 1, 8), ("deepseek-v3", "h200-sxm", "fp8", 8, 2, 1)]
 
 
 @pytest.mark.parametrize("model,hw,dtype,tp,pp,ep", CONFIGS)
@@ -54,7 +54,7 @@ def test_decode_bytes_grow_with_the_batch_until_every_expert_is_hot():
 
 def test_shared_experts_and_dense_layers_are_always_read():
     m = get_model("deepseek-v3")
-    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    cm = CostModel(m, "h200-sxm", "fp8", 8, ep=8)
     op = next(o for o in cm.explain(_decode(1)).ops if o.name == "moe_experts")
     # one token: 8 routed experts over 8 ranks (1 whole expert per rank and MoE layer), the
     # shared expert and 3 dense MLPs split 8 ways, and the router
@@ -103,9 +103,11 @@ def test_mla_decode_absorbed_prefill_expanded_and_the_pool_holds_latents():
     t = mla_terms(m, 8)
     assert t.decode_flops_per_pair == 2 * 16 * (2 * 512 + 64)
     assert t.prefill_flops_per_pair == 2 * 16 * (192 + 128)
-    plan = plan_memory("deepseek-v3", "h200", "fp8", tp=8, ep=8)
-    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 1  # fp8 cache follows the weights
-    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    plan = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8)
+    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 2  # auto: the bf16 activation dtype
+    plan = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8, kv_cache_dtype="fp8")
+    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 1
+    cm = CostModel(m, "h200-sxm", "fp8", 8, ep=8)
     op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "attn_decode")
     assert op.flops == pytest.approx(4 * 1001 * 61 * t.decode_flops_per_pair)
 

@@ -278,7 +278,7 @@ def test_scaled_hardware_scales_every_step_time(done, tmp_path):
     v = copy.copy(done[1])  # every overhead non-zero, so that each is checked
     v.params = dataclasses.replace(v.params, step_overhead_s=2e-3, layer_overhead_s=3e-5,
                                    token_overhead_s=1e-6, decode_attn_overhead_s=2e-4)
-    sc = scenario_from_dict({"model": v.model_config, "hardware": "a100-80gb",
+    sc = scenario_from_dict({"model": v.model_config, "hardware": "a100-80gb-sxm",
                              "workload": {"synthetic": {"num_requests": 1}}})
     model = ModelSpec.from_hf_config(v.model_config, name="tiny-llama")
     base = v._cost_model()
