@@ -9,6 +9,7 @@ import pytest
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
 from simulator.cost.memory_plan import plan_memory
 from simulator.cost.models import get_model
 from simulator.cost.moe_cost import mla_terms
@@ -119,3 +120,24 @@ def test_estimate_explain_names_experts_loaded_and_the_bound():
         capture_output=True, text=True, check=True).stdout
     assert "expected experts loaded per GPU" in out and "of 4 per MoE layer" in out
     assert "step bound" in out and "expert GEMMs" in out and "-bound" in out
+
+
+def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
+    """Default kernel floor: seconds per dependent kernel x the kernels of each layer; an MoE
+    layer adds routing and grouped GEMMs, shared experts and MLA add theirs (kernels.yaml)."""
+    from simulator.cost.kernels import kernel_profile
+    from simulator.cost.moe_cost import stage_layer_split
+
+    k = kernel_profile(get_accelerator("h200-sxm"))
+    extra = dict(k.extra_kernels)
+    dense = CostModel("llama-3-70b", "h200-sxm", "fp8", 8)
+    assert dense._stages[0]["raw"]["layer_floor_s"] == pytest.approx(80 * k.layer_floor_s)
+    m = get_model("deepseek-v3")
+    cm = CostModel(m, "h200-sxm", "fp8", 8)
+    n_dense, n_moe = stage_layer_split(m, cm.shard.layers_per_stage, 0)
+    base = k.layer_floor_s / k.kernel_s
+    want = k.kernel_s * (n_dense * (base + extra["mla"])
+                         + n_moe * (base + extra["mla"] + extra["moe"] + extra["shared_expert"]))
+    assert cm._stages[0]["raw"]["layer_floor_s"] == pytest.approx(want)
+    op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "layer_overhead")
+    assert op.time_s == pytest.approx(want)

@@ -159,9 +159,10 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         ops.append(OpCost("ep_all_to_all", 0.0, T * per_tok, lat + T * per_tok * rate["ep_link"],
                           "communication", efficiency=c_eff, source=c_src))
     floor = getattr(cm.kernels, "layer_floor_s", 0.0)
-    ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layers"] * cm.params.layer_overhead_s,
+    ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layer_floor_s"],
                       "overhead", source=(f"{cm.kernels.source('layer_floor')} "
-                                          f"({p.layer_overhead_s * 1e6:.1f} us/layer)"
+                                          f"({raw['layer_floor_s'] / max(raw['layers'], 1) * 1e6:.1f}"
+                                          " us/layer)"
                                           if floor and p.device is None
                                           and p.layer_overhead_s == floor
                                           else _overhead_source(p))))

@@ -207,6 +207,7 @@ class CostModel:
         if m.is_moe or m.is_mla:
             self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
         lin = self._linear_costs(s, L, last)
+        raw["layer_floor_s"] = self._layer_floor(s, L)
         if last:
             pdim = m.embed_proj_dim or d
             w_lm = sh.vocab * pdim + (pdim * d if pdim != d else 0)
@@ -237,7 +238,7 @@ class CostModel:
             raw["elementwise"][1] * gm,
             raw["allreduce"][0] * lk + raw["ep_alltoall"][0] * rate["ep_link"],
             raw["allreduce"][1] + raw["ep_alltoall"][1],
-            L * p.layer_overhead_s,
+            raw["layer_floor_s"],
             head.per_row if head else 0.0, lm[1] * gm, lm[2] * gm,
             raw.get("sampling", 0.0) * gm,
             gather[0] * lk, gather[1],
@@ -261,6 +262,17 @@ class CostModel:
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens}
+
+    def _layer_floor(self, s: int, L: int) -> float:
+        """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
+        the part's default kernel floor, its seconds per dependent kernel x the kernels of each
+        layer (more for MoE, shared-expert, MLA and q/k-norm layers; kernels.yaml)."""
+        p, k, m = self.params, self.kernels, self.model
+        floor = getattr(k, "layer_floor_s", 0.0)
+        if not (floor and p.device is None and p.layer_overhead_s == floor):
+            return L * p.layer_overhead_s
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
+        return k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
                        kvb: float, ring: float, rate: dict[str, float]) -> None:

@@ -45,6 +45,26 @@ class KernelProfile:
     attn_decode_request_tokens: float
     weight_only: WeightOnly | None
     layer_floor_s: float = 0.0  # kernels per layer x seconds each beyond their roofline
+    kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
+    extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
+
+    def layer_kernels(self, model: Any, moe_layer: bool) -> float:
+        """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
+        MoE routing and grouped GEMMs (on an MoE layer), shared experts, MLA's projections,
+        Qwen3's q/k norms (kernels.yaml layer_floor.extra_kernels lists each)."""
+        if not self.kernel_s:
+            return 0.0
+        extra = dict(self.extra_kernels)
+        n = self.layer_floor_s / self.kernel_s
+        if moe_layer:
+            n += extra.get("moe", 0)
+            if model.shared_expert_ffn_size:
+                n += extra.get("shared_expert", 0)
+        if model.is_mla:
+            n += extra.get("mla", 0)
+        if model.qk_norm:
+            n += extra.get("qk_norm", 0)
+        return n
 
     def source(self, field: str) -> str:
         """Where a default came from: the catalog entry (its comment cites the measurement)."""
@@ -79,6 +99,9 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         attn_decode_request_tokens=float(ad["request_tokens"]),
         layer_floor_s=(float(e["layer_floor"]["kernels"]) * float(e["layer_floor"]["kernel_s"])
                        if "layer_floor" in e else 0.0),
+        kernel_s=float(e["layer_floor"]["kernel_s"]) if "layer_floor" in e else 0.0,
+        extra_kernels=tuple((str(k), int(v)) for k, v in
+                            (e.get("layer_floor", {}).get("extra_kernels") or {}).items()),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
