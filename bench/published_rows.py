@@ -94,6 +94,33 @@ PRECISIONS = {
     "fp8": ("fp8", {"method": "fp8"}),
 }
 
+# KV-cache dtype an engine uses when a source does not state it:
+# - TensorRT-LLM (and NIM's TRT-LLM profiles) run NVIDIA ModelOpt FP8 checkpoints, whose
+#   hf_quant_config.json carries "kv_cache_quant_algo": "FP8"; the engine takes the checkpoint's
+#   KV quantization (TensorRT-LLM docs, "Quantization": pre-quantized ModelOpt checkpoints run
+#   as exported). So FP8 weights on TensorRT-LLM mean an FP8 KV cache.
+# - vLLM: kv_cache_dtype "auto" = the model's 16-bit dtype (kvpd's own default, nothing to add).
+TRTLLM_FP8_KV = {"tensorrt-llm"}
+
+# vLLM's scheduler defaults when a source states neither max_num_seqs nor
+# max_num_batched_tokens (engine code, by version, GPU and entry point):
+# - V1 engine (default from v0.8.0): vllm/engine/arg_utils.py `_set_default_args_v1` (later
+#   Platform.get_batch_defaults; tests/engine/test_arg_utils.py test_defaults_with_usage_context):
+#   GPUs with >= 70 GiB that are not A100: max_num_seqs 1024, max_num_batched_tokens 16384 for
+#   the LLM class (offline benchmark_throughput.py) and 8192 for the OpenAI server; other GPUs:
+#   256 and 8192 / 2048. Chunked prefill always on.
+# - V0 engine (before v0.8.0): max_num_seqs 256; chunked prefill switched on by itself only for
+#   max_model_len > 32K; without it a step holds whole prompts, max_num_batched_tokens =
+#   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7).
+VLLM_V1_FROM = (0, 8)
+VLLM_V1_BIG_GPU_GIB = 70
+VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
+    (True, True): (1024, 16384), (True, False): (1024, 8192),
+    (False, True): (256, 8192), (False, False): (256, 2048),
+}
+VLLM_V0_MAX_NUM_SEQS = 256
+VLLM_V0_LONG_CONTEXT = 32 * 1024
+
 # Request counts a source leaves out: the harness's own default.
 #   vLLM benchmark_throughput.py: --num-prompts default 1000.
 #   AIPerf/genai-perf at fixed concurrency (NIM pages): no count published; 10 per
@@ -280,6 +307,10 @@ def to_scenario(row: Row) -> Converted:
         sc["quantization"] = quant
     if s.get("kv_cache_dtype"):
         sc["cache"]["kv_cache_dtype"] = s["kv_cache_dtype"]
+    elif engine in TRTLLM_FP8_KV and dtype == "fp8":
+        sc["cache"]["kv_cache_dtype"] = "fp8"
+        notes.append("kv_cache_dtype not published: TensorRT-LLM runs ModelOpt FP8 checkpoints "
+                     "with their FP8 KV cache (kv_cache_quant_algo FP8)")
     if s.get("block_size"):
         sc["cache"]["block_size"] = int(s["block_size"])
     if s.get("gpu_memory_utilization"):
@@ -290,6 +321,8 @@ def to_scenario(row: Row) -> Converted:
         sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
     if s.get("max_num_batched_tokens") and not s.get("pd"):
         sc["scheduler"]["max_num_batched_tokens"] = int(s["max_num_batched_tokens"])
+    if engine == "vllm" and not s.get("pd"):
+        _vllm_defaults(row, s, sc, closed, notes)
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
     if closed:
@@ -298,6 +331,57 @@ def to_scenario(row: Row) -> Converted:
         del sc["cache"]
     notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
     return Converted(row, sc, notes)
+
+
+def _version(text: Any) -> tuple[int, int] | None:
+    """(major, minor) of a published engine version such as "0.11.0" or "0.7.4.dev181+g..."
+    (the lowest when a source lists several); None when unknown."""
+    import re
+
+    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.\d+", str(text))]
+    return min(found) if found else None
+
+
+def _vllm_defaults(row: Row, s: dict[str, Any], sc: dict[str, Any], closed: bool,
+                   notes: list[str]) -> None:
+    """vLLM's documented scheduler defaults (see VLLM_V1_DEFAULTS) for what a source leaves
+    unset; a source of unknown version keeps kvpd's defaults (said in the notes)."""
+    from simulator.cost.hardware import get_accelerator
+    from simulator.cost.models import get_model
+
+    sched = sc["scheduler"]
+    if s.get("max_batch") and s.get("max_num_batched_tokens"):
+        return
+    version = _version(row.source.get("engine_version"))
+    if version is None:
+        notes.append("vLLM version not published: kvpd's scheduler defaults")
+        return
+    if version >= VLLM_V1_FROM:
+        acc = get_accelerator(sc["hardware"])
+        big = acc.memory_bytes >= VLLM_V1_BIG_GPU_GIB * 2**30 and "a100" not in acc.name
+        offline = not closed and "benchmark_throughput" in str(row.source.get("harness", ""))
+        seqs, tokens = VLLM_V1_DEFAULTS[(big, offline)]
+        where = f"vLLM V1 defaults ({'>= 70 GiB, not A100' if big else 'smaller GPU or A100'}, " \
+                f"{'LLM class' if offline else 'OpenAI server'})"
+    else:
+        seqs = VLLM_V0_MAX_NUM_SEQS
+        max_len = int(s.get("max_model_len") or get_model(sc["model"]).max_position_embeddings)
+        if max_len > VLLM_V0_LONG_CONTEXT:
+            notes.append("vLLM V0 with long context: chunked prefill on, token budget left at "
+                         "kvpd's default")
+            tokens = None
+        else:
+            sched["enable_chunked_prefill"] = False
+            tokens = max(max_len, 2048)
+        where = f"vLLM V0 defaults (max_model_len {max_len})"
+    if not s.get("max_batch"):
+        sched["max_num_seqs"] = seqs
+    if tokens and not s.get("max_num_batched_tokens"):
+        sched["max_num_batched_tokens"] = tokens
+    notes.append(f"scheduler limits not published: {where}: max_num_seqs "
+                 f"{sched.get('max_num_seqs')}, max_num_batched_tokens "
+                 f"{sched.get('max_num_batched_tokens', 'kvpd default')}"
+                 + (", no chunked prefill" if sched.get("enable_chunked_prefill") is False else ""))
 
 
 def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:

@@ -217,7 +217,45 @@ def test_published_batched_token_budget_reaches_the_scheduler(rows):
     r = next(x for x in rows if x.setup.get("max_num_batched_tokens") and not x.setup.get("pd"))
     assert pr.to_scenario(r).scenario["scheduler"]["max_num_batched_tokens"] == 16384
     r2 = next(x for x in rows if _is_moe(x) and not x.setup.get("max_num_batched_tokens"))
-    assert "max_num_batched_tokens" not in pr.to_scenario(r2).scenario["scheduler"]
+    c = pr.to_scenario(r2)  # unpublished: the engine's documented default, said in the notes
+    assert c.scenario["scheduler"].get("max_num_batched_tokens") in (2048, 8192, 16384, 32768, None)
+    assert any(a.startswith("scheduler limits not published") for a in c.assumptions)
+
+
+def _with(r, source=None, **setup):
+    return pr.Row({**r.source, **(source or {})}, r.id, r.where, {**r.setup, **setup}, r.metric, r.file)
+
+
+def test_vllm_defaults_by_version_gpu_and_entry_point(rows):
+    r = next(x for x in rows if x.source["engine"] == "vllm" and not x.setup.get("pd")
+             and x.setup.get("arrival", "burst") == "burst")
+    v1 = {"engine_version": "0.11.0", "harness": "vllm bench serve"}
+    sched = pr.to_scenario(_with(r, v1, hardware="H200", max_batch=None,
+                                 max_num_batched_tokens=None)).scenario["scheduler"]
+    assert (sched["max_num_seqs"], sched["max_num_batched_tokens"]) == (1024, 8192)
+    sched = pr.to_scenario(_with(r, {**v1, "harness": "benchmark_throughput.py"}, hardware="H200",
+                                 max_batch=None, max_num_batched_tokens=None)).scenario["scheduler"]
+    assert (sched["max_num_seqs"], sched["max_num_batched_tokens"]) == (1024, 16384)
+    sched = pr.to_scenario(_with(r, v1, hardware="A100-80G", max_batch=None,
+                                 max_num_batched_tokens=None)).scenario["scheduler"]
+    assert (sched["max_num_seqs"], sched["max_num_batched_tokens"]) == (256, 2048)
+    v0 = {"engine_version": "0.7.3", "harness": "benchmark_throughput.py"}
+    sched = pr.to_scenario(_with(r, v0, max_model_len=32768, max_batch=None,
+                                 max_num_batched_tokens=None)).scenario["scheduler"]
+    assert sched["enable_chunked_prefill"] is False and sched["max_num_batched_tokens"] == 32768
+    assert sched["max_num_seqs"] == 256
+    published = pr.to_scenario(_with(r, v1, max_batch=64, max_num_batched_tokens=4096))
+    assert published.scenario["scheduler"]["max_num_seqs"] == 64
+    assert published.scenario["scheduler"]["max_num_batched_tokens"] == 4096
+
+
+def test_tensorrt_llm_fp8_runs_an_fp8_kv_cache_unless_published(rows):
+    r = next(x for x in rows if x.source.get("engine_backend") == "tensorrt-llm")
+    assert pr.to_scenario(_with(r, precision="fp8", kv_cache_dtype=None)).scenario["cache"] == {
+        "kv_cache_dtype": "fp8"}
+    assert "cache" not in pr.to_scenario(_with(r, precision="bf16", kv_cache_dtype=None)).scenario
+    stated = pr.to_scenario(_with(r, precision="fp8", kv_cache_dtype="bf16")).scenario
+    assert stated["cache"]["kv_cache_dtype"] == "bf16"
 
 
 def test_published_ep_becomes_cluster_ep(rows):
