@@ -4,8 +4,8 @@ per-request records, time series and the summary."""
 
 from __future__ import annotations
 
+import sys
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +151,8 @@ def run_scenario(sc: Scenario, *, progress: bool | None = None,
         why = split_refusal(sc)
         if why is None:
             return run_split(sc, progress=show, keep_requests=keep)
-        warnings.warn(f"sim.processes: {why}; running in one process", stacklevel=2)
+        print(f"{sc.source or sc.name}: sim.processes = {sc.sim.processes} ignored: {why}; "
+              "running in one process", file=sys.stderr)
     t0 = time.perf_counter()
     model = get_model(sc.model if not isinstance(sc.model, str) or not sc.model.endswith(".json")
                       else str(sc.resolve(sc.model)))
@@ -189,7 +190,8 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
     `replica_names`, through a cluster of just those colocated replicas)."""
     env = simpy.Environment()
     timeline = Timeline(enabled=sc.output.timeseries)
-    collector = RequestCollector(len(trace), keep=keep_requests)
+    collector = RequestCollector(len(trace), keep=keep_requests,
+                                 expected=None if rows is None else len(rows))
     loop: ClosedLoop | None = None
 
     def on_finished(_replica, finished: list[Request]) -> None:
