@@ -18,9 +18,11 @@ import time
 
 import numpy as np
 
+from simulator.collector import RequestCollector
 from simulator.cost.models import get_model
 from simulator.progress import ProgressBar
 from simulator.scenario import Scenario
+from simulator.simulation import RowsResult, finish_result, simulate_rows
 
 
 def split_refusal(sc: Scenario) -> str | None:
@@ -40,7 +42,7 @@ def split_refusal(sc: Scenario) -> str | None:
     return None
 
 
-def _model(sc: Scenario):
+def model_of(sc: Scenario):
     return get_model(sc.model if not isinstance(sc.model, str) or not sc.model.endswith(".json")
                      else str(sc.resolve(sc.model)))
 
@@ -67,11 +69,9 @@ class _SharedCount:
 
 
 def _child(sc: Scenario, trace, rows, names, keep: bool, counter, conn) -> None:
-    from simulator.run import simulate_rows
-
     try:
         sink = _SharedCount(counter) if counter is not None else None
-        res = simulate_rows(sc, _model(sc), trace, rows, progress=sink, keep_requests=keep,
+        res = simulate_rows(sc, model_of(sc), trace, rows, progress=sink, keep_requests=keep,
                             replica_names=names)
         res.cluster = None  # simpy state does not cross processes
         res.collector.rows_only(np.asarray(rows, dtype=np.int64))
@@ -82,15 +82,9 @@ def _child(sc: Scenario, trace, rows, names, keep: bool, counter, conn) -> None:
         conn.close()
 
 
-def run_split(sc: Scenario, *, progress: bool, keep_requests: bool):
+def run_split(sc: Scenario, model, trace, t0: float, *, progress: bool, keep_requests: bool):
     """`run_scenario` for a scenario `split_refusal` accepts, in min(sim.processes, replicas)
-    processes."""
-    from simulator.collector import RequestCollector
-    from simulator.run import RowsResult, build_trace, finish_result
-
-    t0 = time.perf_counter()
-    model = _model(sc)
-    trace = build_trace(sc, sc.scheduler.max_model_len or model.max_position_embeddings)
+    processes (`t0`: perf_counter when the run began)."""
     n, R = len(trace), sc.cluster.replicas
     P = min(sc.sim.processes, R)
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
