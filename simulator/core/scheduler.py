@@ -361,7 +361,7 @@ class Scheduler:
         kvm = self.kv_cache_manager
         k = len(times)
         first, last = times[0], times[-1]
-        removed = False
+        done: list[Request] = []
         bs = self.block_size
         for req, before, ids in zip(out.reqs, out.num_computed_before, out.block_ids):
             end = before + k
@@ -377,9 +377,12 @@ class Scheduler:
             req.num_output_tokens = n
             req.token_times.extend(times)
             if n >= req.sampling_params.max_tokens:  # check_stop without a token id
+                done.append(req)
+        if done:
+            # freed only now: step by step, every request held the blocks of the burst's last
+            # step before any finished (the KV peak usage sees them all)
+            for req in done:
                 self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
-                removed = True
-        if removed:
             self.running = [r for r in self.running if r.status == RUNNING]
 
     def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
