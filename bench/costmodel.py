@@ -17,11 +17,15 @@ from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 
 TARGET_EVALS_PER_S = 100_000
-CONFIGS = [  # (label, model, hardware, tp, pp)
+CONFIGS = [  # (label, model, hardware, tp, pp[, ep])
     ("llama-3-8b  h100 tp1", "llama-3-8b", "h100-sxm", 1, 1),
     ("llama-3-70b h100 tp4", "llama-3-70b", "h100-sxm", 4, 1),
     ("mixtral     h100 tp2", "mixtral-8x7b", "h100-sxm", 2, 1),
     ("llama-3-70b h100 tp4 pp2", "llama-3-70b", "h100-sxm", 4, 2),
+    # MoE with expert parallelism, shared experts, dense first layers and MLA (issue 34)
+    ("mixtral     h100 tp2 ep2", "mixtral-8x7b", "h100-sxm", 2, 1, 2),
+    ("qwen3-30b-a3b h100 tp1", "qwen3-30b-a3b", "h100-sxm", 1, 1),
+    ("deepseek-v3 h200 tp8 ep8", "deepseek-v3", "h200", 8, 1, 8),
 ]
 
 
@@ -57,8 +61,9 @@ def main() -> None:
     print(f"{'config':26s} {'step_time/s':>12s} {'vs target':>9s} {'explain/s':>10s} "
           f"{'decode_run steps/s':>19s} {'step ms':>8s}")
     worst = float("inf")
-    for label, model, hw, tp, pp in CONFIGS:
-        cm = CostModel(model, hw, tp=tp, pp=pp)
+    for label, model, hw, tp, pp, *ep in CONFIGS:
+        cm = CostModel(model, hw, dtype="fp8" if model == "deepseek-v3" else "bf16", tp=tp, pp=pp,
+                       ep=ep[0] if ep else 1)
         evals = rate(lambda cm=cm: cm.step_time(shape), args.n)
         explains = rate(lambda cm=cm: cm.explain(shape), max(1000, args.n // 50))
         runs = rate(lambda cm=cm: cm.decode_run_times(decode_shape, 1000), 200)

@@ -39,6 +39,10 @@ class PoolSpec(_Strict):
     replicas: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    # expert parallelism (MoE models): 1, or tp (each GPU holds experts/ep whole experts;
+    # all-to-all dispatch/combine over ep_link). See simulator/cost/moe_cost.py.
+    ep: int = Field(1, ge=1)
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
     hardware: Spec | None = None  # default: the scenario's hardware
     router: str = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
@@ -59,6 +63,8 @@ class ClusterSpec(_Strict):
     replicas: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)  # expert parallelism, as PoolSpec.ep
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     pd: PDSpec | None = None  # present = disaggregated prefill/decode

@@ -19,13 +19,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 BLOCK = 4
 LENS = [1, 5, 11, 23, 40]
-FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2"]
+FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
+            "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3"]
 
 
 def _setup(model):
     loaded = load_model(model, dtype="fp32", device="cpu", seed=0)
     pm = PagedCausalLM(loaded.model)
-    spec = KVCacheSpec(pm.num_layers, pm.num_kv_heads, pm.head_dim, BLOCK, torch.float32)
+    planes, kv_heads, kv_dim = pm.kv_cache_shape
+    spec = KVCacheSpec(pm.num_layers, kv_heads, kv_dim, BLOCK, torch.float32, num_planes=planes)
     cache = PagedKVCache(spec, num_blocks=64, device=torch.device("cpu"))
     rng = random.Random(0)
     free = list(range(64))
@@ -154,3 +156,15 @@ def test_every_attention_call_of_the_walk_runs_under_the_backend_choice(monkeypa
     _run_steps(pm, cache, [s[: start[i] + 1] for i, s in enumerate(seqs)], tables, schedule)
     assert cudnn_on_at_call and not any(cudnn_on_at_call)
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_mla_caches_only_the_latent():
+    """DeepSeek MLA: one plane of kv_lora_rank + qk_rope_head_dim per token and layer, not
+    K and V of every head."""
+    pm = PagedCausalLM(load_model("tiny-deepseek-v3", dtype="fp32", device="cpu").model)
+    cfg = pm.config
+    assert pm.kv_cache_shape == (1, 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+    spec = KVCacheSpec(pm.num_layers, 1, 24, BLOCK, torch.float32, num_planes=1)
+    assert spec.bytes_per_token == pm.num_layers * 24 * 4
+    dense = PagedCausalLM(load_model("tiny-mixtral", dtype="fp32", device="cpu").model)
+    assert dense.kv_cache_shape == (2, dense.num_kv_heads, dense.head_dim)

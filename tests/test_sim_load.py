@@ -100,6 +100,14 @@ def test_guaranteed_no_evict_never_preempts_where_max_utilization_does():
     assert safe.summary["requests"]["finished"] == 200
 
 
+def test_closed_loop_decode_bursts_equal_step_by_step():
+    # (a burst's end times are summed once, a step's one by one: equal to rounding)
+    bursts, steps = closed(6), closed(6, {"sim": {"max_decode_burst": 1}})
+    assert bursts.summary["sim"]["num_steps"] == steps.summary["sim"]["num_steps"]
+    for key in ("arrival_s", "ttft_s", "e2e_s", "tpot_s"):
+        np.testing.assert_allclose(bursts.records[key], steps.records[key], rtol=1e-12, atol=1e-12)
+
+
 def test_the_same_closed_loop_scenario_gives_identical_results():
     a, b = closed(7), closed(7)
     for key in a.records:

@@ -2,6 +2,7 @@
 
     kvpd estimate --model llama-3-8b --hardware h100-sxm --prefill 2048
     kvpd estimate --model llama-3-70b --hardware h100-sxm --tp 4 --decode 64x2048 --json
+    kvpd estimate --model mixtral-8x7b --hardware h100-sxm --tp 2 --ep 2 --decode 32x1024 --explain
 
 `--prefill N` (or `BxN`) adds prompt(s) of N new tokens with no cached context;
 `--decode BxC` adds B decodes of one token after C context tokens. Given both, the step
@@ -24,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "e.g. '{base: h100-sxm, mem_bw_tbps_scale: 2}'")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
+    p.add_argument("--explain", action="store_true",
+                   help="also say what bounds the step: expected experts loaded (MoE), the "
+                        "attention form (MLA), and each operator's bound")
     p.add_argument("--dtype", default="bf16", help="weights: fp32, bf16, fp16, fp8, int4")
     p.add_argument("--kv-cache-dtype", default=None, help="KV cache dtype (default: as --dtype)")
     p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
@@ -76,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     params = (CostParams.load(args.params, device=acc.name, model=model.name)
               if args.params else None)
     cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
-                   kv_cache_dtype=args.kv_cache_dtype)
+                   kv_cache_dtype=args.kv_cache_dtype, ep=args.ep)
     plan = plan_memory(model, acc, cm.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
-                       kv_cache_dtype=cm.kv_cache_dtype)
+                       kv_cache_dtype=cm.kv_cache_dtype, ep=args.ep)
     shape = BatchShape()
     kv_tokens = 0
     if args.prefill:
@@ -98,10 +104,13 @@ def run(args: argparse.Namespace) -> int:
     out["memory_plan"] = plan.to_dict()
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
+    if args.explain:
+        out["explain"] = explain_variants(cm, br, shape.num_tokens)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}), "
+    print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
+          + (f", ep={args.ep}" if args.ep > 1 else "") + "), "
           f"{cm.dtype} weights, {cm.kv_cache_dtype} KV cache"
           + ("  [PLACEHOLDER hardware figures]" if acc.placeholder else ""))
     print(f"step: {shape.num_prefill_reqs} prefill ({shape.num_prefill_tokens} tokens), "
@@ -122,4 +131,43 @@ def run(args: argparse.Namespace) -> int:
               f"{plan.max_num_tokens:,}")
     print()
     print(br.format_table())
+    if args.explain:
+        print()
+        for k, v in out["explain"].items():
+            print(f"{k:34s} {v}")
     return 0
+
+
+def explain_variants(cm, br, num_tokens: int) -> dict:
+    """What bounds the step, in words a capacity planner reads: the step's bound and its
+    dominant operator; for MoE the experts one GPU holds and is expected to load per MoE
+    layer, (E/ep) x (1 - (1 - k/E)^T), and the expert GEMMs' bound; for MLA the attention
+    forms and the latent KV bytes per token."""
+    m = cm.model
+    out: dict = {"step bound": f"{br.bound} (dominant operator {br.dominant_op.name}, "
+                               f"{br.dominant_op.bound}-bound)"}
+    ops = {op.name: op for op in br.ops}
+    if m.is_moe:
+        held = m.num_experts // cm.ep
+        loaded = cm.expected_experts_loaded(num_tokens)
+        out["experts per MoE layer"] = (f"{m.num_experts} routed, top-{m.experts_per_token}"
+                                        + (f", {m.num_shared_experts} shared"
+                                           if m.num_shared_experts else "")
+                                        + f"; {m.num_moe_layers} MoE + {m.num_dense_layers} dense layers")
+        out["experts held per GPU"] = (f"{held} whole (ep={cm.ep})" if cm.ep > 1
+                                       else f"{held} x 1/{cm.tp} column slice (tp={cm.tp})")
+        out["expected experts loaded per GPU"] = (f"{loaded:.2f} of {held} per MoE layer "
+                                                  f"for {num_tokens} tokens")
+        op = ops.get("moe_experts")
+        if op is not None:
+            out["expert GEMMs"] = (f"{op.bound}-bound: {op.compute_s * 1e3:.3f} ms compute vs "
+                                   f"{op.memory_s * 1e3:.3f} ms weight/activation reads")
+        if "ep_all_to_all" in ops:
+            out["EP dispatch + combine"] = (f"{ops['ep_all_to_all'].time_s * 1e3:.3f} ms over "
+                                            f"{cm.ep_link.name}")
+    if m.is_mla:
+        out["attention"] = (f"MLA: prefill expanded (heads x {m.head_dim}+{m.v_head_dim} per "
+                            "key), decode absorbed over the latent "
+                            f"({m.kv_lora_rank}+{m.qk_rope_head_dim} per key)")
+        out["KV bytes per token"] = f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (latent)"
+    return out

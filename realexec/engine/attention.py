@@ -18,6 +18,7 @@ over its block table:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -225,24 +226,47 @@ class PagedAttention:
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
         window: int | None,
     ) -> torch.Tensor:
-        meta = self.meta
-        self.cache.write(layer, meta.slot_mapping, k, v)
+        self.cache.write(layer, self.meta.slot_mapping, k, v)
         k_cache = self.cache.key_cache(layer)
         v_cache = self.cache.value_cache(layer)
-        out = torch.empty_like(q)
+        return self._attend(q, k, v, lambda slots: self.workspace.gather(k_cache, v_cache, slots),
+                            scale, window)
+
+    def attend_latent(
+        self, layer: int, q: torch.Tensor, latent: torch.Tensor,
+        expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
+    ) -> torch.Tensor:
+        """Multi-head latent attention: store `latent` (`[T, 1, kv_lora_rank + rope_dim]`) and
+        attend over keys/values `expand` rebuilds from the cached latents (`[n, heads, d_qk]`,
+        `[n, heads, d_v]`), as HF's DeepSeek does. Output `[T, heads, d_v]`."""
+        self.cache.write(layer, self.meta.slot_mapping, latent, None)
+        c_cache = self.cache.key_cache(layer)
+        k, v = expand(latent)
+        return self._attend(q, k, v, lambda slots: expand(c_cache.index_select(0, slots)),
+                            scale, None)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
+        window: int | None,
+    ) -> torch.Tensor:
+        """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
+        returns for cache slots."""
+        meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
-        kv_heads = k.shape[1]
+        kv_heads, v_dim = k.shape[1], v.shape[2]
+        out = q.new_empty(q.shape[0], num_heads, v_dim)
         if meta.decode_idx is not None:
             b = meta.decode_idx.shape[0]
             qd = q.index_select(0, meta.decode_idx).view(b, kv_heads, num_heads // kv_heads, head_dim)
             max_len = meta.decode_slots.shape[1]
-            kd, vd = self.workspace.gather(k_cache, v_cache, meta.decode_slots.reshape(-1))
+            kd, vd = gather(meta.decode_slots.reshape(-1))
             kd = kd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)  # [B, kvh, L, d]
-            vd = vd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)
+            vd = vd.view(b, max_len, kv_heads, v_dim).transpose(1, 2)
             od = F.scaled_dot_product_attention(
                 qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
             )
-            out.index_copy_(0, meta.decode_idx, od.reshape(b, num_heads, head_dim))
+            out.index_copy_(0, meta.decode_idx, od.reshape(b, num_heads, v_dim))
         gqa = kv_heads != num_heads
         for p in meta.prefills:
             s, e = p.q_start, p.q_start + p.q_len
@@ -250,7 +274,7 @@ class PagedAttention:
             if p.slots is None:
                 kp, vp = k[s:e], v[s:e]
             else:
-                kp, vp = self.workspace.gather(k_cache, v_cache, p.slots)
+                kp, vp = gather(p.slots)
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)

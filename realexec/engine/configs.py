@@ -67,6 +67,28 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-llama": {"model_type": "llama", **_TINY_COMMON},
     "tiny-mistral": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": None},
     "tiny-qwen2": {"model_type": "qwen2", **_TINY_COMMON},
+    # a sliding window (10 tokens) shorter than most test prompts and not a multiple of the
+    # test block size (4), so windows end mid-block
+    "tiny-mistral-sw": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": 10},
+    # mixtures of experts: 4 experts, top-2 (Mixtral's 8 / top-2 scaled down)
+    "tiny-mixtral": {"model_type": "mixtral", **_TINY_COMMON, "num_local_experts": 4,
+                     "num_experts_per_tok": 2, "sliding_window": None},
+    # Qwen2-MoE: routed experts plus a gated shared expert
+    "tiny-qwen2-moe": {"model_type": "qwen2_moe", **_TINY_COMMON, "num_experts": 4,
+                       "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                       "shared_expert_intermediate_size": 64},
+    # Qwen3-MoE: per-head q/k RMSNorm; layer 0 dense (`mlp_only_layers`), layer 1 sparse
+    "tiny-qwen3-moe": {"model_type": "qwen3_moe", **_TINY_COMMON, "head_dim": 16,
+                       "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                       "mlp_only_layers": [0], "norm_topk_prob": True},
+    # DeepSeek-V3: MLA (latent rank 16 + rope 8 cached per token, q LoRA rank 32), layer 0 dense
+    # (`first_k_dense_replace`), layer 1 MoE with 4 routed experts in 2 groups, top-2 from
+    # 1 group, plus a shared expert. MLA expands K/V to every head: kv heads = heads.
+    "tiny-deepseek-v3": {"model_type": "deepseek_v3", **_TINY_COMMON, "num_key_value_heads": 4,
+                         "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+                         "topk_group": 1, "moe_intermediate_size": 32, "n_shared_experts": 1,
+                         "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+                         "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
     "tiny-gpt2": {
         "model_type": "gpt2",
         "n_embd": 64,

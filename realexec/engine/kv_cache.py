@@ -2,6 +2,9 @@
 
 Layout: `kv[layer, 0|1, slot, kv_head, head_dim]` with `slot = block_id * block_size + offset`,
 i.e. per layer a key and a value tensor of `[num_blocks * block_size, kv_heads, head_dim]`.
+Multi-head latent attention (DeepSeek MLA) caches one plane instead of two: per token the
+normalised KV latent and the rotary key, `[slot, 1, kv_lora_rank + qk_rope_head_dim]`
+(`num_planes=1`), which is what sizes its pool.
 One extra *null block* after the last usable one stays zero: padded gathers point at it, so
 masked-out keys never carry NaN garbage into attention (0 * NaN would poison the output).
 Block ids are the ones the core's `KVCacheManager` hands out; the host pool (swap
@@ -29,12 +32,13 @@ class KVCacheSpec:
     head_dim: int
     block_size: int
     dtype: torch.dtype
+    num_planes: int = 2  # K and V; 1 for an MLA latent cache
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V of one token over all layers, bytes."""
+        """K and V (or the MLA latent) of one token over all layers, bytes."""
         elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem
+        return self.num_planes * self.num_layers * self.num_kv_heads * self.head_dim * elem
 
     @property
     def bytes_per_block(self) -> int:
@@ -94,12 +98,15 @@ class PagedKVCache:
         self.num_cpu_blocks = num_cpu_blocks
         self.device = device
         bs = spec.block_size
-        shape = (spec.num_layers, 2, (num_blocks + 1) * bs, spec.num_kv_heads, spec.head_dim)
+        if spec.num_planes not in (1, 2):
+            raise ValueError(f"num_planes must be 1 (MLA latent) or 2 (K and V), got {spec.num_planes}")
+        planes = spec.num_planes
+        shape = (spec.num_layers, planes, (num_blocks + 1) * bs, spec.num_kv_heads, spec.head_dim)
         # torch.empty: pages are only touched when written (a large CPU pool stays lazy).
         self.kv = torch.empty(shape, dtype=spec.dtype, device=device)
         self.null_slot = num_blocks * bs
         self.kv[:, :, self.null_slot :].zero_()
-        host_shape = (spec.num_layers, 2, num_cpu_blocks * bs, spec.num_kv_heads, spec.head_dim)
+        host_shape = (spec.num_layers, planes, num_cpu_blocks * bs, spec.num_kv_heads, spec.head_dim)
         pin = device.type == "cuda"
         self.host = torch.empty(host_shape, dtype=spec.dtype, device="cpu", pin_memory=pin)
 
@@ -112,12 +119,16 @@ class PagedKVCache:
         return self.kv[layer, 0]
 
     def value_cache(self, layer: int) -> torch.Tensor:
-        return self.kv[layer, 1]
+        """Values of `layer` (the latent itself for a one-plane MLA cache)."""
+        return self.kv[layer, -1]
 
-    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store `k`, `v` (`[num_tokens, kv_heads, head_dim]`) at `slot_mapping` (`[num_tokens]`)."""
+    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor | None) -> None:
+        """Store `k`, `v` (`[num_tokens, kv_heads, head_dim]`) at `slot_mapping` (`[num_tokens]`);
+        `v` is None for a one-plane (MLA latent) cache."""
         self.kv[layer, 0].index_copy_(0, slot_mapping, k)
-        self.kv[layer, 1].index_copy_(0, slot_mapping, v)
+        if v is not None:
+            self.kv[layer, 1].index_copy_(0, slot_mapping, v)
 
     def _slots(self, block_ids: list[int], device: torch.device) -> torch.Tensor:
         bs = self.block_size

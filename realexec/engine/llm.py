@@ -147,8 +147,9 @@ class LLM:
             role=role,
             capacity_policy=capacity_policy,
         )
-        spec = KVCacheSpec(self.model.num_layers, self.model.num_kv_heads, self.model.head_dim,
-                           block_size, self.loaded.dtype)
+        planes, kv_heads, kv_dim = self.model.kv_cache_shape
+        spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,
+                           num_planes=planes)
         if num_gpu_blocks is None:
             used = self.loaded.weight_bytes + self._profile_activation_bytes(
                 min(max_num_batched_tokens, max_model_len))

@@ -1,4 +1,5 @@
-"""Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2) for the real executor.
+"""Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
+Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -25,6 +26,10 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "mistral": "Mistral",
     "qwen2": "Qwen2",
     "gpt2": "GPT-2",
+    "mixtral": "Mixtral",
+    "qwen2_moe": "Qwen2-MoE",
+    "qwen3_moe": "Qwen3-MoE",
+    "deepseek_v3": "DeepSeek-V3",
 }
 
 _DTYPES: dict[str, torch.dtype] = {

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
+from realexec.engine.mla import MLA_MODEL_TYPES, mla_attention, mla_cache_dim
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 
 # rows below which CPU GEMMs are padded (see compute_logits)
@@ -26,19 +27,34 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
-    """Sliding window (tokens) of each layer, None for full attention (HF's rules)."""
+    """Sliding window (tokens) of each layer, None for full attention (HF's rules).
+
+    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss) slide only their
+    "sliding_attention" layers; Mistral, Mixtral and Qwen3-MoE slide every layer when
+    `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
+    `use_sliding_window`). GPT-2 and Llama have no window.
+    """
     n = config.num_hidden_layers
-    window = getattr(config, "sliding_window", None)
-    if config.model_type == "mistral":
-        return [window] * n
+    window = getattr(config, "sliding_window", None) or None  # Qwen2-MoE writes 0 for "none"
+    if config.model_type in ("gpt2", "llama"):
+        return [None] * n
     layer_types = getattr(config, "layer_types", None)
-    if config.model_type == "qwen2" and layer_types is not None:
+    if config.model_type in ("qwen2", "qwen2_moe") and layer_types is not None:
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
+    if config.model_type in ("mistral", "mixtral", "qwen3_moe"):
+        return [window] * n
     return [None] * n
 
 
+# families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
+# `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
+# router and the experts treat every token on its own, so this changes nothing)
+MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"})
+
+
 class PagedCausalLM:
-    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM."""
+    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM, or the MoE
+    Mixtral / Qwen2-MoE / Qwen3-MoE."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         config = hf_model.config
@@ -55,14 +71,20 @@ class PagedCausalLM:
             self.head_dim = config.n_embd // config.n_head
             self.num_kv_heads = self.num_heads
             self.scales = [blk.attn.scaling for blk in self.layers]
+            self.moe = self.mla = False
         else:
             base = hf_model.model
             self.layers = list(base.layers)
             self.final_norm = base.norm
             self.num_heads = config.num_attention_heads
-            self.head_dim = self.layers[0].self_attn.head_dim
+            self.mla = self.family in MLA_MODEL_TYPES
+            if self.mla:  # queries/keys of nope + rope dims; the cache holds the latent
+                self.head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+            else:
+                self.head_dim = self.layers[0].self_attn.head_dim
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [layer.self_attn.scaling for layer in self.layers]
+        self.moe = self.family in MOE_MODEL_TYPES
         self.base = base
         self.lm_head = hf_model.lm_head
         assert self.family in SUPPORTED_MODEL_TYPES
@@ -70,6 +92,14 @@ class PagedCausalLM:
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def kv_cache_shape(self) -> tuple[int, int, int]:
+        """(planes, heads, dim) of one token's cache entry per layer: (2, kv_heads, head_dim)
+        for K and V, (1, 1, kv_lora_rank + qk_rope_head_dim) for an MLA latent."""
+        if self.mla:
+            return 1, 1, mla_cache_dim(self.config)
+        return 2, self.num_kv_heads, self.head_dim
 
     @property
     def dtype(self) -> torch.dtype:
@@ -92,19 +122,29 @@ class PagedCausalLM:
     def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
         h = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(h, pos[None, :])
-        cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [T, 1, d]
+        if self.mla:
+            cos, sin = cos[0], sin[0]  # [T, rope_dim]
+        else:
+            cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [T, 1, d]
         t = ids.shape[0]
         for i, layer in enumerate(self.layers):
             sa = layer.self_attn
             x = layer.input_layernorm(h)
+            if self.mla:
+                h = h + mla_attention(sa, i, x, cos, sin, attn)
+                h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
+                continue
             q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
             k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
             v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            if hasattr(sa, "q_norm"):  # Qwen3-MoE: RMSNorm over each head before the rotary
+                q, k = sa.q_norm(q), sa.k_norm(k)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
             h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            x = layer.post_attention_layernorm(h)
+            h = h + (layer.mlp(x[None])[0] if self.moe else layer.mlp(x))
         return h
 
     def _forward_gpt2(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):

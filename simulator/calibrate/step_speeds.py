@@ -44,7 +44,7 @@ def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
     """`cm` on its device with compute `compute` x and memory `memory` x as fast."""
     acc, params = at_speeds(cm.accelerator, cm.params, compute, memory)
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, params=params,
-                     kv_cache_dtype=cm.kv_cache_dtype, link=cm.link)
+                     kv_cache_dtype=cm.kv_cache_dtype, link=cm.link, ep=cm.ep, ep_link=cm.ep_link)
 
 
 def step_groups(steps: Sequence) -> dict[str, list]:

@@ -43,6 +43,7 @@ from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
 from simulator.cost.memory_plan import MemoryPlan, plan_memory
 from simulator.cost.models import ModelSpec
+from simulator.cost.parallel import check_ep
 from simulator.cost.params import LOOP_FIELDS, CostParams
 from simulator.scenario import PoolSpec, Scenario, Spec
 
@@ -95,11 +96,23 @@ class PoolPlan:
 
 def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -> PoolPlan:
     acc, params = resolve_hardware(spec.hardware or scenario.hardware, scenario, role)
-    cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params)
+    key = "cluster.ep" if role == "colocated" else f"cluster.pd.{role}.ep"
+    try:
+        check_ep(model, spec.tp, spec.ep)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+    ep_link = None
+    if spec.ep > 1 and spec.ep_link == "scale_out":
+        ep_link = acc.link("scale_out")
+        if ep_link is None:
+            raise ValueError(f"{key}_link: scale_out, but {acc.name} names no scale-out link")
+    cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params, ep=spec.ep,
+                     ep_link=ep_link)
     cache = scenario.cache
     mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,
                       cache.gpu_memory_utilization,
-                      max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens)
+                      max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens,
+                      ep=spec.ep)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")
@@ -119,7 +132,8 @@ class SimCluster:
         self._on_finished = on_finished
         c = scenario.cluster
         if c.pd is None:
-            pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, router=c.router)
+            pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
+                            router=c.router)
             self.pools = [plan_pool(scenario, model, pool, "colocated")]
             self.replicas = self._make_replicas(self.pools[0], "colocated", replica_names)
             self.router = Router(self.replicas, c.router, c.router_load_cap)

@@ -22,6 +22,7 @@ class CostModel(Protocol):
     params: CostParams
     tp: int
     pp: int
+    ep: int
     _stages: list[dict[str, Any]]
 
     def decode_attn_tokens(self, shape: BatchShape) -> float: ...
@@ -72,20 +73,22 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if Tp or Pctx:
         ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am, ov))
     if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
-        ops.append(_roofline("attn_decode", Dctx * fa, Dctx * kv_ctx + Rd * per_new, ac, am, ov))
+        fd, kv_d = raw["attn_decode"]  # MLA: the absorbed form over the latent
+        ops.append(_roofline("attn_decode", Dctx * fd, Dctx * kv_d + Rd * per_new, ac, am, ov))
         if p.decode_attn_overhead_s:
             ops.append(OpCost("attn_decode_setup", 0.0, 0.0,
                               raw["layers"] * p.decode_attn_overhead_s, "overhead"))
     fl, wb, act = raw["o_proj"]
     ops.append(linear("o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]
-    if gemv:  # one token reaches k experts (and the router)
-        k = model.experts_per_token if model.is_moe else 1
+    if gemv:  # one token reaches k experts (k/ep on each rank with EP) and the router
+        k = model.experts_per_token / cm.ep if model.is_moe else 1
         ops.append(linear("moe_experts" if model.is_moe else "mlp", fl,
                           wb * k + raw["router_bytes"], act))
     elif model.is_moe:
         E, k = model.num_experts, model.experts_per_token
-        hit = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts hit by T tokens
+        # expected distinct experts (of this rank's share) hit by T tokens
+        hit = raw.get("experts_per_rank", E) * (1.0 - (1.0 - k / E) ** T)
         ops.append(_roofline("moe_experts", T * fl, wb * hit + raw["router_bytes"] + T * act,
                              gc, gm, ov))
     else:
@@ -97,6 +100,10 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if cm.tp > 1:
         per_tok, lat = raw["allreduce"]
         ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * lk,
+                          "communication"))
+    if cm.ep > 1:  # MoE dispatch + combine over the EP link
+        per_tok, lat = raw["ep_alltoall"]
+        ops.append(OpCost("ep_all_to_all", 0.0, T * per_tok, lat + T * per_tok * rate["ep_link"],
                           "communication"))
     ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layers"] * cm.params.layer_overhead_s,
                       "overhead"))
@@ -207,7 +214,7 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin):
     stage_times = []
     for st in cm._stages:
         fast = st["fast"]
-        ac, akv, aq = fast[12], fast[13], fast[14]
+        ac, akv, aq = fast[-2], fast[-1], fast[14]  # decode attention (MLA: absorbed form)
         # the stage without its decode-attention term, then the growing attention term
         rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aq
         c, m = ctx * ac, ctx * akv + Rd * aq

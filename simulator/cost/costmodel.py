@@ -54,6 +54,7 @@ from simulator.cost.models import (
     matrix_weight_bytes,
     normalize_dtype,
 )
+from simulator.cost.moe_cost import expected_experts_hit, mla_terms, moe_terms, stage_layer_split
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
@@ -70,7 +71,8 @@ class CostModel:
     def __init__(self, model: ModelSpec | str, accelerator: Accelerator | str | dict,
                  dtype: str = "bf16", tp: int = 1, pp: int = 1,
                  params: CostParams | None = None, *, kv_cache_dtype: str | None = None,
-                 link: Link | str | dict | None = None) -> None:
+                 link: Link | str | dict | None = None, ep: int = 1,
+                 ep_link: Link | str | dict | None = None) -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -78,8 +80,8 @@ class CostModel:
         # vLLM's kv_cache_dtype="auto": the model dtype, but int4 weights keep a 16-bit cache
         auto_kv = "fp16" if self.dtype == "int4" else self.dtype
         self.kv_cache_dtype = normalize_dtype(kv_cache_dtype or auto_kv)
-        self.tp, self.pp = tp, pp
-        self.shard = shard_model(self.model, tp, pp)
+        self.tp, self.pp, self.ep = tp, pp, ep
+        self.shard = shard_model(self.model, tp, pp, ep)
         self.params = params if params is not None else CostParams.default_for(self.accelerator)
         self.params.validate("cost params")
         self.params.check_applies(self.accelerator.name, self.model.name)
@@ -87,6 +89,9 @@ class CostModel:
             self.link = self.accelerator.intra_node_link()
         else:
             self.link = link if isinstance(link, Link) else get_link(link)
+        # the expert-parallel all-to-all: the scale-up link unless told (an EP group across nodes)
+        self.ep_link = self.link if ep_link is None else (
+            ep_link if isinstance(ep_link, Link) else get_link(ep_link))
         self.accelerator.peak_flops(self.dtype)  # fails early for an unsupported dtype
         self._stages = [self._stage_coefs(s) for s in range(pp)]
         self._fast = self._stages[0]["fast"]
@@ -117,6 +122,7 @@ class CostModel:
                              * p.attn_compute_efficiency),
             "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
             "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
+            "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
         }
         n_mats = 3 if m.gated_mlp else 2
         w_qkv, w_o, w_e = d * (hq + 2 * hkv) * hd, hq * hd * d, n_mats * d * f
@@ -139,6 +145,10 @@ class CostModel:
             "allreduce": (L * 2 * ring * d * ab, L * 2 * 2 * (tp - 1) * self.link.latency_s),
             "layers": L,
         }
+        raw["attn_decode"] = raw["attn"][:2]
+        raw["ep_alltoall"] = (0.0, 0.0)
+        if m.is_moe or m.is_mla:
+            self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
         if last:
             pdim = m.embed_proj_dim or d
             w_lm = sh.vocab * pdim + (pdim * d if pdim != d else 0)
@@ -150,6 +160,8 @@ class CostModel:
             raw["pp_send"] = (d * ab, self.link.latency_s)
         gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
         E, k = m.num_experts, m.experts_per_token
+        E_rank = raw.get("experts_per_rank", float(E))
+        k_rank = k / self.ep  # experts one token reaches on one rank (GEMV passes)
         lm = raw.get("lm_head", (0.0, 0.0, 0.0))
         gather = raw.get("gather", (0.0, 0.0))
         send = raw.get("pp_send", (0.0, 0.0))
@@ -157,10 +169,11 @@ class CostModel:
             raw["qkv_proj"][0] * gc, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             raw["o_proj"][0] * gc, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
             raw["mlp"][0] * gc, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
-            raw["router_bytes"] * gm, float(E), 1.0 - k / E,
+            raw["router_bytes"] * gm, E_rank, 1.0 - k / E,
             raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
-            raw["allreduce"][0] * lk, raw["allreduce"][1],
+            raw["allreduce"][0] * lk + raw["ep_alltoall"][0] * rate["ep_link"],
+            raw["allreduce"][1] + raw["ep_alltoall"][1],
             L * p.layer_overhead_s,
             lm[0] * gc, lm[1] * gm, lm[2] * gm, raw.get("sampling", 0.0) * gm,
             gather[0] * lk, gather[1],
@@ -169,12 +182,50 @@ class CostModel:
             # weight seconds of one GEMV pass (one row) of qkv, o, the MLP (the k experts one
             # token routes to, plus the router) and the LM head
             raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
-            (raw["mlp"][1] * (k if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
+            (raw["mlp"][1] * (k_rank if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
             lm[1] * rate["gemv_m"],
             p.linear_token_factors, p.lm_head_row_factors,
             L * p.decode_attn_overhead_s,
+            # decode attention per query-key pair and per context token (MLA: absorbed form)
+            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last}
+
+    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
+                       kvb: float, ring: float, rate: dict[str, float]) -> None:
+        """Replace the dense terms of stage `s` by those of an MoE and/or MLA model
+        (simulator/cost/moe_cost.py says how each is priced)."""
+        m, tp, ep = self.model, self.tp, self.ep
+        if m.is_mla:
+            t = mla_terms(m, tp)
+            h = m.num_heads / tp
+            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * wb, L * t.qkv_act_bytes_per_token * ab)
+            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * wb, L * (h * m.v_head_dim + m.hidden_size) * ab)
+            kv_tok = t.kv_elems_per_token * kvb
+            qo_tok = h * (m.head_dim + m.v_head_dim) * ab
+            raw["attn"] = (L * t.prefill_flops_per_pair, L * kv_tok, L * (qo_tok + kv_tok))
+            raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
+        if m.is_moe:
+            dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
+            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s)
+            raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
+            raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
+            raw["experts_per_rank"] = mt.experts_per_rank
+            raw["moe_layers"] = moe
+            if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
+                n_ar = L + dense
+                raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
+                                    n_ar * 2 * (tp - 1) * self.link.latency_s)
+                raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
+
+    def expected_experts_loaded(self, num_tokens: float) -> float:
+        """Routed experts whose weights one rank streams per MoE layer for a step of
+        `num_tokens` tokens: (E / ep) x (1 - (1 - k/E)^T); 0 for a dense model."""
+        m = self.model
+        if not m.is_moe or num_tokens <= 0:
+            return 0.0
+        return expected_experts_hit(m.num_experts / self.ep, m.experts_per_token, m.num_experts,
+                                    num_tokens)
 
     # ------------------------------------------------------------------ public API
     def step_time(self, shape: BatchShape) -> float:
@@ -220,7 +271,7 @@ class CostModel:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
-         qv, ovv, mv, lmv, lin_f, head_f, dovh) = fast
+         qv, ovv, mv, lmv, lin_f, head_f, dovh, dac, dakv) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -245,8 +296,8 @@ class CostModel:
         b = Pctx * akv + Tp * aq
         t += a + ov * b if a > b else b + ov * a
         if Rd:  # decode attention: fixed set-up, then its KV reads
-            a = Dctx * ac
-            b = Dctx * akv + Rd * aq
+            a = Dctx * dac
+            b = Dctx * dakv + Rd * aq
             t += dovh + (a + ov * b if a > b else b + ov * a)
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
@@ -282,5 +333,5 @@ class CostModel:
         """Model, hardware, dtype and parallelism, for reports."""
         return {"model": self.model.name, "hardware": self.accelerator.name,
                 "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
-                "tp": self.tp, "pp": self.pp, "link": self.link.name,
+                "tp": self.tp, "pp": self.pp, "ep": self.ep, "link": self.link.name,
                 "params_source": self.params.source}

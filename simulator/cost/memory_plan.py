@@ -13,8 +13,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.cost.hardware import Accelerator, get_accelerator
-from simulator.cost.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
-from simulator.cost.parallel import shard_model
+from simulator.cost.models import (
+    ModelSpec,
+    dtype_bytes,
+    get_model,
+    matrix_weight_bytes,
+    normalize_dtype,
+)
+from simulator.cost.moe_cost import stage_layer_split
+from simulator.cost.parallel import ShardPlan, shard_model
 
 GB = 1e9
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
@@ -41,6 +48,8 @@ class MemoryPlan:
     kv_pool_bytes: float  # per GPU
     kv_bytes_per_block: float  # per GPU (its TP slice of its stage's layers)
     num_gpu_blocks: int
+    ep: int = 1
+    expert_weight_bytes_per_gpu: float = 0.0  # routed experts' share of weight_bytes_per_gpu
 
     @property
     def max_num_tokens(self) -> int:
@@ -71,7 +80,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 gpu_memory_utilization: float = 0.9,
                 activation_reserve_bytes: float | None = None, *,
                 kv_cache_dtype: str | None = None,
-                max_num_batched_tokens: int = 8192) -> MemoryPlan:
+                max_num_batched_tokens: int = 8192, ep: int = 1) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
     naming the model, hardware, TP/PP and the shortfall in GB."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
@@ -82,10 +91,12 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    sh = shard_model(model, tp, pp)
+    sh = shard_model(model, tp, pp, ep)
     budget = gpu_memory_utilization * acc.memory_bytes
     weights = max(sh.stage_weight_bytes(model, dt))
-    where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp} "
+    experts = routed_expert_bytes_per_gpu(model, sh, dt)
+    where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
+             + (f", ep={ep}" if ep > 1 else "") + " "
              f"({tp * pp} GPU{'s' if tp * pp > 1 else ''})")
     if weights > budget:
         raise ValueError(
@@ -100,8 +111,12 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
             raise ValueError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}")
         reserve = float(activation_reserve_bytes)
     pool = budget - weights - reserve
-    kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * sh.kv_heads * model.head_dim
-                    * dtype_bytes(kv_dt))
+    if model.is_mla:  # the latent + rope key, replicated on every TP rank (as vLLM)
+        kv_per_block = (block_size * max(sh.layers_per_stage)
+                        * (model.kv_lora_rank + model.qk_rope_head_dim) * dtype_bytes(kv_dt))
+    else:
+        kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * sh.kv_heads
+                        * model.head_dim * dtype_bytes(kv_dt))
     if pool < kv_per_block:
         raise ValueError(
             f"no room for the KV cache: {where} uses {weights / GB:.1f} GB of weights and "
@@ -112,4 +127,15 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
-        num_gpu_blocks=int(pool // kv_per_block))
+        num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts)
+
+
+def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, dtype: str) -> float:
+    """Bytes of routed-expert weights on the fullest GPU: every expert's 1/tp column slice
+    (ep = 1), or num_experts/ep whole experts (ep = tp), over its stage's MoE layers."""
+    if not model.is_moe:
+        return 0.0
+    moe = max(stage_layer_split(model, sh.layers_per_stage, s)[1] for s in range(sh.pp))
+    per_expert = (3 if model.gated_mlp else 2) * model.hidden_size * sh.ffn
+    experts = model.num_experts / sh.ep if sh.ep > 1 else model.num_experts
+    return moe * experts * per_expert * matrix_weight_bytes(dtype)

@@ -1,6 +1,7 @@
 """Model shapes (`ModelSpec`), the model catalog (`simulator/catalog/models.yaml`) and
 Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Mixtral, GPT-2 and OPT
-families.
+families, and the mixtures of experts Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head
+latent attention; their config fields are read in `model_variants.py`).
 
 Derived sizes count every parameter of the HF implementation (biases, norms, learned
 position embeddings), so `num_params` equals `model.num_parameters()` of `transformers`.
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
+from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
 
 _DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
@@ -34,6 +36,10 @@ SUPPORTED_ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "GPT2LMHeadModel": "gpt2",
     "OPTForCausalLM": "opt",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
 }
 
 
@@ -76,17 +82,94 @@ class ModelSpec:
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
     hf_id: str = ""
+    # ---- mixtures of experts beyond Mixtral (model_variants.moe_fields) ----
+    num_shared_experts: int = 0  # always-on experts of each MoE layer
+    shared_expert_ffn_size: int = 0  # their total intermediate size
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert
+    num_dense_layers: int = 0  # layers with a dense MLP instead of experts (DeepSeek's first k)
+    dense_ffn_size: int = 0  # intermediate size of those dense MLPs
+    qk_norm: bool = False  # Qwen3's per-head RMSNorm of q and k
+    # ---- multi-head latent attention (DeepSeek-V2/V3; 0 = ordinary attention) ----
+    kv_lora_rank: int = 0  # latent KV size cached per token and layer
+    q_lora_rank: int = 0  # 0: a plain q_proj
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0  # rotary key dims, cached per token next to the latent
+    v_head_dim: int = 0
+    # ---- sliding-window attention (0 = none) ----
+    sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
+    num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
 
     # ---- per-layer parameter counts (elements) ----
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention: the cache holds `kv_lora_rank + qk_rope_head_dim`."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is routed experts (0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
     @cached_property
     def attn_matrix_params(self) -> int:
-        """Q, K, V and output projection weights of one layer."""
+        """Q, K, V and output projection weights of one layer (MLA: q (LoRA), the KV down
+        projection to latent + rope key, the latent's up projection to K_nope and V, o)."""
         d, hd = self.hidden_size, self.head_dim
+        if self.is_mla:
+            h, qr = self.num_heads, self.q_lora_rank
+            q = d * qr + qr * h * hd if qr else d * h * hd
+            kv = d * (self.kv_lora_rank + self.qk_rope_head_dim) \
+                + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + h * self.v_head_dim * d
         return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
+
+    @cached_property
+    def shared_expert_params(self) -> int:
+        """Shared-expert MLP weights of one MoE layer."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.shared_expert_ffn_size
+
+    @cached_property
+    def dense_mlp_params(self) -> int:
+        """MLP weights of one dense layer of an MoE model (`num_dense_layers` of them)."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.dense_ffn_size
+
+    @cached_property
+    def mlp_matrix_params(self) -> int:
+        """MLP weights of all layers: every routed and shared expert, and the dense MLPs."""
+        if not self.is_moe:
+            return self.num_layers * self.expert_matrix_params
+        return (self.num_moe_layers * (self.num_experts * self.expert_matrix_params
+                                       + self.shared_expert_params)
+                + self.num_dense_layers * self.dense_mlp_params)
+
+    @cached_property
+    def active_mlp_params(self) -> int:
+        """MLP weights one token touches over all layers (k routed + shared experts)."""
+        if not self.is_moe:
+            return self.num_layers * self.expert_matrix_params
+        return (self.num_moe_layers * (self.experts_per_token * self.expert_matrix_params
+                                       + self.shared_expert_params)
+                + self.num_dense_layers * self.dense_mlp_params)
+
+    @cached_property
+    def variant_small_params(self) -> int:
+        """Norms and gates of the MoE / MLA / q-k-norm variants, all layers (never quantized):
+        routers (and Qwen2-MoE's shared-expert gate) on the MoE layers only (DeepSeek-V3's
+        per-expert score bias is a buffer, not a parameter, in HF),
+        MLA's latent (and q LoRA) RMSNorms, Qwen3's per-head q/k norms."""
+        d, n = self.hidden_size, 0
+        if self.is_moe:
+            per = d * self.num_experts + (d if self.shared_expert_gate else 0)
+            n += self.num_moe_layers * per
+        if self.is_mla:
+            n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
+        if self.qk_norm:
+            n += self.num_layers * 2 * self.head_dim
+        return n
 
     @cached_property
     def expert_matrix_params(self) -> int:
@@ -105,8 +188,8 @@ class ModelSpec:
         if self.mlp_bias:
             n += self.num_experts * ((2 if self.gated_mlp else 1) * self.ffn_size + d)
         n += 2 * d * (2 if self.norm == "layer" else 1)
-        if self.is_moe:
-            n += d * self.num_experts
+        if self.is_moe:  # the router, averaged over the layers (see variant_small_params)
+            n += self.variant_small_params // self.num_layers
         return n
 
     @cached_property
@@ -122,23 +205,34 @@ class ModelSpec:
         return n + d * (2 if self.norm == "layer" else 1)
 
     @cached_property
+    def small_params(self) -> int:
+        """Biases, norms, routers and gates of all layers (never quantized)."""
+        if not (self.is_moe or self.is_mla or self.qk_norm):
+            return self.num_layers * self.layer_small_params
+        base = self._dense_twin().layer_small_params
+        return self.num_layers * base + self.variant_small_params
+
+    def _dense_twin(self) -> ModelSpec:
+        """This shape without experts (for the per-layer biases and norms alone)."""
+        fields = {k: getattr(self, k) for k in ModelSpec.__dataclass_fields__}
+        fields.update(num_experts=1, experts_per_token=1)
+        return ModelSpec(**fields)
+
+    @cached_property
     def num_params(self) -> int:
-        per_layer = (self.attn_matrix_params + self.num_experts * self.expert_matrix_params
-                     + self.layer_small_params)
-        return self.num_layers * per_layer + self.embedding_params
+        return (self.num_layers * self.attn_matrix_params + self.mlp_matrix_params
+                + self.small_params + self.embedding_params)
 
     @cached_property
     def num_active_params(self) -> int:
-        """Parameters one token touches (MoE: `experts_per_token` experts)."""
-        per_layer = (self.attn_matrix_params + self.experts_per_token * self.expert_matrix_params
-                     + self.layer_small_params)
-        return self.num_layers * per_layer + self.embedding_params
+        """Parameters one token touches (MoE: `experts_per_token` routed + shared experts)."""
+        return (self.num_layers * self.attn_matrix_params + self.active_mlp_params
+                + self.small_params + self.embedding_params)
 
     def quantizable_params(self) -> int:
         """Weights of the attention and MLP matrices, the part fp8/int4 checkpoints quantize
         (embeddings, LM head, norms and biases stay in 16 bits, as in vLLM's AWQ/GPTQ/FP8)."""
-        return self.num_layers * (self.attn_matrix_params
-                                  + self.num_experts * self.expert_matrix_params)
+        return self.num_layers * self.attn_matrix_params + self.mlp_matrix_params
 
     def weight_bytes(self, dtype: str = "bf16") -> float:
         """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only)."""
@@ -148,7 +242,11 @@ class ModelSpec:
         return quant * matrix_weight_bytes(dt) + rest * (4.0 if dt == "fp32" else 2.0)
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
-        """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes."""
+        """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes,
+        or for MLA layers x (kv_lora_rank + qk_rope_head_dim) x bytes (the latent alone)."""
+        if self.is_mla:
+            return (self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
+                    * dtype_bytes(dtype))
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
 
     @cached_property
@@ -157,16 +255,21 @@ class ModelSpec:
         (attention scores add `attention_flops_per_token(context)`)."""
         d = self.hidden_size
         p = self.embed_proj_dim or d
-        matrices = self.num_layers * (self.attn_matrix_params
-                                      + self.experts_per_token * self.expert_matrix_params)
+        matrices = self.num_layers * self.attn_matrix_params + self.active_mlp_params
         if self.is_moe:
-            matrices += self.num_layers * d * self.num_experts
+            matrices += self.num_moe_layers * d * self.num_experts  # the router
         matrices += self.vocab_size * p + (2 * p * d if p != d else 0)
         return 2 * matrices
 
     def attention_flops_per_token(self, context: int) -> int:
-        """Score and value FLOPs of one query token attending to `context` keys."""
-        return 4 * self.num_layers * self.num_heads * self.head_dim * context
+        """Score and value FLOPs of one query token attending to `context` keys (sliding
+        layers see at most `sliding_window` of them; MLA: q.k over nope + rope dims, p.v
+        over `v_head_dim`)."""
+        per_key = 2 * self.num_heads * (self.head_dim + (self.v_head_dim if self.is_mla
+                                                         else self.head_dim))
+        full = self.num_layers - self.num_sliding_layers
+        return per_key * (full * context
+                          + self.num_sliding_layers * min(context, self.sliding_window))
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
@@ -244,24 +347,24 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
             embed_proj_dim=proj if proj != d else 0)
-    else:  # llama, mistral, qwen2, mixtral
+    else:  # llama, mistral, qwen2 and the MoE / MLA families
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
-        moe = fam == "mixtral"
+        variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
+                   **window_fields(cfg, fam, where)}
         spec = ModelSpec(
             name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
             hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
-            head_dim=_int(cfg, "head_dim", where, d // heads),
-            ffn_size=_int(cfg, "intermediate_size", where),
+            head_dim=variant.pop("head_dim", None) or _int(cfg, "head_dim", where, d // heads),
+            ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
             vocab_size=_int(cfg, "vocab_size", where),
-            num_experts=_int(cfg, "num_local_experts", where) if moe else 1,
-            experts_per_token=_int(cfg, "num_experts_per_tok", where) if moe else 1,
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=fam == "qwen2" or bool(cfg.get("attention_bias", False)),
+            qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
+                                                      and fam not in ("deepseek_v2", "deepseek_v3")),
             o_bias=bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms")
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms", **variant)
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
                          f"num_attention_heads={spec.num_heads}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.models import ModelSpec, matrix_weight_bytes, normalize_dtype
+from simulator.cost.moe_cost import mla_terms, stage_layer_split
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ShardPlan:
     ffn: int  # FFN columns per rank (per expert)
     vocab: int  # vocabulary rows per rank (ceil)
     layers_per_stage: tuple[int, ...]
+    ep: int = 1  # expert-parallel degree: 1, or tp (each rank holds num_experts / ep experts)
 
     def layer_matrix_params(self, model: ModelSpec) -> int:
         """Attention + all experts' MLP weights of one layer on one rank."""
@@ -31,6 +33,23 @@ class ShardPlan:
         mlp = (3 if model.gated_mlp else 2) * d * self.ffn
         return attn + model.num_experts * mlp
 
+    def stage_layer_params(self, model: ModelSpec, s: int) -> float:
+        """Attention + MLP weights of stage `s`'s layers on one rank, for MoE (dense first
+        layers, shared experts, E/ep whole experts with EP) and MLA models."""
+        dense, moe = stage_layer_split(model, self.layers_per_stage, s)
+        d, n_mats = model.hidden_size, 3 if model.gated_mlp else 2
+        if model.is_mla:
+            t = mla_terms(model, self.tp)
+            attn = t.w_qkv + t.w_o
+        else:
+            hd = model.head_dim
+            attn = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
+        routed = (model.num_experts / self.ep) * n_mats * d * model.ffn_size if self.ep > 1 \
+            else model.num_experts * n_mats * d * self.ffn
+        dense_mlp = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params)
+        return ((dense + moe) * attn + moe * (routed + model.shared_expert_params / self.tp)
+                + dense * dense_mlp / self.tp)
+
     def stage_weight_bytes(self, model: ModelSpec, dtype: str) -> list[float]:
         """Weight bytes on one GPU of each PP stage (embeddings on the first, LM head and
         final norm on the last; a tied LM head is stored again on the last stage when pp>1)."""
@@ -38,6 +57,7 @@ class ShardPlan:
         hi = 4.0 if dt == "fp32" else 2.0  # norms, biases, embeddings stay in 16 bits
         d = model.hidden_size
         p = model.embed_proj_dim or d
+        variant = model.is_moe or model.is_mla
         per_layer = (self.layer_matrix_params(model) * matrix_weight_bytes(dt)
                      + model.layer_small_params * hi)
         embed = (self.vocab * p + model.num_learned_positions * d
@@ -47,6 +67,9 @@ class ShardPlan:
         out = []
         for s, layers in enumerate(self.layers_per_stage):
             b = layers * per_layer
+            if variant:
+                b = (self.stage_layer_params(model, s) * matrix_weight_bytes(dt)
+                     + layers * model.small_params / model.num_layers * hi)
             if s == 0:
                 b += embed
             if s == self.pp - 1:
@@ -64,8 +87,10 @@ def split_layers(num_layers: int, pp: int) -> tuple[int, ...]:
     return tuple(base + (1 if s < extra else 0) for s in range(pp))
 
 
-def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1) -> ShardPlan:
-    """The per-GPU slice of `model` for TP x PP; raises ValueError saying why a degree is invalid."""
+def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> ShardPlan:
+    """The per-GPU slice of `model` for TP x PP (x EP for the experts); raises ValueError
+    saying why a degree is invalid."""
+    check_ep(model, tp, ep)
     for label, v in (("tensor-parallel degree tp", tp), ("pipeline-parallel degree pp", pp)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
@@ -81,15 +106,35 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1) -> ShardPlan:
     if kv < tp and tp % kv:
         raise ValueError(f"tp={tp} is not a multiple of num_kv_heads={kv} of {name}: with more "
                          "ranks than KV heads each KV head is replicated an equal number of times")
-    if model.ffn_size % tp:
+    if model.ffn_size % tp and ep == 1:
         raise ValueError(f"tp={tp} does not divide ffn_size={model.ffn_size} of {name}: each rank "
                          "holds an equal slice of the MLP")
     if pp > model.num_layers:
         raise ValueError(f"pp={pp} exceeds the {model.num_layers} layers of {name}")
     return ShardPlan(
         tp=tp, pp=pp, heads=model.num_heads // tp, kv_heads=max(1, kv // tp),
-        ffn=model.ffn_size // tp, vocab=-(-model.vocab_size // tp),
-        layers_per_stage=split_layers(model.num_layers, pp))
+        ffn=model.ffn_size // tp if ep == 1 else model.ffn_size, vocab=-(-model.vocab_size // tp),
+        layers_per_stage=split_layers(model.num_layers, pp), ep=ep)
+
+
+def check_ep(model: ModelSpec, tp: int, ep: int) -> None:
+    """ValueError unless `ep` is 1 or, for an MoE model, equals tp and divides its experts
+    (the attention's TP group doubles as the expert-parallel group, as vLLM's
+    --enable-expert-parallel does within a TP group)."""
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise ValueError(f"expert-parallel degree ep must be a positive integer, got {ep!r}")
+    if ep == 1:
+        return
+    if not model.is_moe:
+        raise ValueError(f"ep={ep}: {model.name} is a dense model with no experts to split; "
+                         "use ep: 1")
+    if model.num_experts % ep:
+        raise ValueError(f"ep={ep} does not divide the {model.num_experts} experts of "
+                         f"{model.name}: each rank must hold the same number of whole experts "
+                         f"(valid ep: {_divisors(model.num_experts)})")
+    if ep != tp:
+        raise ValueError(f"ep={ep} must equal tp={tp}: the attention's tensor-parallel GPUs "
+                         "form the expert-parallel group (ep: 1 splits every expert tp ways)")
 
 
 def _divisors(n: int) -> list[int]:

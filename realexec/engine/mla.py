@@ -1,0 +1,55 @@
+"""DeepSeek multi-head latent attention (MLA) over the paged cache, with the model's own modules.
+
+Per token the cache holds only the normalised KV latent (`kv_lora_rank`) and the rotary key
+shared by all heads (`qk_rope_head_dim`): one plane of `kv_lora_rank + qk_rope_head_dim`
+elements per layer instead of `2 x heads x head_dim`. Keys and values are rebuilt from the
+cached latents with `kv_b_proj` every step, as HF's `DeepseekV3Attention` does (its cache also
+stores the compressed latents), so logits match HF's forward.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+
+from realexec.engine.attention import AttentionBackend
+
+MLA_MODEL_TYPES = frozenset({"deepseek_v3"})
+
+
+def mla_cache_dim(config) -> int:
+    """Elements one token's latent takes per layer (`kv_lora_rank + qk_rope_head_dim`)."""
+    return int(config.kv_lora_rank) + int(config.qk_rope_head_dim)
+
+
+def mla_attention(
+    sa: nn.Module, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    attn: AttentionBackend,
+) -> torch.Tensor:
+    """`sa.o_proj` of MLA for the flat batch `x` `[T, hidden]`; `cos`/`sin` `[T, rope_dim]`."""
+    t = x.shape[0]
+    heads, nope, rope = sa.num_heads, sa.qk_nope_head_dim, sa.qk_rope_head_dim
+    rank, dv = sa.kv_lora_rank, sa.v_head_dim
+    if sa.q_lora_rank is None:
+        q = sa.q_proj(x)
+    else:
+        q = sa.q_b_proj(sa.q_a_layernorm(sa.q_a_proj(x)))
+    q_pass, q_rot = q.view(t, heads, nope + rope).split([nope, rope], dim=-1)
+    kv_nope, k_rot = sa.kv_a_proj_with_mqa(x).split([rank, rope], dim=-1)
+    kv_nope = sa.kv_a_layernorm(kv_nope)
+    hf = sys.modules[type(sa).__module__]  # the rotary functions HF's attention calls
+    rotate = hf.apply_rotary_pos_emb_interleave if sa.config.rope_interleave \
+        else hf.apply_rotary_pos_emb
+    q_rot, k_rot = rotate(q_rot, k_rot.view(t, 1, rope), cos, sin)  # unsqueeze_dim=1: [T, 1, r]
+    q = torch.cat((q_pass, q_rot), dim=-1)
+    latent = torch.cat((kv_nope.view(t, 1, rank), k_rot), dim=-1)
+
+    def expand(lat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = lat.shape[0]
+        k_nope, v = sa.kv_b_proj(lat[:, 0, :rank]).view(n, heads, nope + dv).split([nope, dv], -1)
+        return torch.cat((k_nope, lat[:, :, rank:].expand(n, heads, rope)), dim=-1), v
+
+    o = attn.attend_latent(layer, q, latent, expand, sa.scaling)
+    return sa.o_proj(o.reshape(t, heads * dv))

@@ -1,0 +1,125 @@
+"""HF config fields of mixtures of experts, multi-head latent attention (MLA) and sliding
+windows, read into `ModelSpec` fields (`models._parse_hf_config` calls `variant_fields`).
+
+Families and the config.json keys each needs (the HF `transformers` names):
+- Mixtral: `num_local_experts`, `num_experts_per_tok`; `sliding_window` (null = none).
+- Qwen2-MoE: `num_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+  `shared_expert_intermediate_size` (one shared expert with a sigmoid gate),
+  `decoder_sparse_step`, `mlp_only_layers` (those layers are dense of `intermediate_size`).
+- Qwen3-MoE: as Qwen2-MoE without the shared expert, plus per-head q/k RMSNorms.
+- DeepSeek-V2 / V3: `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+  `n_shared_experts` (x `moe_intermediate_size`), `first_k_dense_replace` dense layers of
+  `intermediate_size`, and MLA: `kv_lora_rank`, `q_lora_rank` (null = plain q_proj),
+  `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`.
+- Mistral / Qwen2: `sliding_window` (Qwen2 only with `use_sliding_window`), and
+  `layer_types` ("sliding_attention" / "full_attention") where the config lists them.
+A field an MoE or MLA family needs and the config lacks is refused, naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"}
+MLA_FAMILIES = {"deepseek_v2", "deepseek_v3"}
+
+
+def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
+    value = cfg.get(key)
+    if value is None:
+        raise ValueError(f"{where}: {fam} config is missing field {key!r} (a positive integer), "
+                         "which its mixture-of-experts / latent-attention layers need")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _opt(cfg: dict[str, Any], key: str, where: str, default: int = 0) -> int:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: field {key!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
+    """ModelSpec fields of the experts of family `fam` (empty for a dense family)."""
+    if fam not in MOE_FAMILIES:
+        return {}
+    L = cfg.get("num_hidden_layers") or 0
+    if fam == "mixtral":
+        return {"num_experts": _req(cfg, "num_local_experts", where, fam),
+                "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
+                "ffn_size": _req(cfg, "intermediate_size", where, fam)}
+    out: dict[str, Any] = {
+        "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
+        "ffn_size": _req(cfg, "moe_intermediate_size", where, fam),
+        "dense_ffn_size": _req(cfg, "intermediate_size", where, fam),
+    }
+    if fam.startswith("qwen"):
+        out["num_experts"] = _req(cfg, "num_experts", where, fam)
+        step = _opt(cfg, "decoder_sparse_step", where, 1) or 1
+        dense_only = set(cfg.get("mlp_only_layers") or [])
+        out["num_dense_layers"] = sum(1 for i in range(L)
+                                      if i in dense_only or (i + 1) % step)
+        if fam == "qwen2_moe":
+            out["shared_expert_ffn_size"] = _req(cfg, "shared_expert_intermediate_size", where, fam)
+            out["num_shared_experts"] = 1
+            out["shared_expert_gate"] = True
+        else:
+            out["qk_norm"] = True
+    else:  # deepseek_v2 / v3
+        out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
+        shared = _opt(cfg, "n_shared_experts", where)
+        out["num_shared_experts"] = shared
+        out["shared_expert_ffn_size"] = shared * out["ffn_size"]
+        freq = _opt(cfg, "moe_layer_freq", where, 1) or 1
+        first = _opt(cfg, "first_k_dense_replace", where)
+        out["num_dense_layers"] = sum(1 for i in range(L) if i < first or i % freq)
+    if out["experts_per_token"] > out["num_experts"]:
+        raise ValueError(f"{where}: num_experts_per_tok={out['experts_per_token']} exceeds the "
+                         f"{out['num_experts']} experts")
+    return out
+
+
+def mla_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
+    """ModelSpec fields of multi-head latent attention (empty for other families)."""
+    if fam not in MLA_FAMILIES:
+        return {}
+    nope = _req(cfg, "qk_nope_head_dim", where, fam)
+    rope = _req(cfg, "qk_rope_head_dim", where, fam)
+    return {"kv_lora_rank": _req(cfg, "kv_lora_rank", where, fam),
+            "q_lora_rank": _opt(cfg, "q_lora_rank", where),
+            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+            "v_head_dim": _req(cfg, "v_head_dim", where, fam),
+            "head_dim": nope + rope}
+
+
+def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
+    """`sliding_window` (tokens) and how many layers use it, by HF's rules per family."""
+    if fam in ("qwen2", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window", False):
+        return {}
+    if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe"):
+        return {}
+    window = cfg.get("sliding_window")
+    if not window:
+        return {}
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"{where}: field 'sliding_window' must be a positive integer or null, "
+                         f"got {window!r}")
+    L = cfg.get("num_hidden_layers") or 0
+    types = cfg.get("layer_types")
+    if types is not None:
+        bad = sorted({t for t in types if t not in ("sliding_attention", "full_attention")})
+        if bad or len(types) != L:
+            raise ValueError(f"{where}: field 'layer_types' must list {L} entries of "
+                             f"'sliding_attention' / 'full_attention', got {types!r}")
+        sliding = sum(t == "sliding_attention" for t in types)
+    elif fam in ("qwen2", "qwen2_moe"):  # HF: layers from max_window_layers on slide
+        mwl = _opt(cfg, "max_window_layers", where, L)
+        sliding = sum(1 for i in range(L) if i >= mwl) if fam == "qwen2" else \
+            sum(1 for i in range(L) if (i + 1) % 2 and i < mwl)
+    else:
+        sliding = L
+    return {"sliding_window": window, "num_sliding_layers": sliding} if sliding else {}

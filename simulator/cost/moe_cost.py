@@ -1,0 +1,115 @@
+"""Per-stage roofline terms of mixtures of experts, expert parallelism and multi-head latent
+attention, for `CostModel._stage_coefs` (kept apart from the dense terms).
+
+Experts (per rank, over the stage's MoE layers):
+- routed experts: each token runs `k` of `E`; T tokens touch E x (1 - (1 - k/E)^T) distinct
+  experts on average (uniform, independent routing), and only those experts' weights stream
+  from memory, so a decode step's bytes grow with the batch until every expert is hot.
+  With tensor parallelism (ep = 1) every rank holds a 1/tp column slice of every expert;
+  with expert parallelism (ep = tp) a rank holds E/ep whole experts and computes 1/ep of
+  the token-expert pairs (routing balanced on average; imbalance is not modelled).
+- always read: the router (d x E), shared experts, and the dense MLPs of the stage's dense
+  layers (DeepSeek's first k), TP-split.
+- communication: TP all-reduces the hidden state twice per layer. With EP the MoE layers
+  replace the MLP's all-reduce by an all-to-all dispatch of each token to its k experts'
+  ranks and a combine back: 2 x k x (ep-1)/ep x d x activation bytes per token, plus two
+  link latencies, over the scale-up link (or the scale-out link when the EP group spans
+  nodes, `ep_link`).
+
+MLA (DeepSeek-V2/V3), per layer and rank: the cache holds `kv_lora_rank + qk_rope_head_dim`
+per token (replicated on every TP rank, as vLLM does). Prefill attention runs the expanded
+form: K/V rebuilt per head, 2 x heads x (d_qk + d_v) FLOPs per query-key pair; decode runs
+the absorbed form (FlashMLA): each query attends to the latent itself, 2 x heads x
+(2 x kv_lora_rank + rope) FLOPs per pair, reading only the latent per context token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cost.models import ModelSpec
+
+
+def expected_experts_hit(num_experts: float, k: int, experts_total: int, tokens: float) -> float:
+    """Distinct experts among `num_experts` (a rank's share) that `tokens` tokens routing to
+    `k` of `experts_total` touch: num_experts x (1 - (1 - k/E)^T)."""
+    return num_experts * (1.0 - (1.0 - k / experts_total) ** tokens)
+
+
+def stage_layer_split(model: ModelSpec, layers_per_stage: tuple[int, ...], s: int) -> tuple[int, int]:
+    """(dense-MLP layers, MoE layers) of pipeline stage `s` (dense layers come first)."""
+    start = sum(layers_per_stage[:s])
+    n = layers_per_stage[s]
+    dense = max(0, min(model.num_dense_layers, start + n) - start) if model.is_moe else n
+    return dense, n - dense
+
+
+@dataclass(frozen=True)
+class MoETerms:
+    """One stage's MLP on one rank (FLOPs and bytes; sums over the stage's layers)."""
+
+    flops_per_token: float  # routed (k experts) + shared + router + dense MLPs
+    expert_bytes: float  # weights of one routed expert on this rank, summed over MoE layers
+    experts_per_rank: float  # routed experts each rank holds (E, or E/ep with EP)
+    fixed_bytes: float  # router + shared experts + dense MLPs, read every step
+    act_bytes_per_token: float
+    alltoall_bytes_per_token: float  # EP dispatch + combine (0 without EP)
+    alltoall_latency_s: float
+    moe_layers: int
+    dense_layers: int
+
+
+def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers: int,
+              wb: float, ab: float, link_latency_s: float) -> MoETerms:
+    """The MLP terms of a stage with `dense_layers` dense and `moe_layers` MoE layers."""
+    d, k, E = model.hidden_size, model.experts_per_token, model.num_experts
+    n_mats = 3 if model.gated_mlp else 2
+    if ep > 1:  # whole experts, E/ep of them per rank; 1/ep of the token-expert pairs
+        w_expert, per_rank, share = n_mats * d * model.ffn_size, E / ep, 1.0 / ep
+    else:  # every expert column-split tp ways
+        w_expert, per_rank, share = n_mats * d * model.ffn_size / tp, float(E), 1.0
+    w_shared = model.shared_expert_params / tp
+    w_dense = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params) / tp
+    router = d * E
+    flops = (moe_layers * 2 * (k * share * w_expert + w_shared + router)
+             + dense_layers * 2 * w_dense)
+    f_rank = model.ffn_size / (1 if ep > 1 else tp)
+    act = (moe_layers * ((k * share * (2 * d + n_mats * f_rank)
+                          + (2 * d + n_mats * model.shared_expert_ffn_size / tp
+                             if model.shared_expert_ffn_size else 0)) * ab + 2 * d * ab)
+           + dense_layers * (2 * d + n_mats * model.dense_ffn_size / tp) * ab)
+    a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if ep > 1 else 0.0
+    return MoETerms(
+        flops_per_token=flops, expert_bytes=moe_layers * w_expert * wb, experts_per_rank=per_rank,
+        fixed_bytes=moe_layers * (router * ab + w_shared * wb) + dense_layers * w_dense * wb,
+        act_bytes_per_token=act, alltoall_bytes_per_token=a2a,
+        alltoall_latency_s=moe_layers * 2 * link_latency_s if ep > 1 else 0.0,
+        moe_layers=moe_layers, dense_layers=dense_layers)
+
+
+@dataclass(frozen=True)
+class MLATerms:
+    """MLA attention of one layer on one rank (multiply by the stage's layers)."""
+
+    w_qkv: float  # q (LoRA) + KV down projection + latent up projection weights
+    w_o: float
+    qkv_act_bytes_per_token: float  # per-token in/out of those projections, elements
+    prefill_flops_per_pair: float
+    decode_flops_per_pair: float
+    kv_elems_per_token: float  # latent + rope key, cached and read
+
+
+def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
+    """MLA weights and attention costs per layer on one of `tp` ranks (heads split tp ways;
+    the q/KV down projections and the latent are replicated)."""
+    d, h = model.hidden_size, model.num_heads / tp
+    qr, kr, rope = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+    dqk, dv, nope = model.head_dim, model.v_head_dim, model.qk_nope_head_dim
+    w_q = d * qr + qr * h * dqk if qr else d * h * dqk
+    w_kv = d * (kr + rope) + kr * h * (nope + dv)
+    return MLATerms(
+        w_qkv=w_q + w_kv, w_o=h * dv * d,
+        qkv_act_bytes_per_token=d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv),
+        prefill_flops_per_pair=2 * h * (dqk + dv),
+        decode_flops_per_pair=2 * h * (2 * kr + rope),
+        kv_elems_per_token=kr + rope)

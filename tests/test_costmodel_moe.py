@@ -1,0 +1,119 @@
+"""MoE, expert-parallel and MLA terms of the cost model and the memory plan."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.costmodel import CostModel
+from simulator.cost.memory_plan import plan_memory
+from simulator.cost.models import get_model
+from simulator.cost.moe_cost import mla_terms
+
+
+def _decode(b: int, ctx: int = 1024) -> BatchShape:
+    return BatchShape.from_lists([1] * b, [ctx] * b)
+
+
+def _mixed() -> BatchShape:
+    s = _decode(24, 700)
+    s.add(300, 512)
+    s.add(200, 0)
+    return s
+
+
+CONFIGS = [("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 1), ("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 2),
+           ("qwen3-30b-a3b", "h100-sxm", "bf16", 1, 1, 1),
+           ("deepseek-v2-lite", "h100-sxm", "bf16", 1, 2, 1),
+           ("deepseek-v3", "h200", "fp8", 8, 1, 8), ("deepseek-v3", "h200", "fp8", 8, 2, 1)]
+
+
+@pytest.mark.parametrize("model,hw,dtype,tp,pp,ep", CONFIGS)
+def test_explain_and_decode_runs_agree_with_step_time(model, hw, dtype, tp, pp, ep):
+    cm = CostModel(model, hw, dtype, tp, pp, ep=ep)
+    for shape in (_decode(1), _decode(3), _decode(64), _mixed()):
+        t = cm.step_time(shape)
+        assert cm.explain(shape).total_s == pytest.approx(t, rel=1e-12)
+    run = cm.decode_run_times(_decode(16, 900), 5)
+    for k in range(5):
+        assert run[k] == pytest.approx(cm.step_time(_decode(16, 900 + k)), rel=1e-9)
+
+
+def test_decode_bytes_grow_with_the_batch_until_every_expert_is_hot():
+    cm = CostModel("qwen3-30b-a3b", "h100-sxm")
+    loaded = [cm.expected_experts_loaded(b) for b in (1, 4, 16, 64, 512)]
+    assert loaded[0] == pytest.approx(8.0)  # one token: its top-8
+    assert loaded == sorted(loaded) and loaded[-1] == pytest.approx(128.0, rel=1e-3)
+    moe_bytes = [next(op.bytes for op in cm.explain(_decode(b)).ops if op.name == "moe_experts")
+                 for b in (4, 16, 64)]
+    assert moe_bytes[0] < moe_bytes[1] < moe_bytes[2]
+
+
+def test_shared_experts_and_dense_layers_are_always_read():
+    m = get_model("deepseek-v3")
+    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    op = next(o for o in cm.explain(_decode(1)).ops if o.name == "moe_experts")
+    # one token: 8 routed experts over 8 ranks (1 whole expert per rank and MoE layer), the
+    # shared expert and 3 dense MLPs split 8 ways, and the router
+    d, f = m.hidden_size, m.ffn_size
+    routed = m.num_moe_layers * 1 * 3 * d * f
+    fixed = (m.num_moe_layers * (m.shared_expert_params / 8 + 0) + 3 * m.dense_mlp_params / 8)
+    assert op.bytes >= routed + fixed  # fp8: 1 byte per weight
+
+
+def test_expert_parallel_moves_tokens_not_weights():
+    tp = CostModel("mixtral-8x7b", "h100-sxm", tp=2)
+    ep = CostModel("mixtral-8x7b", "h100-sxm", tp=2, ep=2)
+    names = {op.name for op in ep.explain(_decode(32)).ops}
+    assert "ep_all_to_all" in names and "ep_all_to_all" not in {
+        op.name for op in tp.explain(_decode(32)).ops}
+    assert ep.expected_experts_loaded(1) == pytest.approx(1.0)  # 2 of 8 experts over 2 GPUs
+    assert tp.expected_experts_loaded(1) == pytest.approx(2.0)  # both, each a half slice
+    mt, me = plan_memory("mixtral-8x7b", "h100-sxm", tp=2), plan_memory("mixtral-8x7b", "h100-sxm", tp=2, ep=2)
+    assert mt.expert_weight_bytes_per_gpu == pytest.approx(me.expert_weight_bytes_per_gpu)
+    m = get_model("mixtral-8x7b")
+    assert me.expert_weight_bytes_per_gpu == pytest.approx(
+        32 * 4 * 3 * m.hidden_size * m.ffn_size * 2)  # 4 whole experts x 32 layers, bf16
+
+
+@pytest.mark.parametrize("ep,tp,match", [(3, 4, "does not divide the 8 experts"),
+                                         (4, 2, "must equal tp=2"),
+                                         (0, 2, "positive integer")])
+def test_bad_ep_is_refused(ep, tp, match):
+    with pytest.raises(ValueError, match=match):
+        CostModel("mixtral-8x7b", "h100-sxm", tp=tp, ep=ep)
+    with pytest.raises(ValueError, match="dense model"):
+        CostModel("llama-3-8b", "h100-sxm", tp=2, ep=2)
+
+
+def test_scenario_cluster_ep_is_checked_naming_the_key(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "kvpd.cli", "simulate", "scenarios/mixtral_8x7b_ep2.yaml",
+         "--set", "cluster.ep=3", "--set", "cluster.tp=4", "--no-plots", "--out", str(tmp_path)],
+        capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "cluster.ep: ep=3 does not divide the 8 experts of mixtral-8x7b" in r.stderr
+
+
+def test_mla_decode_absorbed_prefill_expanded_and_the_pool_holds_latents():
+    m = get_model("deepseek-v3")
+    t = mla_terms(m, 8)
+    assert t.decode_flops_per_pair == 2 * 16 * (2 * 512 + 64)
+    assert t.prefill_flops_per_pair == 2 * 16 * (192 + 128)
+    plan = plan_memory("deepseek-v3", "h200", "fp8", tp=8, ep=8)
+    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 1  # fp8 cache follows the weights
+    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "attn_decode")
+    assert op.flops == pytest.approx(4 * 1001 * 61 * t.decode_flops_per_pair)
+
+
+def test_estimate_explain_names_experts_loaded_and_the_bound():
+    out = subprocess.run(
+        [sys.executable, "-m", "kvpd.cli", "estimate", "--model", "mixtral-8x7b", "--hardware",
+         "h100-sxm", "--tp", "2", "--ep", "2", "--decode", "4x512", "--explain"],
+        capture_output=True, text=True, check=True).stdout
+    assert "expected experts loaded per GPU" in out and "of 4 per MoE layer" in out
+    assert "step bound" in out and "expert GEMMs" in out and "-bound" in out
