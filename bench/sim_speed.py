@@ -89,7 +89,9 @@ def _child(case: str, conn) -> None:
         run_mod.build_trace = tiled
     t0, c0 = time.perf_counter(), time.process_time()
     res = run_mod.run_scenario(sc)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # (d)'s worker processes
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 + workers.ru_utime + workers.ru_stime
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     workers_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     s = res.summary
