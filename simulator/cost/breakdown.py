@@ -251,20 +251,36 @@ def host_overhead_s(cm: CostModel, shape: BatchShape) -> float:
 
 
 def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.ndarray:
-    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step."""
+    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step.
+    Element j is computed with exactly the arithmetic of `decode_step_time(shape.advanced(j))`,
+    so a burst and the same steps one at a time give bit-identical times."""
     if shape.num_prefill_reqs:
         raise ValueError("decode_run_times needs an all-decode batch "
                          f"(this one has {shape.num_prefill_reqs} prefill requests)")
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
         raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
-    T = shape.num_tokens
-    if num_steps == 0 or T <= 0:
+    if num_steps == 0 or shape.num_tokens <= 0:
         return np.zeros(num_steps)
+    # the contexts grow by one per decode per step; the padding to the longest stays constant
+    D = shape.decode_context_tokens + np.arange(num_steps, dtype=np.int64) * shape.num_decode_reqs
+    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum)
+
+
+def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
+    """Seconds of one all-decode step: `decode_run_times(cm, shape, 1)[0]` without numpy (it
+    may differ from `CostModel.step_time` in the last bits)."""
+    return _decode_times(cm, shape, float(shape.decode_context_tokens), max, min)
+
+
+def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin):
+    """Step seconds of the all-decode `shape` at summed decode contexts `D` (a float, or an
+    array of them: elementwise the same float operations)."""
+    T = shape.num_tokens
     mb = cm.num_microbatches(shape)
     R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
-    # the padding to the longest decode context stays constant as every context grows by one
-    ctx = (cm.decode_attn_tokens(shape) + np.arange(num_steps, dtype=np.float64)
-           * shape.num_decode_reqs) / mb
+    pad = shape.num_decode_reqs * shape.max_decode_context - shape.decode_context_tokens
+    padding = cm._padding
+    ctx = (D + padding * pad if padding and pad > 0 else D) / mb
     ov = 1.0 - cm.params.overlap
     stage_times = []
     for st in cm._stages:
@@ -273,8 +289,15 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
         # the stage without its decode-attention term, then the growing attention term
         rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * (aq + dreq)
         c, m = ctx * ac, ctx * akv + Rd * (aq + dreq)
-        stage_times.append(rest + (np.maximum(c, m) + ov * np.minimum(c, m) if ov else
-                                   np.maximum(c, m)))
-    total = stage_times[0] if cm.pp == 1 else (
-        np.sum(stage_times, axis=0) + (mb - 1) * np.max(stage_times, axis=0))
+        stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
+    if cm.pp == 1:
+        total = stage_times[0]
+    else:
+        total = stage_times[0]
+        for t in stage_times[1:]:
+            total = total + t
+        longest = stage_times[0]
+        for t in stage_times[1:]:
+            longest = vmax(longest, t)
+        total = total + (mb - 1) * longest
     return total + host_overhead_s(cm, shape)

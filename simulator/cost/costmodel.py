@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost.breakdown import decode_run_times, explain_step
+from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.linear_cost import LinearCost
@@ -414,8 +414,13 @@ class CostModel:
 
     def decode_run_times(self, shape: BatchShape, num_steps: int) -> np.ndarray:
         """Seconds of `num_steps` consecutive all-decode steps, contexts growing by one per step
-        (element k equals `step_time(shape.advanced(k))`)."""
+        (element k equals `decode_step_time(shape.advanced(k))` bit for bit, and
+        `step_time(shape.advanced(k))` but for the last bits)."""
         return decode_run_times(self, shape, num_steps)
+
+    def decode_step_time(self, shape: BatchShape) -> float:
+        """Seconds of one all-decode step, with the arithmetic of `decode_run_times`."""
+        return decode_step_time(self, shape)
 
     def describe(self) -> dict[str, Any]:
         """Model, hardware, dtype and parallelism, for reports."""
