@@ -161,7 +161,8 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
         ok = client.is_healthy() and not state.draining
         body = {"status": "ok" if ok else ("draining" if state.draining else "down"),
                 "workers": {n: {"role": w["role"], "alive": w["alive"], "down": w["down"],
-                                "stalled": w["stalled"], "restarts": w["restarts"]}
+                                "stalled": w["stalled"], "restarts": w["restarts"],
+                                "pid": w["pid"]}
                             for n, w in status.items()}}
         return JSONResponse(body, status_code=200 if ok else 503)
 

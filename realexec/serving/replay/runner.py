@@ -61,9 +61,11 @@ def parse_target(text: str) -> tuple[str, Any]:
 def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | None = None,
                   limit: int | None = None, scale_prompt: float = 1.0, scale_output: float = 1.0,
                   time_scale: float | None = None, target_rate: float | None = None,
-                  max_model_len: int | None = None) -> workloads.Trace:
+                  max_model_len: int | None = None,
+                  report: dict[str, int] | None = None) -> workloads.Trace:
     """The trace after the simulator's transforms, in its order; prompt + output are then cut
-    to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens)."""
+    to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens). `report`, if
+    given, receives how many rows were cut: `clipped_prompts`, `clipped_outputs`."""
     if window_s is not None:
         trace = workloads.time_window(trace, *window_s)
     if limit is not None:
@@ -74,12 +76,17 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
         trace = workloads.scale_time(trace, time_scale)
     if target_rate is not None:
         trace = workloads.rescale_rate(trace, target_rate)
+    clipped = {"clipped_prompts": 0, "clipped_outputs": 0}
     if max_model_len:
+        clipped["clipped_prompts"] = int((trace.prompt_len > max_model_len - 1).sum())
         trace = workloads.limit_prompt_len(trace, max_model_len - 1, mode="clip")
         out = np.minimum(trace.output_len, max_model_len - trace.prompt_len)
+        clipped["clipped_outputs"] = int((out < trace.output_len).sum())
         trace = trace.replace(output_len=np.maximum(out, 1))
     if len(trace) == 0:
         raise ValueError(f"trace {trace.name!r} has no requests left after its transforms")
+    if report is not None:
+        report.update(clipped)
     return trace
 
 
@@ -209,20 +216,27 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
         kv = {"count": int(moved.sum()), "bytes_mean": float(b.mean()),
               "seconds_mean": float(s.mean()), "gbps_mean": float((b / s).mean() / 1e9),
               "lost": int(rec["kv_lost"].sum())}
+    clipped = {k: int(meta.pop(k, 0)) for k in ("clipped_prompts", "clipped_outputs")}
     extra = {"backend": {"kind": "real-serving", **meta}, "kv_transfer": kv,
-             "replay": {"send_lateness_s_max": extra_stats.get("send_lateness_s_max", 0.0)}}
-    summary = summarize(reqs, slo=slo, kv_peak_usage=extra_stats.get("kv_peak_usage", 0.0),
-                        prefix_hit_rate=extra_stats.get("prefix_hit_rate", 0.0), wall_s=wall_s,
-                        records=rec, extra=extra)
+             "replay": {"send_lateness_s_max": extra_stats.get("send_lateness_s_max", 0.0),
+                        **clipped}}
+    peak, hit = extra_stats.get("kv_peak_usage"), extra_stats.get("prefix_hit_rate")
+    summary = summarize(reqs, slo=slo, kv_peak_usage=peak or 0.0, prefix_hit_rate=hit or 0.0,
+                        wall_s=wall_s, records=rec, extra=extra)
+    # figures the target could not give are null, not 0.0 (a server is measured from outside)
+    summary["kv"] = {"peak_usage": None if peak is None else float(peak),
+                     "prefix_hit_rate": None if hit is None else float(hit)}
     return summary, rec
 
 
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
-           timeout_s: float = 600.0, slo: SLO | None = None) -> ReplayResult:
+           timeout_s: float = 600.0, slo: SLO | None = None,
+           clipped: dict[str, int] | None = None) -> ReplayResult:
     """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
     `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
-    `model` name and its `vocab_size`."""
+    `model` name and its `vocab_size`. `clipped`: `prepare_trace`'s report, carried into the
+    summary's `replay` section."""
     kind, detail = parse_target(target)
     t_start = time.perf_counter()
     if kind == "inproc":
@@ -243,6 +257,6 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
         prompts = synth_prompts(trace, vocab_size, seed)
         reqs, extra = replay_http(detail, model, trace, prompts, timeout_s)
     wall_s = time.perf_counter() - t_start
-    meta = {"target": target, "trace": trace.name, "num_requests": len(trace)}
+    meta = {"target": target, "trace": trace.name, "num_requests": len(trace), **(clipped or {})}
     summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo)
     return ReplayResult(reqs, summary, rec, wall_s, [list(r.output_token_ids) for r in reqs])
