@@ -92,7 +92,6 @@ async def stream_client(http: httpx.AsyncClient, url: str, rng: random.Random, r
                         if not line.startswith("data: "):
                             continue
                         if line == "data: [DONE]":
-                            ending = ending if ending.startswith("error") else "completed?"
                             break
                         chunk = json.loads(line[6:])
                         if "error" in chunk:
@@ -107,8 +106,6 @@ async def stream_client(http: httpx.AsyncClient, url: str, rng: random.Random, r
                             break
         except httpx.HTTPError as exc:
             ending = f"transport error {type(exc).__name__}"
-        if ending == "completed?":
-            ending = "none"  # [DONE] without a finish reason or an error
         if ending == "disconnected":
             run.disconnected += 1
             continue
@@ -155,6 +152,14 @@ async def killer(url: str, at: float, role: str, info: dict) -> None:
         name = next(n for n, w in workers.items() if w["role"] == role)
         os.kill(workers[name]["pid"], signal.SIGKILL)
         info.update(worker=name, t_kill=time.perf_counter())
+        while time.perf_counter() - info["t_kill"] < 10:  # until the front end has seen it
+            await asyncio.sleep(0.02)
+            try:
+                if (await http.get(f"{url}/health")).status_code == 503:
+                    break
+            except httpx.HTTPError:
+                pass
+        info["t_seen"] = time.perf_counter()
         while True:
             await asyncio.sleep(0.05)
             try:
@@ -247,7 +252,7 @@ def one_run(pd: str | None, streams: int, duration: float, chaos: bool, seed: in
         except subprocess.TimeoutExpired:
             proc.kill()
             code = "killed after 60 s"
-    left = sorted(os.listdir(tmp))
+    left = sorted(d for d in os.listdir(tmp) if d.startswith("kvpd"))  # not torch's caches
     import shutil
 
     shutil.rmtree(base, ignore_errors=True)
@@ -280,17 +285,20 @@ def main() -> int:
     soak = one_run(args.pd, args.streams, args.duration, True, args.seed)
     for name, r in (("clean", clean), ("soak", soak)):
         ends: dict[str, int] = {}
+        kinds: dict[str, int] = {}
         for *_, ending, _t in r["run"].outcome:
             key = "completed" if ending == "completed" else ("no ending" if ending == "none" else "errored")
             ends[key] = ends.get(key, 0) + 1
+            if key == "errored":
+                kinds[ending] = kinds.get(ending, 0) + 1
         print(f"[{name}] valid requests: {len(r['run'].outcome)} ended by the server: "
               f"{ends.get('completed', 0)} completed, {ends.get('errored', 0)} errored, "
               f"{ends.get('no ending', 0)} with no ending; {r['run'].disconnected} left by their "
-              "client on purpose")
+              f"client on purpose" + (f"; errors: {kinds}" if kinds else ""))
         print(f"[{name}] leaked after the load: in-flight {r['in_flight']:.0f}, KV usage "
               + ", ".join(f"{w} {u:.3f}" for w, u in sorted(r["usage"].items())))
         print(f"[{name}] front end peak memory (VmHWM): {r['peak_mb']:.0f} MB; SIGTERM exit "
-              f"status {r['exit']}; left in TMPDIR: {r['left'] or 'nothing'}")
+              f"status {r['exit']}; kvpd folders left in TMPDIR: {r['left'] or 'none'}")
     run, kill = soak["run"], soak["kill"]
     print(f"[soak] bad requests: {sum(run.bad.values())} of {len(run.bad)} classes, answered "
           f"4xx in OpenAI's error shape: {sum(run.bad.values()) - len(run.bad_wrong)}"
@@ -300,9 +308,10 @@ def main() -> int:
     if kill:
         hit = (kill["t_kill"], kill.get("t_back", kill["t_kill"]) + 1.0)
         n_hit = sum(1 for t0, t1, *_ in run.outcome if t0 <= hit[1] and t1 >= hit[0])
-        print(f"[soak] killed {kill['worker']} at {args.duration / 2:.0f} s; /health 200 again "
-              f"after {kill.get('t_back', float('nan')) - kill['t_kill']:.1f} s; "
-              f"{n_hit} streams hit")
+        print(f"[soak] killed {kill['worker']} at {args.duration / 2:.0f} s; /health 503 after "
+              f"{kill['t_seen'] - kill['t_kill']:.2f} s, 200 again after "
+              f"{kill.get('t_back', float('nan')) - kill['t_kill']:.1f} s; {n_hit} valid requests "
+              "open in that window (left out of the soak's ITL)")
     a, b = itls(clean["run"].outcome, None), itls(run.outcome, hit)
     pa, pb = float(np.percentile(a, 99)), float(np.percentile(b, 99))
     print(f"p99 inter-token latency: clean {pa * 1000:.1f} ms ({len(a)} gaps), soak streams not "
