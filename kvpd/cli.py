@@ -67,4 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m kvpd.cli`: run the imported module's main, so that the UserError the
+    # commands raise (kvpd.cli.UserError) is the class caught there, not __main__'s copy
+    from kvpd.cli import main as _main
+
+    sys.exit(_main())

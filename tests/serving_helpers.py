@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -168,3 +169,4 @@ class RawEngine:
             self.proc.kill()
         self.proc.join(10)
         self.ctx.destroy(linger=0)
+        shutil.rmtree(self.dir, ignore_errors=True)

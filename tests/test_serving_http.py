@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -101,24 +102,48 @@ def test_text_prompts_and_stop_strings_with_a_tokenizer(oai, tokenizer):
                                                                skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("body, param, fragment", [
+BAD_REQUESTS = [
     ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
     ({"prompt": [1, 2]}, "model", "'model' is required"),
     ({"model": MODEL, "prompt": [1, 256]}, "prompt", "not a token id in [0, 256)"),
     ({"model": MODEL, "prompt": []}, "prompt", "empty"),
     ({"model": MODEL}, "prompt", "'prompt' is required"),
     ({"model": MODEL, "prompt": [[1], [2]]}, "prompt", "batches of prompts"),
-    ({"model": MODEL, "prompt": [1], "temperature": -0.5}, None, "temperature must be >= 0"),
-    ({"model": MODEL, "prompt": [1], "top_p": 0}, None, "top_p must be in (0, 1]"),
-    ({"model": MODEL, "prompt": [1], "max_tokens": 0}, None, "max_tokens must be >= 1"),
+    ({"model": MODEL, "prompt": [1, "a"]}, "prompt", "a string or a list of token ids"),
+    ({"model": MODEL, "prompt": [1], "temperature": -0.5}, "temperature", "temperature must be >= 0"),
+    ({"model": MODEL, "prompt": [1], "temperature": float("inf")}, "temperature", "finite"),
+    ({"model": MODEL, "prompt": [1], "temperature": float("nan")}, "temperature", "finite"),
+    ({"model": MODEL, "prompt": [1], "temperature": "0.5"}, "temperature", "must be a number"),
+    ({"model": MODEL, "prompt": [1], "top_p": 0}, "top_p", "top_p must be > 0"),
+    ({"model": MODEL, "prompt": [1], "top_p": 1.5}, "top_p", "top_p must be <= 1"),
+    ({"model": MODEL, "prompt": [1], "top_k": -2}, "top_k", "top_k must be >= -1"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": 0}, "max_tokens", "max_tokens must be >= 1"),
     ({"model": MODEL, "prompt": [1], "max_tokens": "many"}, "max_tokens", "must be an integer"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": 5.0}, "max_tokens", "must be an integer"),
     ({"model": MODEL, "prompt": [1], "max_tokens": 600}, "max_tokens", "exceeds this model's context"),
-    ({"model": MODEL, "prompt": [1], "n": 2}, "n", "not supported"),
-    ({"model": MODEL, "prompt": [1], "logprobs": 3}, "logprobs", "not supported"),
+    ({"model": MODEL, "prompt": [1] * 600}, "prompt", "this model's context is 512"),
+    ({"model": MODEL, "prompt": [1], "min_tokens": 20, "max_tokens": 5}, "min_tokens", "<= max_tokens"),
+    ({"model": MODEL, "prompt": [1], "n": 0}, "n", "n must be >= 1"),
+    ({"model": MODEL, "prompt": [1], "logprobs": 21}, "logprobs", "logprobs must be <= 20"),
+    ({"model": MODEL, "prompt": [1], "seed": 1180591620717411303424}, "seed", "<= 18446744073709551615"),
+    ({"model": MODEL, "prompt": [1], "seed": -1}, "seed", "seed must be >= 0"),
+    ({"model": MODEL, "prompt": [1], "stream": "no"}, "stream", "must be true or false"),
+    ({"model": MODEL, "prompt": [1], "ignore_eos": "false"}, "ignore_eos", "must be true or false"),
+    ({"model": MODEL, "prompt": [1], "stop_token_ids": ["a"]}, "stop_token_ids",
+     "stop_token_ids[0] must be an integer"),
+    ({"model": MODEL, "prompt": [1], "stop_token_ids": [300]}, "stop_token_ids", "not a token id"),
     ({"model": MODEL, "prompt": [1], "stop": [""]}, "stop", "non-empty strings"),
-])
+    ({"model": MODEL, "prompt": [1], "presence_penalty": 0.5}, "presence_penalty", "not supported"),
+    ({"model": MODEL, "prompt": [1], "echo": True}, "echo", "not supported"),
+    ({"model": MODEL, "prompt": [1], "stream_options": {"include_usage": 1}}, "stream_options",
+     "must be true or false"),
+]
+
+
+@pytest.mark.parametrize("body, param, fragment", BAD_REQUESTS)
 def test_bad_requests_get_400_with_an_openai_error_body(server, body, param, fragment):
-    r = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=30)
+    r = httpx.post(f"{server.base_url}/v1/completions", content=json.dumps(body),
+                   headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 400
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
@@ -144,15 +169,27 @@ def test_models_health_and_metrics(server, oai):
     assert h.status_code == 200 and h.json()["status"] == "ok"
     oai.completions.create(model=MODEL, prompt=[5, 6, 7], max_tokens=4, temperature=0,
                            extra_body={"ignore_eos": True})
-    text = httpx.get(f"{server.base_url}/metrics").text
-    for name in ("kvpd_num_requests_running", "kvpd_num_requests_waiting",
-                 "kvpd_kv_cache_usage_ratio", "kvpd_worker_up",
-                 "kvpd_time_to_first_token_seconds_bucket", "kvpd_time_per_output_token_seconds_bucket"):
+    r = httpx.get(f"{server.base_url}/metrics")
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    # vLLM's names where vLLM has the metric, kvpd: for kvpd's own
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
+                 "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                 "vllm:time_per_output_token_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
+                 "vllm:e2e_request_latency_seconds_bucket", "kvpd:worker_up",
+                 "kvpd:num_requests_in_flight"):
         assert f"\n{name}" in text, name
-    count = next(line for line in text.splitlines()
-                 if line.startswith("kvpd_time_to_first_token_seconds_count"))
-    assert float(count.split()[1]) >= 1
-    assert 'kvpd_worker_up{worker="engine-0",role="colocated"} 1.0' in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    ttft = next(s for s in fams["vllm:time_to_first_token_seconds"].samples
+                if s.name.endswith("_count"))
+    assert ttft.value >= 1 and ttft.labels == {"model_name": MODEL}
+    queries = fams["vllm:prefix_cache_queries"].samples[0]
+    assert queries.value >= 3 and queries.labels["worker"] == "engine-0"
+    assert 'kvpd:worker_up{model_name="tiny",role="colocated",worker="engine-0"} 1.0' in text
 
 
 def test_client_disconnect_aborts_and_frees_blocks(server):
@@ -183,7 +220,7 @@ def test_client_disconnect_aborts_and_frees_blocks(server):
         os.kill(pid, signal.SIGCONT)
     assert client.metrics.finished["abort"] == aborted + 2
     wait_pools_whole(client)
-    assert 'finish_reason="abort"' in httpx.get(f"{server.base_url}/metrics").text
+    assert 'finished_reason="abort"' in httpx.get(f"{server.base_url}/metrics").text
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ engine processes over ZeroMQ, or a running `kvpd serve`) and write the simulator
 from __future__ import annotations
 
 import argparse
+import sys
 
 from kvpd.commands.serve_args import add_engine_args, serve_config
 
@@ -144,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
         trace = prepare_trace(trace, window_s=args.window_s, limit=args.limit,
                               scale_prompt=args.scale_prompt, scale_output=args.scale_output,
                               time_scale=args.time_scale, target_rate=args.rate,
-                              max_model_len=max_len, arrival=args.arrival, seed=args.seed)
+                              max_model_len=max_len, arrival=args.arrival, seed=args.seed,
+                              report=(clipped := {}))
         load = [f"--max-concurrency {args.max_concurrency}"] if args.max_concurrency else []
         load += ["--arrival burst"] if (args.arrival or {}).get("process") == "burst" else []
         info = (vars(llm.scheduler.cache_config)
@@ -152,11 +154,15 @@ def run(args: argparse.Namespace) -> int:
         if load and info.get("num_gpu_blocks"):
             check_servable(trace, int(info["num_gpu_blocks"]), int(info["block_size"]),
                            " and ".join(load))
+        if clipped.get("clipped_prompts") or clipped.get("clipped_outputs"):
+            print(f"warning: {clipped['clipped_prompts']} prompt(s) cut to fit max_model_len "
+                  f"{max_len} (and {clipped['clipped_outputs']} output length(s)); counted in "
+                  "the summary's replay section", file=sys.stderr, flush=True)
         print(f"replaying {len(trace)} requests of {trace.name!r} over {trace.duration_s:.1f} s "
               f"against {args.target}", flush=True)
         result = replay(trace, args.target, client=client, llm=llm, model=model,
                         vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s,
-                        max_concurrency=args.max_concurrency)
+                        max_concurrency=args.max_concurrency, clipped=clipped)
     finally:
         if client is not None:
             client.close()

@@ -121,6 +121,22 @@ class ModelRunner:
                 req = output.reqs[i]
                 rows.append(row_from_params(req.sampling_params, req.num_output_tokens,
                                             req.eos_token_id, self._generator(req)))
+            want = [j for j, i in enumerate(sample_rows)
+                    if output.reqs[i].sampling_params.logprobs is not None]
+            # before sampling, which masks banned tokens in `logits` in place
+            logprobs = logits[want].float().log_softmax(dim=-1) if want else None
             for i, tok in zip(sample_rows, self.sampler.sample(logits, rows)):
                 sampled[i] = tok
+            for k, j in enumerate(want):
+                record_logprobs(output.reqs[sample_rows[j]], logprobs[k], sampled[sample_rows[j]])
         return sampled
+
+
+def record_logprobs(req: Request, row: torch.Tensor, token: int) -> None:
+    """Append the sampled `token`'s log-probability and the request's top-k ones (`row`:
+    `[vocab]` log-softmax of the raw logits) to `req.logprobs`."""
+    k = min(int(req.sampling_params.logprobs or 0), row.shape[-1])
+    top_v, top_i = row.topk(k) if k else (row[:0], row[:0].long())
+    if req.logprobs is None:
+        req.logprobs = []
+    req.logprobs.append((float(row[token]), top_i.tolist(), top_v.tolist()))

@@ -9,28 +9,31 @@ a request goes to a prefill worker (chosen by `PDRouter`) with the decode worker
 receive its KV; when the prefill worker reports the hand-off (first token), the client
 streams that token and sends `add_remote` to the decode worker, whose tokens follow.
 
-A worker whose process exits, or that is silent for `heartbeat_timeout_s`, is reported down
-(`workers_status()`), and every request it held fails at once with an error naming it;
-requests submitted afterwards that would need it fail too. Nothing accepted ends silently:
-each request ends with tokens and a finish reason, or with an error.
+A worker silent for `heartbeat_timeout_s` is *stalled*: `is_healthy()` is False and no new
+request goes to it, but its requests wait; if it speaks again it is taken back. A worker whose
+process exits, or that stays silent for `worker_kill_timeout_s` (then it is killed), is
+*down*: every request it held fails at once with an error naming it. With
+`config.restart_workers` a down worker is started again (its requests are not retried) and
+serves once it is ready; otherwise, or when the new process fails before it is ready,
+`on_worker_down(name, why)` is called (the HTTP server exits non-zero on it). Nothing accepted
+ends silently: each request ends with tokens and a finish reason, or with an error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import queue
 import shutil
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
 
+from realexec.serving.client_async import AsyncEngineClient
 from realexec.serving.client_types import (
     ClientRequest,
     Delta,
@@ -39,6 +42,7 @@ from realexec.serving.client_types import (
     WorkerState,
 )
 from realexec.serving.config import ServeConfig, spawn_worker
+from realexec.serving.ipc_dir import make_ipc_dir
 from realexec.serving.metrics import ServingMetrics
 from realexec.serving.pd.proxy import PDRouter
 from realexec.serving.transport import ProtocolError, decode, encode
@@ -47,6 +51,8 @@ log = logging.getLogger("kvpd.client")
 
 # How often the I/O thread checks worker processes (s): bounds how late a dead worker is seen.
 LIVENESS_PERIOD_S = 0.05
+# Cumulative counters in a worker's stats, carried over its restarts for `/metrics`.
+COUNTERS = ("num_preemptions", "prefix_queries_tokens", "prefix_hit_tokens")
 
 __all__ = ["AsyncEngineClient", "ClientRequest", "Delta", "EngineClient", "EngineDeadError",
            "RequestFailed", "WorkerState"]
@@ -68,7 +74,9 @@ class EngineClient:
         self._stop = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._ipc_dir = tempfile.mkdtemp(prefix="kvpd-")
+        # called from the I/O thread when a worker is down for good (not restarted)
+        self.on_worker_down: Callable[[str, str], None] | None = None
+        self._ipc_dir = make_ipc_dir()
         self.out = self.ctx.socket(zmq.PULL)
         self.out.setsockopt(zmq.LINGER, 0)
         if self.config.transport == "tcp":
@@ -84,7 +92,8 @@ class EngineClient:
         if self._thread is not None:
             return self
         for spec in self.config.worker_specs(self.output_addr, self._ipc_dir):
-            self.workers[spec.name] = WorkerState(spec.name, spec.role, spawn_worker(spec))
+            self.workers[spec.name] = WorkerState(spec.name, spec.role, spawn_worker(spec),
+                                                  spec=spec)
         self._thread = threading.Thread(target=self._io_loop, name="kvpd-client-io", daemon=True)
         self._thread.start()
         if not self._ready.wait(self.config.startup_timeout_s):
@@ -94,11 +103,18 @@ class EngineClient:
         if down:
             self.close()
             raise RuntimeError(f"workers failed to start: {down}")
-        decode_kv = {w.name: w.endpoints["kv"] for w in self.workers.values() if w.role == "decode"}
-        for w in self.workers.values():
-            if w.role == "prefill":
-                self._send(w, "peers", {"decode_kv": decode_kv})
+        with self._lock:
+            self._send_peers()
         return self
+
+    def _send_peers(self) -> None:
+        """Tell every live prefill worker where the decode workers' KV sockets are."""
+        decode_kv = {w.name: w.endpoints["kv"] for w in self.workers.values()
+                     if w.role == "decode" and w.alive}
+        for w in self.workers.values():
+            if w.role == "prefill" and w.alive:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._send(w, "peers", {"decode_kv": decode_kv})
 
     def __enter__(self) -> EngineClient:
         return self.start()
@@ -141,12 +157,23 @@ class EngineClient:
 
     def workers_status(self) -> dict[str, dict[str, Any]]:
         return {w.name: {"role": w.role, "alive": w.alive, "down": w.down,
+                         "stalled": w.stalled, "restarts": w.restarts,
                          "pid": getattr(w.proc, "pid", None), "stats": dict(w.stats),
-                         "stats_at": w.stats_at}
+                         "stats_at": w.stats_at, "base_counters": dict(w.base_counters)}
                 for w in self.workers.values()}
 
     def is_healthy(self) -> bool:
-        return bool(self.workers) and all(w.alive for w in self.workers.values())
+        """Every worker is up and none is stalled."""
+        return bool(self.workers) and all(w.serving for w in self.workers.values())
+
+    def abort_all(self, reason: str, kind: str = "shutdown") -> int:
+        """Abort every request in flight with an error (`kind`); returns how many."""
+        with self._lock:
+            rids = list(self.requests)
+            for rid in rids:
+                self._drop_on_workers(self.requests[rid], None)
+                self._fail(rid, reason, kind)
+        return len(rids)
 
     def submit(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
                request_id: str | None = None, sink: Callable[[Delta], None] | None = None,
@@ -175,8 +202,8 @@ class EngineClient:
             self.metrics.on_submit()
             try:
                 self._send(target, "add", body)
-            except zmq.ZMQError as exc:
-                self._fail(rid, f"could not send to {target.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - nothing accepted may stay in flight
+                self._fail(rid, f"could not send to {target.name}: {exc}", "internal")
         return req
 
     def abort(self, request_id: str, reason: str = "aborted by the client") -> bool:
@@ -185,13 +212,17 @@ class EngineClient:
             req = self.requests.get(request_id)
             if req is None:
                 return False
-            for name in {req.worker, req.prefill_worker, req.decode_worker} - {""}:
-                w = self.workers.get(name)
-                if w is not None and w.alive:
-                    with contextlib.suppress(zmq.ZMQError):
-                        self._send(w, "abort", {"request_ids": [request_id]})
+            self._drop_on_workers(req, None)
             self._finish(req, "abort", reason)
         return True
+
+    def _drop_on_workers(self, req: ClientRequest, skip: str | None) -> None:
+        """Tell the live workers of `req` (but `skip`) to drop it."""
+        for name in {req.worker, req.prefill_worker, req.decode_worker} - {skip, ""}:
+            w = self.workers.get(name)
+            if w is not None and w.alive:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._send(w, "abort", {"request_ids": [req.request_id]})
 
     def generate(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
                  timeout_s: float | None = None, request_id: str | None = None) -> ClientRequest:
@@ -221,9 +252,10 @@ class EngineClient:
 
     # -------------------------------------------------------------- sending
     def _live(self, role: str) -> list[WorkerState]:
-        live = [w for w in self.workers.values() if w.role == role and w.alive]
+        live = [w for w in self.workers.values() if w.role == role and w.serving]
         if not live:
-            down = {w.name: w.down for w in self.workers.values() if w.role == role}
+            down = {w.name: w.down or ("stalled" if w.stalled else "starting")
+                    for w in self.workers.values() if w.role == role}
             raise EngineDeadError(f"no {role} worker is up ({down})")
         return live
 
@@ -274,15 +306,26 @@ class EngineClient:
                 self._on_message(w, msg, now)
 
     def _on_message(self, w: WorkerState, msg: Any, now: float) -> None:
+        if w.down is not None and msg.type != "ready":
+            return  # a message the dead process sent before it died
         w.last_seen = now
+        if w.stalled:
+            w.stalled = False
+            log.warning("front end: worker %s speaks again; taking it back", w.name)
         b = msg.body
         if msg.type == "ready":
+            if w.proc is not None and b["pid"] != w.proc.pid:
+                return  # the old process of a restarted worker
             w.endpoints, w.model, w.ready = b["endpoints"], b["model"], True
             w.sock = self.ctx.socket(zmq.PUSH)
             w.sock.setsockopt(zmq.LINGER, 0)
             w.sock.connect(w.endpoints["input"])
             if all(x.ready or x.down for x in self.workers.values()):
                 self._ready.set()
+            if w.restarts:
+                log.warning("front end: worker %s is back (restart %d)", w.name, w.restarts)
+                if self.config.pd is not None:
+                    self._send_peers()
         elif msg.type == "fatal":
             self._mark_down(w, f"failed: {b['message']}")
         elif msg.type in ("outputs", "heartbeat"):
@@ -300,7 +343,11 @@ class EngineClient:
         if req is None or (req.worker and req.worker != w.name):
             return  # aborted or failed already, or a stale item
         if item.get("err"):
-            self._fail(req.request_id, f"{w.name}: {item['err']}")
+            self._fail(req.request_id, f"{w.name}: {item['err']}", "internal")
+            return
+        if item["fin"] == "rejected":
+            self._fail(req.request_id, f"{w.name} can never serve it: {item.get('stop')}",
+                       "rejected")
             return
         if "cached" in item:
             req.num_cached_tokens = int(item["cached"])
@@ -310,6 +357,9 @@ class EngineClient:
             req.kv.update(item["kv"])
         req.num_preemptions += int(item.get("pre") or 0)
         toks = item["tok"]
+        lp = item.get("lp")
+        if lp:
+            req.logprobs.extend(lp)
         if toks:
             req.token_ids.extend(toks)
             req.token_times.extend([now] * len(toks))
@@ -318,16 +368,16 @@ class EngineClient:
         if fin is None and item.get("handoff"):
             self._hand_off(req)
         if fin is not None:
-            self._finish(req, fin, item.get("stop"), toks, now)
+            self._finish(req, fin, item.get("stop"), toks, now, lp)
         elif toks and req.sink is not None:
-            req.sink(Delta(req.request_id, list(toks), now))
+            req.sink(Delta(req.request_id, list(toks), now, logprobs=lp))
 
     def _hand_off(self, req: ClientRequest) -> None:
         """PD: the prefill worker holds the KV and sampled the first token; move to decode."""
         d = self.workers.get(req.decode_worker)
         if d is None or not d.alive:
             self.abort(req.request_id)
-            self._fail(req.request_id, f"decode worker {req.decode_worker} is down")
+            self._fail(req.request_id, f"decode worker {req.decode_worker} is down", "down")
             return
         req.worker = d.name
         body = {"request_id": req.request_id, "prompt_token_ids": req.prompt_token_ids,
@@ -335,11 +385,12 @@ class EngineClient:
                 "prefill_worker": req.prefill_worker}
         try:
             self._send(d, "add_remote", body)
-        except zmq.ZMQError as exc:
-            self._fail(req.request_id, f"could not reach {d.name}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - nothing accepted may stay in flight
+            self._fail(req.request_id, f"could not reach {d.name}: {exc}", "down")
 
     def _finish(self, req: ClientRequest, reason: str, stop: str | None = None,
-                toks: list[int] = (), now: float | None = None) -> None:
+                toks: list[int] = (), now: float | None = None,
+                logprobs: list[list[Any]] | None = None) -> None:
         if self.requests.pop(req.request_id, None) is None:
             return
         req.finish_reason, req.stop_reason = reason, stop
@@ -349,17 +400,18 @@ class EngineClient:
             queueing = (None if req.first_scheduled is None
                         else req.first_scheduled - req.t_submit)
             req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason,
-                           num_preemptions=req.num_preemptions, queueing_s=queueing))
+                           num_preemptions=req.num_preemptions, queueing_s=queueing,
+                           logprobs=logprobs))
 
-    def _fail(self, rid: str, error: str) -> None:
+    def _fail(self, rid: str, error: str, kind: str = "internal") -> None:
         req = self.requests.pop(rid, None)
         if req is None:
             return
-        req.error, req.finish_reason = error, "error"
+        req.error, req.error_kind, req.finish_reason = error, kind, "error"
         self.metrics.on_finish(req)
         req.done.set()
         if req.sink is not None:
-            req.sink(Delta(rid, [], time.perf_counter(), True, "error", error))
+            req.sink(Delta(rid, [], time.perf_counter(), True, "error", error, error_kind=kind))
 
     def _mark_down(self, w: WorkerState, why: str) -> None:
         if w.down is not None:
@@ -375,67 +427,48 @@ class EngineClient:
         for req in list(self.requests.values()):
             if w.name not in (req.worker, req.decode_worker):
                 continue
-            for name in {req.worker, req.prefill_worker, req.decode_worker} - {w.name, ""}:
-                other = self.workers.get(name)
-                if other is not None and other.alive:
-                    with contextlib.suppress(zmq.ZMQError):
-                        self._send(other, "abort", {"request_ids": [req.request_id]})
-            self._fail(req.request_id, f"worker {w.name} is down: {why}")
+            self._drop_on_workers(req, w.name)
+            self._fail(req.request_id, f"worker {w.name} is down: {why}", "down")
+        if w.sock is not None:
+            w.sock.close(linger=0)
+            w.sock = None
+        if self._closing or not self._ready.is_set():
+            return
+        if self.config.restart_workers and w.ready:
+            self._restart(w)
+        elif self.on_worker_down is not None:
+            self.on_worker_down(w.name, why)
+
+    def _restart(self, w: WorkerState) -> None:
+        """Start a new process for the down worker `w` (it serves again once ready)."""
+        for key in COUNTERS:  # its counters start again at 0
+            w.base_counters[key] = w.base_counters.get(key, 0.0) + float(w.stats.get(key, 0))
+        if w.proc is not None and w.proc.is_alive():
+            w.proc.kill()
+        w.restarts += 1
+        w.ready, w.down, w.stalled, w.stats = False, None, False, {}
+        w.last_seen = time.perf_counter()
+        log.warning("front end: restarting worker %s (restart %d)", w.name, w.restarts)
+        w.proc = spawn_worker(w.spec)
 
     def _check_liveness(self, now: float) -> None:
         if self._closing:
             return
+        cfg = self.config
         with self._lock:
             for w in self.workers.values():
                 if w.down is not None:
                     continue
                 code = w.proc.exitcode if w.proc is not None else None
+                silent = now - w.last_seen
                 if code is not None:
                     self._mark_down(w, f"process exited with code {code}")
-                elif w.ready and now - w.last_seen > self.config.heartbeat_timeout_s:
-                    self._mark_down(w, f"silent for {now - w.last_seen:.1f} s")
+                elif not w.ready and w.restarts and silent > cfg.startup_timeout_s:
                     w.proc.kill()
-
-
-class AsyncEngineClient:
-    """asyncio face of an `EngineClient`: `stream` is an async iterator of `Delta`s; cancelling
-    or closing it aborts the request."""
-
-    def __init__(self, client: EngineClient) -> None:
-        self.client = client
-
-    async def stream(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
-                     request_id: str | None = None) -> AsyncIterator[Delta]:
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Delta] = asyncio.Queue()
-        req = self.client.submit(prompt_token_ids, sampling, request_id,
-                                 sink=lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
-        try:
-            while True:
-                delta = await q.get()
-                yield delta
-                if delta.finished:
-                    return
-        finally:
-            if not req.finished:
-                self.client.abort(req.request_id, "client disconnected")
-
-    async def generate(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
-                       request_id: str | None = None) -> ClientRequest:
-        """Wait for the whole output; RequestFailed if it ends with an error."""
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-
-        def sink(delta: Delta) -> None:
-            if delta.finished:
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
-
-        req = self.client.submit(prompt_token_ids, sampling, request_id, sink=sink)
-        try:
-            await done
-        finally:
-            if not req.finished:
-                self.client.abort(req.request_id, "client disconnected")
-        if req.error:
-            raise RequestFailed(req.error)
-        return req
+                    self._mark_down(w, f"not ready {silent:.0f} s after its restart")
+                elif w.ready and silent > cfg.worker_kill_timeout_s:
+                    w.proc.kill()
+                    self._mark_down(w, f"silent for {silent:.1f} s (killed)")
+                elif w.ready and silent > cfg.heartbeat_timeout_s and not w.stalled:
+                    w.stalled = True
+                    log.error("front end: worker %s is stalled (silent for %.1f s)", w.name, silent)

@@ -19,6 +19,12 @@ class RequestFailed(RuntimeError):
     """A request ended with an error (its message says why)."""
 
 
+# Why a request ended with an error (`Delta.error_kind`, `ClientRequest.error_kind`):
+# "down": a worker it needed died or stalled; "rejected": the engine can never fit it;
+# "shutdown": the server is stopping; "internal": anything else (a bad worker message, ...).
+ERROR_KINDS = ("down", "rejected", "shutdown", "internal")
+
+
 @dataclass
 class Delta:
     """New output of one request: tokens received together, at client time `t` (perf_counter s)."""
@@ -33,6 +39,9 @@ class Delta:
     # on the finishing delta: s from submission to the first step of the worker that ran its
     # prompt (None: not reported)
     queueing_s: float | None = None
+    error_kind: str | None = None  # one of ERROR_KINDS when `error` is set
+    # with logprobs asked for: [logprob, top ids, top logprobs] per token of `token_ids`
+    logprobs: list[list[Any]] | None = None
 
 
 @dataclass
@@ -49,6 +58,7 @@ class ClientRequest:
     finish_reason: str | None = None
     stop_reason: str | None = None
     error: str | None = None
+    error_kind: str | None = None
     num_cached_tokens: int = 0
     # when the first step of the worker that ran its prompt began, in this client's clock:
     # the client's receipt of the first tokens minus how long before that the worker says
@@ -59,6 +69,7 @@ class ClientRequest:
     prefill_worker: str = ""
     decode_worker: str = ""
     kv: dict[str, Any] = field(default_factory=dict)
+    logprobs: list[list[Any]] = field(default_factory=list)  # per output token, when asked for
     sink: Callable[[Delta], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -80,7 +91,17 @@ class WorkerState:
     ready: bool = False
     down: str | None = None  # why it is down
     last_seen: float = 0.0  # perf_counter s
+    stalled: bool = False  # silent for longer than the heartbeat timeout (may come back)
+    spec: Any = None  # the WorkerSpec it was started from (to restart it)
+    restarts: int = 0  # times it was restarted after dying
+    # counters of the worker's earlier lives (they restart at 0 with a new process)
+    base_counters: dict[str, float] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
         return self.ready and self.down is None
+
+    @property
+    def serving(self) -> bool:
+        """Up and not stalled: new requests may go to it."""
+        return self.alive and not self.stalled

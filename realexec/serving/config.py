@@ -32,7 +32,10 @@ class ServeConfig:
     kv_mode: "full" or "layerwise" (see `realexec.serving.pd.prefill`). transport: "ipc" or "tcp".
     kv_timeout_s: the decode side recomputes a prompt whose KV is this late (s).
     heartbeat_s: idle heartbeat period of workers (s); a worker silent for
-    `heartbeat_timeout_s` or whose process exits is reported down and its requests fail.
+    `heartbeat_timeout_s` is stalled (unhealthy, given no new requests, taken back if it
+    speaks again); one silent for `worker_kill_timeout_s`, or whose process exits, is down
+    and its requests fail. restart_workers: start a down worker again (else the front end's
+    `on_worker_down` is told).
     role_llm_kwargs: per-role overrides of `llm_kwargs` ({"decode": {"num_gpu_blocks": 64}}).
     num_threads: torch threads per worker (default: the CPUs split evenly among workers).
     fault_drop_kv: prefill workers drop every KV transfer (tests/benchmarks of the fallback).
@@ -50,6 +53,10 @@ class ServeConfig:
     kv_hold_timeout_s: float = 60.0
     heartbeat_s: float = 0.25
     heartbeat_timeout_s: float = 30.0
+    # vLLM's VLLM_ENGINE_ITERATION_TIMEOUT_S (60 s): how long an engine step may take before
+    # the engine is declared dead
+    worker_kill_timeout_s: float = 60.0
+    restart_workers: bool = False
     startup_timeout_s: float = 180.0
     num_threads: int | None = None
     max_staging_bytes: int = 1 << 30
@@ -71,9 +78,13 @@ class ServeConfig:
             raise ValueError(f"kv_mode must be 'full' or 'layerwise', got {self.kv_mode!r}")
         if self.transport not in ("ipc", "tcp"):
             raise ValueError(f"transport must be 'ipc' or 'tcp', got {self.transport!r}")
-        for name in ("kv_timeout_s", "heartbeat_s", "heartbeat_timeout_s", "startup_timeout_s"):
+        for name in ("kv_timeout_s", "heartbeat_s", "heartbeat_timeout_s", "startup_timeout_s",
+                     "worker_kill_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 s, got {getattr(self, name)!r}")
+        if self.worker_kill_timeout_s < self.heartbeat_timeout_s:
+            raise ValueError(f"worker_kill_timeout_s ({self.worker_kill_timeout_s} s) must be >= "
+                             f"heartbeat_timeout_s ({self.heartbeat_timeout_s} s)")
 
     @property
     def worker_roles(self) -> list[tuple[str, str]]:

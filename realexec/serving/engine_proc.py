@@ -81,7 +81,9 @@ class EngineLoop:
         s = dict(self.llm.scheduler.get_stats())
         kvs = self.llm.kv_cache_manager.get_stats()
         s.update(num_gpu_blocks=kvs.num_gpu_blocks, kv_peak_usage=kvs.peak_usage,
-                 prefix_hit_rate=kvs.prefix_hit_rate, num_bad_messages=self.num_bad_messages,
+                 prefix_hit_rate=kvs.prefix_hit_rate,
+                 prefix_queries_tokens=kvs.prefix_queries_tokens,
+                 prefix_hit_tokens=kvs.prefix_hit_tokens, num_bad_messages=self.num_bad_messages,
                  num_steps=self.num_steps, num_live=len(self.live))
         if self.connector is not None:
             s.update(self.connector.stats())
@@ -211,6 +213,8 @@ class EngineLoop:
                 item["stop"] = req.stop_reason
             if rid in handoff:
                 item["handoff"] = True
+            if new and req.logprobs:  # one entry per token this worker sampled: the newest
+                item["lp"] = [[lp, ids, vals] for lp, ids, vals in req.logprobs[-len(new):]]
             if (fin is not None or rid in handoff) and req.num_preemptions:
                 item["pre"] = req.num_preemptions  # times this worker preempted it
             kv = self.connector.pop_kv_info(rid) if self.connector is not None else None

@@ -96,6 +96,8 @@ OUTPUT_ITEM_SCHEMA: dict[str, tuple[Any, bool]] = {
     "stop": _f((str, type(None)), True), "cached": _f(int, True), "err": _f(str, True),
     "handoff": _f(bool, True), "kv": _f(dict, True), "t_tok": _f("list[float]", True),
     "pre": _f(int, True), "sched_age": _f(_NUM, True),
+    # with logprobs asked for: [logprob of the token, top ids, top logprobs] per token of `tok`
+    "lp": _f("list[list]", True),
 }
 
 

@@ -54,6 +54,10 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # log-probabilities to return per output token: None = none; k >= 0 = the sampled token's
+    # and the k most likely tokens' (vLLM's `logprobs`: of the raw model output, before
+    # temperature, top-k/top-p or min_tokens change it)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
@@ -71,6 +75,8 @@ class SamplingParams:
             raise ValueError(f"{where}.n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
             raise ValueError(f"{where}.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"{where}.logprobs must be None or >= 0, got {self.logprobs}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(
                 f"{where}.min_tokens must be in [0, max_tokens={self.max_tokens}], "
@@ -131,6 +137,9 @@ class Request:
     # counters
     num_preemptions: int = 0
     num_cached_tokens: int = -1  # prompt tokens served from the prefix cache (-1: not yet)
+    # with sampling_params.logprobs set, one (sampled token's logprob, top ids, top logprobs)
+    # per output token this engine sampled (the real executor fills it; None otherwise)
+    logprobs: list[tuple[float, list[int], list[float]]] | None = None
     # backend annotations (replica ids, KV transfer time, ...); never read by the core
     annotations: dict[str, Any] = field(default_factory=dict)
     # core-internal

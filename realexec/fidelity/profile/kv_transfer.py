@@ -11,6 +11,7 @@ in a second process (`python -m realexec.fidelity.profile.kv_transfer`), as `rea
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,8 +30,6 @@ _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16)}
 STARTUP_TIMEOUT_S = 120.0
 
 
-def _ipc(tag: str) -> str:
-    return f"ipc://{Path(tempfile.mkdtemp(prefix='kvpd-prof-'))}/{tag}"
 
 
 def _receiver(args: dict[str, Any]) -> None:
@@ -84,7 +83,8 @@ def measure_transfer(cache: PagedKVCache, token_counts: list[int], repeats: int,
     if need > cache.num_blocks:
         raise ValueError(f"kv transfer of {max(token_counts)} tokens needs {need} blocks; "
                          f"the profiling cache has {cache.num_blocks}")
-    addr_kv, addr_ack = _ipc("kv"), _ipc("ack")
+    tmp = Path(tempfile.mkdtemp(prefix="kvpd-prof-"))  # removed below
+    addr_kv, addr_ack = f"ipc://{tmp}/kv", f"ipc://{tmp}/ack"
     ctx = zmq.Context()
     ack = ctx.socket(zmq.PULL)
     ack.bind(addr_ack)
@@ -122,6 +122,7 @@ def measure_transfer(cache: PagedKVCache, token_counts: list[int], repeats: int,
         kv.close(linger=0)
         ack.close(linger=0)
         ctx.term()
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

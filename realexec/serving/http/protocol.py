@@ -1,19 +1,30 @@
-"""OpenAI API shapes for `realexec.serving.http.server`: request validation (-> `ApiError` 400 with an
-OpenAI-style body) and response / stream-chunk construction.
+"""OpenAI request validation for `realexec.serving.http.server`: strict pydantic models of the
+completion and chat bodies, turned into a `ParsedRequest` or an `ApiError` (400, OpenAI's error
+shape, naming the `param`).
 
-Prompts are token ids (`prompt: [int, ...]`, or `prompt_token_ids` in the body of a chat
-request, e.g. via the `openai` client's `extra_body`) or, when a tokenizer is loaded, text.
-Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `prompt_token_ids`; every choice also carries its `token_ids`.
+Types are strict (`"stream": "no"` or `"ignore_eos": "false"` is a 400, not a truthy string),
+numbers finite and in range, a seed in 0..2^64-1. Prompts are token ids (`prompt: [int, ...]`,
+or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body`) or, when a
+tokenizer is loaded, text. Extensions beyond OpenAI's fields (vLLM's names): `top_k`,
+`min_tokens`, `ignore_eos`, `stop_token_ids`, `prompt_token_ids`. Unknown fields are ignored,
+as OpenAI and vLLM do; fields OpenAI defines that this server does not implement are accepted
+only at their neutral value.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from simulator.core.request import SamplingParams
+
+SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_seed takes them
+# vLLM's default max_logprobs, and OpenAI's largest top_logprobs
+MAX_LOGPROBS = 20
+# OpenAI's largest `n`
+MAX_N = 128
 
 
 class ApiError(Exception):
@@ -30,50 +41,125 @@ class ApiError(Exception):
                           "code": self.code}}
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Common(_Strict):
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=-1)  # -1 or 0: off (vLLM uses -1)
+    min_tokens: int = Field(0, ge=0)
+    seed: int | None = Field(None, ge=0, le=SEED_MAX)
+    n: int = Field(1, ge=1, le=MAX_N)
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    # OpenAI fields accepted only at their neutral value (checked in `_neutral`)
+    presence_penalty: float | None = Field(None, allow_inf_nan=False)
+    frequency_penalty: float | None = Field(None, allow_inf_nan=False)
+    logit_bias: dict[str, Any] | None = None
+    best_of: int | None = None
+    tools: Any = None
+    tool_choice: Any = None
+    response_format: Any = None
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool | None = None
+    suffix: str | None = None
+
+
+class ChatMessage(_Strict):
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] | None = None
+    prompt_token_ids: list[int] | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": None,
+            "best_of": 1, "tools": None, "tool_choice": None, "response_format": None,
+            "echo": False, "suffix": None}
+
+
 @dataclass
 class ParsedRequest:
     """A validated completion / chat request, ready for the engine."""
 
     prompt_token_ids: list[int]
-    sampling: dict[str, Any]
+    sampling: dict[str, Any]  # one choice's engine sampling options (n = 1)
     stream: bool
     include_usage: bool
     stop_strings: list[str]
+    n: int = 1
+    logprobs: int | None = None  # top logprobs per token (None: no logprobs asked for)
 
 
-# Fields OpenAI defines that this server accepts only at their neutral value.
-_NEUTRAL = {"n": 1, "best_of": 1, "echo": False, "logprobs": None, "top_logprobs": None,
-            "suffix": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-            "logit_bias": None, "tools": None, "tool_choice": None, "response_format": None}
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _num(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-        raise ApiError(f"'{name}' must be {'a number' if kind is float else 'an integer'}, "
-                       f"got {value!r}", param=name)
-    return kind(value)
+def error_from(exc: ValidationError) -> ApiError:
+    """The first validation error as a 400 naming its field (`param`)."""
+    e = exc.errors(include_url=False)[0]
+    loc = [x for x in e["loc"] if not (isinstance(x, str) and ("[" in x or x in (
+        "str", "int", "float", "bool", "none")))]
+    param = str(loc[0]) if loc else None
+    path = "".join(f"[{x}]" if isinstance(x, int) else (f".{x}" if i else str(x))
+                   for i, x in enumerate(loc)) or "the request body"
+    kind, ctx, got = e["type"], e.get("ctx") or {}, _show(e.get("input"))
+    if kind == "json_invalid":
+        return ApiError(f"the request body is not valid JSON ({ctx.get('error', e['msg'])})")
+    if kind in ("model_type", "dict_type") and not loc:
+        return ApiError("the request body must be a JSON object")
+    if param == "prompt" and len(loc) == 1 and kind != "missing":
+        return ApiError("'prompt' must be a string or a list of token ids", param=param)
+    messages = {
+        "missing": f"'{path}' is required",
+        "int_type": f"{path} must be an integer, got {got}",
+        "float_type": f"{path} must be a number, got {got}",
+        "finite_number": f"{path} must be a finite number, got {got}",
+        "bool_type": f"{path} must be true or false, got {got}",
+        "string_type": f"{path} must be a string, got {got}",
+        "list_type": f"{path} must be a list, got {got}",
+        "greater_than_equal": f"{path} must be >= {ctx.get('ge')}, got {got}",
+        "greater_than": f"{path} must be > {ctx.get('gt')}, got {got}",
+        "less_than_equal": f"{path} must be <= {ctx.get('le')}, got {got}",
+    }
+    return ApiError(messages.get(kind, f"{path}: {e['msg']} (got {got})"), param=param)
 
 
-def check_model(body: dict[str, Any], served: str) -> None:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError("'model' is required (a string)", param="model")
+def check_model(model: str, served: str) -> None:
     if model != served:
         raise ApiError(f"The model '{model}' does not exist; this server serves '{served}'",
                        param="model", code="model_not_found")
 
 
-def token_prompt(value: Any, vocab_size: int, param: str) -> list[int]:
+def token_prompt(value: list[int], vocab_size: int, param: str) -> list[int]:
     if not value:
         raise ApiError(f"'{param}' is empty; give at least one token", param=param)
     for i, t in enumerate(value):
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+        if not 0 <= t < vocab_size:
             raise ApiError(f"'{param}[{i}]' = {t!r} is not a token id in [0, {vocab_size})",
                            param=param)
-    return list(value)
+    return value
 
 
 def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
@@ -86,23 +172,19 @@ def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
     return list(ids)
 
 
-def completion_prompt(body: dict[str, Any], tokenizer: Any, vocab_size: int) -> list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return encode_text(tokenizer, prompt, "prompt")
+def completion_prompt(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[int]:
+    prompt = req.prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            return encode_text(tokenizer, prompt, "prompt")
-    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-        return token_prompt(prompt, vocab_size, "prompt")
-    if isinstance(prompt, list):
+    if isinstance(prompt, str):
+        return encode_text(tokenizer, prompt, "prompt")
+    if prompt and not isinstance(prompt[0], int):
         raise ApiError("'prompt' must be one prompt (a string or a list of token ids); "
                        "batches of prompts are not supported", param="prompt")
-    raise ApiError("'prompt' is required: a string or a list of token ids", param="prompt")
+    return token_prompt(prompt, vocab_size, "prompt")
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """The tokenizer's chat template, or a plain `<|role|>\\ncontent\\n` template without one."""
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -111,154 +193,94 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
     return encode_text(tokenizer, text, "messages")
 
 
-def chat_prompt(body: dict[str, Any], tokenizer: Any, vocab_size: int) -> list[int]:
-    if body.get("prompt_token_ids") is not None:
-        ids = body["prompt_token_ids"]
-        if not isinstance(ids, list):
-            raise ApiError("'prompt_token_ids' must be a list of token ids", param="prompt_token_ids")
-        return token_prompt(ids, vocab_size, "prompt_token_ids")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+def chat_prompt(req: ChatCompletionRequest, tokenizer: Any, vocab_size: int) -> list[int]:
+    if req.prompt_token_ids is not None:
+        return token_prompt(req.prompt_token_ids, vocab_size, "prompt_token_ids")
+    if not req.messages:
         raise ApiError("'messages' must be a non-empty list", param="messages")
     clean = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(f"'messages[{i}]' must be an object with a 'role'", param="messages")
-        content = m.get("content")
+    for m in req.messages:
+        content = m.content
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        if not isinstance(content, str):
-            raise ApiError(f"'messages[{i}].content' must be a string", param="messages")
-        clean.append({"role": m["role"], "content": content})
+            content = "".join(str(p.get("text", "")) for p in content)
+        clean.append({"role": m.role, "content": content})
     if tokenizer is None:
         raise ApiError("this model has no tokenizer: pass the prompt as 'prompt_token_ids' "
                        "(e.g. extra_body={'prompt_token_ids': [...]})", param="messages")
     return render_chat(tokenizer, clean)
 
 
-def parse_request(body: Any, *, chat: bool, served: str, tokenizer: Any, vocab_size: int,
-                  max_model_len: int) -> ParsedRequest:
-    """Validate a completion (`chat=False`) or chat request body; ApiError 400 if bad."""
-    if not isinstance(body, dict):
-        raise ApiError("the request body must be a JSON object")
-    check_model(body, served)
+def _neutral(req: _Common) -> None:
     for name, neutral in _NEUTRAL.items():
-        if body.get(name, neutral) not in (neutral, None):
-            raise ApiError(f"'{name}' = {body[name]!r} is not supported by this server "
+        value = getattr(req, name, None)
+        if value not in (neutral, None):
+            raise ApiError(f"'{name}' = {_show(value)} is not supported by this server "
                            f"(only {neutral!r})", param=name)
-    prompt = chat_prompt(body, tokenizer, vocab_size) if chat else completion_prompt(
-        body, tokenizer, vocab_size)
+
+
+def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_size: int,
+                  max_model_len: int) -> ParsedRequest:
+    """Validate a completion (`chat=False`) or chat request body (raw JSON bytes); ApiError
+    400 naming the field if bad. CPU-bound: the server runs it off its event loop."""
+    model = ChatCompletionRequest if chat else CompletionRequest
+    try:
+        req = model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise error_from(exc) from None
+    check_model(req.model, served)
+    _neutral(req)
+    if chat:
+        prompt = chat_prompt(req, tokenizer, vocab_size)
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ApiError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    else:
+        prompt = completion_prompt(req, tokenizer, vocab_size)
+        logprobs = req.logprobs
     room = max_model_len - len(prompt)
     if room < 1:
         raise ApiError(f"the prompt has {len(prompt)} tokens; this model's context is "
                        f"{max_model_len} tokens", param="prompt", code="context_length_exceeded")
-    key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _num(body, key, int, room if chat else 16)
+    key = "max_completion_tokens" if chat and req.max_completion_tokens is not None else "max_tokens"
+    asked = getattr(req, key)
+    max_tokens = asked if asked is not None else (room if chat else 16)
     if len(prompt) + max_tokens > max_model_len:
         raise ApiError(f"prompt ({len(prompt)} tokens) + {key} ({max_tokens}) exceeds this "
                        f"model's context of {max_model_len} tokens", param=key,
                        code="context_length_exceeded")
-    top_k = _num(body, "top_k", int, 0)
-    stop = body.get("stop")
-    stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
-    if not all(isinstance(s, str) and s for s in stop_strings):
+    stop_strings = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if not all(stop_strings):
         raise ApiError("'stop' must be a string or a list of non-empty strings", param="stop")
     if stop_strings and tokenizer is None:
         raise ApiError("'stop' strings need a tokenizer; use 'stop_token_ids'", param="stop")
+    stop_ids = req.stop_token_ids or []
+    for i, t in enumerate(stop_ids):
+        if not 0 <= t < vocab_size:
+            raise ApiError(f"'stop_token_ids[{i}]' = {t} is not a token id in [0, {vocab_size})",
+                           param="stop_token_ids")
+    if req.min_tokens > max_tokens:
+        raise ApiError(f"min_tokens ({req.min_tokens}) must be <= {key} ({max_tokens})",
+                       param="min_tokens")
     options = {
-        "temperature": _num(body, "temperature", float, 1.0),
-        "top_p": _num(body, "top_p", float, 1.0),
-        "top_k": 0 if top_k == -1 else top_k,  # vLLM uses -1 for "off"
-        "max_tokens": max_tokens,
-        "min_tokens": _num(body, "min_tokens", int, 0),
-        "seed": _num(body, "seed", int, None),
-        "ignore_eos": bool(body.get("ignore_eos", False)),
-        "stop_token_ids": body.get("stop_token_ids") or [],
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "top_k": 0 if req.top_k in (None, -1) else req.top_k,
+        "max_tokens": max_tokens, "min_tokens": req.min_tokens, "seed": req.seed,
+        "ignore_eos": req.ignore_eos, "stop_token_ids": list(stop_ids), "logprobs": logprobs,
     }
     try:
-        SamplingParams.from_dict(options, "request")
+        SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
     except ValueError as exc:
         raise ApiError(str(exc).removeprefix("request: ")) from None
-    so = body.get("stream_options") or {}
-    return ParsedRequest(prompt, {**options, "stop_token_ids": list(options["stop_token_ids"])},
-                         bool(body.get("stream", False)),
-                         bool(isinstance(so, dict) and so.get("include_usage")), stop_strings)
+    so = req.stream_options
+    return ParsedRequest(prompt, options, req.stream, bool(so and so.include_usage), stop_strings,
+                         req.n, logprobs)
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
-
-
-def engine_stats(num_preemptions: int | None, queueing_s: float | None = None) -> dict[str, Any]:
-    """kvpd's extension field of a response or of its finishing chunk (clients that do not
-    know it ignore it): how often the engine preempted the request and how long (s) it
-    waited from the server's receipt to the first step of the worker that ran its prompt
-    (each left out when not known)."""
-    ext: dict[str, Any] = {}
-    if num_preemptions is not None:
-        ext["num_preemptions"] = int(num_preemptions)
-    if queueing_s is not None:
-        ext["queueing_s"] = float(queueing_s)
-    return {"kvpd": ext} if ext else {}
-
-
-def completion_body(rid: str, model: str, text: str, token_ids: list[int], finish: str | None,
-                    prompt_tokens: int, chat: bool, num_preemptions: int | None = None,
-                    queueing_s: float | None = None) -> dict[str, Any]:
-    if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "logprobs": None, "finish_reason": finish, "token_ids": token_ids}
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                  "token_ids": token_ids}
-    return {"id": rid, "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, len(token_ids)), **engine_stats(num_preemptions, queueing_s)}
-
-
-def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
-               finish: str | None, chat: bool, role: bool = False,
-               num_preemptions: int | None = None, queueing_s: float | None = None) -> dict[str, Any]:
-    if chat:
-        delta: dict[str, Any] = {}
-        if role:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                  "token_ids": token_ids}
-    else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
-                  "token_ids": token_ids}
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
-            **engine_stats(num_preemptions, queueing_s)}
-
-
-class Detokenizer:
-    """Incremental text of a growing token list; with `stop_strings`, where to cut."""
-
-    def __init__(self, tokenizer: Any, stop_strings: list[str]) -> None:
-        self.tokenizer = tokenizer
-        self.stop_strings = stop_strings
-        self.ids: list[int] = []
-        self.text = ""
-        self.stopped = False
-
-    def add(self, ids: list[int]) -> str:
-        """The new text for `ids` (empty without a tokenizer); sets `stopped` at a stop string."""
-        if self.tokenizer is None or self.stopped:
-            return ""
-        self.ids.extend(ids)
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if full.endswith("\ufffd"):  # an unfinished multi-byte character: wait for more
-            return ""
-        for s in self.stop_strings:
-            at = full.find(s, max(0, len(self.text) - len(s)))
-            if at >= 0:
-                full, self.stopped = full[:at], True
-                break
-        new = full[len(self.text):]
-        self.text = full
-        return new
+def child_sampling(parsed: ParsedRequest, index: int) -> dict[str, Any]:
+    """Choice `index`'s options of an `n` > 1 request: the same, with seed + index (mod 2^64)
+    when a seed is given, as vLLM v1's parallel sampling does."""
+    s = dict(parsed.sampling)
+    if s.get("seed") is not None:
+        s["seed"] = (s["seed"] + index) % (SEED_MAX + 1)
+    return s

@@ -1,40 +1,67 @@
 """OpenAI-compatible HTTP server (FastAPI + uvicorn) in front of an `EngineClient`.
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (both with `stream: true` as
-server-sent events ending in `data: [DONE]`), `GET /v1/models`, `GET /health` (200, or 503
-with the down workers), `GET /metrics` (Prometheus text). Bad input is a 400 with an
-OpenAI-style error body (`realexec.serving.http.protocol`); a request whose worker is down is a 503.
-A client that disconnects (or cancels) aborts its request: the engine frees its blocks
-before its next step.
+server-sent events ending in `data: [DONE]`; `n` choices; `logprobs`), `GET /v1/models`,
+`GET /health` (200, or 503 while a worker is down or stalled or the server drains),
+`GET /metrics` (Prometheus, `realexec.serving.metrics`), `GET /version`, and with a tokenizer
+`POST /tokenize` and `POST /detokenize` (vLLM's shapes). Every error, 404/405 included, is
+OpenAI's error object (`realexec.serving.http.protocol.ApiError`).
+
+A body larger than `max_request_bytes` is a 413, refused from its Content-Length or as soon as
+that many bytes arrived; parsing, validation and tokenization run on one worker thread, not
+on the event loop that feeds the streams. A request whose worker is down is a 503; a client
+that disconnects (or cancels) aborts its request, and the engine frees its blocks before its
+next step.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from realexec.serving.client import AsyncEngineClient, EngineClient, EngineDeadError
-from realexec.serving.http.protocol import (
-    ApiError,
-    Detokenizer,
-    ParsedRequest,
-    chunk_body,
-    completion_body,
-    parse_request,
-    usage,
-)
+from realexec.serving.client import EngineClient, EngineDeadError
+from realexec.serving.http.body import read_body
+from realexec.serving.http.generate import Choices, ClosingStream, collect, stream_events
+from realexec.serving.http.middleware import AccessLog, ApiKey
+from realexec.serving.http.protocol import ApiError, parse_request
+from realexec.serving.metrics import PROMETHEUS_CONTENT_TYPE, render_metrics
 
-# How often a non-streaming handler checks whether its client went away (s).
-DISCONNECT_POLL_S = 0.1
+log = logging.getLogger("kvpd.http")
+
+# Default `max_request_bytes`: vLLM has no limit; 4 MiB holds a 262k-token prompt of ids
+# (<= 16 bytes each as JSON), far beyond any context served here, and parses in ~30 ms.
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class ServerOptions:
+    """max_request_bytes: larger bodies get 413. api_key: require `Bearer <key>` (None: open).
+    max_model_len: the context advertised and enforced (None: the workers'). access_log: one
+    INFO line per request on the `kvpd.access` logger."""
+
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    api_key: str | None = None
+    max_model_len: int | None = None
+    access_log: bool = True
+
+
+class ServerState:
+    """What the routes share: `draining` once shutdown began (new requests get 503)."""
+
+    def __init__(self) -> None:
+        self.draining = False
 
 
 def load_tokenizer(path: str | Path | None) -> Any:
@@ -53,15 +80,17 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
-def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = None) -> FastAPI:
+def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = None,
+               options: ServerOptions | None = None) -> FastAPI:
     """The FastAPI app serving `client`'s workers under the model name `served_model_name`."""
-    app = FastAPI(title="kvpd", docs_url=None, redoc_url=None)
-    aclient = AsyncEngineClient(client)
+    opts = options or ServerOptions()
+    app = FastAPI(title="kvpd", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.kvpd = state = ServerState()
     created = int(time.time())
+    parser = ThreadPoolExecutor(1, thread_name_prefix="kvpd-parse")
+
+    def max_model_len() -> int:
+        return int(opts.max_model_len or client.model_info["max_model_len"])
 
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
@@ -71,110 +100,52 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
     async def _validation_error(_req: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(ApiError(f"invalid request: {exc.errors()[:1]}"))
 
-    async def _body(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(f"the request body is not valid JSON ({exc})") from None
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        what = {404: f"Invalid URL ({req.method} {req.url.path})",
+                405: f"Method {req.method} is not allowed for {req.url.path}"}
+        err = ApiError(what.get(exc.status_code, str(exc.detail)), exc.status_code)
+        return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
 
-    def _parse(body: Any, chat: bool) -> ParsedRequest:
-        info = client.model_info
-        return parse_request(body, chat=chat, served=served_model_name, tokenizer=tokenizer,
-                             vocab_size=int(info["vocab_size"]),
-                             max_model_len=int(info["max_model_len"]))
+    @app.exception_handler(Exception)
+    async def _internal(_req: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return _error(ApiError(f"internal error: {type(exc).__name__}: {exc}", 500,
+                               err_type="server_error"))
+
+    async def _off_loop(fn: Any, *args: Any, **kw: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(parser, lambda: fn(*args, **kw))
 
     async def _complete(request: Request, chat: bool) -> Any:
-        req = _parse(await _body(request), chat)
-        prefix = "chatcmpl-" if chat else "cmpl-"
-        rid = prefix + uuid.uuid4().hex
+        raw = await read_body(request, opts.max_request_bytes)
+        info = client.model_info
+        req = await _off_loop(parse_request, raw, chat=chat, served=served_model_name,
+                              tokenizer=tokenizer, vocab_size=int(info["vocab_size"]),
+                              max_model_len=max_model_len())
+        if state.draining:
+            raise ApiError("the server is shutting down", 503, err_type="service_unavailable")
         if not client.is_healthy():
-            down = {n: w["down"] for n, w in client.workers_status().items() if w["down"]}
-            raise ApiError(f"the engine is down: {down}", 503, err_type="service_unavailable")
-        if req.stream:
-            return StreamingResponse(_stream(rid, req, chat), media_type="text/event-stream")
-        return await _whole(request, rid, req, chat)
-
-    async def _whole(request: Request, rid: str, req: ParsedRequest, chat: bool) -> JSONResponse:
-        detok = Detokenizer(tokenizer, req.stop_strings)
-        toks: list[int] = []
-        gen = aclient.stream(req.prompt_token_ids, req.sampling, rid)
-        task = asyncio.ensure_future(_collect(gen, detok, toks, rid))
-        while not task.done():
-            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if not task.done() and await request.is_disconnected():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                return JSONResponse({}, status_code=499)
-        finish, preempted, queueing = task.result()
-        return JSONResponse(completion_body(rid, served_model_name, detok.text, toks, finish,
-                                            len(req.prompt_token_ids), chat, preempted, queueing))
-
-    async def _collect(gen: Any, detok: Detokenizer, toks: list[int],
-                       rid: str) -> tuple[str | None, int | None, float | None]:
-        """(finish reason, preemptions, queueing s: the last two known when the engine
-        finished the request)."""
+            bad = {n: w["down"] or "stalled" for n, w in client.workers_status().items()
+                   if w["down"] or w["stalled"] or not w["alive"]}
+            raise ApiError(f"the engine is down: {bad}", 503, err_type="service_unavailable")
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
-            async for delta in gen:
-                if delta.error:
-                    status = 503 if "down" in delta.error else 500
-                    raise ApiError(delta.error, status, err_type="server_error")
-                toks.extend(delta.token_ids)
-                detok.add(delta.token_ids)
-                if detok.stopped:
-                    client.abort(rid, "stop string")
-                    return "stop", None, None
-                if delta.finished:
-                    return delta.finish_reason, delta.num_preemptions, delta.queueing_s
-        finally:
-            await gen.aclose()
-        return None, None, None
-
-    async def _stream(rid: str, req: ParsedRequest, chat: bool):
-        detok = Detokenizer(tokenizer, req.stop_strings)
-        n_out = 0
-        gen = aclient.stream(req.prompt_token_ids, req.sampling, rid)
-        try:
-            if chat:
-                yield _sse(chunk_body(rid, served_model_name, "", [], None, True, role=True))
-            async for delta in gen:
-                if delta.error:
-                    yield _sse(ApiError(delta.error, 503, err_type="server_error").body())
-                    break
-                n_out += len(delta.token_ids)
-                text = detok.add(delta.token_ids)
-                finish = delta.finish_reason if delta.finished else None
-                if detok.stopped:
-                    client.abort(rid, "stop string")
-                    finish = "stop"
-                if delta.token_ids or finish:
-                    done = delta.finished
-                    yield _sse(chunk_body(rid, served_model_name, text, delta.token_ids, finish, chat,
-                                          num_preemptions=delta.num_preemptions if done else None,
-                                          queueing_s=delta.queueing_s if done else None))
-                if finish:
-                    break
-            if req.include_usage:
-                yield _sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                            "created": int(time.time()), "model": served_model_name, "choices": [],
-                            "usage": usage(len(req.prompt_token_ids), n_out)})
-            yield "data: [DONE]\n\n"
-        finally:
-            await gen.aclose()
-
-    async def _serve(request: Request, chat: bool) -> Any:
-        """`_complete`, with a dead engine answered as 503."""
-        try:
-            return await _complete(request, chat)
+            choices = Choices(client, rid, req)
         except EngineDeadError as exc:
             raise ApiError(str(exc), 503, err_type="service_unavailable") from None
+        if req.stream:
+            return ClosingStream(stream_events(rid, served_model_name, req, chat, choices,
+                                               tokenizer), choices)
+        body = await collect(request, rid, served_model_name, req, chat, choices, tokenizer)
+        return JSONResponse({}, status_code=499) if body is None else JSONResponse(body)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        return await _serve(request, chat=False)
+        return await _complete(request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        return await _serve(request, chat=True)
+        return await _complete(request, chat=True)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -182,23 +153,50 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
         return {"object": "list", "data": [{
             "id": served_model_name, "object": "model", "created": created, "owned_by": "kvpd",
             "root": str(info.get("source", served_model_name)),
-            "max_model_len": info.get("max_model_len"), "vocab_size": info.get("vocab_size")}]}
+            "max_model_len": max_model_len(), "vocab_size": info.get("vocab_size")}]}
 
     @app.get("/health")
     async def health() -> JSONResponse:
         status = client.workers_status()
-        ok = client.is_healthy()
-        body = {"status": "ok" if ok else "down",
-                "workers": {n: {"role": w["role"], "alive": w["alive"], "down": w["down"]}
+        ok = client.is_healthy() and not state.draining
+        body = {"status": "ok" if ok else ("draining" if state.draining else "down"),
+                "workers": {n: {"role": w["role"], "alive": w["alive"], "down": w["down"],
+                                "stalled": w["stalled"], "restarts": w["restarts"],
+                                "pid": w["pid"]}
                             for n, w in status.items()}}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        text = client.metrics.render(client.workers_status(), len(client.requests))
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def metrics() -> Response:
+        text = render_metrics(client.metrics, client.workers_status(), len(client.requests),
+                              served_model_name)
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        from kvpd import __version__
+
+        return {"version": __version__}
+
+    if tokenizer is not None:
+        from realexec.serving.http.tokenize import add_tokenize_routes
+
+        add_tokenize_routes(app, served_model_name, tokenizer, max_model_len,
+                            opts.max_request_bytes, _off_loop)
+    app.add_middleware(_Outer, inner=(opts.api_key, opts.access_log))  # type: ignore[arg-type]
     return app
+
+
+class _Outer:
+    """The access log outside the API-key check (refused requests are logged too)."""
+
+    def __init__(self, app: Any, inner: tuple[str | None, bool]) -> None:
+        key, access = inner
+        wrapped = ApiKey(app, key) if key else app
+        self.app = AccessLog(wrapped) if access else wrapped
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 class ServerThread:

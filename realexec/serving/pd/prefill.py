@@ -92,6 +92,7 @@ class PrefillConnector:
         self.llm = loop.llm
         self.ctx = ctx
         self.peers: dict[str, zmq.Socket] = {}
+        self.endpoints: dict[str, str] = {}  # decode worker -> the KV endpoint connected to
         self.socks: list[zmq.Socket] = []
         self.target: dict[str, str] = {}  # request id -> decode worker
         self.streamed: dict[str, list[Any]] = {}  # layerwise: request id -> trackers so far
@@ -106,8 +107,13 @@ class PrefillConnector:
     # ------------------------------------------------------------- control
     def on_peers(self, body: dict[str, Any]) -> None:
         for name, endpoint in body["decode_kv"].items():
-            if name in self.peers or not isinstance(endpoint, str):
+            if not isinstance(endpoint, str) or self.endpoints.get(name) == endpoint:
                 continue
+            old = self.peers.pop(name, None)  # a restarted decode worker's new endpoint
+            if old is not None:
+                self.socks.remove(old)
+                old.close(linger=0)
+            self.endpoints[name] = endpoint
             sock = self.ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, self.spec.name.encode())
             sock.setsockopt(zmq.LINGER, 0)

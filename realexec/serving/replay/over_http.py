@@ -6,7 +6,13 @@ are the request's preemptions and its wait from the server's receipt to the firs
 the worker that ran its prompt (added to the send time: queueing as the client sees it
 less the request's trip to the server). With `max_concurrency` = N (a closed loop, as
 `vllm bench serve --max-concurrency`) a request is sent once its time has come and one of N
-slots is free; it is stamped as sent then, so TTFT counts from the send."""
+slots is free; it is stamped as sent then, so TTFT counts from the send.
+
+What a client cannot see is read from the server's `/metrics` before and after the replay:
+the prefix-cache hit rate is the change in `vllm:prefix_cache_hits_total` over the change in
+`vllm:prefix_cache_queries_total` of the workers that compute prompts (None when the server
+has no such counters, or nothing was looked up). The KV pool's peak usage is not exported
+(only the current usage), so it is None."""
 
 from __future__ import annotations
 
@@ -88,16 +94,41 @@ async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[
         return await asyncio.gather(*tasks)
 
 
+def prefix_counters(url: str) -> tuple[float, float] | None:
+    """(prefix-cache queries, hits) in tokens, summed over the server's workers that compute
+    prompts (colocated, prefill), from its `/metrics`; None if it exports none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+    except (httpx.HTTPError, ValueError):
+        return None
+    out = []
+    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
+        fam = fams.get(name)
+        if fam is None:
+            return None
+        out.append(sum(s.value for s in fam.samples if s.name.endswith("_total")
+                       and s.labels.get("role") != "decode"))
+    return out[0], out[1]
+
+
 def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
                 timeout_s: float, max_concurrency: int | None = None) -> tuple[list[Any], dict[str, Any]]:
     """(client-side `Request` records, extra stats) of a replay against a running server;
     `max_concurrency`: a closed loop of that many slots (None: open loop)."""
 
+    before = prefix_counters(url)
     rows = asyncio.run(_run(url, model, trace, prompts, timeout_s, max_concurrency))
+    after = prefix_counters(url)
+    hit_rate = None
+    if before is not None and after is not None and after[0] > before[0]:
+        hit_rate = (after[1] - before[1]) / (after[0] - before[0])
     outs = trace.output_len.tolist()
     reqs = [request_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
                     r["finish"], r["error"], 0,
                     None if r["queueing"] is None else r["sent"] + r["queueing"],
                     {"replica": url}, r["preempted"])
             for r in rows]
-    return reqs, {}
+    return reqs, {"kv_peak_usage": None, "prefix_hit_rate": hit_rate}

@@ -70,11 +70,12 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
                   limit: int | None = None, scale_prompt: float = 1.0, scale_output: float = 1.0,
                   time_scale: float | None = None, target_rate: float | None = None,
                   max_model_len: int | None = None, arrival: dict[str, Any] | None = None,
-                  seed: int = 0) -> workloads.Trace:
+                  seed: int = 0, report: dict[str, int] | None = None) -> workloads.Trace:
     """The trace after the simulator's transforms, in its order; prompt + output are then cut
     to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens). `arrival` (an
     arrival process, `workloads.arrivals`; `{"process": "burst"}`: all at t = 0, drawn with
-    `seed`) replaces the arrival times, so it excludes `time_scale` and `target_rate`."""
+    `seed`) replaces the arrival times, so it excludes `time_scale` and `target_rate`.
+    `report`, if given, receives how many rows were cut: `clipped_prompts`, `clipped_outputs`."""
     if arrival is not None and (time_scale is not None or target_rate is not None):
         raise ValueError("--arrival replaces the trace's arrival times; drop --time-scale and --rate")
     if window_s is not None:
@@ -89,12 +90,17 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
         trace = workloads.rescale_rate(trace, target_rate)
     if arrival is not None:
         trace = workloads.retime(trace, arrival, seed, "--arrival")
+    clipped = {"clipped_prompts": 0, "clipped_outputs": 0}
     if max_model_len:
+        clipped["clipped_prompts"] = int((trace.prompt_len > max_model_len - 1).sum())
         trace = workloads.limit_prompt_len(trace, max_model_len - 1, mode="clip")
         out = np.minimum(trace.output_len, max_model_len - trace.prompt_len)
+        clipped["clipped_outputs"] = int((out < trace.output_len).sum())
         trace = trace.replace(output_len=np.maximum(out, 1))
     if len(trace) == 0:
         raise ValueError(f"trace {trace.name!r} has no requests left after its transforms")
+    if report is not None:
+        report.update(clipped)
     return trace
 
 
@@ -268,22 +274,29 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
         kv = {"count": int(moved.sum()), "bytes_mean": float(b.mean()),
               "seconds_mean": float(s.mean()), "gbps_mean": float((b / s).mean() / 1e9),
               "lost": int(rec["kv_lost"].sum())}
+    clipped = {k: int(meta.pop(k, 0)) for k in ("clipped_prompts", "clipped_outputs")}
     extra = {"backend": {"kind": "real-serving", **meta}, "kv_transfer": kv,
-             "replay": {"send_lateness_s_max": extra_stats.get("send_lateness_s_max", 0.0)}}
-    summary = summarize(reqs, slo=slo, kv_peak_usage=extra_stats.get("kv_peak_usage", 0.0),
-                        prefix_hit_rate=extra_stats.get("prefix_hit_rate", 0.0), wall_s=wall_s,
-                        records=rec, extra=extra)
+             "replay": {"send_lateness_s_max": extra_stats.get("send_lateness_s_max", 0.0),
+                        **clipped}}
+    peak, hit = extra_stats.get("kv_peak_usage"), extra_stats.get("prefix_hit_rate")
+    summary = summarize(reqs, slo=slo, kv_peak_usage=peak or 0.0, prefix_hit_rate=hit or 0.0,
+                        wall_s=wall_s, records=rec, extra=extra)
+    # figures the target could not give are null, not 0.0 (a server is measured from outside)
+    summary["kv"] = {"peak_usage": None if peak is None else float(peak),
+                     "prefix_hit_rate": None if hit is None else float(hit)}
     return summary, rec
 
 
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, slo: SLO | None = None,
-           max_concurrency: int | None = None) -> ReplayResult:
+           max_concurrency: int | None = None,
+           clipped: dict[str, int] | None = None) -> ReplayResult:
     """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
     `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
     `model` name and its `vocab_size`. `max_concurrency`: a closed loop of that many slots
-    (module docstring); None: open loop."""
+    (module docstring); None: open loop. `clipped`: `prepare_trace`'s report, carried into
+    the summary's `replay` section."""
     if max_concurrency is not None and (isinstance(max_concurrency, bool)
                                         or not isinstance(max_concurrency, int) or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
@@ -307,7 +320,7 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
         prompts = synth_prompts(trace, vocab_size, seed)
         reqs, extra = replay_http(detail, model, trace, prompts, timeout_s, max_concurrency)
     wall_s = time.perf_counter() - t_start
-    meta = {"target": target, "trace": trace.name, "num_requests": len(trace)}
+    meta = {"target": target, "trace": trace.name, "num_requests": len(trace), **(clipped or {})}
     if max_concurrency is not None:
         meta["max_concurrency"] = max_concurrency
     summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo)

@@ -1,0 +1,182 @@
+"""The engine side of one completion / chat request: its `n` choices submitted to the engine
+client (`Choices`), streamed as server-sent events (`stream_events`) or collected into one
+response (`collect`).
+
+Every path that ends a response, however it ends (finished, error, client gone, server
+shutting down, an exception), goes through `Choices.close`, which aborts what is still in
+flight: no request outlives its HTTP exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from realexec.serving.client_types import Delta
+from realexec.serving.http.protocol import ApiError, ParsedRequest, child_sampling
+from realexec.serving.http.responses import (
+    Detokenizer,
+    choice_body,
+    chunk_body,
+    completion_body,
+    logprobs_body,
+    usage,
+)
+
+# How often a non-streaming handler checks whether its client went away (s).
+DISCONNECT_POLL_S = 0.1
+
+
+def sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def delta_error(d: Delta) -> ApiError:
+    """The API error for a request that ended with an error."""
+    if d.error_kind == "rejected":
+        return ApiError(d.error or "rejected", 400, param="prompt", code="context_length_exceeded")
+    if d.error_kind in ("down", "shutdown"):
+        return ApiError(d.error or "unavailable", 503, err_type="service_unavailable")
+    return ApiError(d.error or "internal error", 500, err_type="server_error")
+
+
+class Choices:
+    """The `n` engine requests of one API request (ids `rid`, or `rid-0` .. `rid-{n-1}`),
+    their deltas merged into one asyncio queue in arrival order."""
+
+    def __init__(self, client: Any, rid: str, req: ParsedRequest) -> None:
+        loop = asyncio.get_running_loop()
+        self.client = client
+        self.q: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
+        self.ids = [rid] if req.n == 1 else [f"{rid}-{i}" for i in range(req.n)]
+        self.done = [False] * req.n
+        try:
+            for i, sub in enumerate(self.ids):
+                client.submit(req.prompt_token_ids, child_sampling(req, i), sub,
+                              sink=lambda d, i=i: loop.call_soon_threadsafe(
+                                  self.q.put_nowait, (i, d)))
+        except BaseException:
+            self.close("a sibling choice could not be submitted")
+            raise
+
+    def finish(self, i: int, reason: str) -> None:
+        """End choice `i` here (a stop string): abort it in the engine, ignore its deltas."""
+        self.done[i] = True
+        self.client.abort(self.ids[i], reason)
+
+    def close(self, reason: str = "client disconnected") -> None:
+        for sub in self.ids:
+            self.client.abort(sub, reason)  # a no-op for requests that finished
+
+    def __aiter__(self) -> AsyncIterator[tuple[int, Delta]]:
+        return self._deltas()
+
+    async def _deltas(self) -> AsyncIterator[tuple[int, Delta]]:
+        while not all(self.done):
+            i, d = await self.q.get()
+            if self.done[i]:
+                continue
+            if d.finished:
+                self.done[i] = True
+            yield i, d
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed response that closes its `Choices` however the exchange ends, even when the
+    client leaves before the body's first byte (the generator then never runs)."""
+
+    def __init__(self, content: Any, choices: Choices) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.choices = choices
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.choices.close()
+
+
+async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, choices: Choices,
+                        tokenizer: Any) -> AsyncIterator[str]:
+    """The server-sent events of a streamed request, ending in `data: [DONE]`."""
+    dets = [Detokenizer(tokenizer, req.stop_strings) for _ in range(req.n)]
+    offsets = [0] * req.n
+    n_out = 0
+    if chat:
+        for i in range(req.n):
+            yield sse(chunk_body(rid, model, "", [], None, True, role=True, index=i))
+    async for i, d in choices:
+        if d.error:
+            yield sse(delta_error(d).body())
+            break
+        n_out += len(d.token_ids)
+        text = dets[i].add(d.token_ids)
+        finish = d.finish_reason if d.finished else None
+        if dets[i].stopped and not d.finished:
+            choices.finish(i, "stop string")
+            finish = "stop"
+        if d.token_ids or finish:
+            lp = None
+            if req.logprobs is not None and d.logprobs:
+                lp = logprobs_body(tokenizer, d.token_ids, d.logprobs, chat, offsets[i])
+                offsets[i] += sum(len(t) for t in lp.get("tokens", []))
+            done = d.finished
+            yield sse(chunk_body(rid, model, text, d.token_ids, finish, chat,
+                                 num_preemptions=d.num_preemptions if done else None,
+                                 queueing_s=d.queueing_s if done else None, index=i,
+                                 logprobs=lp))
+    if req.include_usage:
+        yield sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                   "created": int(time.time()), "model": model, "choices": [],
+                   "usage": usage(len(req.prompt_token_ids), n_out)})
+    yield "data: [DONE]\n\n"
+
+
+async def collect(request: Request, rid: str, model: str, req: ParsedRequest, chat: bool,
+                  choices: Choices, tokenizer: Any) -> dict[str, Any] | None:
+    """The whole response body, or None if the client went away first."""
+    task = asyncio.ensure_future(_gather(req, choices, tokenizer))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return None
+        outs, preempted, queueing = task.result()
+    finally:
+        choices.close()
+    bodies = []
+    for i, (det, toks, lps, finish) in enumerate(outs):
+        lp = logprobs_body(tokenizer, toks, lps, chat) if req.logprobs is not None else None
+        bodies.append(choice_body(i, det.text, toks, finish, chat, lp))
+    return completion_body(rid, model, bodies, len(req.prompt_token_ids), chat,
+                           preempted, queueing)
+
+
+async def _gather(req: ParsedRequest, choices: Choices, tokenizer: Any) -> tuple[list, Any, Any]:
+    outs: list[Any] = [(Detokenizer(tokenizer, req.stop_strings), [], [], None)
+                       for _ in range(req.n)]
+    preempted, queueing, ended = 0, None, False
+    async for i, d in choices:
+        det, toks, lps, _ = outs[i]
+        if d.error:
+            raise delta_error(d)
+        toks.extend(d.token_ids)
+        lps.extend(d.logprobs or [])
+        det.add(d.token_ids)
+        if det.stopped and not d.finished:
+            choices.finish(i, "stop string")
+            outs[i] = (det, toks, lps, "stop")
+        elif d.finished:
+            outs[i] = (det, toks, lps, d.finish_reason)
+            ended = True
+            preempted += d.num_preemptions
+            queueing = d.queueing_s if queueing is None else queueing
+    return outs, (preempted if ended else None), queueing

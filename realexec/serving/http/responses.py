@@ -1,0 +1,130 @@
+"""OpenAI response shapes for `realexec.serving.http.server`: whole responses, stream chunks,
+usage, logprobs (completions' and chat's shapes), and the incremental `Detokenizer`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# vLLM's stand-in for a -inf logprob (JSON has no infinity)
+LOGPROB_FLOOR = -9999.0
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def engine_stats(num_preemptions: int | None, queueing_s: float | None = None) -> dict[str, Any]:
+    """kvpd's extension field of a response or of its finishing chunk (clients that do not
+    know it ignore it): how often the engine preempted the request and how long (s) it
+    waited from the server's receipt to the first step of the worker that ran its prompt
+    (each left out when not known)."""
+    ext: dict[str, Any] = {}
+    if num_preemptions is not None:
+        ext["num_preemptions"] = int(num_preemptions)
+    if queueing_s is not None:
+        ext["queueing_s"] = float(queueing_s)
+    return {"kvpd": ext} if ext else {}
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    """A token as text: its decoded string, or vLLM's `token_id:N` without a tokenizer."""
+    if tokenizer is None:
+        return f"token_id:{token_id}"
+    return tokenizer.decode([token_id])
+
+
+def _lp(value: float) -> float:
+    return max(float(value), LOGPROB_FLOOR)
+
+
+def logprobs_body(tokenizer: Any, token_ids: list[int], entries: list[list[Any]], chat: bool,
+                  text_offset: int = 0) -> dict[str, Any]:
+    """`choices[i].logprobs` for `token_ids` (entries: [logprob, top ids, top logprobs]):
+    chat's `{"content": [...]}` or completions' `{"tokens", "token_logprobs", ...}`."""
+    if chat:
+        content = []
+        for tok, (lp, ids, vals) in zip(token_ids, entries):
+            s = token_text(tokenizer, tok)
+            top = [{"token": (t := token_text(tokenizer, i)), "logprob": _lp(v),
+                    "bytes": list(t.encode())} for i, v in zip(ids, vals)]
+            content.append({"token": s, "logprob": _lp(lp), "bytes": list(s.encode()),
+                            "top_logprobs": top})
+        return {"content": content}
+    tokens, lps, tops, offsets = [], [], [], []
+    at = text_offset
+    for tok, (lp, ids, vals) in zip(token_ids, entries):
+        s = token_text(tokenizer, tok)
+        tokens.append(s)
+        lps.append(_lp(lp))
+        tops.append({token_text(tokenizer, i): _lp(v) for i, v in zip(ids, vals)})
+        offsets.append(at)
+        at += len(s)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def choice_body(index: int, text: str, token_ids: list[int], finish: str | None, chat: bool,
+                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    if chat:
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs, "finish_reason": finish, "token_ids": token_ids}
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
+            "token_ids": token_ids}
+
+
+def completion_body(rid: str, model: str, choices: list[dict[str, Any]], prompt_tokens: int,
+                    chat: bool, num_preemptions: int | None = None,
+                    queueing_s: float | None = None) -> dict[str, Any]:
+    n_out = sum(len(c["token_ids"]) for c in choices)
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": choices,
+            "usage": usage(prompt_tokens, n_out), **engine_stats(num_preemptions, queueing_s)}
+
+
+def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
+               finish: str | None, chat: bool, role: bool = False,
+               num_preemptions: int | None = None, queueing_s: float | None = None,
+               index: int = 0, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    if chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                  "token_ids": token_ids}
+    else:
+        choice = {"index": index, "text": text or "", "logprobs": logprobs,
+                  "finish_reason": finish, "token_ids": token_ids}
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": [choice],
+            **engine_stats(num_preemptions, queueing_s)}
+
+
+class Detokenizer:
+    """Incremental text of a growing token list; with `stop_strings`, where to cut."""
+
+    def __init__(self, tokenizer: Any, stop_strings: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop_strings = stop_strings
+        self.ids: list[int] = []
+        self.text = ""
+        self.stopped = False
+
+    def add(self, ids: list[int]) -> str:
+        """The new text for `ids` (empty without a tokenizer); sets `stopped` at a stop string."""
+        if self.tokenizer is None or self.stopped:
+            return ""
+        self.ids.extend(ids)
+        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if full.endswith("\ufffd"):  # an unfinished multi-byte character: wait for more
+            return ""
+        for s in self.stop_strings:
+            at = full.find(s, max(0, len(self.text) - len(s)))
+            if at >= 0:
+                full, self.stopped = full[:at], True
+                break
+        new = full[len(self.text):]
+        self.text = full
+        return new
