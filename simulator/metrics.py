@@ -5,7 +5,10 @@ Definitions (seconds): TTFT = first token - arrival; TPOT = (last token - first
 token) / (output tokens - 1); ITL = gaps between consecutive tokens; E2E = last
 token - arrival; queueing = first scheduled - arrival. SLO attainment follows
 DistServe: the fraction of all requests whose TTFT and TPOT both meet their
-targets; goodput = such requests per second of the run's span.
+targets; goodput = such requests per second of the run's span. Arrival is when the request
+was sent: its trace time in an open loop; under a closed loop (`workload.max_concurrency`,
+`kvpd replay --max-concurrency`) the later of that and the time a slot freed, as benchmark
+clients (`vllm bench serve`, `trtllm-bench`) measure TTFT from the send.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Run a scenario: build its trace and cluster, replay the arrivals in SimPy, and
-collect per-request records, time series and the summary."""
+"""Run a scenario: build its trace and cluster, replay the arrivals in SimPy (open loop, or a
+closed loop under `workload.max_concurrency`: `simulator.cluster.load`), and collect
+per-request records, time series and the summary."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import simpy
 
 import workloads
 from simulator.cluster.cluster import SimCluster
+from simulator.cluster.load import ClosedLoop, check_servable, open_loop
 from simulator.cluster.timeline import Timeline
 from simulator.core.request import Request, SamplingParams
 from simulator.cost.models import get_model
@@ -43,6 +45,13 @@ def build_trace(sc: Scenario, max_model_len: int | None = None) -> workloads.Tra
         trace = workloads.first_n(trace, w.limit)
     if w.scale_prompt != 1.0 or w.scale_output != 1.0:
         trace = workloads.scale_lengths(trace, prompt=w.scale_prompt, output=w.scale_output)
+    if w.arrival is not None:
+        trace = workloads.retime(trace, w.arrival, sc.seed if w.seed is None else w.seed,
+                                 "workload.arrival")
+    if (w.rate_scale is not None or w.target_rate is not None) and trace.duration_s <= 0:
+        key = "rate_scale" if w.rate_scale is not None else "target_rate"
+        raise ValueError(f"workload.{key}: every request of {trace.name!r} arrives at t = 0 "
+                         "(a burst); there is no rate to scale")
     if w.rate_scale is not None:
         trace = workloads.scale_time(trace, 1.0 / w.rate_scale)
     if w.target_rate is not None:
@@ -126,20 +135,26 @@ def run_scenario(sc: Scenario, *, progress: bool | None = None) -> SimResult:
 
         bar = tqdm(total=len(requests), unit="req", desc="simulating", mininterval=0.5)
 
+    loop: ClosedLoop | None = None
+
     def on_finished(_replica, finished: list[Request]) -> None:
         if bar is not None:
             bar.update(len(finished))
+        if loop is not None:
+            loop.on_finished(finished)
 
     cluster = SimCluster(env, sc, model, timeline, on_finished)
-
-    def arrivals():
-        for req in requests:
-            delay = req.arrival_time - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            cluster.submit(req)
-
-    env.process(arrivals())
+    keys = sc.workload.benchmark_keys()
+    if keys:
+        pools = ([("colocated", cluster.replicas[0].scheduler)] if sc.cluster.pd is None else
+                 [("prefill", cluster.prefill_replicas[0].scheduler),
+                  ("decode", cluster.decode_replicas[0].scheduler)])
+        check_servable(sc.source, keys, requests, pools)
+    if sc.workload.max_concurrency is not None:
+        loop = ClosedLoop(env, requests, cluster.submit, sc.workload.max_concurrency)
+        env.process(loop.process())
+    else:
+        env.process(open_loop(env, requests, cluster.submit))
     env.run()
     if bar is not None:
         bar.close()
@@ -165,6 +180,8 @@ def run_scenario(sc: Scenario, *, progress: bool | None = None) -> SimResult:
             r.name: (r.busy_s / env.now if env.now else 0.0) for r in cluster.replicas
         },
     }
+    if loop is not None:
+        extra["load"] = {"max_concurrency": loop.max_concurrency, "max_in_flight": loop.max_in_flight}
     summary = summarize(
         requests,
         slo=SLO(sc.slo.ttft_s, sc.slo.tpot_s),

@@ -4,6 +4,15 @@ refused), with `--set a.b.c=value` overrides.
 
 Paths inside a scenario (trace files, calibration files, config.json) are relative
 to the scenario file's folder.
+
+Benchmark-style load (`workload`): `arrival: {process: burst}` re-times the workload so that
+every request arrives at t = 0 (the "infinite rate" of `trtllm-bench` / `vllm bench serve
+--request-rate inf`; any `workloads.arrivals` process may be given); `max_concurrency: N` is a
+closed loop (at most N requests in the system, a new one sent when one ends, as
+`--max-concurrency` / `--concurrency` do: a request is sent at max(its arrival, the time a
+slot frees) and its TTFT, queueing and E2E count from that send). `scheduler.capacity_policy`:
+`max_utilization` (vLLM, the default) or `guaranteed_no_evict` (TensorRT-LLM;
+`simulator.core.capacity`).
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workloads.arrivals import validate_arrival
 
 Spec = str | dict[str, Any]
 
@@ -78,6 +89,10 @@ class SchedulerSpec(_Strict):
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     policy: Literal["fcfs", "priority"] = "fcfs"
     batching: Literal["continuous", "static"] = "continuous"
+    # "max_utilization": admit while blocks are free, preempt when they run out (vLLM);
+    # "guaranteed_no_evict": reserve prompt + max_tokens at admission, never preempt
+    # (TensorRT-LLM's default). See simulator/core/capacity.py.
+    capacity_policy: Literal["max_utilization", "guaranteed_no_evict"] = "max_utilization"
 
 
 class CacheSpec(_Strict):
@@ -103,6 +118,11 @@ class WorkloadSpec(_Strict):
     jitter: bool = False
     over_max_len: Literal["reject", "clip", "keep"] = "keep"  # "keep": the scheduler rejects
     seed: int | None = None
+    # new arrival times from an arrival process (workloads/arrivals.py), rows kept in order;
+    # {process: burst}: every request at t = 0
+    arrival: dict[str, Any] | None = None
+    # closed loop: at most N requests in the system; one is sent when another ends
+    max_concurrency: int | None = Field(None, ge=1, strict=True)
 
     @field_validator("window_s")
     @classmethod
@@ -110,6 +130,33 @@ class WorkloadSpec(_Strict):
         if v is not None and not 0 <= v[0] < v[1]:
             raise ValueError(f"window_s must be [start, end] with 0 <= start < end, got {list(v)}")
         return v
+
+    @field_validator("arrival")
+    @classmethod
+    def _arrival(cls, v):
+        return None if v is None else validate_arrival(v, "workload.arrival")
+
+    @model_validator(mode="after")
+    def _one_timing(self):
+        if self.arrival is not None:
+            clash = [k for k in ("target_rate", "rate_scale") if getattr(self, k) is not None]
+            clash += ["jitter"] if self.jitter else []
+            if clash:
+                raise ValueError(f"workload.arrival replaces the trace's arrival times; drop "
+                                 f"workload.{' and workload.'.join(clash)}")
+        return self
+
+    def benchmark_keys(self) -> list[str]:
+        """The keys that make this a benchmark-style load, as "key = value" (empty if none):
+        a closed loop, or every request at t = 0."""
+        keys = [] if self.max_concurrency is None else [f"workload.max_concurrency = {self.max_concurrency}"]
+        if self.arrival is not None:
+            spec, key = self.arrival, "workload.arrival.process"
+        else:
+            spec, key = (self.synthetic or {}).get("arrival"), "workload.synthetic.arrival.process"
+        if isinstance(spec, dict) and spec.get("process") == "burst":
+            keys.append(f"{key} = burst")
+        return keys
 
 
 class SLOSpec(_Strict):
@@ -144,6 +191,7 @@ class Scenario(_Strict):
     output: OutputSpec = OutputSpec()
     sim: SimSpec = SimSpec()
     base_dir: str = Field(".", exclude=True)  # folder that relative paths start from
+    source: str = Field("<scenario>", exclude=True)  # the file (or label) it was read from
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
@@ -217,6 +265,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
     except ValidationError as exc:
         raise ValueError(format_validation_error(exc, source)) from None
     scenario.base_dir = base_dir
+    scenario.source = source
     return scenario
 
 
@@ -247,7 +296,7 @@ def scenario_keys(model: type[BaseModel] = Scenario, prefix: str = "") -> list[s
     """Every settable key path (for sweeps and error hints)."""
     keys = []
     for name, field in model.model_fields.items():
-        if name == "base_dir":
+        if name in ("base_dir", "source"):
             continue
         path = f"{prefix}{name}"
         keys.append(path)

@@ -8,7 +8,7 @@ Public API:
 - `write_trace(trace, path)` (generic CSV or JSONL)
 - `synthesize(spec, seed)` (schema in `workloads.synthetic`)
 - transforms: `scale_time`, `rescale_rate`, `time_window`, `first_n`, `limit_prompt_len`,
-  `jitter_arrivals`, `scale_lengths`, `merge_traces`, `mean_rate`, `coarse_step`
+  `jitter_arrivals`, `scale_lengths`, `merge_traces`, `mean_rate`, `coarse_step`, `retime`
 - `trace_stats`, `plot_trace`
 - errors: `TraceError(ValueError)` (file, line, expected), `TraceFileNotFoundError`,
   `TraceWarning`, `LoadReport`; `Ragged` (flat values + int64 offsets)
@@ -30,6 +30,7 @@ from workloads.transforms import (
     mean_rate,
     merge_traces,
     rescale_rate,
+    retime,
     scale_lengths,
     scale_time,
     time_window,
@@ -55,6 +56,7 @@ __all__ = [
     "merge_traces",
     "plot_trace",
     "rescale_rate",
+    "retime",
     "scale_lengths",
     "scale_time",
     "synthesize",

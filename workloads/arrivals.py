@@ -2,13 +2,17 @@
 
 Schema of an `arrival` mapping:
 
-- `process`: `poisson` | `gamma` | `constant` | `piecewise`
+- `process`: `poisson` | `gamma` | `constant` | `piecewise` | `burst`
 - `rate`: mean requests per second, > 0 (poisson, gamma, constant)
 - `cv`: coefficient of variation of the inter-arrival gaps, > 0. Required for
   `gamma` (cv > 1 is burstier than Poisson, cv < 1 smoother); optional for
   `piecewise` (default 1.0, i.e. Poisson within each piece).
 - `pieces`: (piecewise) list of `{duration_s: > 0, rate: >= 0}`; at least one
   rate must be > 0; the schedule repeats after its last piece (periodic load).
+- `burst` takes no other key: every request arrives at t = 0 (the "infinite request rate"
+  of `trtllm-bench` and `vllm bench serve --request-rate inf`); it needs a request count,
+  not a duration. With a closed loop (a scenario's `workload.max_concurrency`) this is the
+  usual fixed-concurrency benchmark.
 
 All processes are renewal processes in "operational time" mapped through the
 inverse cumulative rate (time rescaling): unit-mean gaps (exponential for
@@ -25,8 +29,9 @@ import numpy as np
 
 from workloads.spec import check_keys, check_mapping, choice, number, require
 
-PROCESSES = ("poisson", "gamma", "constant", "piecewise")
+PROCESSES = ("poisson", "gamma", "constant", "piecewise", "burst")
 _KEYS = {
+    "burst": ("process",),
     "poisson": ("process", "rate"),
     "gamma": ("process", "rate", "cv"),
     "constant": ("process", "rate"),
@@ -42,6 +47,8 @@ def validate_arrival(spec: Any, where: str = "arrival") -> dict[str, Any]:
     process = choice(spec, "process", where, PROCESSES)
     check_keys(spec, _KEYS[process], where, f"process {process}")
     out: dict[str, Any] = {"process": process}
+    if process == "burst":
+        return out
     if process == "piecewise":
         pieces = require(spec, "pieces", where, "a list of {duration_s, rate}")
         if not isinstance(pieces, list) or not pieces:
@@ -75,6 +82,13 @@ def arrival_times(
     spec = validate_arrival(spec)
     if (num_requests is None) == (duration_s is None):
         raise ValueError("arrival_times: give exactly one of num_requests and duration_s")
+    if spec["process"] == "burst":
+        if num_requests is None:
+            raise ValueError("arrival process burst (every request at t = 0) needs num_requests, "
+                             "not duration_s")
+        if not 0 <= num_requests <= MAX_REQUESTS:
+            raise ValueError(f"num_requests: expected 0..{MAX_REQUESTS}, got {num_requests}")
+        return np.zeros(num_requests)
     schedule = _Schedule(spec)
     if num_requests is not None:
         if not 0 <= num_requests <= MAX_REQUESTS:

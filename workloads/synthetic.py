@@ -5,7 +5,8 @@ Spec schema (unknown keys and bad values raise ValueError naming the key):
 - `name`: str, default "synthetic"
 - `num_requests`: int >= 0, or `duration_s`: seconds > 0 (exactly one of the two)
 - `arrival`: mapping, see `workloads.arrivals` (process poisson | gamma | constant |
-  piecewise; rate in requests/s; cv; pieces of {duration_s, rate})
+  piecewise | burst; rate in requests/s; cv; pieces of {duration_s, rate}); `burst` (all at
+  t = 0) needs `num_requests`
 - `prompt_len`, `output_len`: mappings, see `workloads.distributions` (dist fixed |
   uniform | lognormal | zipf | trace), tokens
 - `shared_prefix`: optional mapping, see `workloads.prefix` (num_prefixes, prefix_len,
@@ -54,6 +55,10 @@ def validate_spec(spec: Any, where: str = "synthesize") -> dict[str, Any]:
     path, e.g. `workload.synthetic` in a scenario)."""
     spec = check_mapping(spec, where)
     check_keys(spec, SPEC_KEYS, where)
+    arrival = spec.get("arrival")
+    if isinstance(arrival, dict) and arrival.get("process") == "burst" and "duration_s" in spec:
+        raise ValueError(f"{where}.duration_s: arrival process burst puts every request at "
+                         "t = 0, so a duration selects none or all; give num_requests instead")
     if ("num_requests" in spec) == ("duration_s" in spec):
         raise ValueError(
             f"{where}: give exactly one of num_requests (int >= 0) and duration_s (s > 0)"

@@ -11,6 +11,8 @@
   uniformly over [t, t + step_s), keeping their order
 - `scale_lengths(trace, prompt=1.0, output=1.0)`: multiply lengths (rounded, >= 1 token)
 - `merge_traces(traces, name=None)`: interleave by arrival time
+- `retime(trace, arrival, seed=0)`: new arrival times from an arrival process
+  (`workloads.arrivals`, e.g. `{"process": "burst"}`: all at t = 0), rows kept in order
 
 Row-dropping transforms add their drops to a copy of the trace's `load_report`.
 """
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from workloads.arrivals import arrival_times, validate_arrival
 from workloads.errors import LoadReport, TraceWarning
 from workloads.ragged import Ragged
 from workloads.trace import Trace
@@ -228,3 +231,13 @@ def _offset_concat(parts: list[np.ndarray]) -> np.ndarray:
             out.append(p if not out else p - p.min() + base)
             base = int(out[-1].max()) + 1
     return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def retime(trace: Trace, arrival: dict, seed: int = 0, where: str = "arrival") -> Trace:
+    """The trace with arrival times drawn from the arrival process `arrival` (a mapping as
+    `workloads.arrivals` defines, checked and named `where` in errors), one per row in the
+    trace's order; lengths, prefixes and token ids stay. `{"process": "burst"}` puts every
+    request at t = 0."""
+    spec = validate_arrival(arrival, where)
+    times = arrival_times(spec, np.random.default_rng(seed), num_requests=len(trace))
+    return trace.replace(arrival_s=times)

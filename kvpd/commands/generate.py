@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
+    e.add_argument("--capacity-policy", default="max_utilization",
+                   choices=["max_utilization", "guaranteed_no_evict"],
+                   help="guaranteed_no_evict: reserve prompt + max_tokens at admission, never preempt")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
     e.add_argument("--no-warmup", action="store_true",
                    help="time the first request cold (default: one short untimed request first)")
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         num_gpu_blocks=args.num_gpu_blocks, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, preemption_mode=args.preemption_mode,
+        capacity_policy=args.capacity_policy,
         model_seed=args.model_seed,
     )
     rng = random.Random(args.seed or 0)

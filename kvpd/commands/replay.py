@@ -16,6 +16,34 @@ def _window(text: str) -> tuple[float, float]:
     return a, b
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or str(value) != text.strip():
+        raise argparse.ArgumentTypeError(f"expects a positive integer, got {text!r}")
+    return value
+
+
+def _arrival(text: str) -> dict:
+    """A process name (`burst`) or a YAML mapping (`{process: poisson, rate: 4}`), checked."""
+    import yaml
+
+    from workloads.arrivals import validate_arrival
+
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"--arrival: not valid YAML: {exc}") from None
+    if isinstance(spec, str):
+        spec = {"process": spec}
+    try:
+        return validate_arrival(spec, "--arrival")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay",
@@ -37,6 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--time-scale", type=float, default=None,
                    help="multiply arrival times (2 = half the rate)")
     t.add_argument("--rate", type=float, default=None, help="rescale to this mean rate (req/s)")
+    t.add_argument("--arrival", type=_arrival, default=None, metavar="PROCESS",
+                   help="replace the arrival times: burst (every request at t = 0, the "
+                   "'infinite rate' of vllm bench serve / trtllm-bench) or an arrival mapping, "
+                   "e.g. '{process: poisson, rate: 4}'")
+    p.add_argument("--max-concurrency", type=_positive_int, default=None, metavar="N",
+                   help="closed loop: at most N requests in flight; the next is sent when one "
+                   "finishes (TTFT counts from the send)")
     p.add_argument("--served-model-name", default=None,
                    help="http target: the model name (default: the server's only model)")
     p.add_argument("--timeout-s", type=float, default=600.0,
@@ -73,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     import workloads
     from kvpd.cli import UserError
-    from realexec.serving.replay.runner import parse_target, prepare_trace, replay
+    from realexec.serving.replay.runner import check_servable, parse_target, prepare_trace, replay
 
     kind, detail = parse_target(args.target)
     trace = workloads.load_trace(args.trace, args.format)
@@ -109,11 +144,19 @@ def run(args: argparse.Namespace) -> int:
         trace = prepare_trace(trace, window_s=args.window_s, limit=args.limit,
                               scale_prompt=args.scale_prompt, scale_output=args.scale_output,
                               time_scale=args.time_scale, target_rate=args.rate,
-                              max_model_len=max_len)
+                              max_model_len=max_len, arrival=args.arrival, seed=args.seed)
+        load = [f"--max-concurrency {args.max_concurrency}"] if args.max_concurrency else []
+        load += ["--arrival burst"] if (args.arrival or {}).get("process") == "burst" else []
+        info = (vars(llm.scheduler.cache_config)
+                if llm is not None else client.model_info if client is not None else {})
+        if load and info.get("num_gpu_blocks"):
+            check_servable(trace, int(info["num_gpu_blocks"]), int(info["block_size"]),
+                           " and ".join(load))
         print(f"replaying {len(trace)} requests of {trace.name!r} over {trace.duration_s:.1f} s "
               f"against {args.target}", flush=True)
         result = replay(trace, args.target, client=client, llm=llm, model=model,
-                        vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s)
+                        vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s,
+                        max_concurrency=args.max_concurrency)
     finally:
         if client is not None:
             client.close()

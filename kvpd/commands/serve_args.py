@@ -18,6 +18,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
     e.add_argument("--max-model-len", type=int, default=None)
     e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--capacity-policy", default="max_utilization",
+                   choices=["max_utilization", "guaranteed_no_evict"],
+                   help="max_utilization: admit while KV blocks are free, preempt when they run "
+                   "out (vLLM); guaranteed_no_evict: reserve prompt + max_tokens at admission, "
+                   "never preempt (TensorRT-LLM)")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
     e.add_argument("--seed", type=int, default=0, help="sampling seed of the engine")
     d = p.add_argument_group("deployment")
@@ -42,6 +47,8 @@ def serve_config(args: argparse.Namespace) -> Any:
         "enable_prefix_caching": not args.no_prefix_caching, "seed": args.seed,
         "model_seed": args.model_seed,
     }
+    if args.capacity_policy != "max_utilization":
+        llm_kwargs["capacity_policy"] = args.capacity_policy
     if args.device != "auto":
         llm_kwargs["device"] = args.device
     if args.num_gpu_blocks is not None:

@@ -90,7 +90,9 @@ class LLM:
     swap preemption (defaults to the device pool's size when `preemption_mode="swap"`).
     `seed` drives sampling of requests without their own seed (as vLLM's); `model_seed` the
     random weights of a model given by its config alone. `role`: "colocated", or "prefill" /
-    "decode" for a PD worker's scheduler.
+    "decode" for a PD worker's scheduler. `capacity_policy`: "max_utilization" (admit while
+    blocks are free, preempt when they run out) or "guaranteed_no_evict" (reserve each
+    request's whole length at admission, never preempt; `simulator.core.capacity`).
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class LLM:
         initializer_range: float | None = None,
         record_steps: bool = False,
         role: str = "colocated",
+        capacity_policy: str = "max_utilization",
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -142,6 +145,7 @@ class LLM:
             policy=policy,
             batching=batching,
             role=role,
+            capacity_policy=capacity_policy,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

@@ -8,6 +8,9 @@ BATCHING_MODES = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
 POLICIES = ("fcfs", "priority")
 ROLES = ("colocated", "prefill", "decode")
+# how the scheduler commits KV blocks: vLLM's admit-while-free-and-preempt, or TensorRT-LLM's
+# GUARANTEED_NO_EVICT (reserve a request's whole length at admission, never preempt)
+CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict")
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -47,6 +50,11 @@ class SchedulerConfig:
     batching: "continuous" (ORCA) or "static" (request-level: admit a new batch only
     when the previous one has fully finished).
     role: "colocated", or "prefill" / "decode" for PD disaggregation.
+    capacity_policy: "max_utilization" (vLLM: admit while blocks are free, preempt the
+    lowest-priority running request when one runs out) or "guaranteed_no_evict"
+    (TensorRT-LLM's default: admit a request only when the blocks of its whole length,
+    prompt + max_tokens, fit in the free blocks not already promised to admitted requests;
+    never preempts, so `preemption_mode` has no effect). See `Scheduler`.
     """
 
     max_num_seqs: int = 256
@@ -58,6 +66,7 @@ class SchedulerConfig:
     policy: str = "fcfs"
     batching: str = "continuous"
     role: str = "colocated"
+    capacity_policy: str = "max_utilization"
 
     def __post_init__(self) -> None:
         _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)
@@ -68,6 +77,7 @@ class SchedulerConfig:
         _check_choice("scheduler.policy", self.policy, POLICIES)
         _check_choice("scheduler.batching", self.batching, BATCHING_MODES)
         _check_choice("scheduler.role", self.role, ROLES)
+        _check_choice("scheduler.capacity_policy", self.capacity_policy, CAPACITY_POLICIES)
 
     def validate_with(self, cache: CacheConfig) -> None:
         """Checks that involve both configs."""

@@ -7,6 +7,9 @@ is preempted (recompute or swap). `batching="static"` admits a new batch only wh
 the previous one has fully finished (the request-level baseline). Roles `prefill`
 and `decode` split a request across two schedulers for PD disaggregation.
 
+`capacity_policy="guaranteed_no_evict"` reserves each admitted request's whole length
+instead and never preempts (`simulator.core.capacity`).
+
 Time is a number passed in; this module imports neither simpy nor torch.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from simulator.core.capacity import blocks_to_completion, max_kv_tokens, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.request import Request, RequestStatus
@@ -48,6 +52,7 @@ class Scheduler:
         self._kv_ready: list[Request] = []
         self.step_id = 0
         self.num_preemptions = 0
+        self._no_evict = config.capacity_policy == "guaranteed_no_evict"
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request, now: float | None = None) -> None:
@@ -57,7 +62,7 @@ class Scheduler:
             raise ValueError(f"request id {req.request_id!r} is already in the scheduler")
         if req.is_finished:
             raise ValueError(f"request {req.request_id!r} is already finished")
-        reason = self._rejection_reason(req)
+        reason = self.rejection_reason(req)
         if reason is not None:
             req.finish(RequestStatus.FINISHED_REJECTED, now if now is not None else req.arrival_time, reason)
             self._finished_pending.append(req)
@@ -73,7 +78,9 @@ class Scheduler:
                 self.waiting.add(child)
         self.waiting.add(req)
 
-    def _rejection_reason(self, req: Request) -> str | None:
+    def rejection_reason(self, req: Request) -> str | None:
+        """Why `req` could never be served here (None if it can): longer than max_model_len,
+        more blocks than the whole pool, or a prompt over the step budget with chunking off."""
         cfg = self.config
         total = req.num_prompt_tokens + req.max_tokens
         if total > cfg.max_model_len:
@@ -147,6 +154,11 @@ class Scheduler:
                 num_new = budget
             scheduled = True
             while not kvm.allocate_slots(req, num_new):
+                if self._no_evict:
+                    raise RuntimeError(
+                        f"guaranteed_no_evict: request {req.request_id!r} found no block "
+                        "although its whole length was reserved at admission"
+                    )
                 victim = self._pick_victim()
                 budget += self._preempt(victim, out)
                 if victim is req:
@@ -162,11 +174,17 @@ class Scheduler:
         if out.preempted_req_ids or (cfg.batching == "static" and running):
             return out
         waiting = self.waiting
+        no_evict = self._no_evict
+        reserved = 0
+        if no_evict and waiting:
+            reserved = reserved_blocks(kvm, running, self.waiting_for_kv.values(), cfg.role)
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
-                if not self._admit_remote(req, out):
+                if not self._admit_remote(req, out, reserved):
                     break
+                if no_evict:
+                    reserved += blocks_to_completion(kvm, req, cfg.role)
                 continue
             if req.is_swapped:
                 # a resumed request may continue in chunks, whatever the chunking knob
@@ -193,9 +211,13 @@ class Scheduler:
                     if not cfg.enable_chunked_prefill and num_new <= cfg.max_num_batched_tokens:
                         break  # the whole prompt must fit one step's budget
                     num_new = budget
+                if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
+                    break  # its whole length does not fit what is not yet promised
             if not kvm.allocate_slots(req, num_new, hits):
                 break
             waiting.pop()
+            if no_evict:
+                reserved += blocks_to_completion(kvm, req, cfg.role)
             req.num_computed_tokens += num_hit
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_hit
@@ -218,15 +240,20 @@ class Scheduler:
                 num_new = min(num_new, fork_point - computed)
         return num_new
 
-    def _admit_remote(self, req: Request, out: SchedulerOutput) -> bool:
-        """Decode role: allocate blocks for a request whose KV comes from a prefill worker."""
+    def _admit_remote(self, req: Request, out: SchedulerOutput, reserved: int = 0) -> bool:
+        """Decode role: allocate blocks for a request whose KV comes from a prefill worker
+        (`reserved`: blocks promised to admitted requests, guaranteed_no_evict only)."""
         kvm = self.kv_cache_manager
         hits, num_hit = kvm.get_computed_blocks(req)
-        # keep a watermark of free blocks (1% of the pool, as vLLM v0) so the requests
-        # already decoding can grow without being preempted by each arrival
-        need = kvm.blocks_needed(req.num_prompt_tokens) - len(hits)
-        if kvm.num_free_blocks - need < max(1, kvm.num_gpu_blocks // 100) and self.running:
-            return False
+        if self._no_evict:
+            if promise(kvm, req, hits, self.config.role) > kvm.num_free_blocks - reserved:
+                return False
+        else:
+            # keep a watermark of free blocks (1% of the pool, as vLLM v0) so the requests
+            # already decoding can grow without being preempted by each arrival
+            need = kvm.blocks_needed(req.num_prompt_tokens) - len(hits)
+            if kvm.num_free_blocks - need < max(1, kvm.num_gpu_blocks // 100) and self.running:
+                return False
         if not kvm.allocate_slots(req, req.num_prompt_tokens - num_hit, hits, cache=False):
             return False  # back-pressure: the KV waits on the prefill side
         self.waiting.pop()
@@ -421,12 +448,22 @@ class Scheduler:
     def _fork(self, parent: Request) -> None:
         """Parent computed all but its last prompt token: start n-1 children sharing its KV."""
         kvm = self.kv_cache_manager
+        no_evict = self._no_evict
+        role = self.config.role
+        if no_evict:  # a child runs only if its length beyond the shared blocks is promised
+            reserved = reserved_blocks(kvm, self.running, self.waiting_for_kv.values(), role)
+            shared = parent.num_computed_tokens // self.block_size
         for child in self._make_children(parent):
             child.first_scheduled_time = parent.first_scheduled_time
             child.num_cached_tokens = parent.num_cached_tokens
             self.requests[child.request_id] = child
             child.num_computed_tokens = parent.num_computed_tokens
-            copies = kvm.fork(parent, child)
+            if no_evict and (
+                kvm.blocks_needed(max_kv_tokens(child, role)) - shared > kvm.num_free_blocks - reserved
+            ):
+                copies = None
+            else:
+                copies = kvm.fork(parent, child)
             if copies is None:  # no block for the copy: recompute the child later
                 child.num_computed_tokens = 0
                 self.waiting.add(child)
@@ -434,6 +471,8 @@ class Scheduler:
             self._pending_copies.extend(copies)
             child.status = RUNNING
             self.running.append(child)
+            if no_evict:
+                reserved += blocks_to_completion(kvm, child, role)
 
     # ------------------------------------------------------------ PD hand-off
     def pop_kv_ready(self) -> list[Request]:

@@ -4,7 +4,9 @@ arrival (`time.perf_counter()`), and its `token_ids` count the tokens it carries
 finishing chunk's `kvpd.num_preemptions` and `kvpd.queueing_s` (kvpd's extension field)
 are the request's preemptions and its wait from the server's receipt to the first step of
 the worker that ran its prompt (added to the send time: queueing as the client sees it
-less the request's trip to the server)."""
+less the request's trip to the server). With `max_concurrency` = N (a closed loop, as
+`vllm bench serve --max-concurrency`) a request is sent once its time has come and one of N
+slots is free; it is stamped as sent then, so TTFT counts from the send."""
 
 from __future__ import annotations
 
@@ -20,10 +22,18 @@ from realexec.serving.replay.records import request_record
 
 
 async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],
-               n_out: int, t0: float, at: float) -> dict[str, Any]:
+               n_out: int, t0: float, at: float, slots: asyncio.Semaphore | None) -> dict[str, Any]:
     delay = t0 + at - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
+    if slots is None:
+        return await _send(http, url, model, i, prompt, n_out, t0)
+    async with slots:
+        return await _send(http, url, model, i, prompt, n_out, t0)
+
+
+async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],
+                n_out: int, t0: float) -> dict[str, Any]:
     sent = time.perf_counter() - t0
     body = {"model": model, "prompt": prompt, "max_tokens": n_out, "temperature": 0.0,
             "ignore_eos": True, "stream": True}
@@ -64,23 +74,26 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
 
 
 async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
-               timeout_s: float) -> list[dict[str, Any]]:
+               timeout_s: float, max_concurrency: int | None) -> list[dict[str, Any]]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     timeout = httpx.Timeout(timeout_s, connect=30.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
         t0 = time.perf_counter()
         outs = trace.output_len.tolist()
         arrival = trace.arrival_s.tolist()
-        tasks = [_one(http, url, model, i, prompts[i], int(outs[i]), t0, arrival[i])
+        # asyncio.Semaphore wakes waiters in FIFO order: the trace's order at equal times
+        slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        tasks = [_one(http, url, model, i, prompts[i], int(outs[i]), t0, arrival[i], slots)
                  for i in range(len(trace))]
         return await asyncio.gather(*tasks)
 
 
 def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
-                timeout_s: float) -> tuple[list[Any], dict[str, Any]]:
-    """(client-side `Request` records, extra stats) of a replay against a running server."""
+                timeout_s: float, max_concurrency: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """(client-side `Request` records, extra stats) of a replay against a running server;
+    `max_concurrency`: a closed loop of that many slots (None: open loop)."""
 
-    rows = asyncio.run(_run(url, model, trace, prompts, timeout_s))
+    rows = asyncio.run(_run(url, model, trace, prompts, timeout_s, max_concurrency))
     outs = trace.output_len.tolist()
     reqs = [request_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
                     r["finish"], r["error"], 0,

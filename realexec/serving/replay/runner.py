@@ -11,11 +11,19 @@ decode processes) and `http://host:port` (a running `kvpd serve`, streaming comp
 
 Times in the records are seconds since the replay started, measured by this client: arrival =
 when the request was sent, token times = when each token reached the client.
+
+Load (`max_concurrency`): open loop by default (each request sent at its trace time); with
+`max_concurrency` = N a closed loop as `vllm bench serve --max-concurrency` runs it: at most N
+requests sent and unfinished, the next one sent (in trace order) at max(its trace time, the
+moment a slot frees). TTFT and E2E count from the send, as benchmark clients measure them.
+`prepare_trace(arrival={"process": "burst"})` puts every request at t = 0 first.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,9 +69,14 @@ def parse_target(text: str) -> tuple[str, Any]:
 def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | None = None,
                   limit: int | None = None, scale_prompt: float = 1.0, scale_output: float = 1.0,
                   time_scale: float | None = None, target_rate: float | None = None,
-                  max_model_len: int | None = None) -> workloads.Trace:
+                  max_model_len: int | None = None, arrival: dict[str, Any] | None = None,
+                  seed: int = 0) -> workloads.Trace:
     """The trace after the simulator's transforms, in its order; prompt + output are then cut
-    to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens)."""
+    to fit `max_model_len` (prompt first, at most `max_model_len - 1` tokens). `arrival` (an
+    arrival process, `workloads.arrivals`; `{"process": "burst"}`: all at t = 0, drawn with
+    `seed`) replaces the arrival times, so it excludes `time_scale` and `target_rate`."""
+    if arrival is not None and (time_scale is not None or target_rate is not None):
+        raise ValueError("--arrival replaces the trace's arrival times; drop --time-scale and --rate")
     if window_s is not None:
         trace = workloads.time_window(trace, *window_s)
     if limit is not None:
@@ -74,6 +87,8 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
         trace = workloads.scale_time(trace, time_scale)
     if target_rate is not None:
         trace = workloads.rescale_rate(trace, target_rate)
+    if arrival is not None:
+        trace = workloads.retime(trace, arrival, seed, "--arrival")
     if max_model_len:
         trace = workloads.limit_prompt_len(trace, max_model_len - 1, mode="clip")
         out = np.minimum(trace.output_len, max_model_len - trace.prompt_len)
@@ -81,6 +96,22 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
     if len(trace) == 0:
         raise ValueError(f"trace {trace.name!r} has no requests left after its transforms")
     return trace
+
+
+def check_servable(trace: workloads.Trace, num_gpu_blocks: int, block_size: int, load: str) -> None:
+    """Refuse a benchmark-style load (`load` names its options) with a request whose prompt +
+    output needs more KV blocks than the engine's whole pool: the engine could only reject it
+    (under either capacity policy), and the benchmark would measure less load than it states."""
+    need = -(-(trace.prompt_len + trace.output_len) // block_size)
+    bad = np.flatnonzero(need > num_gpu_blocks)
+    if len(bad):
+        i = int(bad[0])
+        p, o = int(trace.prompt_len[i]), int(trace.output_len[i])
+        raise ValueError(
+            f"{load}: {len(bad)} of {len(trace)} requests can never be served, e.g. trace row {i}: "
+            f"prompt {p} + output {o} = {p + o} tokens need {int(need[i])} KV blocks of {block_size} "
+            f"tokens but the engine's pool has {num_gpu_blocks}; shorten them (--scale-prompt, "
+            "--scale-output) or give the engine more blocks (--num-gpu-blocks)")
 
 
 def synth_prompts(trace: workloads.Trace, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -124,24 +155,38 @@ def _sleep_until(t: float) -> float:
     return max(0.0, time.perf_counter() - t)
 
 
-def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]]) -> tuple[list[Request], dict]:
-    """Drive `llm` in this thread; the engine clock is the client clock."""
+def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
+                   max_concurrency: int | None = None) -> tuple[list[Request], dict]:
+    """Drive `llm` in this thread; the engine clock is the client clock. In a closed loop a
+    request is sent at max(its trace time, the finish time of the request whose slot it takes)."""
     outs = trace.output_len.tolist()
     start = llm.clock()
     arrival = (trace.arrival_s + start).tolist()
     reqs = [llm.make_request(str(i), prompts[i],
                              {"temperature": 0.0, "max_tokens": int(outs[i]), "ignore_eos": True},
                              arrival_time=arrival[i], index=i) for i in range(len(trace))]
+    # closed loop: the times (engine clock) at which free slots became free, earliest first
+    free = [start] * max_concurrency if max_concurrency else None
+
+    def send_time(req: Request) -> float:
+        return req.arrival_time if free is None else max(req.arrival_time, free[0])
+
     k = 0
     while k < len(reqs) or llm.has_unfinished_requests():
         now = llm.clock()
-        while k < len(reqs) and reqs[k].arrival_time <= now:
+        while k < len(reqs) and (free is None or free) and send_time(reqs[k]) <= now:
+            if free is not None:
+                reqs[k].arrival_time = send_time(reqs[k])
+                heapq.heappop(free)
             llm.engine.add_request(reqs[k], now)
             k += 1
         if llm.has_unfinished_requests():
-            llm.step()
+            step = llm.step()
+            if free is not None:
+                for r in step.finished:
+                    heapq.heappush(free, r.finish_time)
         elif k < len(reqs):
-            time.sleep(max(0.0, reqs[k].arrival_time - llm.clock()))
+            time.sleep(max(0.0, send_time(reqs[k]) - llm.clock()))
     out = []
     for i, r in enumerate(reqs):
         times = [t - start for t in r.token_times]
@@ -154,19 +199,33 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]]) -
 
 
 def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]],
-                   timeout_s: float) -> tuple[list[Request], dict]:
-    """Submit through an `EngineClient` at the trace's times; collect its client-side records."""
+                   timeout_s: float, max_concurrency: int | None = None) -> tuple[list[Request], dict]:
+    """Submit through an `EngineClient` at the trace's times (in a closed loop, also once a slot
+    is free: a request's final delta frees its slot); collect its client-side records."""
     outs = trace.output_len.tolist()
     arrival = trace.arrival_s.tolist()
+    slots = threading.Semaphore(max_concurrency) if max_concurrency else None
+
+    def free_slot(delta: Any) -> None:
+        if delta.finished:
+            slots.release()
+
     t0 = time.perf_counter()
     sent, lateness = [], []
     for i in range(len(trace)):
         lateness.append(_sleep_until(t0 + arrival[i]))
+        if slots is not None and not slots.acquire(timeout=timeout_s):
+            sent.append(RuntimeError(f"replay timeout: no request finished in {timeout_s} s "
+                                     f"to free one of the {max_concurrency} slots"))
+            continue
         try:
             sent.append(client.submit(prompts[i], {"temperature": 0.0, "max_tokens": int(outs[i]),
-                                                   "ignore_eos": True}, request_id=f"replay-{i}"))
+                                                   "ignore_eos": True}, request_id=f"replay-{i}",
+                                      sink=free_slot if slots is not None else None))
         except RuntimeError as exc:  # no live worker: the request fails, the replay goes on
             sent.append(exc)
+            if slots is not None:
+                slots.release()
     deadline = time.perf_counter() + timeout_s
     for r in sent:
         if not isinstance(r, Exception) and not r.done.wait(max(0.0, deadline - time.perf_counter())):
@@ -219,30 +278,37 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
 
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
-           timeout_s: float = 600.0, slo: SLO | None = None) -> ReplayResult:
+           timeout_s: float = 600.0, slo: SLO | None = None,
+           max_concurrency: int | None = None) -> ReplayResult:
     """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
     `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
-    `model` name and its `vocab_size`."""
+    `model` name and its `vocab_size`. `max_concurrency`: a closed loop of that many slots
+    (module docstring); None: open loop."""
+    if max_concurrency is not None and (isinstance(max_concurrency, bool)
+                                        or not isinstance(max_concurrency, int) or max_concurrency < 1):
+        raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
     kind, detail = parse_target(target)
     t_start = time.perf_counter()
     if kind == "inproc":
         if llm is None:
             raise ValueError("target inproc needs llm=")
         prompts = synth_prompts(trace, llm.vocab_size, seed)
-        reqs, extra = _replay_inproc(llm, trace, prompts)
+        reqs, extra = _replay_inproc(llm, trace, prompts, max_concurrency)
     elif kind in ("engine", "pd"):
         if client is None:
             raise ValueError(f"target {target} needs a started EngineClient as client=")
         prompts = synth_prompts(trace, int(client.model_info["vocab_size"]), seed)
-        reqs, extra = _replay_client(client, trace, prompts, timeout_s)
+        reqs, extra = _replay_client(client, trace, prompts, timeout_s, max_concurrency)
     else:
         from realexec.serving.replay.over_http import replay_http
 
         if model is None or vocab_size is None:
             raise ValueError("an http target needs model= and vocab_size=")
         prompts = synth_prompts(trace, vocab_size, seed)
-        reqs, extra = replay_http(detail, model, trace, prompts, timeout_s)
+        reqs, extra = replay_http(detail, model, trace, prompts, timeout_s, max_concurrency)
     wall_s = time.perf_counter() - t_start
     meta = {"target": target, "trace": trace.name, "num_requests": len(trace)}
+    if max_concurrency is not None:
+        meta["max_concurrency"] = max_concurrency
     summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo)
     return ReplayResult(reqs, summary, rec, wall_s, [list(r.output_token_ids) for r in reqs])

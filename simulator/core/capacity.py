@@ -1,0 +1,70 @@
+"""Capacity policies: how a scheduler commits its KV blocks (`SchedulerConfig.capacity_policy`).
+
+- `max_utilization` (vLLM's policy, the default): admit a waiting request while blocks are
+  free for its next chunk; when a running request needs a block and none is free, preempt
+  the lowest-priority running request (recompute or swap).
+- `guaranteed_no_evict` (TensorRT-LLM's default, GUARANTEED_NO_EVICT): every admitted request
+  is promised the blocks of its whole length (`max_kv_tokens`: prompt + max_tokens; on a PD
+  prefill worker the prompt alone, since its KV leaves for the decode side after the prompt),
+  and a waiting request is admitted only when its own promise fits in the free blocks less
+  those already promised (`reserved_blocks`). Running requests therefore always find their
+  blocks: nothing is ever preempted or swapped (`preemption_mode` has no effect).
+
+Under `guaranteed_no_evict`:
+- prefix-cache hits count toward the prompt: a hit held by another request costs nothing, a
+  hit revived from the free queue costs one free block (`promise`);
+- chunked prefill allocates the promise chunk by chunk; admission is decided once;
+- a PD decode worker promises a remote request its whole length before its KV arrives;
+- an n > 1 parent promises only its own length; at the fork a child (sharing the parent's full
+  prompt blocks) starts only if its remaining length fits what is not promised, otherwise it
+  waits as an independent request and later finds the prompt in the prefix cache;
+- a request whose length exceeds the whole pool is rejected on arrival (as under
+  `max_utilization`), so no request waits forever: once the running requests finish, every
+  block is free again.
+
+The reservation is recomputed once per schedule (O(running requests)) and only under this
+policy; `max_utilization` never calls into this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from simulator.core.block_pool import KVCacheBlock
+from simulator.core.kv_cache_manager import KVCacheManager
+from simulator.core.request import Request, RequestStatus
+
+RUNNING = RequestStatus.RUNNING
+
+
+def max_kv_tokens(req: Request, role: str) -> int:
+    """Tokens of KV `req` may hold in a pool of a scheduler with `role`, at most."""
+    if role == "prefill":
+        return req.num_prompt_tokens
+    return req.num_prompt_tokens + req.max_tokens
+
+
+def blocks_to_completion(kvm: KVCacheManager, req: Request, role: str) -> int:
+    """Blocks `req` will still allocate before it finishes (its whole length less what it holds)."""
+    held = kvm.req_to_blocks.get(req.request_id)
+    return kvm.blocks_needed(max_kv_tokens(req, role)) - (len(held) if held else 0)
+
+
+def promise(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock], role: str) -> int:
+    """Free blocks that admitting `req` with prefix hits `hits` commits: its whole length less
+    the hits and the blocks it holds, plus each hit revived from the free queue."""
+    revived = sum(1 for b in hits if b.ref_cnt == 0)
+    return blocks_to_completion(kvm, req, role) - len(hits) + revived
+
+
+def reserved_blocks(kvm: KVCacheManager, running: Iterable[Request],
+                    waiting_for_kv: Iterable[Request], role: str) -> int:
+    """Blocks promised to admitted requests (RUNNING ones, and those holding blocks while their
+    KV is in flight) that they have not allocated yet."""
+    total = 0
+    for req in running:
+        if req.status == RUNNING:
+            total += blocks_to_completion(kvm, req, role)
+    for req in waiting_for_kv:
+        total += blocks_to_completion(kvm, req, role)
+    return total
