@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.core.request import Request, RequestStatus
+from simulator.distribution import ExactDistribution
 
 PERCENTILES = (50, 90, 99)
 COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
@@ -134,6 +135,13 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     }
 
 
+def _itl_stats(itl: ExactDistribution) -> dict[str, float | None]:
+    """Like `_stats`, over every gap: exact percentiles, the mean rounded once (it does not
+    depend on the order of the gaps, so a streamed run equals one that kept its requests)."""
+    s = itl.stats(PERCENTILES)
+    return {"mean": s["mean"], "p50": s["p50"], "p90": s["p90"], "p99": s["p99"], "max": s["max"]}
+
+
 def all_itls(requests: Iterable[Request]) -> np.ndarray:
     """Every inter-token gap of every request (s), request by request, for exact ITL
     percentiles."""
@@ -155,7 +163,7 @@ def _token_gaps(rows: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def summarize(
-    requests: list[Request],
+    requests: list[Request] | None,
     *,
     slo: SLO | None = None,
     kv_peak_usage: float = 0.0,
@@ -163,14 +171,21 @@ def summarize(
     wall_s: float = 0.0,
     records: dict[str, np.ndarray] | None = None,
     extra: dict | None = None,
+    itl: ExactDistribution | None = None,
 ) -> dict:
-    """The run summary; keys are a contract (see the README)."""
+    """The run summary; keys are a contract (see the README). From `requests`, or (requests
+    None) from their `records` and `itl`, the inter-token gaps of the completed ones
+    (`simulator.collector` streams both)."""
+    if requests is None and (records is None or itl is None):
+        raise ValueError("summarize needs the requests, or their records and ITL distribution")
     rec = records if records is not None else request_records(requests)
-    status = np.array([int(r.status) for r in requests], dtype=np.int64)
-    completed = (status == RequestStatus.FINISHED_STOPPED) | (status == RequestStatus.FINISHED_LENGTH)
-    rejected = status == RequestStatus.FINISHED_REJECTED
-    aborted = status == RequestStatus.FINISHED_ABORTED
-    n = len(requests)
+    reason = rec["finish_reason"]
+    completed = (reason == "stop") | (reason == "length")
+    rejected = reason == "rejected"
+    aborted = reason == "abort"
+    n = len(rec["arrival_s"])
+    if itl is None:
+        itl = ExactDistribution.of(all_itls(r for r, c in zip(requests, completed) if c))
     if n:
         start = float(rec["arrival_s"].min())
         ends = rec["arrival_s"] + np.nan_to_num(rec["e2e_s"], nan=0.0)
@@ -201,7 +216,7 @@ def summarize(
         },
         "ttft_s": _stats(rec["ttft_s"][completed]),
         "tpot_s": _stats(rec["tpot_s"][completed]),
-        "itl_s": _stats(all_itls(r for r, c in zip(requests, completed) if c)),
+        "itl_s": _itl_stats(itl),
         "e2e_s": _stats(rec["e2e_s"][completed]),
         "queueing_s": _stats(rec["queueing_s"][completed]),
         "slo": {

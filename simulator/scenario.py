@@ -174,6 +174,8 @@ class OutputSpec(_Strict):
 class SimSpec(_Strict):
     max_decode_burst: int = Field(1024, ge=1)  # 1 = strictly step by step
     progress: bool = False
+    keep_requests: bool = False  # keep every Request and its token times (else released)
+    processes: int = Field(1, ge=1)  # >1: independent replicas in parallel (simulator.multiproc)
 
 
 class Scenario(_Strict):

@@ -40,4 +40,4 @@ def merged(base: dict, patch: dict) -> dict:
 
 
 def sim(patch: dict | None = None, base: dict = BASE):
-    return run_scenario(scenario_from_dict(merged(base, patch or {})))
+    return run_scenario(scenario_from_dict(merged(base, patch or {})), keep_requests=True)

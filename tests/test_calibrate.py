@@ -177,7 +177,7 @@ def test_calibration_file_is_what_scenarios_load(tmp_path):
           "workload": {"synthetic": {"num_requests": 5, "arrival": {"process": "poisson", "rate": 5},
                                      "prompt_len": {"dist": "fixed", "value": 32},
                                      "output_len": {"dist": "fixed", "value": 4}}}}
-    res = run_scenario(scenario_from_dict(sc))
+    res = run_scenario(scenario_from_dict(sc), keep_requests=True)
     assert res.summary["requests"]["finished"] == 5
     # the step of a lone 32-token prompt is what the calibration predicts
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=loaded)

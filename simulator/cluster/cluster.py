@@ -122,7 +122,9 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
 
 class SimCluster:
     def __init__(self, env: simpy.Environment, scenario: Scenario, model: ModelSpec,
-                 timeline: Timeline, on_finished) -> None:
+                 timeline: Timeline, on_finished, replica_names: list[str] | None = None) -> None:
+        """`replica_names`: build only these replicas of a colocated cluster (one process's
+        share of a run split across processes, `simulator.multiproc`)."""
         self.env = env
         self.scenario = scenario
         self.model = model
@@ -133,7 +135,7 @@ class SimCluster:
             pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
                             router=c.router)
             self.pools = [plan_pool(scenario, model, pool, "colocated")]
-            self.replicas = self._make_replicas(self.pools[0], "colocated")
+            self.replicas = self._make_replicas(self.pools[0], "colocated", replica_names)
             self.router = Router(self.replicas, c.router, c.router_load_cap)
             self.decode_router = None
         else:
@@ -168,7 +170,8 @@ class SimCluster:
                 r.host_sharing = sharing
                 r.neighbours = [n for n in self.replicas if n is not r]
 
-    def _make_replicas(self, plan: PoolPlan, role: str) -> list[SimReplica]:
+    def _make_replicas(self, plan: PoolPlan, role: str,
+                       only: list[str] | None = None) -> list[SimReplica]:
         sc = self.scenario
         s = sc.scheduler
         max_model_len = s.max_model_len or self.model.max_position_embeddings
@@ -189,6 +192,8 @@ class SimCluster:
         out = []
         for i in range(plan.spec.replicas):
             name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
+            if only is not None and name not in only:
+                continue
             pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
                            pcie_link.latency_s) if pcie_link else None
             out.append(SimReplica(

@@ -34,7 +34,9 @@ class Timeline:
     def columns(self) -> dict[str, np.ndarray]:
         if not self.rows:
             return {c: np.empty(0) for c in self.COLUMNS}
-        cols = list(zip(*self.rows))
+        # canonical order: by end time, ties by replica name (a run split across processes
+        # merges its replicas' rows into the same order)
+        cols = list(zip(*sorted(self.rows, key=lambda row: (row[2], row[0]))))
         return {
             name: np.array(col, dtype=object if name == "replica" else None)
             for name, col in zip(self.COLUMNS, cols)

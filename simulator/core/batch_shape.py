@@ -47,6 +47,18 @@ class BatchShape:
         if total > self.max_context:
             self.max_context = total
 
+    def add_decodes(self, num_reqs: int, context_tokens: int, max_context: int) -> None:
+        """Add `num_reqs` decodes (one new token each after a non-empty context) whose
+        contexts incl. the new token sum to `context_tokens`, the longest `max_context`."""
+        self.num_reqs += num_reqs
+        self.num_tokens += num_reqs
+        self.num_decode_reqs += num_reqs
+        self.decode_context_tokens += context_tokens
+        if max_context > self.max_decode_context:
+            self.max_decode_context = max_context
+        if max_context > self.max_context:
+            self.max_context = max_context
+
     @classmethod
     def from_lists(cls, num_new_tokens: list[int], num_context_before: list[int]) -> BatchShape:
         shape = cls()

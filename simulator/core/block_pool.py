@@ -68,14 +68,25 @@ class BlockPool:
                 block.ref_cnt = 1
                 out.append(block)
             num_blocks -= fresh
+        if not num_blocks:
+            return out
         popitem = self.free_queue.popitem
-        for _ in range(num_blocks):
-            block = popitem(last=False)[1]
-            if block.block_hash is not None:
-                self._evict(block)
-            block.ref_cnt = 1
-            out.append(block)
-        return out
+        if not self.cached_hash_to_block:  # no free block holds a hash: nothing to evict
+            popped = [popitem(False)[1] for _ in range(num_blocks)]
+            for block in popped:
+                block.ref_cnt = 1
+        else:
+            popped = []
+            for _ in range(num_blocks):
+                block = popitem(False)[1]
+                if block.block_hash is not None:
+                    self._evict(block)
+                block.ref_cnt = 1
+                popped.append(block)
+        if out:
+            out.extend(popped)
+            return out
+        return popped
 
     def _evict(self, block: KVCacheBlock) -> None:
         if self.cached_hash_to_block.get(block.block_hash) is block:
@@ -96,10 +107,11 @@ class BlockPool:
         """Drop one reference from each block; unreferenced blocks join the free queue's tail."""
         free_queue = self.free_queue
         for block in blocks_in_eviction_order:
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
+            ref = block.ref_cnt - 1
+            block.ref_cnt = ref
+            if not ref:
                 free_queue[block.block_id] = block
-            elif block.ref_cnt < 0:
+            elif ref < 0:
                 raise RuntimeError(f"ref count of block {block.block_id} went negative")
 
     def cache_block(

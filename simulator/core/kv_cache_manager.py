@@ -15,6 +15,9 @@ from simulator.core.block_hash import extend_block_hashes
 from simulator.core.block_pool import BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
+# `num_cached_blocks` of a request whose further blocks can never be registered
+_NEVER = 1 << 62
+
 
 @dataclass
 class KVCacheStats:
@@ -141,14 +144,14 @@ class KVCacheManager:
         if blocks is None:
             blocks = self.req_to_blocks[rid] = []
             self.req_to_block_ids[rid] = []
-            self.num_cached_blocks[rid] = 0
+            self.num_cached_blocks[rid] = self._no_blocks_cached(request)
             if self.enable_prefix_caching:
                 self.prefix_queries_tokens += request.num_tokens
                 self.prefix_hit_tokens += num_hit * bs
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
-        pool = self.block_pool
         if need > 0 or num_hit:
+            pool = self.block_pool
             reviving = sum(1 for b in new_computed_blocks if b.ref_cnt == 0) if num_hit else 0
             if need > pool.num_free_blocks - reviving:
                 return False
@@ -156,16 +159,27 @@ class KVCacheManager:
             if num_hit:
                 pool.touch(new_computed_blocks)
                 blocks.extend(new_computed_blocks)
-                ids.extend(b.block_id for b in new_computed_blocks)
+                ids.extend([b.block_id for b in new_computed_blocks])
                 self.num_cached_blocks[rid] = len(blocks)
             if need > 0:
                 new = pool.get_new_blocks(need)
                 blocks.extend(new)
-                ids.extend(b.block_id for b in new)
-                self._note_usage()
+                ids.extend([b.block_id for b in new])
+                usage = pool.usage
+                if usage > self.peak_usage:
+                    self.peak_usage = usage
         if cache and self.enable_prefix_caching and num_total // bs > self.num_cached_blocks[rid]:
             self.cache_full_blocks(request, num_total)
         return True
+
+    @staticmethod
+    def _no_blocks_cached(request: Request) -> int:
+        """`num_cached_blocks` of a request holding no registered block: 0, or `_NEVER` when
+        its content is unknown (a length-only prompt without trace hashes), so no block of
+        it is ever looked at for the prefix cache."""
+        if request.prompt_token_ids is None and request.prompt_hash_ids is None:
+            return _NEVER
+        return 0
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's blocks that are full within its first `num_tokens` tokens."""
@@ -174,17 +188,19 @@ class KVCacheManager:
         start = self.num_cached_blocks[rid]
         blocks = self.req_to_blocks[rid]
         end = min(num_tokens // bs, len(blocks))
+        if start >= end:
+            return
         hashes = extend_block_hashes(request, bs, end)
-        if len(hashes) < end and request.prompt_token_ids is None:
-            # content past the trace's hashed prompt is unknowable: never look again
-            self.num_cached_blocks[rid] = end
+        never = len(hashes) < end and request.prompt_token_ids is None
         end = min(end, len(hashes))
         keep_tokens = request.prompt_token_ids is not None
         pool = self.block_pool
         for i in range(start, end):
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
-        if end > self.num_cached_blocks[rid]:
+        if never:  # content past the trace's hashed prompt is unknowable: never look again
+            self.num_cached_blocks[rid] = _NEVER
+        elif end > self.num_cached_blocks[rid]:
             self.num_cached_blocks[rid] = end
 
     def free(self, request: Request) -> None:
@@ -254,7 +270,7 @@ class KVCacheManager:
         blocks = self.block_pool.get_new_blocks(len(cpu))
         self.req_to_blocks[rid] = blocks
         self.req_to_block_ids[rid] = [b.block_id for b in blocks]
-        self.num_cached_blocks[rid] = 0
+        self.num_cached_blocks[rid] = self._no_blocks_cached(request)
         self.free_cpu_blocks.extend(cpu)
         self.num_swapped_in_blocks += len(cpu)
         self._note_usage()

@@ -133,22 +133,43 @@ class Scheduler:
         # 1. running requests: decodes and unfinished prompt chunks
         running = self.running
         block_ids = kvm.req_to_block_ids
+        num_cached = kvm.num_cached_blocks
         bs = self.block_size
         caching = kvm.enable_prefix_caching
+        # the fast path appends to out's lists directly and sums the decodes' shape here
+        reqs_add, new_add, before_add, ids_add = (
+            out.reqs.append, out.num_new_tokens.append, out.num_computed_before.append,
+            out.block_ids.append)
+        nd = dctx = maxd = 0
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
-            num_new = req.num_tokens - computed
+            num_new = req.num_prompt_tokens + req.num_output_tokens - computed
             if num_new == 1:
-                ids = block_ids[req.request_id]
-                # fast path: a decode whose token fits its last block and fills no block
-                if computed < len(ids) * bs and not (caching and (computed + 1) % bs == 0):
-                    out.add(req, 1, ids)
+                rid = req.request_id
+                ids = block_ids[rid]
+                # fast path: a decode whose token fits its last block and completes no block
+                # the prefix cache would register (allocate_slots would change nothing)
+                if computed and computed < len(ids) * bs and not (
+                    caching and (computed + 1) % bs == 0 and (computed + 1) // bs > num_cached[rid]
+                ):
+                    reqs_add(req)
+                    new_add(1)
+                    before_add(computed)
+                    ids_add(ids)
+                    nd += 1
+                    computed += 1
+                    dctx += computed
+                    if computed > maxd:
+                        maxd = computed
                     budget -= 1
                     i += 1
                     continue
-            elif num_new > 1:
+            if nd:  # fold the fast-path decodes in before anything may rebuild the shape
+                out.shape.add_decodes(nd, dctx, maxd)
+                nd = dctx = maxd = 0
+            if num_new > 1:
                 num_new = self._cap_prefill(req, num_new, threshold)
             if num_new > budget:
                 num_new = budget
@@ -169,6 +190,8 @@ class Scheduler:
                 budget -= num_new
             # running[:i] are exactly the requests scheduled so far (victims left both)
             i = len(out.reqs)
+        if nd:
+            out.shape.add_decodes(nd, dctx, maxd)
 
         # 2. waiting requests (none while preempting, none mid-batch when static)
         if out.preempted_req_ids or (cfg.batching == "static" and running):
@@ -337,25 +360,24 @@ class Scheduler:
     def _update_burst(self, out: SchedulerOutput, times, finished: list[Request]) -> None:
         kvm = self.kv_cache_manager
         k = len(times)
-        last = times[-1]
+        first, last = times[0], times[-1]
         removed = False
         bs = self.block_size
-        for i, req in enumerate(out.reqs):
-            before = out.num_computed_before[i]
-            req.num_computed_tokens = before + 1
-            # blocks for steps 2..k (step 1's were allocated by schedule())
-            if (before + k > len(out.block_ids[i]) * bs or req.prompt_token_ids is not None) and (
-                not kvm.allocate_slots(req, k - 1)
-            ):
-                raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
-            req.num_computed_tokens = before + k
+        for req, before, ids in zip(out.reqs, out.num_computed_before, out.block_ids):
+            end = before + k
+            # blocks for steps 2..k, all at once (step 1's were allocated by schedule())
+            if end > len(ids) * bs or req.prompt_token_ids is not None:
+                req.num_computed_tokens = before + 1
+                if not kvm.allocate_slots(req, k - 1):
+                    raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
+            req.num_computed_tokens = end
             if req.first_token_time is None:
-                req.first_token_time = times[0]
-            req.num_output_tokens += k
+                req.first_token_time = first
+            n = req.num_output_tokens + k
+            req.num_output_tokens = n
             req.token_times.extend(times)
-            stop = req.check_stop(None)
-            if stop is not None:
-                self._finish(req, stop, last, finished)
+            if n >= req.sampling_params.max_tokens:  # check_stop without a token id
+                self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
                 removed = True
         if removed:
             self.running = [r for r in self.running if r.status == RUNNING]
