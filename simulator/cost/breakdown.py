@@ -26,6 +26,8 @@ class CostModel(Protocol):
     _stages: list[dict[str, Any]]
 
     def decode_attn_tokens(self, shape: BatchShape) -> float: ...
+    def decode_attn_growth(self, shape: BatchShape) -> float: ...
+    def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]: ...
     def num_microbatches(self, shape: BatchShape) -> int: ...
     def describe(self) -> dict[str, Any]: ...
     @staticmethod
@@ -154,10 +156,10 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         return StepBreakdown(0.0, [], 0, shape.num_reqs, desc)
     mb = cm.num_microbatches(shape)
     desc["microbatches"] = mb
+    P, Pctx, Dctx = cm.attention_sums(shape)  # sliding layers: capped at the window
     per_stage = [
         _stage_ops(cm, st, T / mb, shape.num_reqs / mb, shape.num_prefill_tokens / mb,
-                   shape.prefill_attn_pairs / mb, shape.prefill_context_tokens / mb,
-                   shape.num_decode_reqs / mb, cm.decode_attn_tokens(shape) / mb)
+                   P / mb, Pctx / mb, shape.num_decode_reqs / mb, Dctx / mb)
         for st in cm._stages
     ]
     times = [sum(op.time_s for op in ops) for ops in per_stage]
@@ -192,8 +194,9 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
     mb = cm.num_microbatches(shape)
     R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
     # the padding to the longest decode context stays constant as every context grows by one
+    # (sliding layers: contexts below the window grow, those at it do not)
     ctx = (cm.decode_attn_tokens(shape) + np.arange(num_steps, dtype=np.float64)
-           * shape.num_decode_reqs) / mb
+           * cm.decode_attn_growth(shape)) / mb
     ov = 1.0 - cm.params.overlap
     stage_times = []
     for st in cm._stages:
