@@ -20,8 +20,12 @@ _OBJECT_COLUMNS = ("request_id", "finish_reason", "replica")
 
 
 class RequestCollector:
-    def __init__(self, num_requests: int, *, keep: bool = False, batch: int = 4096) -> None:
+    def __init__(self, num_requests: int, *, keep: bool = False, batch: int = 4096,
+                 expected: int | None = None) -> None:
+        """`num_requests`: rows of the trace; `expected`: how many of them this run simulates
+        (all by default)."""
         self.num_requests = num_requests
+        self.expected = num_requests if expected is None else expected
         self.keep = keep
         self.batch = batch
         self.num_finished = 0
@@ -58,8 +62,8 @@ class RequestCollector:
     def records(self) -> dict[str, np.ndarray]:
         """Every request's record, in trace order (after all have finished)."""
         self._reduce()
-        if self.num_finished != self.num_requests:
-            raise RuntimeError(f"{self.num_requests - self.num_finished} of {self.num_requests} "
+        if self.num_finished != self.expected:
+            raise RuntimeError(f"{self.expected - self.num_finished} of {self.expected} "
                                "requests have not finished")
         if self._columns is None:
             return request_records([])
@@ -69,3 +73,23 @@ class RequestCollector:
         """The finished requests in trace order (only when kept)."""
         self._reduce()
         return sorted(self.kept, key=lambda r: int(r.request_id))
+
+    def rows_only(self, rows: np.ndarray) -> None:
+        """Keep only the records of `rows` (this process's share of a split run), so they
+        cross to the parent without the other rows' empty space."""
+        self._reduce()
+        if self._columns is not None:
+            self._columns = {k: v[rows] for k, v in self._columns.items()}
+
+    def merge(self, part: RequestCollector, rows: np.ndarray) -> None:
+        """Take another process's share of the trace: `part` after `rows_only(rows)`."""
+        if part._columns is not None:
+            if self._columns is None:
+                self._columns = {k: np.empty(self.num_requests, dtype=v.dtype) if k not in
+                                 _OBJECT_COLUMNS else np.full(self.num_requests, "", dtype=object)
+                                 for k, v in part._columns.items()}
+            for key, col in part._columns.items():
+                self._columns[key][rows] = col
+        self.itl.merge(part.itl)
+        self.kept.extend(part.kept)
+        self.num_finished += part.num_finished

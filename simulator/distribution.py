@@ -40,14 +40,27 @@ class ExactDistribution:
     def _compact(self) -> None:
         if not self._buffer:
             return
-        new, counts = np.unique(np.concatenate(self._buffer), return_counts=True)
+        values, counts = np.unique(np.concatenate(self._buffer), return_counts=True)
         self._buffer, self._buffered = [], 0
-        if len(self._values):
-            merged, inverse = np.unique(np.concatenate((self._values, new)), return_inverse=True)
-            counts = np.bincount(inverse, weights=np.concatenate((self._counts, counts)),
-                                 minlength=len(merged)).astype(np.int64)
-            new = merged
-        self._values, self._counts = new, counts
+        self._merge(values, counts)
+
+    def merge(self, other: ExactDistribution) -> None:
+        """Add every value of `other`."""
+        other._compact()
+        self._compact()
+        self._merge(other._values, other._counts)
+
+    def _merge(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Merge sorted distinct `values` with their `counts` into the compacted state."""
+        if not len(values):
+            return
+        if not len(self._values):
+            self._values, self._counts = values.copy(), counts.copy()
+            return
+        merged, inverse = np.unique(np.concatenate((self._values, values)), return_inverse=True)
+        self._counts = np.bincount(inverse, weights=np.concatenate((self._counts, counts)),
+                                   minlength=len(merged)).astype(np.int64)
+        self._values = merged
 
     def __len__(self) -> int:
         self._compact()

@@ -186,3 +186,4 @@ def test_decode_bursts_give_identical_timestamps(k, wl, seed):
         assert list(a.token_times) == list(b.token_times)
         assert a.num_preemptions == b.num_preemptions
     assert s2.kv_cache_manager.num_free_blocks == s2.kv_cache_manager.num_gpu_blocks
+    assert s2.kv_cache_manager.peak_usage == s1.kv_cache_manager.peak_usage

@@ -95,3 +95,16 @@ def test_a_shape_for_another_window_is_refused():
         cm.step_time(shape_of([(100, 0)], window=8))
     with pytest.raises(ValueError, match="reaches the sliding window"):
         shape_of([(1, 4000)]).advanced(100)
+
+
+@pytest.mark.parametrize("padding", [0.0, 0.5])
+def test_decode_runs_are_bit_identical_to_decode_steps(padding):
+    m, _, half = _models()
+    params = dataclasses.replace(CostParams(), decode_padding=padding)
+    for model in (m, half):
+        cm = CostModel(model, "h100-sxm", params=params, tp=2, pp=2)
+        for reqs in ([(1, 4000), (1, 100), (1, 9000)], [(1, 1000), (1, 2000)], [(1, 5000)] * 3):
+            s = shape_of(reqs)
+            k = min(s.min_window_gap, 40) if s.num_decodes_below_window else 40
+            run = cm.decode_run_times(s, k)
+            assert [cm.decode_step_time(s.advanced(j)) for j in range(k)] == run.tolist()

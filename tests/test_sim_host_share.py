@@ -99,7 +99,7 @@ def test_contended_steps_use_the_share_of_bandwidth() -> None:
     assert 1.6 < r_dec <= 2.0 and 1.0 <= r_pre < r_dec
     # slowed only while the neighbour is in a step, by as much as the neighbour streams
     # memory (a pure stream: all the way to the share)
-    t, t_slow = d.cost_model.step_time(decode), slow_cm.step_time(decode)
+    t, t_slow = d.cost_model.decode_step_time(decode), slow_cm.step_time(decode)  # as replicas price decodes
     assert _price_alone_then_beside(d, p, decode, None) == [t]
     assert _price_alone_then_beside(d, p, decode, 1.0) == pytest.approx([t_slow], rel=1e-9)
     s = 1 - 0.5 * 0.3  # a neighbour mostly computing slows it less

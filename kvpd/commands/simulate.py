@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "both side by side with the difference")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--csv", action="store_true", help="write per-request records as CSV")
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--progress", action="store_true", help="show a progress line (redrawn at "
+                   "most twice a second; every 10 s when not on a terminal)")
+    p.add_argument("--keep-requests", action="store_true", help="keep every request's token "
+                   "times in memory (sim.keep_requests; by default they are reduced and released)")
+    p.add_argument("--processes", type=int, metavar="N", help="simulate independent replicas in "
+                   "N processes (sim.processes; round_robin colocated clusters only)")
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     p.set_defaults(func=run)
 
@@ -94,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     extra = (["output.plots=false"] if args.no_plots else []) + (
-        ["output.records=csv"] if args.csv else [])
+        ["output.records=csv"] if args.csv else []) + (
+        ["sim.keep_requests=true"] if args.keep_requests else []) + (
+        [f"sim.processes={args.processes}"] if args.processes is not None else [])
     paths = [args.scenario] + ([args.compare] if args.compare else [])
     # every scenario and output folder is checked before anything is simulated
     scenarios = [_load(p, overrides + extra) for p in paths]

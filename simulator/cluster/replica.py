@@ -56,7 +56,10 @@ class SimReplica:
         self._wake = env.event()
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
-        self.busy_s = 0.0
+        # busy time: closed runs of back-to-back steps plus the open one [start, end] (s);
+        # summed per run, so a decode burst and the same steps one by one give equal sums
+        self._busy_closed = 0.0
+        self._busy_start = self._busy_end = 0.0
         # host sharing (`cluster.host_memory_share`, `host_compute_share`): a step runs
         # slower while a neighbour (a replica on the same host) is in a step
         self.host_sharing: HostSharing | None = None
@@ -86,6 +89,11 @@ class SimReplica:
     def wake(self) -> None:
         if not self._wake.triggered:
             self._wake.succeed()
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds this replica spent in steps (and their swap transfers)."""
+        return self._busy_closed + (self._busy_end - self._busy_start)
 
     @property
     def kv_usage(self) -> float:
@@ -120,7 +128,10 @@ class SimReplica:
                 ends[-1] = env.now
             result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             end = env.now
-            self.busy_s += end - now
+            if now != self._busy_end:  # a new run of steps begins
+                self._busy_closed += self._busy_end - self._busy_start
+                self._busy_start = now
+            self._busy_end = end
             self.num_steps += result.num_steps
             self.timeline.record_step(self.name, start, end, out, result.num_steps, sched)
             self._finish(sched.update(out, result, end))
@@ -180,11 +191,17 @@ class SimReplica:
         this replica in a step (its memory fraction from the first step) and wakes its
         neighbours to re-price theirs."""
         cm = self.cost_model
-        base = [cm.step_time(shape)] if k == 1 else cm.decode_run_times(shape, k).tolist()
+        # all-decode steps take the arithmetic of a decode burst whether or not they run as
+        # one, so bursts and single steps give bit-identical times
+        decode = not shape.num_prefill_reqs and shape.num_reqs > 0
+        if k > 1:
+            base = cm.decode_run_times(shape, k).tolist()
+        else:
+            base = [cm.decode_step_time(shape) if decode else cm.step_time(shape)]
         hs = self.host_sharing
         if hs is None:
             mem = [0.0] * len(base)
-        elif k == 1:
+        elif k == 1 and not decode:
             mem = [hs.memory_seconds(shape, base[0])]
         else:
             mem = hs.memory_seconds_run(shape, base)

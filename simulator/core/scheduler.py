@@ -382,10 +382,9 @@ class Scheduler:
         kvm = self.kv_cache_manager
         k = len(times)
         first, last = times[0], times[-1]
-        removed = False
+        done: list[Request] = []
         bs = self.block_size
         slides = kvm.sliding_window
-        done: list[Request] = []  # with a window, finished after the burst's slid-out frees
         for req, before, ids in zip(out.reqs, out.num_computed_before, out.block_ids):
             end = before + k
             # blocks for steps 2..k, all at once (step 1's were allocated by schedule());
@@ -401,16 +400,14 @@ class Scheduler:
             req.num_output_tokens = n
             req.token_times.extend(times)
             if n >= req.sampling_params.max_tokens:  # check_stop without a token id
-                if slides:
-                    done.append(req)
-                else:
-                    self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
-                removed = True
-        if slides:
+                done.append(req)
+        if slides:  # slid-out blocks go first: step by step they leave before any finishes
             self._burst_slide(out, k)
+        if done:
+            # freed only now: step by step, every request held the blocks of the burst's last
+            # step before any finished (the KV peak usage sees them all)
             for req in done:
                 self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
-        if removed:
             self.running = [r for r in self.running if r.status == RUNNING]
 
     def _burst_slide(self, out: SchedulerOutput, k: int) -> None:

@@ -24,9 +24,12 @@ class CostModel(Protocol):
     pp: int
     ep: int
     _stages: list[dict[str, Any]]
+    _padding: float
+    _slide: float  # share of layers that slide
+    _window: int
 
+    def _windowed(self, shape: BatchShape) -> bool: ...
     def decode_attn_tokens(self, shape: BatchShape) -> float: ...
-    def decode_attn_growth(self, shape: BatchShape) -> float: ...
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]: ...
     def num_microbatches(self, shape: BatchShape) -> int: ...
     def describe(self) -> dict[str, Any]: ...
@@ -182,21 +185,50 @@ def host_overhead_s(cm: CostModel, shape: BatchShape) -> float:
 
 
 def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.ndarray:
-    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step."""
+    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step.
+    Element j is computed with exactly the arithmetic of `decode_step_time(shape.advanced(j))`,
+    so a burst and the same steps one at a time give bit-identical times."""
     if shape.num_prefill_reqs:
         raise ValueError("decode_run_times needs an all-decode batch "
                          f"(this one has {shape.num_prefill_reqs} prefill requests)")
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
         raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
-    T = shape.num_tokens
-    if num_steps == 0 or T <= 0:
+    if num_steps == 0 or shape.num_tokens <= 0:
         return np.zeros(num_steps)
+    # the contexts grow by one per decode per step; the padding to the longest stays constant
+    j = np.arange(num_steps, dtype=np.int64)
+    D = shape.decode_context_tokens + j * shape.num_decode_reqs
+    win = None
+    if cm._slide and cm._windowed(shape):  # below the window they grow, at it they do not
+        Dw = shape.decode_window_tokens + j * shape.num_decodes_below_window
+        win = (Dw.astype(np.float64), shape.max_decode_context + j)
+    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum, win)
+
+
+def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
+    """Seconds of one all-decode step: `decode_run_times(cm, shape, 1)[0]` without numpy (it
+    may differ from `CostModel.step_time` in the last bits)."""
+    win = None
+    if cm._slide and cm._windowed(shape):
+        win = (float(shape.decode_window_tokens), shape.max_decode_context)
+    return _decode_times(cm, shape, float(shape.decode_context_tokens), max, min, win)
+
+
+def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
+    """Step seconds of the all-decode `shape` at summed decode contexts `D` (a float, or an
+    array of them: elementwise the same float operations); `win`: (window-capped sums,
+    longest contexts) for a model with sliding layers."""
+    T = shape.num_tokens
     mb = cm.num_microbatches(shape)
     R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
-    # the padding to the longest decode context stays constant as every context grows by one
-    # (sliding layers: contexts below the window grow, those at it do not)
-    ctx = (cm.decode_attn_tokens(shape) + np.arange(num_steps, dtype=np.float64)
-           * cm.decode_attn_growth(shape)) / mb
+    pad = shape.num_decode_reqs * shape.max_decode_context - shape.decode_context_tokens
+    padding = cm._padding
+    ctx = D + padding * pad if padding and pad > 0 else D
+    if win is not None:  # sliding layers read the window-capped contexts
+        Dw, longest = win
+        Dw = Dw + padding * (shape.num_decode_reqs * vmin(longest, cm._window) - Dw)
+        ctx = ctx + cm._slide * (Dw - ctx)
+    ctx = ctx / mb
     ov = 1.0 - cm.params.overlap
     stage_times = []
     for st in cm._stages:
@@ -205,8 +237,15 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
         # the stage without its decode-attention term, then the growing attention term
         rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aq
         c, m = ctx * ac, ctx * akv + Rd * aq
-        stage_times.append(rest + (np.maximum(c, m) + ov * np.minimum(c, m) if ov else
-                                   np.maximum(c, m)))
-    total = stage_times[0] if cm.pp == 1 else (
-        np.sum(stage_times, axis=0) + (mb - 1) * np.max(stage_times, axis=0))
+        stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
+    if cm.pp == 1:
+        total = stage_times[0]
+    else:
+        total = stage_times[0]
+        for t in stage_times[1:]:
+            total = total + t
+        longest = stage_times[0]
+        for t in stage_times[1:]:
+            longest = vmax(longest, t)
+        total = total + (mb - 1) * longest
     return total + host_overhead_s(cm, shape)

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost.breakdown import decode_run_times, explain_step
+from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.models import (
     ModelSpec,
@@ -277,17 +277,6 @@ class CostModel:
             return D + self._slide * (Dw - D)
         return D
 
-    def decode_attn_growth(self, shape: BatchShape) -> float:
-        """How much `decode_attn_tokens` grows per step of an all-decode run (tokens), while
-        no context below the window reaches it (`BatchShape.advanced`)."""
-        R = shape.num_decode_reqs
-        if not (self._slide and self._windowed(shape)):
-            return float(R)
-        below = shape.num_decodes_below_window
-        if shape.max_decode_context >= self._window:  # the padded width stays the window
-            below *= 1.0 - self._padding
-        return R + self._slide * (below - R)
-
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]:
         """(prefill query-key pairs, prefill KV tokens read, decode KV tokens) per layer,
         averaged over the layers: sliding layers take the shape's window-capped sums."""
@@ -371,8 +360,13 @@ class CostModel:
 
     def decode_run_times(self, shape: BatchShape, num_steps: int) -> np.ndarray:
         """Seconds of `num_steps` consecutive all-decode steps, contexts growing by one per step
-        (element k equals `step_time(shape.advanced(k))`)."""
+        (element k equals `decode_step_time(shape.advanced(k))` bit for bit, and
+        `step_time(shape.advanced(k))` but for the last bits)."""
         return decode_run_times(self, shape, num_steps)
+
+    def decode_step_time(self, shape: BatchShape) -> float:
+        """Seconds of one all-decode step, with the arithmetic of `decode_run_times`."""
+        return decode_step_time(self, shape)
 
     def describe(self) -> dict[str, Any]:
         """Model, hardware, dtype and parallelism, for reports."""
