@@ -25,7 +25,7 @@ CONFIGS = [  # (label, model, hardware, tp, pp[, ep])
     # MoE with expert parallelism, shared experts, dense first layers and MLA (issue 34)
     ("mixtral     h100 tp2 ep2", "mixtral-8x7b", "h100-sxm", 2, 1, 2),
     ("qwen3-30b-a3b h100 tp1", "qwen3-30b-a3b", "h100-sxm", 1, 1),
-    ("deepseek-v3 h200 tp8 ep8", "deepseek-v3", "h200", 8, 1, 8),
+    ("deepseek-v3 h200 tp8 ep8", "deepseek-v3", "h200-sxm", 8, 1, 8),
     # every layer slides (4096 tokens): attention capped at the window (issue 34)
     ("mistral-7b  h100 tp1 window", "mistral-7b", "h100-sxm", 1, 1),
 ]

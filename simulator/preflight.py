@@ -44,6 +44,11 @@ def _keyed(key: str, call, *args) -> None:
         raise ValueError(f"{key}: {exc}") from None
 
 
+def preflight_as(sc: Scenario, where: str) -> None:
+    """`preflight`, its errors prefixed with `where` (the scenario file, a candidate, ...)."""
+    _keyed(where, preflight, sc)
+
+
 def preflight(sc: Scenario) -> None:
     """Raise ValueError / FileNotFoundError naming the key path when a name or file is wrong."""
     from simulator.cluster.cluster import resolve_hardware

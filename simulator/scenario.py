@@ -97,10 +97,39 @@ class SchedulerSpec(_Strict):
 
 class CacheSpec(_Strict):
     block_size: int = Field(16, ge=1)
+    # auto (the 16-bit activation dtype, whatever the weights: vLLM's "auto"), bf16, fp16, fp8
+    kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     num_gpu_blocks: int | None = Field(None, ge=1)  # overrides the memory plan
     swap_space_gb: float = Field(0.0, ge=0)  # host pool per replica, GB
     enable_prefix_caching: bool = True
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_dtype(cls, v):
+        from simulator.cost.precision import check_kv_cache_dtype
+
+        return check_kv_cache_dtype(v, "cache.kv_cache_dtype")
+
+
+class QuantizationSpec(_Strict):
+    """How the weights were quantized (with `dtype`: fp8 -> fp8, int8 -> w8a8 or gptq, int4
+    -> awq or gptq)."""
+
+    method: str | None = None  # fp8, w8a8, awq, gptq (default: by dtype)
+    group_size: int | None = None  # weights per group (awq/gptq; default 128, -1 per channel)
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        from simulator.cost.precision import check_method
+
+        return None if v is None else check_method(v, "quantization.method")
+
+    def to_dict(self) -> dict[str, Any] | None:
+        out = {k: v for k, v in (("method", self.method), ("group_size", self.group_size))
+               if v is not None}
+        return out or None
 
 
 class WorkloadSpec(_Strict):
@@ -183,7 +212,8 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = 0
     model: Spec = "llama-3-8b"
-    dtype: str = "bf16"
+    dtype: str = "bf16"  # weights: fp32, bf16, fp16, fp8, int8, int4
+    quantization: QuantizationSpec | None = None
     hardware: Spec = "h100-sxm"
     cluster: ClusterSpec = ClusterSpec()
     scheduler: SchedulerSpec = SchedulerSpec()

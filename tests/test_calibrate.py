@@ -290,3 +290,43 @@ def test_the_fresh_shape_check_travels_into_the_calibration_and_its_report(tmp_p
     assert f"never-run shapes / repeated shapes {ratio:.2f} (decode 1x384 {ratio:.2f})" in table
     assert ("WARNING" in table) == warned
     assert "fresh-shape" not in calibrate(synthetic_profile(tmp_path)).format_table()
+
+
+def test_calibrate_refuses_a_noisy_fit_unless_told(tmp_path, capsys):
+    """A held-back median error over 10% is refused (nothing written), with the profile's own
+    repeat spread as the reason and what to do; --accept-noisy writes it anyway."""
+    from simulator.calibrate.gate import profile_spread, refusal
+
+    noisy = synthetic_profile(tmp_path, noise=0.3, seed=3)
+    out = tmp_path / "cal.yaml"
+    assert kvpd_main(["calibrate", str(noisy), "--out", str(out), "--no-plot"]) == 2
+    captured = capsys.readouterr()
+    assert "profile repeat spread (IQR / median of each step point's repeats): median" in captured.out
+    err = captured.err
+    assert "held-back median error is" in err and "over 10%" in err
+    assert "the profile's own repeats spread" in err and "Re-profile on a quiet machine" in err
+    assert "--accept-noisy" in err and "(nothing written)" in err
+    assert not out.exists()
+    assert kvpd_main(["calibrate", str(noisy), "--out", str(out), "--no-plot",
+                      "--accept-noisy"]) == 0
+    assert out.is_file()
+    # a quiet profile passes, and its spread is what its repeats measured
+    quiet = calibrate(synthetic_profile(tmp_path / "q", noise=0.01) if (tmp_path / "q").mkdir()
+                      is None else None)
+    assert refusal(quiet, accept_noisy=False) is None
+    assert profile_spread(quiet)["median"] < 0.05
+    loud = calibrate(noisy)
+    assert loud.summary()["held_median_abs_err"] > 0.10
+    assert profile_spread(loud)["median"] > 0.05 and refusal(loud, accept_noisy=True) is None
+
+
+def test_calibrate_refuses_a_bad_out_before_fitting(tmp_path, capsys, monkeypatch):
+    import simulator.calibrate.fit as fit
+
+    path = synthetic_profile(tmp_path)
+    (tmp_path / "file").write_text("in the way")
+    monkeypatch.setattr(fit, "calibrate", lambda *a, **k: pytest.fail("fitted before the check"))
+    assert kvpd_main(["calibrate", str(path), "--out", str(tmp_path / "file" / "c.yaml")]) == 2
+    assert "is a file, so no folder can be made there" in capsys.readouterr().err
+    assert kvpd_main(["calibrate", str(path), "--out", str(tmp_path / "c.txt")]) == 2
+    assert "a calibration is a .yaml file" in capsys.readouterr().err

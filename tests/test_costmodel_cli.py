@@ -66,7 +66,7 @@ def test_estimate_accepts_a_hypothetical_accelerator_inline(capsys) -> None:
 def test_hardware_list_and_show(capsys) -> None:
     rc, out, _ = run_cli(capsys, "hardware", "list")
     assert rc == 0 and "h100-sxm" in out and "nvlink4" in out and "placeholder" in out
-    rc, out, _ = run_cli(capsys, "hardware", "show", "h100", "--json")
+    rc, out, _ = run_cli(capsys, "hardware", "show", "h100-sxm", "--json")
     data = json.loads(out)
     assert rc == 0 and data["name"] == "h100-sxm" and data["links"]["scale_up_link"]["name"] == "nvlink4"
     rc, out, _ = run_cli(capsys, "hardware", "show", "ib-ndr")

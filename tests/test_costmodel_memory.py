@@ -59,7 +59,7 @@ def test_more_memory_or_a_smaller_kv_dtype_gives_more_blocks() -> None:
 
 
 def test_hypothetical_bigger_gpu_makes_70b_fit() -> None:
-    big = get_accelerator({"base": "h100-sxm", "memory_gb": 192})
+    big = get_accelerator({"base": "h100-sxm", "memory_gib": 192})
     assert plan_memory("llama-3-70b", big, block_size=16).num_gpu_blocks > 0
 
 

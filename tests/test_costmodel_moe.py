@@ -9,6 +9,7 @@ import pytest
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
 from simulator.cost.memory_plan import plan_memory
 from simulator.cost.models import get_model
 from simulator.cost.moe_cost import mla_terms
@@ -28,7 +29,7 @@ def _mixed() -> BatchShape:
 CONFIGS = [("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 1), ("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 2),
            ("qwen3-30b-a3b", "h100-sxm", "bf16", 1, 1, 1),
            ("deepseek-v2-lite", "h100-sxm", "bf16", 1, 2, 1),
-           ("deepseek-v3", "h200", "fp8", 8, 1, 8), ("deepseek-v3", "h200", "fp8", 8, 2, 1)]
+           ("deepseek-v3", "h200-sxm", "fp8", 8, 1, 8), ("deepseek-v3", "h200-sxm", "fp8", 8, 2, 1)]
 
 
 @pytest.mark.parametrize("model,hw,dtype,tp,pp,ep", CONFIGS)
@@ -54,7 +55,7 @@ def test_decode_bytes_grow_with_the_batch_until_every_expert_is_hot():
 
 def test_shared_experts_and_dense_layers_are_always_read():
     m = get_model("deepseek-v3")
-    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    cm = CostModel(m, "h200-sxm", "fp8", 8, ep=8)
     op = next(o for o in cm.explain(_decode(1)).ops if o.name == "moe_experts")
     # one token: 8 routed experts over 8 ranks (1 whole expert per rank and MoE layer), the
     # shared expert and 3 dense MLPs split 8 ways, and the router
@@ -103,9 +104,11 @@ def test_mla_decode_absorbed_prefill_expanded_and_the_pool_holds_latents():
     t = mla_terms(m, 8)
     assert t.decode_flops_per_pair == 2 * 16 * (2 * 512 + 64)
     assert t.prefill_flops_per_pair == 2 * 16 * (192 + 128)
-    plan = plan_memory("deepseek-v3", "h200", "fp8", tp=8, ep=8)
-    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 1  # fp8 cache follows the weights
-    cm = CostModel(m, "h200", "fp8", 8, ep=8)
+    plan = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8)
+    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 2  # auto: the bf16 activation dtype
+    plan = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8, kv_cache_dtype="fp8")
+    assert plan.kv_bytes_per_block == 16 * 61 * 576 * 1
+    cm = CostModel(m, "h200-sxm", "fp8", 8, ep=8)
     op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "attn_decode")
     assert op.flops == pytest.approx(4 * 1001 * 61 * t.decode_flops_per_pair)
 
@@ -117,3 +120,24 @@ def test_estimate_explain_names_experts_loaded_and_the_bound():
         capture_output=True, text=True, check=True).stdout
     assert "expected experts loaded per GPU" in out and "of 4 per MoE layer" in out
     assert "step bound" in out and "expert GEMMs" in out and "-bound" in out
+
+
+def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
+    """Default kernel floor: seconds per dependent kernel x the kernels of each layer; an MoE
+    layer adds routing and grouped GEMMs, shared experts and MLA add theirs (kernels.yaml)."""
+    from simulator.cost.kernels import kernel_profile
+    from simulator.cost.moe_cost import stage_layer_split
+
+    k = kernel_profile(get_accelerator("h200-sxm"))
+    extra = dict(k.extra_kernels)
+    dense = CostModel("llama-3-70b", "h200-sxm", "fp8", 8)
+    assert dense._stages[0]["raw"]["layer_floor_s"] == pytest.approx(80 * k.layer_floor_s)
+    m = get_model("deepseek-v3")
+    cm = CostModel(m, "h200-sxm", "fp8", 8)
+    n_dense, n_moe = stage_layer_split(m, cm.shard.layers_per_stage, 0)
+    base = k.layer_floor_s / k.kernel_s
+    want = k.kernel_s * (n_dense * (base + extra["mla"])
+                         + n_moe * (base + extra["mla"] + extra["moe"] + extra["shared_expert"]))
+    assert cm._stages[0]["raw"]["layer_floor_s"] == pytest.approx(want)
+    op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "layer_overhead")
+    assert op.time_s == pytest.approx(want)

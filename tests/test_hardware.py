@@ -15,7 +15,7 @@ from simulator.cost.hardware import (
     list_links,
 )
 
-REQUIRED_ACCELERATORS = ["a10g", "l4", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm",
+REQUIRED_ACCELERATORS = ["a10", "a10g", "l4", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm",
                          "h100-pcie", "h200-sxm", "b200", "gb200", "mi250x", "mi300x", "mi325x",
                          "m2-ultra", "m3-max", "m4-max", "cpu"]
 REQUIRED_LINKS = ["nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "ib-hdr", "ib-ndr",
@@ -71,7 +71,9 @@ def test_units_are_converted_from_datasheet_figures() -> None:
 
 def test_dtype_peaks_fall_back_sensibly() -> None:
     a100 = get_accelerator("a100-80gb-sxm")
-    assert a100.peak_flops("fp8") == a100.peak_flops("bf16")  # no FP8 units: weight-only
+    with pytest.raises(ValueError, match="no FP8 tensor units"):  # issue 30: no silent BF16
+        a100.peak_flops("fp8")
+    assert a100.peak_flops("int8") == pytest.approx(624e12)  # dense INT8, A100 datasheet
     assert a100.peak_flops("int4") == a100.peak_flops("bf16")  # W4A16 computes in 16 bits
     assert a100.peak_flops("fp32") < a100.peak_flops("bf16")
     with pytest.raises(ValueError, match="fp32"):
@@ -80,10 +82,44 @@ def test_dtype_peaks_fall_back_sensibly() -> None:
         a100.peak_flops("int3")
 
 
-def test_aliases_and_case_resolve_to_catalog_names() -> None:
-    assert get_accelerator("H100").name == "h100-sxm"
-    assert get_accelerator("A100_80GB").name == "a100-80gb-sxm"
-    assert get_accelerator("mps").vendor == "apple"
+def test_names_are_exact_and_never_mapped_to_another_part() -> None:
+    """Issue 30: case and `_` aside, a name is the catalog's or it is refused with suggestions;
+    `a10` is the A10 (125 TFLOP/s), not the A10G (70)."""
+    assert get_accelerator("H100_SXM").name == "h100-sxm"
+    assert get_accelerator("a10").bf16_tflops == 125.0
+    assert get_accelerator("a10g").bf16_tflops == 70.0
+    for short, suggested in (("h100", "h100-sxm"), ("a100", "a100-80gb-sxm"), ("mps", None)):
+        with pytest.raises(ValueError, match=f"unknown hardware '{short}'") as exc:
+            get_accelerator(short)
+        if suggested:
+            assert suggested in str(exc.value)
+
+
+def test_a10_against_its_datasheet() -> None:
+    a10 = get_accelerator("a10")
+    assert a10.memory_bytes == 24 * GIB and a10.mem_bw_bytes_per_s == pytest.approx(600e9)
+    assert a10.peak_flops("int8") == pytest.approx(250e12) and a10.sm_count == 72
+    assert a10.fp8_tflops is None and a10.arch == "ampere"
+
+
+def test_every_gpu_with_a_kernel_profile_has_its_sm_count_and_arch() -> None:
+    from simulator.cost.kernels import list_archs
+
+    for name in list_accelerators():
+        acc = get_accelerator(name)
+        if acc.vendor in ("nvidia", "amd"):
+            assert acc.arch in list_archs(), name
+        if acc.sm_count is not None:
+            assert acc.sm_count >= 58
+
+
+def test_memory_has_one_field_name_everywhere() -> None:
+    """Issue 30: `memory_gib` in the catalog, inline parts and `kvpd hardware show`; the old
+    name is refused with the new one."""
+    assert get_accelerator({"base": "h100-sxm", "memory_gib": 96}).memory_bytes == 96 * GIB
+    for bad in ({"base": "h100-sxm", "memory_gb": 96}, {"base": "h100-sxm", "memory_gb_scale": 2}):
+        with pytest.raises(ValueError, match="'memory_gib"):
+            get_accelerator(bad)
 
 
 def test_parts_without_a_scale_up_link_use_pcie_then_loopback() -> None:
@@ -106,11 +142,11 @@ def test_hypothetical_accelerator_scales_and_overrides_a_base() -> None:
     fast = get_accelerator({"base": "h100-sxm", "mem_bw_tbps_scale": 2})
     assert fast.mem_bw_bytes_per_s == pytest.approx(2 * base.mem_bw_bytes_per_s)
     assert fast.bf16_tflops == base.bf16_tflops and fast.name == "h100-sxm-custom"
-    big = get_accelerator({"base": "h100", "name": "h100-192", "memory_gb": 192,
+    big = get_accelerator({"base": "h100-sxm", "name": "h100-192", "memory_gib": 192,
                            "scale_up_link": {"base": "nvlink4", "bandwidth_gb_s_scale": 2}})
     assert big.name == "h100-192" and big.memory_bytes == 192 * GIB
     assert big.link("scale_up_link").bandwidth_bytes_per_s == pytest.approx(900e9)
-    scratch = get_accelerator({"name": "toy", "bf16_tflops": 100, "memory_gb": 8,
+    scratch = get_accelerator({"name": "toy", "bf16_tflops": 100, "memory_gib": 8,
                                "mem_bw_tbps": 1, "scale_up_link": "pcie5"})
     assert scratch.fp8_tflops is None and scratch.intra_node_link().name == "pcie5"
 
@@ -119,8 +155,8 @@ def test_hypothetical_accelerator_scales_and_overrides_a_base() -> None:
     ({"base": "h100-sxm", "mem_bandwidth": 9}, "unknown field"),
     ({"base": "h100-sxm", "mem_bw_tbps_scale": -1}, "positive"),
     ({"base": "h100-sxm", "fp8_tflops": "fast"}, "fp8_tflops"),
-    ({"base": "a100", "fp8_tflops_scale": 2}, "cannot scale fp8_tflops"),
-    ({"name": "x", "bf16_tflops": 1, "memory_gb": 1}, "mem_bw_tbps"),
+    ({"base": "a100-80gb-sxm", "fp8_tflops_scale": 2}, "cannot scale fp8_tflops"),
+    ({"name": "x", "bf16_tflops": 1, "memory_gib": 1}, "mem_bw_tbps"),
     ({"bf16_tflops": 1}, "name"),
     ({"base": "h100-sxm", "scale_up_link": "nvlink9"}, "unknown link"),
     ({"base": "h100-sxm", "matmul_efficiency": 1.5}, "matmul_efficiency"),

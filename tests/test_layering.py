@@ -15,7 +15,7 @@ PACKAGES = ("kvpd", "simulator", "realexec", "workloads")
 ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("workloads", ()),
     ("simulator.core", ()),
-    ("simulator.scenario", ()),
+    ("simulator.scenario", ("simulator.cost", "workloads")),
     ("simulator.cost", ("simulator.core",)),
     ("simulator.calibrate", ("simulator.core", "simulator.cost")),
     ("simulator.cluster", ("simulator.core", "simulator.cost", "simulator.calibrate",

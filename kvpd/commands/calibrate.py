@@ -25,22 +25,38 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "profiles) their on-CPU time scaled by the profile's CPU share")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back choice and starts")
     p.add_argument("--no-plot", action="store_true", help="skip FILE.fit.png")
+    p.add_argument("--accept-noisy", action="store_true",
+                   help="write the calibration even when its held-back median error is over "
+                   "10%% (refused by default: the profile was too noisy or the model does not fit)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from realexec.fidelity.out_paths import check_out_file
     from simulator.calibrate.fit import calibrate, write_calibration
+    from simulator.calibrate.gate import format_spread, profile_spread, refusal
     from simulator.calibrate.profile_io import profile_paths
 
+    if not 0 <= args.held_out < 1:
+        raise ValueError(f"--held-out must be a fraction in [0, 1), got {args.held_out}")
+    if args.out:  # before the fit: a path that cannot be written is refused at once
+        if Path(args.out).suffix not in (".yaml", ".yml"):
+            raise ValueError(f"--out {args.out}: a calibration is a .yaml file")
+        check_out_file(args.out, "--out")
     cal = calibrate(args.profile, hardware=args.hardware, held_out=args.held_out,
                     seed=args.seed, model=args.model, device=args.device,
                     statistic=args.statistic)
     out = Path(args.out) if args.out else (
         profile_paths(args.profile)[0].parent / f"{cal.params.device}-{cal.params.model}.yaml")
-    paths = write_calibration(cal, out, plot=not args.no_plot)
     print(cal.format_table())
+    print(format_spread(profile_spread(cal)))
+    why = refusal(cal, args.accept_noisy)
+    if why:
+        raise ValueError(why + " (nothing written)")
+    check_out_file(out, "--out")
+    paths = write_calibration(cal, out, plot=not args.no_plot)
     print(f"wrote {', '.join(map(str, paths))}")
     print(f"use it in a scenario as: hardware: {{calibration: {out}}}")
     if len(cal.hardware) > 1:

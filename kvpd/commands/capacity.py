@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also require this fraction of requests to meet the ttft/tpot limits")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key (repeatable)")
-    p.add_argument("--hardware", help="comma-separated accelerators to compare, e.g. h100,a100-80gb")
+    p.add_argument("--hardware", help="comma-separated accelerators to compare, e.g. h100-sxm,a100-80gb-sxm")
     p.add_argument("--cost-table", metavar="FILE", help="YAML mapping accelerator -> USD per hour "
                    "(overrides the catalog's price_per_hour)")
     p.add_argument("--peak-rate", type=float, metavar="RPS",

@@ -3,6 +3,8 @@
     kvpd estimate --model llama-3-8b --hardware h100-sxm --prefill 2048
     kvpd estimate --model llama-3-70b --hardware h100-sxm --tp 4 --decode 64x2048 --json
     kvpd estimate --model mixtral-8x7b --hardware h100-sxm --tp 2 --ep 2 --decode 32x1024 --explain
+    kvpd estimate --model llama-3.1-8b --hardware a10 --dtype int4 --quantization awq \
+        --decode 16x1024 --explain
 
 `--prefill N` (or `BxN`) adds prompt(s) of N new tokens with no cached context;
 `--decode BxC` adds B decodes of one token after C context tokens. Given both, the step
@@ -28,10 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
     p.add_argument("--explain", action="store_true",
-                   help="also say what bounds the step: expected experts loaded (MoE), the "
-                        "attention form (MLA), and each operator's bound")
-    p.add_argument("--dtype", default="bf16", help="weights: fp32, bf16, fp16, fp8, int4")
-    p.add_argument("--kv-cache-dtype", default=None, help="KV cache dtype (default: as --dtype)")
+                   help="also say what bounds the step: each operator's efficiency, its source "
+                        "and bound, expected experts loaded (MoE), the attention form (MLA)")
+    p.add_argument("--dtype", default="bf16", help="weights: fp32, bf16, fp16, fp8, int8, int4")
+    p.add_argument("--quantization", default=None, metavar="METHOD",
+                   help="fp8, w8a8, awq or gptq (default: fp8 for fp8, w8a8 for int8, awq for "
+                        "int4 weights)")
+    p.add_argument("--group-size", type=int, default=None,
+                   help="weights per quantization group of awq/gptq (default 128; -1 per channel)")
+    p.add_argument("--kv-cache-dtype", default=None,
+                   help="auto, bf16, fp16 or fp8 (default auto: the 16-bit activation dtype)")
     p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
     p.add_argument("--decode", metavar="BxC", help="B decodes after C context tokens each")
     p.add_argument("--params", metavar="YAML", help="calibrated CostParams file")
@@ -89,11 +97,16 @@ def run(args: argparse.Namespace) -> int:
     acc = get_accelerator(parse_hardware(args.hardware))
     params = (CostParams.load(args.params, device=acc.name, model=model.name)
               if args.params else None)
+    quant = None
+    if args.quantization or args.group_size is not None:
+        quant = {"method": args.quantization} if args.quantization else {}
+        if args.group_size is not None:
+            quant["group_size"] = args.group_size
     cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
-                   kv_cache_dtype=args.kv_cache_dtype, ep=args.ep)
-    plan = plan_memory(model, acc, cm.dtype, args.tp, args.pp,
+                   kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
+    plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
-                       kv_cache_dtype=cm.kv_cache_dtype, ep=args.ep)
+                       kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
     shape = BatchShape(window=model.sliding_window)  # sliding layers: capped at the window
     kv_tokens = 0
     held = kv_tokens_held(model, plan.block_size)
@@ -113,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
     out["memory_plan"] = plan.to_dict()
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
+    out["precision"] = cm.precision.to_dict()
+    out["efficiencies"] = {k: {"value": v, "source": src}
+                           for k, (v, src) in cm.efficiency_sources().items()}
     if args.explain:
         out["explain"] = explain_variants(cm, br, shape.num_tokens)
     if args.json:
@@ -120,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
           + (f", ep={args.ep}" if args.ep > 1 else "") + "), "
-          f"{cm.dtype} weights, {cm.kv_cache_dtype} KV cache"
+          f"{cm.precision.label()}, GEMMs in {cm.precision.compute}"
           + ("  [PLACEHOLDER hardware figures]" if acc.placeholder else ""))
     print(f"step: {shape.num_prefill_reqs} prefill ({shape.num_prefill_tokens} tokens), "
           f"{shape.num_decode_reqs} decode (context {args.decode or '-'})")
@@ -139,8 +155,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: this batch needs {kv_tokens:,} KV tokens; the pool holds "
               f"{plan.max_num_tokens:,}")
     print()
-    print(br.format_table())
+    print(br.format_table(explain=args.explain))
     if args.explain:
+        print(f"\nbound: {br.bound}; {by['compute'] / br.total_s:.0%} of the step in "
+              f"compute-bound operators, {by['memory'] / br.total_s:.0%} memory-bound, "
+              f"{by['communication'] / br.total_s:.0%} communication, "
+              f"{by['overhead'] / br.total_s:.0%} fixed overheads")
+        print("efficiencies (fraction of peak before shape terms):")
+        for k, v in out["efficiencies"].items():
+            print(f"  {k:24s} {v['value']:.3f}  {v['source']}")
         print()
         for k, v in out["explain"].items():
             print(f"{k:34s} {v}")

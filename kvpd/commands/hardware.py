@@ -71,11 +71,15 @@ def _link_dict(x) -> dict:
 
 
 def _acc_dict(a) -> dict:
+    """One accelerator with the field names of the catalog and of inline parts."""
+    from simulator.cost.precision import supported
+
     links = {k: (_link_dict(a.link(k)) if getattr(a, k) else None)
              for k in ("scale_up_link", "pcie", "scale_out")}
     return {"name": a.name, "description": a.description, "vendor": a.vendor,
-            "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops,
-            "fp32_tflops": a.fp32_tflops, "memory_gib": a.memory_bytes / 2**30,
-            "mem_bw_tbps": a.mem_bw_bytes_per_s / 1e12, "price_per_hour": a.price_per_hour,
+            "arch": a.arch or None, "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops,
+            "int8_tops": a.int8_tops, "fp32_tflops": a.fp32_tflops,
+            "memory_gib": a.memory_bytes / 2**30, "mem_bw_tbps": a.mem_bw_bytes_per_s / 1e12,
+            "sm_count": a.sm_count, "price_per_hour": a.price_per_hour,
             "matmul_efficiency": a.matmul_efficiency, "placeholder": a.placeholder,
-            "links": links}
+            "supports": supported(a), "links": links}

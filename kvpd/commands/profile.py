@@ -38,12 +38,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every argument and the output paths, before the profile (minutes) runs; ValueError
+    naming the first bad one."""
+    from pathlib import Path
+
+    from realexec.fidelity.out_paths import check_out_file
+    from realexec.fidelity.profile.facts import model_identity
+    from simulator.calibrate.profile_io import profile_paths
+
+    for name in ("threads", "repeats"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.serving_requests < 0:
+        raise ValueError(f"--serving-requests must be >= 0 (0: skip), got {args.serving_requests}")
+    model_identity(args.model)  # a built-in name, config.json or model folder
+    if args.hardware:
+        from simulator.cost.hardware import get_accelerator
+
+        get_accelerator(args.hardware)
+    out = Path(args.out)
+    if not out.is_dir() and out.suffix not in (".csv", ".json"):
+        raise ValueError(f"--out {out}: a profile is NAME.csv (+ NAME.json) or an existing "
+                         "folder (profile.csv is written in it)")
+    for path in profile_paths(out):
+        check_out_file(path, "--out")
+
+
 def run(args: argparse.Namespace) -> int:
     from realexec.fidelity.profile.device_profile import profile_device
     from realexec.fidelity.profile.profiler import PROFILE_KINDS, grid_preset
 
     grid = grid_preset(args.grid, repeats=args.repeats, warmup=args.warmup,
                        scatter_blocks=False if args.blocks_in_id_order else None)
+    check_args(args)
     skip = {"linears": args.no_linears, "swap": args.no_swap, "transfer": args.no_transfer}
     kinds = tuple(k for k in PROFILE_KINDS if not skip.get(k))
     path = profile_device(args.out, args.model, args.dtype,

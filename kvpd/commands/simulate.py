@@ -69,16 +69,11 @@ def _checked_out(out: Path, force: bool) -> Path:
 
 def _load(path: str, overrides: list[str]) -> Any:
     """The scenario with every name and file checked; errors start with the scenario file."""
-    from simulator.preflight import preflight
+    from simulator.preflight import preflight_as
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path, overrides)
-    try:
-        preflight(sc)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"{path}: {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    preflight_as(sc, path)
     return sc
 
 

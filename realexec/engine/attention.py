@@ -47,7 +47,7 @@ def sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager:
     H200 (torch 2.11, Llama-3-8B bf16) SDPA then picked cuDNN and rebuilt its graph on most
     steps: ~1.2 ms of CPU per call, 32 calls a step, so decode steps took ~60 ms instead of
     ~20 ms, while the profile, which repeats identical shapes, never saw it
-    (bench/gpu_step_breakdown.py). Flash and memory-efficient attention have no per-shape
+    (bench/diagnostics/gpu_step_breakdown.py). Flash and memory-efficient attention have no per-shape
     setup. Elsewhere (CPU, MPS) and before torch 2.3 (no `sdpa_kernel`) SDPA chooses as usual.
     """
     if device.type != "cuda" or _NOT_CUDNN is None:

@@ -23,7 +23,7 @@ before it wrote ("k", "kt"). Here:
 
 Run 16's real prefill worker (llama-50m, this 2-core CPU), steps that went straight on:
 1.53, 2.30, 2.31 and 2.35 ms after a step that handed off 1, 2, 3 and 4 prompts, far more
-than the loop's 0.27-0.41 ms without hand-offs (`bench/loop_times.py`). A landing costs
+than the loop's 0.27-0.41 ms without hand-offs (`bench/diagnostics/loop_times.py`). A landing costs
 0.26-2.2 ms for prompts of 64-1024 tokens (`bench/kv_handoff.py`, decode-side write).
 """
 

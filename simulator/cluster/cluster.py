@@ -106,13 +106,18 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         ep_link = acc.link("scale_out")
         if ep_link is None:
             raise ValueError(f"{key}_link: scale_out, but {acc.name} names no scale-out link")
-    cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params, ep=spec.ep,
-                     ep_link=ep_link)
     cache = scenario.cache
+    quant = scenario.quantization.to_dict() if scenario.quantization else None
+    try:
+        cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
+                         kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
+                         ep_link=ep_link)
+    except ValueError as exc:  # a precision the part cannot run: name the scenario keys
+        raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
     mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,
                       cache.gpu_memory_utilization,
                       max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens,
-                      ep=spec.ep)
+                      kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")

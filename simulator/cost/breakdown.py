@@ -20,6 +20,9 @@ class CostModel(Protocol):
 
     model: ModelSpec
     params: CostParams
+    accelerator: Any
+    kernels: Any
+    dtype: str
     tp: int
     pp: int
     ep: int
@@ -29,6 +32,8 @@ class CostModel(Protocol):
     _window: int
 
     def _windowed(self, shape: BatchShape) -> bool: ...
+    def efficiency_sources(self) -> dict[str, tuple[float, str]]: ...
+
     def decode_attn_tokens(self, shape: BatchShape) -> float: ...
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]: ...
     def num_microbatches(self, shape: BatchShape) -> int: ...
@@ -42,85 +47,145 @@ class CostModel(Protocol):
 LINEAR_OPS = ("qkv_proj", "o_proj", "mlp", "moe_experts")
 
 
-def _timed(name: str, flops: float, nbytes: float, c: float, m: float, ov: float) -> OpCost:
-    """An operator of `c` compute and `m` memory seconds: max(c, m) + ov x min(c, m)."""
+def _timed(name: str, flops: float, nbytes: float, c: float, m: float, ov: float,
+           eff: tuple[float, str, float, str] | None = None) -> OpCost:
+    """An operator of `c` compute and `m` memory seconds: max(c, m) + ov x min(c, m).
+    `eff`: (compute efficiency, its source, memory efficiency, its source); the one of the
+    bound that wins is reported."""
     t = c + ov * m if c > m else m + ov * c
-    return OpCost(name, flops, nbytes, t, "compute" if c > m else "memory", c, m)
+    bound = "compute" if c > m else "memory"
+    e, src = (None, "") if eff is None else (eff[:2] if c > m else eff[2:])
+    return OpCost(name, flops, nbytes, t, bound, c, m, e, src)
 
 
 def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: float,
-              ov: float = 0.0) -> OpCost:
+              ov: float = 0.0, eff: tuple[float, str, float, str] | None = None) -> OpCost:
     """max(c, m) + ov x min(c, m) seconds, ov = 1 - `CostParams.overlap`."""
-    return _timed(name, flops, nbytes, flops * rate_c, nbytes * rate_m, ov)
+    return _timed(name, flops, nbytes, flops * rate_c, nbytes * rate_m, ov, eff)
+
+
+def _shape_note(lc: Any, rows: float, acc: Any) -> str:
+    """What the GEMM shape terms did at `rows` rows (for explain)."""
+    if lc is None or not lc.shaped:
+        return ""
+    f = lc.efficiency_factor(rows)
+    bits = []
+    if lc.tile and lc.sm_count:
+        bits.append(f"{lc.tile[0]}x{lc.tile[1]} tiles over {lc.sm_count} SMs")
+    if lc.weight_only is not None:
+        bits.append(f"dequantized every {lc.weight_only.rows_per_pass} rows")
+    return f" x shape {f:.3f} ({', '.join(bits)})"
 
 
 def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float, P: float,
                Pctx: float, Rd: float, Dctx: float) -> list[OpCost]:
     """Operators of one stage for one micro-batch (same arithmetic as `_stage_time`)."""
-    raw, rate = st["raw"], st["rate"]
-    gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
+    raw, rate, lin = st["raw"], st["rate"], st["linear"]
+    gm, ac, am, lk = (rate[k] for k in ("gemm_m", "attn_c", "attn_m", "link"))
     model, p = cm.model, cm.params
+    src = cm.efficiency_sources()
     ov = 1.0 - p.overlap
     ops: list[OpCost] = []
     gv = rate["gemv_m"]
     gemv = T == 1.0 or 1.0 < T < p.gemm_row_passes_below  # linears as T GEMV passes
+    acc = cm.accelerator
+    g_eff, g_src = src["gemm_compute_efficiency"]
+    m_eff, m_src = src["gemm_memory_efficiency"]
+    v_eff, v_src = src["gemv_memory_efficiency"]
 
-    def linear(name: str, fl: float, wb: float, act: float) -> OpCost:
+    def linear(name: str, key: str, fl: float, wb: float, act: float) -> OpCost:
+        lc = lin[key]
+        rows = 1.0 if gemv else T
+        shape = lc.efficiency_factor(rows)
+        c_eff = (g_eff * shape, g_src + _shape_note(lc, rows, acc))
         if not gemv:
-            return _roofline(name, T * fl, wb + T * act, gc, gm, ov)
+            return _timed(name, T * fl, wb + T * act, lc.seconds(T), (wb + T * act) * gm, ov,
+                          (*c_eff, m_eff, m_src))
         # T passes, each streaming the weights at the GEMV rate
-        return _timed(name, T * fl, T * (wb + act), T * fl * gc, T * (wb * gv + act * gm), ov)
+        return _timed(name, T * fl, T * (wb + act), T * lc.seconds(1),
+                      T * (wb * gv + act * gm), ov, (*c_eff, v_eff, v_src))
 
     fl, wb, act = raw["qkv_proj"]
     lin_f = size_factor(p.linear_token_factors, T)
-    ops.append(linear("qkv_proj", fl, wb, act))
+    ops.append(linear("qkv_proj", "qkv_proj", fl, wb, act))
     fa, kv_ctx, per_new = raw["attn"]
-    if Tp or Pctx:
-        ops.append(_roofline("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, ac, am, ov))
+    a_eff, a_src = src["attn_compute_efficiency"]
+    d_eff, d_src = src["attn_memory_efficiency"]
+    if Tp or Pctx:  # FlashAttention: the pairs, plus each query's fixed work (half_keys)
+        hk = st["half_keys"]
+        c = (P + Tp * hk) * fa * ac
+        keys = P / Tp if Tp else 0.0
+        note = (f" x keys/(keys+{hk:g}) = {keys / (keys + hk):.3f} at {keys:,.0f} keys/query"
+                if hk and keys else "")
+        ops.append(_timed("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, c,
+                          (Pctx * kv_ctx + Tp * per_new) * am, ov,
+                          (P * fa * ac / c * a_eff if c else a_eff, a_src + note, d_eff, d_src)))
     if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         fd, kv_d = raw["attn_decode"]  # MLA: the absorbed form over the latent
-        ops.append(_roofline("attn_decode", Dctx * fd, Dctx * kv_d + Rd * per_new, ac, am, ov))
+        rq = st["req_tokens"]
+        nb = Dctx * kv_d + Rd * per_new
+        m = nb * am + Rd * rq * kv_d * am
+        note = (f" x ctx/(ctx+{rq:g}) = {Dctx / (Dctx + Rd * rq):.3f} at "
+                f"{Dctx / Rd:,.0f} tokens/request" if rq else "")
+        ops.append(_timed("attn_decode", Dctx * fd, nb, Dctx * fd * ac, m, ov,
+                          (a_eff, a_src, nb * am / m * d_eff if m else d_eff, d_src + note)))
         if p.decode_attn_overhead_s:
             ops.append(OpCost("attn_decode_setup", 0.0, 0.0,
                               raw["layers"] * p.decode_attn_overhead_s, "overhead"))
     fl, wb, act = raw["o_proj"]
-    ops.append(linear("o_proj", fl, wb, act))
+    ops.append(linear("o_proj", "o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]
+    name = "moe_experts" if model.is_moe else "mlp"
     if gemv:  # one token reaches k experts (k/ep on each rank with EP) and the router
         k = model.experts_per_token / cm.ep if model.is_moe else 1
-        ops.append(linear("moe_experts" if model.is_moe else "mlp", fl,
-                          wb * k + raw["router_bytes"], act))
+        ops.append(linear(name, "mlp", fl, wb * k + raw["router_bytes"], act))
     elif model.is_moe:
         E, k = model.num_experts, model.experts_per_token
         # expected distinct experts (of this rank's share) hit by T tokens
         hit = raw.get("experts_per_rank", E) * (1.0 - (1.0 - k / E) ** T)
-        ops.append(_roofline("moe_experts", T * fl, wb * hit + raw["router_bytes"] + T * act,
-                             gc, gm, ov))
+        nb = wb * hit + raw["router_bytes"] + T * act
+        ops.append(_timed(name, T * fl, nb, lin["mlp"].seconds(T), nb * gm, ov,
+                          (g_eff, g_src, m_eff, m_src)))
     else:
-        ops.append(_roofline("mlp", T * fl, wb + T * act, gc, gm, ov))
+        ops.append(linear(name, "mlp", fl, wb, act))
     if lin_f != 1.0:  # the linears take the measured size factor, attention does not
         ops = [_times(op, lin_f) if op.name in LINEAR_OPS else op for op in ops]
     efl, eb = raw["elementwise"]
-    ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm))
+    ops.append(OpCost("norm_act_rope", T * efl, T * eb, T * eb * gm, "memory", 0.0, T * eb * gm,
+                      m_eff, m_src))
     if cm.tp > 1:
         per_tok, lat = raw["allreduce"]
+        c_eff, c_src = src["comm_efficiency"]
         ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * lk,
-                          "communication"))
+                          "communication", efficiency=c_eff, source=c_src))
     if cm.ep > 1:  # MoE dispatch + combine over the EP link
         per_tok, lat = raw["ep_alltoall"]
+        c_eff, c_src = src["comm_efficiency"]
         ops.append(OpCost("ep_all_to_all", 0.0, T * per_tok, lat + T * per_tok * rate["ep_link"],
-                          "communication"))
-    ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layers"] * cm.params.layer_overhead_s,
-                      "overhead"))
+                          "communication", efficiency=c_eff, source=c_src))
+    floor = getattr(cm.kernels, "layer_floor_s", 0.0)
+    ops.append(OpCost("layer_overhead", 0.0, 0.0, raw["layer_floor_s"],
+                      "overhead", source=(f"{cm.kernels.source('layer_floor')} "
+                                          f"({raw['layer_floor_s'] / max(raw['layers'], 1) * 1e6:.1f}"
+                                          " us/layer)"
+                                          if floor and p.device is None
+                                          and p.layer_overhead_s == floor
+                                          else _overhead_source(p))))
     if st["last"]:
         fl, wb, act = raw["lm_head"]
+        lc = lin["lm_head"]
+        h_eff = (lc.rate and 1.0 / (lc.rate * cm.accelerator.peak_flops(
+            "fp32" if cm.dtype == "fp32" else "bf16"))) * lc.efficiency_factor(R)
+        h_src = "16-bit LM head: BF16 GEMM efficiency" + _shape_note(lc, R, acc)
         if R == 1.0:  # one request: a GEMV
-            head = _timed("lm_head", fl, wb + act, fl * gc, wb * gv + act * gm, ov)
+            head = _timed("lm_head", fl, wb + act, lc.seconds(1), wb * gv + act * gm, ov,
+                          (h_eff, h_src, v_eff, v_src))
         else:
-            head = _roofline("lm_head", R * fl, wb + R * act, gc, gm, ov)
+            head = _timed("lm_head", R * fl, wb + R * act, lc.seconds(R), (wb + R * act) * gm,
+                          ov, (h_eff, h_src, m_eff, m_src))
         ops.append(_times(head, size_factor(p.lm_head_row_factors, R)))
         sb = R * raw["sampling"]
-        ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm))
+        ops.append(OpCost("sampling", 0.0, sb, sb * gm, "memory", 0.0, sb * gm, m_eff, m_src))
         if cm.tp > 1:
             per_req, lat = raw["gather"]
             ops.append(OpCost("logits_gather", 0.0, R * per_req, lat + R * per_req * lk,
@@ -129,6 +194,10 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         per_tok, lat = raw["pp_send"]
         ops.append(OpCost("pp_send", 0.0, T * per_tok, lat + T * per_tok * lk, "communication"))
     return ops
+
+
+def _overhead_source(p: CostParams, what: str = "overheads") -> str:
+    return p.source if p.device is not None else f"simulator/cost/params.py ({what})"
 
 
 def size_factor(table: tuple[float, ...], n: float) -> float:
@@ -141,12 +210,13 @@ def _times(op: OpCost, k: float) -> OpCost:
     if k == 1.0:
         return op
     return OpCost(op.name, op.flops, op.bytes, op.time_s * k, op.bound, op.compute_s * k,
-                  op.memory_s * k)
+                  op.memory_s * k, None if op.efficiency is None else op.efficiency / k,
+                  op.source + f" x measured size factor {k:.3f}")
 
 
 def _scale(op: OpCost, k: float) -> OpCost:
     return OpCost(op.name, op.flops * k, op.bytes * k, op.time_s * k, op.bound,
-                  op.compute_s * k, op.memory_s * k)
+                  op.compute_s * k, op.memory_s * k, op.efficiency, op.source)
 
 
 def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
@@ -173,7 +243,8 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         ops = [_scale(op, mb) for op in per_stage[crit]]
         bubble = sum(t for s, t in enumerate(times) if s != crit)
         ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
-    ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead"))
+    ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead",
+                      source=_overhead_source(cm.params)))
     return StepBreakdown(sum(op.time_s for op in ops), ops, T, shape.num_reqs, desc)
 
 
@@ -233,10 +304,10 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
     stage_times = []
     for st in cm._stages:
         fast = st["fast"]
-        ac, akv, aq = fast[-2], fast[-1], fast[14]  # decode attention (MLA: absorbed form)
+        ac, akv, aq, dreq = fast[42], fast[43], fast[14], fast[41]  # MLA: absorbed decode
         # the stage without its decode-attention term, then the growing attention term
-        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aq
-        c, m = ctx * ac, ctx * akv + Rd * aq
+        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * (aq + dreq)
+        c, m = ctx * ac, ctx * akv + Rd * (aq + dreq)
         stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
     if cm.pp == 1:
         total = stage_times[0]

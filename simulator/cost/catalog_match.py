@@ -19,11 +19,10 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 5) -> list[str]
     """
     key = normalize_name(name)
     pool = sorted(set(candidates))
-    found = difflib.get_close_matches(key, pool, n=n, cutoff=0.5)
-    if key:
-        for cand in pool:
-            if (key in cand or cand in key) and cand not in found:
-                found.append(cand)
+    # names that extend the given one first ("a100" -> the A100 parts), then look-alikes
+    found = [c for c in pool if key and c.startswith(key)]
+    found += [c for c in pool if key and (key in c or c in key) and c not in found]
+    found += [c for c in difflib.get_close_matches(key, pool, n=n, cutoff=0.5) if c not in found]
     return found[:n]
 
 

@@ -52,17 +52,14 @@ import numpy as np
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.cost.models import (
-    ModelSpec,
-    dtype_bytes,
-    get_model,
-    matrix_weight_bytes,
-    normalize_dtype,
-)
+from simulator.cost.kernels import kernel_profile
+from simulator.cost.linear_cost import LinearCost
+from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import expected_experts_hit, mla_terms, moe_terms, stage_layer_split
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
+from simulator.cost.precision import Precision, resolve
 
 # Sampling reads the fp32 logits of each request about three times (softmax, top-k/top-p
 # filtering, the draw) in vLLM's sampler; order of magnitude, absorbed by calibration.
@@ -76,18 +73,21 @@ class CostModel:
     def __init__(self, model: ModelSpec | str, accelerator: Accelerator | str | dict,
                  dtype: str = "bf16", tp: int = 1, pp: int = 1,
                  params: CostParams | None = None, *, kv_cache_dtype: str | None = None,
-                 link: Link | str | dict | None = None, ep: int = 1,
+                 link: Link | str | dict | None = None,
+                 quantization: dict[str, Any] | str | None = None, ep: int = 1,
                  ep_link: Link | str | dict | None = None) -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
-        self.dtype = normalize_dtype(dtype)
-        # vLLM's kv_cache_dtype="auto": the model dtype, but int4 weights keep a 16-bit cache
-        auto_kv = "fp16" if self.dtype == "int4" else self.dtype
-        self.kv_cache_dtype = normalize_dtype(kv_cache_dtype or auto_kv)
+        # refuses a precision the part cannot run, naming what it supports
+        self.precision: Precision = resolve(self.accelerator, dtype, quantization, kv_cache_dtype)
+        self.dtype = self.precision.dtype
+        self.kv_cache_dtype = self.precision.kv_cache_dtype
+        self.kernels = kernel_profile(self.accelerator)
         self.tp, self.pp, self.ep = tp, pp, ep
         self.shard = shard_model(self.model, tp, pp, ep)
-        self.params = params if params is not None else CostParams.default_for(self.accelerator)
+        self.params = (params if params is not None
+                       else CostParams.default_for(self.accelerator, self.precision.compute))
         self.params.validate("cost params")
         self.params.check_applies(self.accelerator.name, self.model.name)
         if link is None:
@@ -97,7 +97,6 @@ class CostModel:
         # the expert-parallel all-to-all: the scale-up link unless told (an EP group across nodes)
         self.ep_link = self.link if ep_link is None else (
             ep_link if isinstance(ep_link, Link) else get_link(ep_link))
-        self.accelerator.peak_flops(self.dtype)  # fails early for an unsupported dtype
         self._stages = [self._stage_coefs(s) for s in range(pp)]
         self._fast = self._stages[0]["fast"]
         p = self.params
@@ -111,20 +110,78 @@ class CostModel:
         self._window = m.sliding_window
 
     # ------------------------------------------------------------------ precomputation
+    def _linear_costs(self, s: int, L: int, last: bool) -> dict[str, LinearCost]:
+        """Tensor-core seconds of stage `s`'s linears against their rows (tokens, or
+        requests for the LM head), with the part's kernel shape terms."""
+        m, sh, acc, pr, k = self.model, self.shard, self.accelerator, self.precision, self.kernels
+        d, hd = m.hidden_size, m.head_dim
+        hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
+        peak = acc.peak_flops(pr.compute)
+        eff = self.params.gemm_compute_efficiency
+        tile = getattr(k, "tile", None)
+        sms = acc.sm_count
+        wo = k.weight_only if pr.weight_only else None
+        alu = (acc.fp32_tflops or 0.0) * 1e12
+        if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
+            h = m.num_heads // self.tp
+            qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+            qkv = ([(qr, d), (h * hd, qr)] if qr else [(h * hd, d)])
+            qkv += [(kr + rope, d), (h * (m.qk_nope_head_dim + m.v_head_dim), kr)]
+            o = [(d, h * m.v_head_dim)]
+        else:
+            qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
+        out = {
+            "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu),
+            "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu),
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu) if m.is_moe else LinearCost(
+                [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
+                L, peak, eff, tile, sms, wo, alu)),
+        }
+        if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
+            pdim = m.embed_proj_dim or d
+            gem = [(sh.vocab, pdim)] + ([(pdim, d)] if pdim != d else [])
+            ab_peak = acc.peak_flops("fp32" if pr.dtype == "fp32" else "bf16")
+            bf16_eff = (self.params.gemm_compute_efficiency if pr.compute in ("bf16", "fp32")
+                        else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
+            out["lm_head"] = LinearCost(gem, 1, ab_peak, bf16_eff, tile, acc.sm_count,
+                                        table_rows=1024)
+        return out
+
+    def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
+        """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
+        pairs with EP), shared experts, router, and the dense first layers' MLPs. Grouped GEMMs
+        over experts: no wave model (layer counts are folded into the output widths)."""
+        m, tp, ep = self.model, self.tp, self.ep
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
+        d, kx = m.hidden_size, m.experts_per_token
+
+        def mats(ffn: float, copies: float) -> list[tuple[float, float]]:
+            up = [(copies * 2 * ffn, d)] if m.gated_mlp else [(copies * ffn, d)]
+            return up + [(copies * d, ffn)] if ffn else []
+
+        f_rank = m.ffn_size / (1 if ep > 1 else tp)
+        gemms = mats(f_rank, moe * kx / ep) + [(moe * m.num_experts, d)]
+        if m.shared_expert_ffn_size:
+            gemms += mats(m.shared_expert_ffn_size / tp, moe)
+        if dense:
+            gemms += mats(m.dense_ffn_size / tp, dense)
+        return LinearCost([g for g in gemms if g[0] > 0], 1, peak, eff, None, None, wo, alu)
+
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
         the rates into seconds per unit (`fast`) for `step_time`."""
-        m, sh, p, acc = self.model, self.shard, self.params, self.accelerator
+        m, sh, p, acc, pr = self.model, self.shard, self.params, self.accelerator, self.precision
         L = sh.layers_per_stage[s]
         last = s == self.pp - 1
         d, hd = m.hidden_size, m.head_dim
         hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
-        wb = matrix_weight_bytes(self.dtype)
-        ab = 4.0 if self.dtype == "fp32" else 2.0  # activations, norms, embeddings
-        kvb = dtype_bytes(self.kv_cache_dtype)
+        wb = pr.matrix_weight_bytes
+        ab = pr.activation_bytes  # activations, norms, embeddings
+        kvb = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[pr.kv_cache_dtype]
         bw = acc.mem_bw_bytes_per_s
+        k = self.kernels
         rate = {
-            "gemm_c": 1.0 / (acc.peak_flops(self.dtype) * p.gemm_compute_efficiency),
+            "gemm_c": 1.0 / (acc.peak_flops(pr.compute) * p.gemm_compute_efficiency),
             "gemm_m": 1.0 / (bw * p.gemm_memory_efficiency),
             "gemv_m": 1.0 / (bw * p.gemv_memory_efficiency),
             "attn_c": 1.0 / (acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
@@ -158,6 +215,8 @@ class CostModel:
         raw["ep_alltoall"] = (0.0, 0.0)
         if m.is_moe or m.is_mla:
             self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
+        lin = self._linear_costs(s, L, last)
+        raw["layer_floor_s"] = self._layer_floor(s, L)
         if last:
             pdim = m.embed_proj_dim or d
             w_lm = sh.vocab * pdim + (pdim * d if pdim != d else 0)
@@ -167,24 +226,30 @@ class CostModel:
                              (tp - 1) * self.link.latency_s)
         else:
             raw["pp_send"] = (d * ab, self.link.latency_s)
-        gc, gm, ac, am, lk = (rate[k] for k in ("gemm_c", "gemm_m", "attn_c", "attn_m", "link"))
-        E, k = m.num_experts, m.experts_per_token
+        gm, ac, am, lk = (rate[k_] for k_ in ("gemm_m", "attn_c", "attn_m", "link"))
+        E, kx = m.num_experts, m.experts_per_token
         E_rank = raw.get("experts_per_rank", float(E))
-        k_rank = k / self.ep  # experts one token reaches on one rank (GEMV passes)
+        k_rank = kx / self.ep  # experts one token reaches on one rank (GEMV passes)
         lm = raw.get("lm_head", (0.0, 0.0, 0.0))
         gather = raw.get("gather", (0.0, 0.0))
         send = raw.get("pp_send", (0.0, 0.0))
+        head = lin.get("lm_head")
+        # attention shape terms (0 for parts without a kernel profile): FlashAttention's
+        # per-query work as `half_keys` extra keys, decode's per-request KV tokens
+        half_keys = getattr(k, "attn_half_keys", 0.0)
+        req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
         fast = (
-            raw["qkv_proj"][0] * gc, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
-            raw["o_proj"][0] * gc, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
-            raw["mlp"][0] * gc, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
-            raw["router_bytes"] * gm, E_rank, 1.0 - k / E,
+            lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
+            lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
+            lin["mlp"].per_row, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
+            raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
             raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
             raw["allreduce"][0] * lk + raw["ep_alltoall"][0] * rate["ep_link"],
             raw["allreduce"][1] + raw["ep_alltoall"][1],
-            L * p.layer_overhead_s,
-            lm[0] * gc, lm[1] * gm, lm[2] * gm, raw.get("sampling", 0.0) * gm,
+            raw["layer_floor_s"],
+            head.per_row if head else 0.0, lm[1] * gm, lm[2] * gm,
+            raw.get("sampling", 0.0) * gm,
             gather[0] * lk, gather[1],
             send[0] * lk, send[1],
             1.0 - p.overlap, float(p.gemm_row_passes_below),
@@ -195,10 +260,28 @@ class CostModel:
             lm[1] * rate["gemv_m"],
             p.linear_token_factors, p.lm_head_row_factors,
             L * p.decode_attn_overhead_s,
+            # shaped linears (None: linear in the rows), attention shape terms
+            lin["qkv_proj"] if lin["qkv_proj"].shaped else None,
+            lin["o_proj"] if lin["o_proj"].shaped else None,
+            lin["mlp"] if lin["mlp"].shaped else None,
+            head if head and head.shaped else None,
+            raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * am,
             # decode attention per query-key pair and per context token (MLA: absorbed form)
             raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am,
         )
-        return {"raw": raw, "rate": rate, "fast": fast, "last": last}
+        return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
+                "half_keys": half_keys, "req_tokens": req_tokens}
+
+    def _layer_floor(self, s: int, L: int) -> float:
+        """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
+        the part's default kernel floor, its seconds per dependent kernel x the kernels of each
+        layer (more for MoE, shared-expert, MLA and q/k-norm layers; kernels.yaml)."""
+        p, k, m = self.params, self.kernels, self.model
+        floor = getattr(k, "layer_floor_s", 0.0)
+        if not (floor and p.device is None and p.layer_overhead_s == floor):
+            return L * p.layer_overhead_s
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
+        return k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
                        kvb: float, ring: float, rate: dict[str, float]) -> None:
@@ -310,20 +393,23 @@ class CostModel:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
-         qv, ovv, mv, lmv, lin_f, head_f, dovh, dac, dakv) = fast
+         qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
+         dac, dakv) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
-            for a, b in ((qc, qv + qm1), (oc, ovv + om1), (mc, mv + mm1)):
+            for a, b in ((q_lin.seconds(1) if q_lin else qc, qv + qm1),
+                         (o_lin.seconds(1) if o_lin else oc, ovv + om1),
+                         (m_lin.seconds(1) if m_lin else mc, mv + mm1)):
                 t += T * (a + ov * b if a > b else b + ov * a)
         else:
-            a = T * qc
+            a = q_lin.seconds(T) if q_lin else T * qc
             b = qm0 + T * qm1
             t = a + ov * b if a > b else b + ov * a
-            a = T * oc
+            a = o_lin.seconds(T) if o_lin else T * oc
             b = om0 + T * om1
             t += a + ov * b if a > b else b + ov * a
-            a = T * mc
+            a = m_lin.seconds(T) if m_lin else T * mc
             if n_exp > 1:  # MoE: expected number of distinct experts the T tokens hit
                 b = mm0 * n_exp * (1.0 - hit ** T) + rtr + T * mm1
             else:
@@ -331,16 +417,17 @@ class CostModel:
             t += a + ov * b if a > b else b + ov * a
         if lin_f and len(lin_f) >= T and int(T) == T:  # measured GEMM size effect
             t *= lin_f[int(T) - 1]
-        a = P * ac
-        b = Pctx * akv + Tp * aq
-        t += a + ov * b if a > b else b + ov * a
-        if Rd:  # decode attention: fixed set-up, then its KV reads
+        if Tp:  # prefill attention: pairs, plus each query's fixed work (half_keys)
+            a = P * ac + Tp * aqk
+            b = Pctx * akv + Tp * aq
+            t += a + ov * b if a > b else b + ov * a
+        if Rd:  # decode attention: fixed set-up, then its KV reads (+ per-request tokens)
             a = Dctx * dac
-            b = Dctx * dakv + Rd * aq
+            b = Dctx * dakv + Rd * (aq + dreq)
             t += dovh + (a + ov * b if a > b else b + ov * a)
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
-            a = R * lc
+            a = h_lin.seconds(R) if h_lin else R * lc
             b = (lmv if R == 1.0 else lm0) + R * lm1  # one request: a GEMV
             head = a + ov * b if a > b else b + ov * a
             if head_f and len(head_f) >= R and int(R) == R:
@@ -353,6 +440,12 @@ class CostModel:
     def kv_transfer_bytes(self, num_tokens: int) -> int:
         """KV-cache bytes of `num_tokens` tokens of this model (all layers, cache dtype)."""
         return int(round(num_tokens * self.model.kv_bytes_per_token(self.kv_cache_dtype)))
+
+    def efficiency_sources(self) -> dict[str, tuple[float, str]]:
+        """Each efficiency the model uses: (value, where it came from)."""
+        from simulator.cost.params import efficiency_sources
+
+        return efficiency_sources(self.params, self.accelerator, self.precision.compute)
 
     def explain(self, shape: BatchShape) -> StepBreakdown:
         """Per-operator FLOPs, bytes, seconds and bound; `total_s` equals `step_time(shape)`."""
@@ -371,6 +464,7 @@ class CostModel:
     def describe(self) -> dict[str, Any]:
         """Model, hardware, dtype and parallelism, for reports."""
         return {"model": self.model.name, "hardware": self.accelerator.name,
-                "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
+                "dtype": self.dtype, "quantization": self.precision.method,
+                "gemm_compute": self.precision.compute, "kv_cache_dtype": self.kv_cache_dtype,
                 "tp": self.tp, "pp": self.pp, "ep": self.ep, "link": self.link.name,
                 "params_source": self.params.source}

@@ -4,12 +4,16 @@ A name looks up the catalog; a dict defines a hypothetical part inline, either f
 scratch (every field) or from a `base` with overrides and `<field>_scale` factors::
 
     get_accelerator({"base": "h100-sxm", "mem_bw_tbps_scale": 2})          # "H100 with 2x bandwidth"
-    get_accelerator({"base": "h100-sxm", "name": "h100-hbm4", "memory_gb": 192,
+    get_accelerator({"base": "h100-sxm", "name": "h100-hbm4", "memory_gib": 192,
                      "scale_up_link": {"base": "nvlink4", "bandwidth_gb_s_scale": 2}})
     get_link({"base": "ib-ndr", "latency_us": 5})
 
 Units: bytes, bytes/s, FLOP/s, seconds in the dataclasses; the YAML keeps datasheet units
-(GiB, TB/s, TFLOP/s, GB/s, us).
+(GiB, TB/s, TFLOP/s, GB/s, us). Each quantity has one field name everywhere (the catalog,
+inline parts, scenarios and `kvpd hardware show`): device memory is `memory_gib`.
+
+Names are exact (case, `_` and spaces aside): an unknown name is refused with the closest
+catalog names, never mapped to another part.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
 GIB = 2**30  # bytes; catalog memory sizes are binary (see hardware.yaml header)
 
-ACCEL_NUMERIC = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_gb", "mem_bw_tbps",
-                 "price_per_hour", "matmul_efficiency")
-ACCEL_TEXT = ("description", "vendor", "scale_up_link", "pcie", "scale_out")
-ACCEL_REQUIRED = ("bf16_tflops", "memory_gb", "mem_bw_tbps")
+ACCEL_NUMERIC = ("bf16_tflops", "fp8_tflops", "int8_tops", "fp32_tflops", "memory_gib",
+                 "mem_bw_tbps", "sm_count", "price_per_hour", "matmul_efficiency")
+ACCEL_TEXT = ("description", "vendor", "arch", "scale_up_link", "pcie", "scale_out")
+ACCEL_REQUIRED = ("bf16_tflops", "memory_gib", "mem_bw_tbps")
+# field names of earlier versions -> the one name each quantity has now
+RENAMED_FIELDS = {"memory_gb": "memory_gib"}
 LINK_NUMERIC = ("bandwidth_gb_s", "latency_us")
 LINK_REQUIRED = LINK_NUMERIC
 LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
@@ -58,31 +64,35 @@ class Accelerator:
     fp32_tflops: float | None
     memory_bytes: int
     mem_bw_bytes_per_s: float
+    int8_tops: float | None = None  # dense INT8 tensor TOP/s (w8a8); None: no INT8 tensor path
     scale_up_link: str | None = None
     pcie: str | None = None
     scale_out: str | None = None
     price_per_hour: float | None = None  # USD per accelerator-hour
     matmul_efficiency: float | None = None  # measured max-achievable matmul / peak
+    sm_count: int | None = None  # streaming multiprocessors / compute units (wave quantization)
+    arch: str = ""  # kernel family in kernels.yaml (hopper, ampere, ...); "" for none
     description: str = ""
     vendor: str = ""
     placeholder: bool = False  # figures are placeholders until calibrated (cpu)
     inline_links: dict[str, Link] = field(default_factory=dict, compare=False, hash=False)
 
-    def peak_flops(self, dtype: str) -> float:
-        """Peak dense FLOP/s for GEMMs whose weights are stored in `dtype`.
-
-        fp8 uses the FP8 units where the part has them, else BF16 (weight-only FP8, as
-        vLLM's Marlin path on Ampere); int4 is weight-only (W4A16) and computes in BF16.
-        """
-        if dtype in ("bf16", "fp16", "int4"):
+    def peak_flops(self, compute: str) -> float:
+        """Peak dense FLOP/s (OP/s for int8) of GEMMs that multiply in `compute`: bf16/fp16
+        (also weight-only int4, W4A16), fp8 and int8 (W8A8, on those units only), fp32."""
+        if compute in ("bf16", "fp16", "int4"):
             return self.bf16_tflops * 1e12
-        if dtype == "fp8":
-            return (self.fp8_tflops or self.bf16_tflops) * 1e12
-        if dtype == "fp32":
+        if compute in ("fp8", "int8"):
+            peak = self.fp8_tflops if compute == "fp8" else self.int8_tops
+            if not peak:
+                raise ValueError(f"hardware {self.name!r} has no {compute.upper()} tensor units "
+                                 f"({compute}_{'tflops' if compute == 'fp8' else 'tops'} is null)")
+            return peak * 1e12
+        if compute == "fp32":
             if self.fp32_tflops is None:
                 raise ValueError(f"hardware {self.name!r} has no fp32_tflops figure; use bf16")
             return self.fp32_tflops * 1e12
-        raise ValueError(f"unknown dtype {dtype!r}; expected fp32, bf16, fp16, fp8 or int4")
+        raise ValueError(f"unknown dtype {compute!r}; expected fp32, bf16, fp16, fp8, int8 or int4")
 
     def link(self, kind: str) -> Link | None:
         """The `scale_up_link`, `pcie` or `scale_out` link (None where the part has none)."""
@@ -108,15 +118,6 @@ def _catalog(filename: str) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict):
         raise ValueError(f"simulator/catalog/{filename}: expected a mapping of entries")
     return {normalize_name(k): v for k, v in data.items()}
-
-
-@cache
-def _aliases() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, entry in _catalog("hardware.yaml").items():
-        for alias in entry.get("aliases") or ():
-            out[normalize_name(alias)] = name
-    return out
 
 
 def list_accelerators() -> list[str]:
@@ -203,11 +204,23 @@ def get_link(name_or_spec: str | dict[str, Any]) -> Link:
     return _link_from_entry(str(name), entry, f"inline link {name!r}")
 
 
+def _check_renamed(where: str, spec: dict[str, Any]) -> None:
+    for old, new in RENAMED_FIELDS.items():
+        for key in (old, f"{old}_scale"):
+            if key in spec:
+                raise ValueError(f"{where}: field {key!r} is now {key.replace(old, new)!r} "
+                                 f"(GiB, 2^30 bytes, as `kvpd hardware show` prints it)")
+
+
 def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Accelerator:
-    _check_keys(where, entry, {"name", "aliases", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
+    _check_renamed(where, entry)
+    _check_keys(where, entry, {"name", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
     nums = {k: _number(where, entry, k, k in ACCEL_REQUIRED) for k in ACCEL_NUMERIC}
-    if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gb"]:
-        raise ValueError(f"{where}: bf16_tflops, memory_gb and mem_bw_tbps must be > 0")
+    if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gib"]:
+        raise ValueError(f"{where}: bf16_tflops, memory_gib and mem_bw_tbps must be > 0")
+    sms = nums["sm_count"]
+    if sms is not None and (sms < 1 or sms != int(sms)):
+        raise ValueError(f"{where}: sm_count must be a positive integer, got {sms}")
     eff = nums["matmul_efficiency"]
     if eff is not None and not 0 < eff <= 1:
         raise ValueError(f"{where}: matmul_efficiency must be in (0, 1], got {eff}")
@@ -228,13 +241,16 @@ def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Acc
         bf16_tflops=nums["bf16_tflops"],
         fp8_tflops=nums["fp8_tflops"],
         fp32_tflops=nums["fp32_tflops"],
-        memory_bytes=int(nums["memory_gb"] * GIB),
+        int8_tops=nums["int8_tops"],
+        memory_bytes=int(nums["memory_gib"] * GIB),
         mem_bw_bytes_per_s=nums["mem_bw_tbps"] * 1e12,
         scale_up_link=links["scale_up_link"],
         pcie=links["pcie"],
         scale_out=links["scale_out"],
         price_per_hour=nums["price_per_hour"],
         matmul_efficiency=eff,
+        sm_count=None if sms is None else int(sms),
+        arch=str(entry.get("arch") or ""),
         description=str(entry.get("description", "")),
         vendor=str(entry.get("vendor", "")),
         placeholder=bool(entry.get("placeholder", False)),
@@ -243,19 +259,19 @@ def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Acc
 
 
 def _resolve_accel_name(name: str) -> str:
+    """The catalog key of `name`; an unknown name is refused with the closest names (never
+    mapped to another part: an A10 is not an A10G)."""
     catalog = _catalog("hardware.yaml")
     key = normalize_name(name)
     if key in catalog:
         return key
-    if key in _aliases():
-        return _aliases()[key]
-    raise unknown_name_error("hardware", name, [*catalog, *_aliases()])
+    raise unknown_name_error("hardware", name, catalog)
 
 
 def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
-    """An accelerator by catalog name/alias, or a hypothetical one from a dict.
+    """An accelerator by exact catalog name, or a hypothetical one from a dict.
 
-    Dict keys: `base` (catalog name), `name`, any catalog field (`bf16_tflops`, `memory_gb`,
+    Dict keys: `base` (catalog name), `name`, any catalog field (`bf16_tflops`, `memory_gib`,
     `mem_bw_tbps`, `scale_up_link` (name or inline link dict), ...), and `<numeric field>_scale`
     factors. Unknown names raise ValueError listing close matches.
     """
@@ -267,6 +283,7 @@ def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
         raise ValueError(
             f"hardware must be a name or a mapping, got {type(name_or_spec).__name__}")
     spec = name_or_spec
+    _check_renamed("inline hardware", spec)
     allowed = {"base", "name", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT,
                *(f"{k}_scale" for k in ACCEL_NUMERIC)}
     _check_keys("inline hardware", spec, allowed)

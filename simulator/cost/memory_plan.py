@@ -13,15 +13,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.cost.hardware import Accelerator, get_accelerator
-from simulator.cost.models import (
-    ModelSpec,
-    dtype_bytes,
-    get_model,
-    matrix_weight_bytes,
-    normalize_dtype,
-)
+from simulator.cost.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
 from simulator.cost.moe_cost import stage_layer_split
 from simulator.cost.parallel import ShardPlan, shard_model
+from simulator.cost.precision import resolve
 
 GB = 1e9
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
@@ -36,6 +31,7 @@ class MemoryPlan:
     model: str
     hardware: str
     dtype: str
+    quantization: str | None  # method (fp8, w8a8, awq, gptq) or None
     kv_cache_dtype: str
     tp: int
     pp: int
@@ -80,21 +76,22 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 gpu_memory_utilization: float = 0.9,
                 activation_reserve_bytes: float | None = None, *,
                 kv_cache_dtype: str | None = None,
-                max_num_batched_tokens: int = 8192, ep: int = 1) -> MemoryPlan:
+                max_num_batched_tokens: int = 8192,
+                quantization: dict[str, Any] | str | None = None, ep: int = 1) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
     naming the model, hardware, TP/PP and the shortfall in GB."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
-    dt = normalize_dtype(dtype)
-    kv_dt = normalize_dtype(kv_cache_dtype or ("fp16" if dt == "int4" else dt))
+    prec = resolve(acc, dtype, quantization, kv_cache_dtype)
+    dt, kv_dt = prec.dtype, prec.kv_cache_dtype
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     sh = shard_model(model, tp, pp, ep)
     budget = gpu_memory_utilization * acc.memory_bytes
-    weights = max(sh.stage_weight_bytes(model, dt))
-    experts = routed_expert_bytes_per_gpu(model, sh, dt)
+    weights = max(sh.stage_weight_bytes(model, dt, prec.matrix_weight_bytes))
+    experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
              + (f", ep={ep}" if ep > 1 else "") + " "
              f"({tp * pp} GPU{'s' if tp * pp > 1 else ''})")
@@ -123,19 +120,21 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
             f"{reserve / GB:.1f} GB of activation reserve of {budget / GB:.1f} GB; short by "
             f"{(kv_per_block - pool) / GB:.2f} GB for even one block.")
     return MemoryPlan(
-        model=model.name, hardware=acc.name, dtype=dt, kv_cache_dtype=kv_dt, tp=tp, pp=pp,
+        model=model.name, hardware=acc.name, dtype=dt, quantization=prec.method,
+        kv_cache_dtype=kv_dt, tp=tp, pp=pp,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts)
 
 
-def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, dtype: str) -> float:
+def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, matrix_bytes: float) -> float:
     """Bytes of routed-expert weights on the fullest GPU: every expert's 1/tp column slice
-    (ep = 1), or num_experts/ep whole experts (ep = tp), over its stage's MoE layers."""
+    (ep = 1), or num_experts/ep whole experts (ep = tp), over its stage's MoE layers;
+    `matrix_bytes` per weight (the precision's, with its quantization groups)."""
     if not model.is_moe:
         return 0.0
     moe = max(stage_layer_split(model, sh.layers_per_stage, s)[1] for s in range(sh.pp))
     per_expert = (3 if model.gated_mlp else 2) * model.hidden_size * sh.ffn
     experts = model.num_experts / sh.ep if sh.ep > 1 else model.num_experts
-    return moe * experts * per_expert * matrix_weight_bytes(dtype)
+    return moe * experts * per_expert * matrix_bytes

@@ -1,7 +1,7 @@
 """Model shapes (`ModelSpec`), the model catalog (`simulator/catalog/models.yaml`) and
-Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Mixtral, GPT-2 and OPT
-families, and the mixtures of experts Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head
-latent attention; their config fields are read in `model_variants.py`).
+Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Qwen3 (dense), Mixtral, GPT-2
+and OPT families, and the mixtures of experts Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with
+multi-head latent attention; their config fields are read in `model_variants.py`).
 
 Derived sizes count every parameter of the HF implementation (biases, norms, learned
 position embeddings), so `num_params` equals `model.num_parameters()` of `transformers`.
@@ -21,10 +21,10 @@ import yaml
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
 from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
 
-_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
                   "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                  "w4a16": "int4", "awq": "int4", "gptq": "int4"}
+                  "w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8"}
 # int4 checkpoints (AWQ/GPTQ) store one fp16 scale and one packed 4-bit zero point per
 # group of 128 weights: 2.5 bytes / 128 weights (AutoAWQ / AutoGPTQ default group_size=128).
 INT4_GROUP_OVERHEAD_BYTES = 2.5 / 128
@@ -33,6 +33,7 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
     "MixtralForCausalLM": "mixtral",
     "GPT2LMHeadModel": "gpt2",
     "OPTForCausalLM": "opt",
@@ -44,7 +45,7 @@ SUPPORTED_ARCHITECTURES = {
 
 
 def normalize_dtype(dtype: str) -> str:
-    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int4."""
+    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int8, int4."""
     key = str(dtype).strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in _DTYPE_BYTES:
@@ -53,7 +54,7 @@ def normalize_dtype(dtype: str) -> str:
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of `dtype` ("fp32", "bf16", "fp16", "fp8", "int4" -> 4, 2, 2, 1, 0.5)."""
+    """Bytes per element of `dtype` (fp32, bf16, fp16, fp8, int8, int4 -> 4, 2, 2, 1, 1, 0.5)."""
     return _DTYPE_BYTES[normalize_dtype(dtype)]
 
 
@@ -78,6 +79,7 @@ class ModelSpec:
     qkv_bias: bool = False
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
+    qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
@@ -88,7 +90,6 @@ class ModelSpec:
     shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert
     num_dense_layers: int = 0  # layers with a dense MLP instead of experts (DeepSeek's first k)
     dense_ffn_size: int = 0  # intermediate size of those dense MLPs
-    qk_norm: bool = False  # Qwen3's per-head RMSNorm of q and k
     # ---- multi-head latent attention (DeepSeek-V2/V3; 0 = ordinary attention) ----
     kv_lora_rank: int = 0  # latent KV size cached per token and layer
     q_lora_rank: int = 0  # 0: a plain q_proj
@@ -234,12 +235,15 @@ class ModelSpec:
         (embeddings, LM head, norms and biases stay in 16 bits, as in vLLM's AWQ/GPTQ/FP8)."""
         return self.num_layers * self.attn_matrix_params + self.mlp_matrix_params
 
-    def weight_bytes(self, dtype: str = "bf16") -> float:
-        """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only)."""
+    def weight_bytes(self, dtype: str = "bf16", matrix_bytes: float | None = None) -> float:
+        """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only);
+        `matrix_bytes` overrides the bytes per matrix weight (a `Precision`'s, with its
+        quantization groups)."""
         dt = normalize_dtype(dtype)
         quant = self.quantizable_params()
         rest = self.num_params - quant
-        return quant * matrix_weight_bytes(dt) + rest * (4.0 if dt == "fp32" else 2.0)
+        mb = matrix_weight_bytes(dt) if matrix_bytes is None else matrix_bytes
+        return quant * mb + rest * (4.0 if dt == "fp32" else 2.0)
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes,
@@ -347,7 +351,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
             embed_proj_dim=proj if proj != d else 0)
-    else:  # llama, mistral, qwen2 and the MoE / MLA families
+    else:  # llama, mistral, qwen2, qwen3 and the MoE / MLA families
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
@@ -364,7 +368,8 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
                                                       and fam not in ("deepseek_v2", "deepseek_v3")),
             o_bias=bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms", **variant)
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3", **variant)
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
                          f"num_attention_heads={spec.num_heads}")

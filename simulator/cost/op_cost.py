@@ -19,11 +19,13 @@ class OpCost:
     bound: str  # one of BOUNDS
     compute_s: float = 0.0  # flops / (peak x efficiency)
     memory_s: float = 0.0  # bytes / (bandwidth x efficiency)
+    efficiency: float | None = None  # fraction of the bounding peak this op reached
+    source: str = ""  # where that efficiency came from (catalog entry, calibration, default)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "flops": self.flops, "bytes": self.bytes,
                 "time_s": self.time_s, "bound": self.bound, "compute_s": self.compute_s,
-                "memory_s": self.memory_s}
+                "memory_s": self.memory_s, "efficiency": self.efficiency, "source": self.source}
 
 
 @dataclass
@@ -66,12 +68,17 @@ class StepBreakdown:
                 "bound": self.bound, "dominant_op": self.dominant_op.name,
                 "time_by_bound_s": self.by_bound, "ops": [op.to_dict() for op in self.ops]}
 
-    def format_table(self) -> str:
-        """A fixed-width text table of the operators, largest first."""
+    def format_table(self, explain: bool = False) -> str:
+        """A fixed-width text table of the operators, largest first; with `explain`, each
+        operator's efficiency and where it came from."""
         lines = [f"{'operator':22s} {'time ms':>9s} {'share':>6s} {'bound':13s} "
-                 f"{'GFLOP':>10s} {'MB moved':>10s}"]
+                 f"{'GFLOP':>10s} {'MB moved':>10s}" + ("  efficiency  source" if explain else "")]
         for op in sorted(self.ops, key=lambda o: -o.time_s):
             share = op.time_s / self.total_s if self.total_s else 0.0
-            lines.append(f"{op.name:22s} {op.time_s * 1e3:9.3f} {share:6.1%} {op.bound:13s} "
-                         f"{op.flops / 1e9:10.2f} {op.bytes / 1e6:10.2f}")
+            line = (f"{op.name:22s} {op.time_s * 1e3:9.3f} {share:6.1%} {op.bound:13s} "
+                    f"{op.flops / 1e9:10.2f} {op.bytes / 1e6:10.2f}")
+            if explain:
+                eff = "-" if op.efficiency is None else f"{op.efficiency:.3f}"
+                line += f"  {eff:>10s}  {op.source}"
+            lines.append(line)
         return "\n".join(lines)

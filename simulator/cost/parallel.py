@@ -50,15 +50,18 @@ class ShardPlan:
         return ((dense + moe) * attn + moe * (routed + model.shared_expert_params / self.tp)
                 + dense * dense_mlp / self.tp)
 
-    def stage_weight_bytes(self, model: ModelSpec, dtype: str) -> list[float]:
+    def stage_weight_bytes(self, model: ModelSpec, dtype: str,
+                           matrix_bytes: float | None = None) -> list[float]:
         """Weight bytes on one GPU of each PP stage (embeddings on the first, LM head and
-        final norm on the last; a tied LM head is stored again on the last stage when pp>1)."""
+        final norm on the last; a tied LM head is stored again on the last stage when pp>1).
+        `matrix_bytes`: bytes per matrix weight (default: `dtype`'s, int4 with 128-groups)."""
         dt = normalize_dtype(dtype)
         hi = 4.0 if dt == "fp32" else 2.0  # norms, biases, embeddings stay in 16 bits
         d = model.hidden_size
         p = model.embed_proj_dim or d
         variant = model.is_moe or model.is_mla
-        per_layer = (self.layer_matrix_params(model) * matrix_weight_bytes(dt)
+        mb = matrix_weight_bytes(dt) if matrix_bytes is None else matrix_bytes
+        per_layer = (self.layer_matrix_params(model) * mb
                      + model.layer_small_params * hi)
         embed = (self.vocab * p + model.num_learned_positions * d
                  + (2 * p * d if p != d else 0)) * hi
@@ -68,7 +71,7 @@ class ShardPlan:
         for s, layers in enumerate(self.layers_per_stage):
             b = layers * per_layer
             if variant:
-                b = (self.stage_layer_params(model, s) * matrix_weight_bytes(dt)
+                b = (self.stage_layer_params(model, s) * mb
                      + layers * model.small_params / model.num_layers * hi)
             if s == 0:
                 b += embed

@@ -38,7 +38,9 @@ class CostParams:
 
     # Dense GEMMs reach the "maximum achievable matmul FLOPS" (MAMF), 51-87% of peak across
     # the accelerators measured (S. Bekman, ml-engineering, MAMF comparison table); 0.75 is
-    # its NVIDIA middle. Catalog parts with a MAMF figure use it (`default_for`).
+    # its NVIDIA middle. `default_for` uses the part's MAMF figure and its kernel profile
+    # (simulator/catalog/kernels.yaml: FP8/INT8 GEMMs, attention, streaming) where it has
+    # them; the class defaults below are for parts without one (Apple GPUs, the CPU).
     gemm_compute_efficiency: float = 0.75
     # Streaming weights: STREAM-like copies reach ~85-92% of datasheet HBM bandwidth on
     # A100/H100 (BabelStream results); 0.85 leaves room for GEMM tails on small batches.
@@ -109,7 +111,7 @@ class CostParams:
     # the profile's timings of the executor's own linears at every size, relative to the
     # sizes the step fit saw (simulator/calibrate/linears.py). fp32 MKL, 1 thread, this CPU:
     # without them, real decode batches of 5, 7, 9, 11 requests were priced 7-10% low while
-    # 8, 12, 16 fitted within 1% (bench/step_errors_by_size.py). Empty: off (roofline alone).
+    # 8, 12, 16 fitted within 1% (bench/diagnostics/step_errors_by_size.py). Empty: off (roofline alone).
     linear_token_factors: tuple[float, ...] = ()
     lm_head_row_factors: tuple[float, ...] = ()
     # Serving loop, per engine step, outside the step itself: polling for new requests and
@@ -185,10 +187,26 @@ class CostParams:
                 raise ValueError(f"{where}: {name} must be a list of factors > 0, got {v!r}")
 
     @classmethod
-    def default_for(cls, accelerator: Any) -> CostParams:
-        """Defaults, with the accelerator's measured matmul efficiency where the catalog has one."""
+    def default_for(cls, accelerator: Any, compute: str = "bf16") -> CostParams:
+        """Defaults for `accelerator` running GEMMs in `compute` (bf16, fp8, int8, fp32): the
+        part's measured matmul efficiency (MAMF) where the catalog has one, and its kernel
+        profile's efficiencies (simulator/catalog/kernels.yaml); `efficiency_sources` says
+        where each came from."""
+        from simulator.cost.kernels import KernelProfile, kernel_profile
+
+        prof = kernel_profile(accelerator)
         eff = getattr(accelerator, "matmul_efficiency", None)
-        return cls(gemm_compute_efficiency=eff) if eff else cls()
+        if not isinstance(prof, KernelProfile):  # Apple, CPU: flat defaults
+            return cls(gemm_compute_efficiency=eff) if eff else cls()
+        gemm = eff or prof.bf16_efficiency
+        if compute in ("fp8", "int8"):
+            gemm *= prof.fp8_relative
+        return cls(gemm_compute_efficiency=gemm,
+                   layer_overhead_s=prof.layer_floor_s or cls.layer_overhead_s,
+                   gemm_memory_efficiency=prof.weight_stream_efficiency,
+                   gemv_memory_efficiency=prof.weight_stream_efficiency,
+                   attn_compute_efficiency=prof.attn_prefill_efficiency,
+                   attn_memory_efficiency=prof.attn_decode_efficiency)
 
     # ---- fitting helpers (issue 8) ----
     def to_vector(self) -> list[float]:
@@ -253,3 +271,39 @@ class CostParams:
             raise ValueError(f"{where}: profile is for device {self.device!r}, not {device!r}")
         if model is not None and self.model is not None and self.model != model:
             raise ValueError(f"{where}: profile is for model {self.model!r}, not {model!r}")
+
+
+_FIELD_SOURCES = {  # CostParams field -> kernels.yaml field it defaults to
+    "gemm_memory_efficiency": "weight_stream_efficiency",
+    "gemv_memory_efficiency": "weight_stream_efficiency",
+    "attn_compute_efficiency": "attn_prefill.efficiency",
+    "attn_memory_efficiency": "attn_decode.efficiency",
+}
+
+
+def efficiency_sources(params: CostParams, accelerator: Any,
+                       compute: str = "bf16") -> dict[str, tuple[float, str]]:
+    """Each efficiency field of `params`: (value, where it came from) - a calibration file,
+    the hardware catalog's MAMF figure, a kernels.yaml entry, or the params.py default."""
+    from simulator.cost.kernels import KernelProfile, kernel_profile
+
+    prof = kernel_profile(accelerator)
+    defaults = CostParams.default_for(accelerator, compute)
+    out: dict[str, tuple[float, str]] = {}
+    for name in EFFICIENCY_FIELDS:
+        v = float(getattr(params, name))
+        if params.device is not None or v != getattr(defaults, name):
+            src = params.source
+        elif name == "gemm_compute_efficiency":
+            mamf = getattr(accelerator, "matmul_efficiency", None)
+            src = (f"simulator/catalog/hardware.yaml {accelerator.name}.matmul_efficiency (MAMF)"
+                   if mamf else (prof.source("gemm.bf16_efficiency")
+                                 if isinstance(prof, KernelProfile) else "simulator/cost/params.py"))
+            if compute in ("fp8", "int8") and isinstance(prof, KernelProfile):
+                src += f" x {prof.source('gemm.fp8_relative')}"
+        elif isinstance(prof, KernelProfile) and name in _FIELD_SOURCES:
+            src = prof.source(_FIELD_SOURCES[name])
+        else:
+            src = "simulator/cost/params.py default"
+        out[name] = (v, src)
+    return out

@@ -24,7 +24,7 @@ from simulator.plan.capacity import Probe, confidence, replay_variants, search, 
 from simulator.plan.keys import BaseScenario
 from simulator.plan.pricing import cluster_cost
 from simulator.plan.slo import SLOSet
-from simulator.preflight import preflight
+from simulator.preflight import preflight_as
 from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
 
 RESULT_FILE = "capacity.json"
@@ -187,12 +187,7 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
     base = BaseScenario(data, str(path), base_dir, cost_table or {})
     for name, over in candidates(sc, hardware, pd_ratios):
         cand = base.build({**over, **slos.per_request()})
-        try:
-            preflight(cand)
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"{path}: candidate {name}: {exc}") from None
-        except ValueError as exc:
-            raise ValueError(f"{path}: candidate {name}: {exc}") from None
+        preflight_as(cand, f"{path}: candidate {name}")
         tasks.append(CapacityTask(name, base, over, slos, repeats, rel_tol, verify_step,
                                   max_simulations, sim_timeout_s, progress))
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (

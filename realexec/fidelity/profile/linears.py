@@ -3,7 +3,7 @@ and `lm_head`).
 
 GEMM kernels are not smooth in their row count while a roofline is linear in rows: with
 fp32 MKL on one core, real llama-50m decode batches of 5, 7, 9 and 11 requests ran 7-10%
-slower than the roofline fitted at 4, 8, 12 and 16 (bench/step_errors_by_size.py). The step grid fits the cost model at the batch sizes it
+slower than the roofline fitted at 4, 8, 12 and 16 (bench/diagnostics/step_errors_by_size.py). The step grid fits the cost model at the batch sizes it
 profiles; these timings give `kvpd calibrate` the shape of the curve between them
 (`CostParams.linear_token_factors`, `lm_head_row_factors`, simulator/calibrate/linears.py).
 

@@ -65,7 +65,7 @@ class ProfileGrid:
     repeats: int = 5  # timed rounds (samples per point)
     # Hand KV blocks out in a seeded random order, as a pool has them after real traffic has
     # come and gone, instead of in id order (a fresh pool): on a CPU, decode steps over
-    # scattered blocks ran 0-5% slower than over contiguous ones (`bench/block_order.py`).
+    # scattered blocks ran 0-5% slower than over contiguous ones (`bench/diagnostics/block_order.py`).
     scatter_blocks: bool = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -236,7 +236,7 @@ class Profiler:
     def _warm_decode(self, reqs: list) -> None:
         """Run the (free) prompts of `reqs`, then one untimed decode step: a serving engine's
         decode steps follow one another, and a batch's first one ran 4-5% slower than the
-        next at one request on this CPU (1% at 2-4, none from 8; bench/decode_first_step.py)."""
+        next at one request on this CPU (1% at 2-4, none from 8; bench/diagnostics/decode_first_step.py)."""
         self._budget(sum(r.num_prompt_tokens for r in reqs))  # every prompt in one free step
         self._free_run(lambda: all(r.num_output_tokens >= 1 for r in reqs))
         self._budget(FULL_BUDGET)

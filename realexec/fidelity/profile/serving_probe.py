@@ -35,9 +35,9 @@ def serving_probe(model_config: dict[str, Any], dtype: str, device: str | None,
     import torch
 
     import workloads
+    from realexec.fidelity.validate.backends import ServedBackend, run_failure
     from realexec.fidelity.validate.plan import RunKnobs
     from realexec.fidelity.validate.speed_probe import SERVING_PROBE_RATE, serving_probe_trace
-    from realexec.fidelity.validate.validation import ServedBackend, run_failure
 
     say = progress or (lambda _m: None)
     bad = set(modes) - set(MODES)

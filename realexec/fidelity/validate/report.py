@@ -1,13 +1,14 @@
-"""Tables, JSON, plots and the reproduction record of a `kvpd validate` run.
+"""The printout, JSON, plots and reproduction record of a `kvpd validate` run.
 
 Files written into the output folder:
-- `validation.json`: every rate's real values per repeat, their mean and spread, the
-  simulated value and the signed relative error per metric, labels, failures;
-- `validation.txt`: the same as a fixed-width table (also printed);
-- `TRACE-MODE-cdf.png`: CDFs of real vs simulated TTFT and TPOT, one colour per rate;
-- `TRACE-MODE-scatter.png`: per-request real vs simulated TTFT and E2E;
-- `repro.json`: what reproduces the run (model config, seed, traces, knobs, calibration,
-  library versions, device facts, git commit).
+- `validation.json`: per rate, every metric's real values per repeat, their mean and spread,
+  the simulated value, the signed error, the tolerance and the verdict; the verdict counts,
+  the run-to-run spread, failures and warnings;
+- `validation.txt`: what `kvpd validate` prints (counts and spread first, then the table);
+- `CASE-cdf.png`: CDFs of real vs simulated TTFT and TPOT, one colour per rate;
+- `CASE-scatter.png`: per-request real vs simulated TTFT and E2E;
+- `repro.json`: what reproduces the run (scenarios, overrides, model config, knobs,
+  calibration, library versions, device facts, git commit).
 """
 
 from __future__ import annotations
@@ -21,256 +22,85 @@ from typing import Any
 import numpy as np
 
 from realexec.fidelity.validate.plan import PD_FIRST_TOKEN
-from realexec.fidelity.validate.validation import METRICS, TARGETS, ValidateConfig
-from simulator.calibrate.step_pricing import STEP_KINDS, priced_total
+from realexec.fidelity.validate.validation import ValidateConfig
+from realexec.fidelity.validate.verdict import (
+    MET,
+    METRICS,
+    MISSED,
+    NOISE,
+    TARGETS,
+    count_verdicts,
+    judged,
+    spread_summary,
+)
 
 SHOWN = ("throughput_tok_s", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
-         "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "preemptions")
+         "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99")
 SHORT = {"throughput_tok_s": "tput", "ttft_p50": "ttft50", "ttft_p90": "ttft90",
          "ttft_p99": "ttft99", "tpot_p50": "tpot50", "tpot_p90": "tpot90", "tpot_p99": "tpot99",
-         "e2e_p50": "e2e50", "e2e_p90": "e2e90", "e2e_p99": "e2e99", "preemptions": "preempt"}
+         "e2e_p50": "e2e50", "e2e_p90": "e2e90", "e2e_p99": "e2e99"}
+MARK = {MET: "", NOISE: "~", MISSED: "!"}
 
 
-def _cell(m: dict[str, Any], name: str) -> str:
-    err, spread = m.get("error"), m.get("spread")
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _cell(m: dict[str, Any]) -> str:
+    err = m.get("error")
     if err is None:
         return "-"
-    if name == "preemptions":
-        return f"{err:+.0f}"
-    mark = "" if name not in TARGETS or abs(err) <= TARGETS[name] else "*"
-    return f"{err:+.1%}{mark}" + (f"±{spread:.0%}" if spread is not None else "")
+    s = m.get("spread")
+    return f"{err:+.1%}{MARK.get(m.get('verdict'), '')}" + (f"±{s:.0%}" if s is not None else "")
 
 
-def _step(r: dict[str, Any]) -> str:
-    roles = r.get("step_error_by_role")
-    if roles:  # PD: prefill / decode worker, priced as the simulator does (host sharing)
-        parts = [f"{role[0].upper()}{priced_total(e):+.0%}"
-                 for role, e in sorted(roles.items(), key=lambda kv: kv[0] != "prefill")]
-        return "/".join(parts)
-    e = r.get("step_error")
-    return f"{e['total']:+.0%}" if e else "-"
-
-
-def _with_legend(lines: list[str], legend: str) -> str:
-    """A table (header + rows) with its legend; "" when it has no rows."""
-    return "" if len(lines) == 1 else "\n".join([*lines, legend])
-
-
-def format_pd_steps(summary: dict[str, Any]) -> str:
-    """The cost model on the PD workers' own steps: per role, predicted total / measured
-    total - 1 without (plain) and with host sharing (shared), over the steps that started
-    while the other worker was in a step and over those that started alone."""
-    lines = [f"{'trace':6s} {'rate':>6s} {'role':8s} {'steps':>6s} {'overlap':>7s} "
-             f"{'plain':>7s} {'shared':>7s}  {'overlapped pl/sh':>17s}  {'alone pl/sh':>13s}"]
-
-    def pct(e: dict[str, Any] | None, key: str) -> str:
-        return f"{e[key]['total']:+.1%}" if e and key in e else "-"
-
-    for r in summary["results"]:
-        for role, e in (r.get("step_error_by_role") or {}).items():
-            ov, al = e.get("overlapped"), e.get("alone")
-            lines.append(
-                f"{r['trace']:6s} {r['rate']:6.3f} {role:8s} {e['plain']['num_steps']:6d} "
-                f"{e['overlapped_fraction']:7.0%} {pct(e, 'plain'):>7s} {pct(e, 'shared'):>7s}  "
-                f"{pct(ov, 'plain') + '/' + pct(ov, 'shared'):>17s}  "
-                f"{pct(al, 'plain') + '/' + pct(al, 'shared'):>13s}")
-    return _with_legend(lines, "PD workers' own steps: cost model predicted total / measured "
-                        "total - 1; plain: alone on the host, shared: with the host shares as "
-                        "simulated; overlap: share of steps that started while the other worker "
-                        "was in a step")
-
-
-def format_steps_by_kind(summary: dict[str, Any]) -> str:
-    """The cost model on the real runs' own steps by kind (`simulator.calibrate.step_pricing.step_kind`):
-    predicted total / measured total - 1 and the number of steps."""
-    seen = {k for r in summary["results"] for k in ((r.get("step_error") or {}).get("by_kind") or {})}
-    kinds = [k for k in STEP_KINDS if k in seen]
-    if not kinds:
-        return ""
-    lines = [f"{'trace':6s} {'mode':9s} {'rate':>6s} " + " ".join(f"{k:>17s}" for k in kinds)]
-    for r in summary["results"]:
-        by = (r.get("step_error") or {}).get("by_kind") or {}
-        cells = [f"{by[k]['total']:+.1%} ({by[k]['num_steps']})" if k in by else "-" for k in kinds]
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} "
-                     + " ".join(f"{c:>17s}" for c in cells))
-    lines.append("the cost model on the real runs' own steps by kind (decode: by batch size; PD: "
-                 "both workers, without host sharing): predicted total / measured total - 1 (steps)")
+def format_headline(summary: dict[str, Any]) -> str:
+    """The verdict counts (judged rates) and the real repeats' run-to-run spread."""
+    res = summary["results"]
+    c = count_verdicts(res)
+    sp = spread_summary(res)
+    n_judged = sum(1 for r in res if judged(r))
+    over = len(res) - n_judged
+    lines = [f"verdicts over {n_judged} under-loaded rate(s) x {len(TARGETS)} metrics: "
+             f"{c[MET]} met, {c[NOISE]} within noise, {c[MISSED]} missed"
+             + (f" ({over} over-loaded rate(s) not judged)" if over else ""),
+             "run-to-run spread of the real repeats (max |repeat - mean| / mean): "
+             + (f"median {_pct(sp['median'])}, max {_pct(sp['max'])} over {sp['count']} "
+                "rate x metric pairs" if sp["count"] else "not measured (one repeat per rate)")]
+    for w in summary.get("warnings") or ():
+        lines.append(w)
     return "\n".join(lines)
-
-
-def format_queueing(summary: dict[str, Any]) -> str:
-    """TTFT split into queueing (arrival to the first step of the engine that ran the prompt)
-    and the rest, real (mean over repeats) vs simulated, in ms: is a TTFT error a wait or
-    the prompt's service? Rows for rates whose real runs recorded queueing."""
-    lines = [f"{'trace':6s} {'mode':9s} {'rate':>6s}  {'queueing p50/p90/p99 real':>26s}  "
-             f"{'simulated':>17s}  {'TTFT - queueing p50 real/sim':>28s}"]
-
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v * 1e3:.0f}"
-
-    for r in summary["results"]:
-        m = r["metrics"]
-        q = [m.get(f"queueing_p{p}") or {} for p in (50, 90, 99)]
-        if not any(x.get("real_mean") is not None for x in q):
-            continue
-        real = "/".join(ms(x.get("real_mean")) for x in q)
-        sim = "/".join(ms(x.get("sim")) for x in q)
-        t = m["ttft_p50"]
-        rest = (f"{ms(t.get('real_mean') - q[0]['real_mean'])}/{ms(t['sim'] - q[0]['sim'])}"
-                if t.get("real_mean") is not None and q[0].get("real_mean") is not None
-                and t.get("sim") is not None and q[0].get("sim") is not None else "-")
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f}  {real:>26s}  {sim:>17s}  "
-                     f"{rest:>28s}")
-    return _with_legend(lines, "queueing (ms): arrival to the first step of the engine that ran "
-                        "the prompt (real: reported by that worker); TTFT - queueing: the p50s' "
-                        "difference, the prompt's service and delivery")
-
-
-def _avail(r: dict[str, Any]) -> str:
-    real = [a for a in r.get("cpu_available") or [] if a is not None]
-    prof = r.get("cpu_available_profile")
-    a = f"{np.mean(real):.2f}" if real else "-"
-    return a + "/" + (f"{prof:.2f}" if prof is not None else "-")
-
-
-def _diagnostic_table(summary: dict[str, Any], key: str, columns: list[tuple[str, int]],
-                      cells_of, legend: str) -> str:
-    """One row per rate that has the diagnostic `key`: its own `columns` (name, width;
-    values from `cells_of(diagnostic)`), then its errors per metric."""
-    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} "
-            + " ".join(f"{name:>{w}s}" for name, w in columns) + " "
-            + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
-    lines = [head]
-    for r in summary["results"]:
-        a = r.get(key)
-        if not a:
-            continue
-        own = " ".join(f"{v:>{w}s}" for v, (_, w) in zip(cells_of(a), columns))
-        cells = " ".join(f"{_cell(a['metrics'][m], m):>12s}" for m in SHOWN)
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {own} {cells}")
-    lines.append(legend)
-    return "\n".join(lines)
-
-
-def format_adjusted(summary: dict[str, Any]) -> str:
-    """The diagnostic re-run: errors once the device speed follows the machine's speed at
-    each rate (speed probe x CPU share)."""
-    def cells(a: dict[str, Any]) -> list[str]:
-        probe = a.get("probe_speed")
-        return ["-" if probe is None else f"{probe:.2f}", f"{a['speed_factor']:.2f}"]
-
-    return _diagnostic_table(
-        summary, "adjusted", [("probe", 6), ("speed", 6)], cells,
-        "probe: calibrated / measured time of a few profile steps re-timed just before the "
-        "rate's runs (< 1: the machine is slower than when profiled); speed: probe x (CPU "
-        "share of the real runs) / (CPU share during the profile); the simulated device is "
-        "scaled by it (a diagnostic, not the validation)")
-
-
-def _factor_cells(a: dict[str, Any]) -> list[str]:
-    f = a["factors"]
-    return [f"{f['prefill']:.2f}/{f['decode']:.2f}" if "prefill" in f else f"{f['engine']:.2f}"]
-
-
-def format_refreshed(summary: dict[str, Any]) -> str:
-    """The simulator re-run at the speed the serving probes measured just before each rate's
-    runs (`Validation._refreshed`)."""
-    return _diagnostic_table(
-        summary, "refreshed", [("speed", 11)], _factor_cells,
-        "speed: the cost model's total / the measured total over the steps of a short fixed "
-        "load (other requests than the validated ones) replayed through the same real engine "
-        "just before each run, mean over the rate's runs (PD: prefill/decode worker, with host "
-        "sharing); the simulated device of each engine is scaled by it")
-
-
-def format_refreshed_trace(summary: dict[str, Any]) -> str:
-    """The simulator re-run at the speed the trace probes measured just before each rate's
-    runs (`Validation._refreshed` of the "trace" probes)."""
-    return _diagnostic_table(
-        summary, "refreshed_trace", [("speed", 11)], _factor_cells,
-        "speed: as above, over the steps of ~20 s of the same trace at the same rate (requests "
-        "after every validated one: the runs' own mix of steps) replayed through the same real "
-        "engine just before each run, mean over the rate's runs")
-
-
-def format_refreshed_bracketed(summary: dict[str, Any]) -> str:
-    """The simulator run once per real run at the speed of the serving probes just before
-    and just after it (`Validation._bracketed`)."""
-    return _diagnostic_table(
-        summary, "refreshed_bracketed", [("speed", 11)], _factor_cells,
-        "speed: per real run, the mean of the serving probe just before and the one just "
-        "after it (the last run's: a closing probe), the simulator run once at each run's "
-        "speed and their mean compared; shown: the mean speed over the rate's runs")
-
-
-def format_step_adjusted(summary: dict[str, Any]) -> str:
-    """The diagnostic re-run at the speed each engine's own steps ran in the real runs."""
-    return _diagnostic_table(
-        summary, "step_adjusted", [("speed", 11)], _factor_cells,
-        "speed: the cost model's total over the real runs' own steps / their measured total "
-        "(PD: prefill/decode worker, with host sharing); the simulated device of each engine "
-        "is scaled by it, so what is left is the error of everything but step times (a "
-        "diagnostic, not the validation)")
-
-
-# The simulator re-runs reported beside the validation: result key, title, table.
-RE_RUNS = (("adjusted", "speed-adjusted diagnostic", format_adjusted),
-           ("refreshed", "refreshed by serving probes", format_refreshed),
-           ("refreshed_trace", "refreshed by trace probes", format_refreshed_trace),
-           ("refreshed_bracketed", "refreshed by serving probes around each run",
-            format_refreshed_bracketed),
-           ("step_adjusted", "step-speed diagnostic", format_step_adjusted))
-
-
-def format_re_runs(summary: dict[str, Any], keys: tuple[str, ...] | None = None) -> str:
-    """The `RE_RUNS` tables (those named in `keys`, default all), each under its title."""
-    return "\n\n".join(f"{title}:\n{table(summary)}" for key, title, table in RE_RUNS
-                       if keys is None or key in keys)
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """One row per (trace, mode, rate): signed error (sim - real) / real per metric, with the
-    real runs' spread (half range / mean) after ±; * marks a missed target."""
-    head = (f"{'trace':6s} {'mode':9s} {'rate':>6s} {'load':>5s} {'label':12s} {'n':>4s} "
-            f"{'cpu':>9s} {'step':>11s} " + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
+    """One row per (case, rate): signed error (sim - real) / real per metric with its verdict
+    mark and the real repeats' spread after ±."""
+    width = max([len(r["case"]) for r in summary["results"]] + [4])
+    head = (f"{'case':{width}s} {'rate':>7s} {'load':>5s} {'label':12s} {'n':>4s} {'speed':>11s} "
+            + " ".join(f"{SHORT[m]:>12s}" for m in SHOWN))
     lines = [head]
     for r in summary["results"]:
-        cells = " ".join(f"{_cell(r['metrics'][m], m):>12s}" for m in SHOWN)
-        lines.append(f"{r['trace']:6s} {r['mode']:9s} {r['rate']:6.3f} {r['load']:5.2f} "
-                     f"{r['label']:12s} {r['num_requests']:4d} {_avail(r):>9s} {_step(r):>11s} {cells}")
+        runs = [f for f in r["speed"]["runs"] if f]
+        speed = "/".join(f"{np.mean([f[k] for f in runs]):.2f}" for k in runs[0]) if runs else "calib"
+        cells = " ".join(f"{_cell(r['metrics'][m]):>12s}" for m in SHOWN)
+        lines.append(f"{r['case']:{width}s} {r['rate']:7.3f} {r['load']:5.2f} {r['label']:12s} "
+                     f"{r['num_requests']:4d} {speed:>11s} {cells}")
     for f in summary["failures"]:
         rate = "-" if f.get("rate") is None else f"{f['rate']:.3f} req/s"
-        lines.append(f"FAILED {f.get('trace', '*')} {f['mode']} at {rate}: {f['error']}")
-    lines.append("cells: simulator error (sim - real)/real ± real run-to-run spread (half range "
-                 "/ mean); * = outside target (5% tput/p50, 10% p90/p99); preempt: sim - real")
+        lines.append(f"FAILED {f.get('case', '*')} at {rate}: {f['error']}")
+    lines.append("cells: simulator error (sim - real) / real mean, then the verdict: (none) met "
+                 "(|error| <= 5% tput/p50, 10% p90/p99), ~ within noise (|error| <= tolerance + "
+                 "spread), ! missed; ± the real repeats' spread")
+    lines.append("speed: the simulated device's speed (x calibrated) from the serving probes "
+                 "around each real run, mean over the rate's runs (PD: prefill/decode)")
     if any(m.get("error") is not None and m.get("spread") is None
            for r in summary["results"] for m in r["metrics"].values()):
-        lines.append("no ±: one real run at that rate, so its run-to-run spread is not measured")
-    lines.append("step: the cost model on the real run's own steps (shapes, measured times): "
-                 "predicted total / measured total - 1 (PD: P prefill / D decode worker, with host sharing)")
-    lines.append("cpu: share of its runnable time the engine thread got on a CPU in the real runs "
-                 "/ during the profile (1.00 = no contention; lower = shared cores)")
+        lines.append("no ±: one real run at that rate: no spread measured, so no 'within noise'")
     return "\n".join(lines)
 
 
-def targets_summary(summary: dict[str, Any], diagnostic: str | None = None) -> dict[str, Any]:
-    """Targets met over the under-loaded rates, per (trace, mode): of the validation, or of a
-    re-run (`diagnostic`: a key of `RE_RUNS`)."""
-    from realexec.fidelity.validate.validation import check_targets
-
-    out: dict[str, Any] = {}
-    for r in summary["results"]:
-        if r["label"] != "under-loaded" or (diagnostic and not r.get(diagnostic)):
-            continue
-        key = f"{r['trace']}/{r['mode']}"
-        d = out.setdefault(key, {"met": 0, "checked": 0, "missed": []})
-        met = check_targets(r[diagnostic]["metrics"]) if diagnostic else r["targets_met"]
-        for m, ok in met.items():
-            d["checked"] += 1
-            d["met"] += int(ok)
-            if not ok:
-                d["missed"].append(f"{m}@{r['rate']:.3f}")
-    return out
+def format_report(summary: dict[str, Any]) -> str:
+    return format_headline(summary) + "\n\n" + format_table(summary)
 
 
 def _git_commit() -> str | None:
@@ -281,6 +111,7 @@ def _git_commit() -> str | None:
         return None
 
 
+
 def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
     from realexec.engine.device import resolve_device
     from realexec.fidelity.profile.facts import device_facts
@@ -289,18 +120,17 @@ def write_repro(cfg: ValidateConfig, validation: Any, out: Path) -> Path:
     if Path(cfg.calibration).resolve() != cal_copy.resolve():
         shutil.copy(cfg.calibration, cal_copy)
     repro = {
-        "command": "kvpd validate", "seed": cfg.seed, "model": validation.model_name,
+        "command": "kvpd validate", "scenarios": [str(p) for p in cfg.scenarios],
+        "overrides": list(cfg.overrides), "modes": cfg.modes, "model": validation.model_name,
         "model_config": validation.model_config, "dtype": validation.dtype,
-        "threads_per_engine": validation.threads, "knobs": cfg.knobs.to_dict(),
+        "threads_per_engine": validation.threads, "cases": validation.cases_info,
         "fractions_of_capacity": list(cfg.fractions), "rates": cfg.rates,
         "duration_s": cfg.duration_s, "min_requests": cfg.min_requests,
         "max_requests": cfg.max_requests, "repeats": cfg.repeats,
-        "capacity_requests": cfg.capacity_requests, "traces": validation.traces,
+        "capacity_requests": cfg.capacity_requests,
         "serving_probe_requests": cfg.serving_probe_requests,
         "serving_probe_trace": "seed + 7, realexec.fidelity.validate.speed_probe.serving_probe_trace",
-        "trace_probe_s": cfg.trace_probe_s,
-        "trace_probe": "seed + 11, realexec.fidelity.validate.plan.trace_probe (traces.*.trace_probes)",
-        "trace_files": "runs/TRACE-MODE/rateI-trace.csv (exact requests of each run)",
+        "trace_files": "runs/CASE/rateI-trace.csv (exact requests of each run)",
         "calibration": str(cal_copy), "calibration_source": str(cfg.calibration),
         "calibration_device": validation.params.device,
         "calibration_device_facts": validation.params.extra.get("device_facts"),
@@ -334,9 +164,9 @@ def plot(validation: Any, out: Path) -> list[Path]:
 
     written = []
     groups: dict[tuple[str, str], list] = {}
-    for (kind, mode, _i), rec in sorted(validation.records.items()):
-        groups.setdefault((kind, mode), []).append(rec)
-    for (kind, mode), recs in groups.items():
+    for (tag, _i), rec in sorted(validation.records.items()):
+        groups.setdefault(tag, []).append(rec)
+    for tag, recs in groups.items():
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for j, rec in enumerate(recs):
             color = f"C{j}"
@@ -351,8 +181,8 @@ def plot(validation: Any, out: Path) -> list[Path]:
             ax.set_ylabel("fraction of requests")
             ax.set_xscale("log")
             ax.legend(fontsize=7)
-        written.append(_save(fig, f"{kind} / {mode}: real (solid) vs simulated (dashed)",
-                             out / f"{kind}-{mode}-cdf.png"))
+        written.append(_save(fig, f"{tag}: real (solid) vs simulated (dashed)",
+                             out / f"{tag}-cdf.png"))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for j, rec in enumerate(recs):
             for ax, col in zip(axes, ("ttft_s", "e2e_s")):
@@ -368,46 +198,18 @@ def plot(validation: Any, out: Path) -> list[Path]:
             ax.set_xlabel(f"real {col}")
             ax.set_ylabel(f"simulated {col}")
             ax.legend(fontsize=7)
-        written.append(_save(fig, f"{kind} / {mode}: per request",
-                             out / f"{kind}-{mode}-scatter.png"))
+        written.append(_save(fig, f"{tag}: per request",
+                             out / f"{tag}-scatter.png"))
     return written
 
 
 def write_report(cfg: ValidateConfig, validation: Any, summary: dict[str, Any]) -> list[Path]:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
-    measured = getattr(validation, "measured_serving_speed", None)  # the calibration's
-    serving = measured if measured and cfg.serving_speed else None  # what the engines ran at
-    summary = {**summary, "targets": targets_summary(summary),
-               **{f"targets_{key}": targets_summary(summary, key) for key, _, _ in RE_RUNS},
-               "metric_paths": {m: list(p) for m, p in METRICS},
-               "serving_speed": serving, "serving_speed_measured": measured}
+    summary = {**summary, "verdicts": count_verdicts(summary["results"]),
+               "spread": spread_summary(summary["results"]), "tolerances": TARGETS,
+               "metric_paths": {m: list(p) for m, p in METRICS}}
     (out / "validation.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    extra = [t for t in (format_queueing(summary), format_steps_by_kind(summary),
-                         format_pd_steps(summary)) if t]
-    if measured:
-        from simulator.calibrate.serving_speed import format_serving_speed
-
-        how = ("The simulated engines ran at these speeds (the calibration's, from its "
-               "profile's serving probe); the speed-adjusted re-run scales them, the refreshed "
-               "and step-speed re-runs replace them with their own factors." if serving else
-               "Not applied: the simulated engines ran at the calibration's isolated speed "
-               "(kvpd validate --serving-speed applies these).")
-        extra.insert(0, format_serving_speed(measured) + "\n" + how)
-    params = getattr(validation, "params", None)
-    fresh = params.extra.get("fresh_shapes") if params is not None else None
-    if fresh:  # the profile's steps of never-run shapes vs repeated ones
-        from simulator.calibrate.fresh_shapes import describe_fresh_shapes
-
-        extra.insert(0, describe_fresh_shapes(fresh) + " (the calibration's profile)")
-    loop = params.extra.get("serving_loop") if params is not None else None
-    if loop:  # host time between serving steps, which the simulated engines carry
-        from simulator.calibrate.loop import format_loop
-
-        extra.insert(0, format_loop(loop) + "; every simulated step carries the loop, every "
-                     "PD prompt hand-off its cost")
-    (out / "validation.txt").write_text(
-        format_table(summary) + "\n\n" + format_re_runs(summary) + "\n"
-        + "".join(f"\n{t}\n" for t in extra))
+    (out / "validation.txt").write_text(format_report(summary) + "\n")
     return [out / "validation.json", out / "validation.txt", write_repro(cfg, validation, out),
             *plot(validation, out)]

@@ -21,18 +21,16 @@ def folder_cost_model(validate_dir: Path):
                                  repro["model_config"], repro["model"], repro["dtype"])
 
 
-def logged_steps(runs_dir: Path, mode: str) -> dict[str, list]:
-    """Every step a `kvpd validate` folder's engines logged (`runs_dir`: its runs/), by role
-    ("colocated"; PD: "prefill", "decode")."""
+def logged_steps(steps_dir: Path) -> dict[str, list]:
+    """Every step the engines of one case logged (`steps_dir`: runs/CASE-steps/ of a
+    `kvpd validate` folder), by role ("colocated"; PD: "prefill", "decode")."""
     from realexec.serving.step_log import read_step_log
 
-    if mode == "colocated":  # engine-0.steps.jsonl (a worker process) or engine.steps.jsonl
-        found = sorted((runs_dir / "colocated-steps").glob("*.steps.jsonl"))
-        paths = {"colocated": found[0] if found else runs_dir / "colocated-steps" / "engine.steps.jsonl"}
-    else:
-        paths = {role: p for p in sorted((runs_dir / "pd-steps").glob("*.steps.jsonl"))
-                 for role in ("prefill", "decode") if p.name.startswith(role)}
-    return {role: read_step_log(p)[0] for role, p in paths.items()}
+    out: dict[str, list] = {}
+    for p in sorted(steps_dir.glob("*.steps.jsonl")):
+        role = next((r for r in ("prefill", "decode") if p.name.startswith(r)), "colocated")
+        out.setdefault(role, []).extend(read_step_log(p)[0])
+    return out
 
 
 def real_windows(result: dict[str, Any], folder: Path, index: int) -> list[tuple[float, float]]:

@@ -14,7 +14,7 @@ doing, so the slow mode can be tied to a cause:
   served-1t   a worker with one torch intra-op thread
   inproc      the engine in this process (ColocatedBackend)
 
-    python bench/gpu_step_modes.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
+    python bench/diagnostics/gpu_step_modes.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
 
 Writes DIR/steps-PHASE.jsonl, DIR/samples.jsonl and DIR/report.txt (printed too).
 """
@@ -174,8 +174,8 @@ def main() -> None:
 
     import torch
 
+    from realexec.fidelity.validate.backends import ColocatedBackend, ServedBackend
     from realexec.fidelity.validate.speed_probe import serving_probe_trace
-    from realexec.fidelity.validate.validation import ColocatedBackend, ServedBackend
     from realexec.serving.replay.runner import replay
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -193,13 +193,9 @@ def main() -> None:
         try:
             sampler.worker_pid = next(iter(be.client.workers_status().values())).get("pid")
             if hold_second_engine:
-                from realexec.fidelity.validate.speed_probe import SpeedProbe
+                from realexec.engine.llm import LLM
 
-                class _Zero:
-                    def step_time(self, shape):
-                        return 0.0
-                second = SpeedProbe(cfg, args.dtype, args.device, _Zero())
-                second.measure()
+                second = LLM(cfg, dtype=args.dtype, device=args.device, num_gpu_blocks=64)
             replay(trace, be.target, client=be.client, seed=1)  # warm-up
             be.replay(trace, seed=2)
             steps = as_dicts(s for role in be.steps.values() for s in role)

@@ -1,6 +1,6 @@
 """Is a batch's first decode step slower than the ones after it? (CPU)
 
-    python bench/decode_first_step.py [--rounds N]
+    python bench/diagnostics/decode_first_step.py [--rounds N]
 
 The profile grid (`realexec.fidelity.profile.profiler.Profiler._group`) times the first decode step of a
 batch whose prompts it ran without computing them; a serving engine runs decode steps back

@@ -1,6 +1,6 @@
 """Are serving workers' steps slower than the same steps in process? (CPU)
 
-    python bench/worker_step_speed.py [--calibration FILE] [--requests 8] [--output-len 300]
+    python bench/diagnostics/worker_step_speed.py [--calibration FILE] [--requests 8] [--output-len 300]
 
 One decode-only phase (`--requests` prompts of 64 tokens submitted together, then
 `--output-len` tokens each) runs in process, in a colocated engine worker and in a 1P1D

@@ -1,7 +1,7 @@
 """Does this machine slow down under sustained load (burst credits), or only with its neighbours?
 
-    python bench/machine_drift.py OUT.csv [--busy-s 480 --idle-s 180 --busy2-s 120]
-    python bench/machine_drift.py --from-csv OUT.csv    # summarise an earlier run again
+    python bench/diagnostics/machine_drift.py OUT.csv [--busy-s 480 --idle-s 180 --busy2-s 120]
+    python bench/diagnostics/machine_drift.py --from-csv OUT.csv    # summarise an earlier run again
 
 Times a fixed one-thread GEMM (64 x 512 @ 512 x 1536, fp32) and a 64 MB streaming sum for
 0.5 s each, back to back while "busy", once every 30 s while "idle", then busy again; writes

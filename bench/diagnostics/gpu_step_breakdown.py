@@ -1,4 +1,4 @@
-"""Where does a slow served step spend its time? Follows bench/gpu_step_modes.py.
+"""Where does a slow served step spend its time? Follows bench/diagnostics/gpu_step_modes.py.
 
 gpu_step_modes.py showed (H200, Llama-3-8B bf16) decode steps of one fixed load switching
 between ~18 ms and ~55 ms, in-process as well as in a worker process, with the GPU at full
@@ -8,7 +8,7 @@ forward, logits, sampling; the device synchronized around each) attention within
 collections, then profiles a short replay with torch.profiler. Printed, and written to
 OUT/breakdown.txt.
 
-    python bench/gpu_step_breakdown.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
+    python bench/diagnostics/gpu_step_breakdown.py --out DIR [--model llama-3-8b --dtype bf16 --device cuda]
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def main() -> None:
 
     import realexec.engine.runner as runner_mod
     from realexec.engine.device import synchronize
+    from realexec.fidelity.validate.backends import ColocatedBackend
     from realexec.fidelity.validate.speed_probe import serving_probe_trace
-    from realexec.fidelity.validate.validation import ColocatedBackend
 
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []

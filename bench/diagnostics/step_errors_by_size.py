@@ -1,6 +1,6 @@
 """The cost model's error on real steps, per decode batch size, for one or more calibrations.
 
-    python bench/step_errors_by_size.py --calibration A.yaml [--calibration B.yaml]
+    python bench/diagnostics/step_errors_by_size.py --calibration A.yaml [--calibration B.yaml]
         [--model llama-50m] [--dtype fp32] STEPS.jsonl [...]
 
 STEPS.jsonl: step logs a real run wrote (`kvpd validate` keeps them under

@@ -1,6 +1,6 @@
 """Are decode steps slower when a request's KV blocks are scattered over the pool? (CPU)
 
-    python bench/block_order.py [--rounds 7]
+    python bench/diagnostics/block_order.py [--rounds 7]
 
 A fresh pool hands blocks out in id order, so a profile's requests get contiguous KV; after
 real traffic has come and gone the free queue is in no particular order and each request's

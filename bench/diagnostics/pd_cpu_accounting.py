@@ -1,6 +1,6 @@
 """Where does the CPU go during a real replay? Per-thread CPU accounting (Linux)
 
-    python bench/pd_cpu_accounting.py [--target pd|engine] [--rate 4.66] [--duration-s 90]
+    python bench/diagnostics/pd_cpu_accounting.py [--target pd|engine] [--rate 4.66] [--duration-s 90]
                                       [--calibration FILE]
 
 Replays `kvpd validate`'s bursty gamma trace (CV 4, short prompts) against a 1P1D
@@ -77,11 +77,14 @@ def cost_model(path: str | None):
 def main() -> None:
     import torch
 
-    from realexec.fidelity.validate.plan import base_trace, run_trace
+    from realexec.fidelity.validate.plan import run_trace
+    from realexec.fidelity.validate.source import shipped
     from realexec.serving.client import EngineClient
     from realexec.serving.config import ServeConfig
     from realexec.serving.replay.runner import replay
     from realexec.serving.step_log import read_step_log
+    from simulator.run import build_trace
+    from simulator.scenario import load_scenario
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=("pd", "engine"), default="pd")
@@ -90,7 +93,7 @@ def main() -> None:
     ap.add_argument("--calibration", help="calibration YAML of llama-50m on this CPU (optional)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    base, _ = base_trace("gamma", 2048)
+    base = build_trace(load_scenario(shipped("gamma")), 2048)
     trace = run_trace(base, args.rate, max(10, round(args.rate * args.duration_s)))
     target = "pd:1:1" if args.target == "pd" else "engine"
     logs = tempfile.mkdtemp(prefix="kvpd-steps-")

@@ -1,0 +1,151 @@
+"""kvpd against published serving results (bench/published/*.yaml), from uncalibrated defaults.
+
+Each row becomes the scenario a user could have written from the published setup
+(written to --out, one YAML per row, to inspect or rerun with `kvpd simulate`), is loaded
+back with kvpd's scenario loader and simulated with `simulator.run.run_scenario`. Printed:
+predicted vs published with the signed error per row, the median |error| per source and
+overall, and the worst row. Rows the checkout cannot run (a scenario key or catalog name it
+does not know yet) are listed with the loader's reason and left out of the statistics.
+
+    PYTHONPATH=$PWD python bench/published.py [--source ID] [--row SUBSTR] [--out DIR] [--check]
+
+--check exits 1 when the median |error| is above 10% or a row is beyond +-30% (issue 30's
+targets), 2 when no row could run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published_rows import (  # noqa: E402
+    SUITE_DIR,
+    Row,
+    load_suite,
+    predicted_value,
+    signed_error,
+    to_scenario,
+)
+
+TARGET_MEDIAN = 0.10  # issue 30: median |error| <= 10%
+TARGET_WORST = 0.30  # issue 30: no row beyond +-30%
+
+
+@dataclass
+class Outcome:
+    row: Row
+    predicted: float | None = None
+    error: float | None = None
+    skipped: str | None = None
+    assumptions: tuple[str, ...] = ()
+
+
+def write_scenario(scenario: dict, out_dir: Path, row: Row, notes: list[str]) -> Path:
+    """One YAML scenario per row, headed by where the published number is."""
+    path = out_dir / row.source["id"] / f"{row.id}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = [f"# {row.source['title']} ({row.source['date']})", f"# {row.source['url']}",
+            f"# {row.where}",
+            f"# published {row.metric['name']} {row.metric['stat']}: {row.metric['value']} {row.metric['unit']}"]
+    head += [f"# rule: {n}" for n in notes]
+    path.write_text("\n".join(head) + "\n" + yaml.safe_dump(scenario, sort_keys=False))
+    return path
+
+
+def run_row(row: Row, out_dir: Path) -> Outcome:
+    from simulator.run import run_scenario
+    from simulator.scenario import load_scenario
+
+    try:
+        conv = to_scenario(row)
+        path = write_scenario(conv.scenario, out_dir, row, conv.assumptions)
+        sc = load_scenario(path)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        return Outcome(row, skipped=" ".join(str(exc).split())[:300])
+    try:
+        result = run_scenario(sc, progress=False)
+        pred = predicted_value(row, result.summary)
+    except (ValueError, RuntimeError) as exc:
+        return Outcome(row, skipped="run failed: " + " ".join(str(exc).split())[:300])
+    return Outcome(row, pred, signed_error(pred, float(row.metric["value"])), None, tuple(conv.assumptions))
+
+
+def summarize(outcomes: list[Outcome]) -> dict:
+    """Median |error| per source and overall, and the worst row (ran rows only)."""
+    ran = [o for o in outcomes if o.error is not None]
+    by_source: dict[str, list[float]] = {}
+    for o in ran:
+        by_source.setdefault(o.row.source["id"], []).append(abs(o.error))
+    worst = max(ran, key=lambda o: abs(o.error), default=None)
+    return {
+        "ran": len(ran),
+        "skipped": len(outcomes) - len(ran),
+        "median_abs_by_source": {k: statistics.median(v) for k, v in sorted(by_source.items())},
+        "median_abs": statistics.median([abs(o.error) for o in ran]) if ran else None,
+        "worst": worst,
+    }
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}"
+
+
+def print_table(outcomes: list[Outcome], stats: dict) -> None:
+    print(f"{'source/row':58s} {'metric':22s} {'published':>11s} {'predicted':>11s} {'error':>8s}")
+    for o in outcomes:
+        m = o.row.metric
+        label = f"{m['name']} {m['stat']} [{m['unit']}]"
+        if o.error is None:
+            print(f"{o.row.key[:58]:58s} {label:22s} {_fmt(m['value']):>11s} {'-':>11s} {'skip':>8s}  {o.skipped}")
+        else:
+            print(f"{o.row.key[:58]:58s} {label:22s} {_fmt(m['value']):>11s} {_fmt(o.predicted):>11s} {o.error:+8.1%}")
+    print()
+    print(f"rows run: {stats['ran']}, not runnable in this checkout: {stats['skipped']}")
+    for src, med in stats["median_abs_by_source"].items():
+        n = sum(1 for o in outcomes if o.error is not None and o.row.source["id"] == src)
+        print(f"median |error| {src:40s} {med:6.1%}  ({n} rows)")
+    if stats["median_abs"] is not None:
+        w = stats["worst"]
+        print(f"median |error| {'overall':40s} {stats['median_abs']:6.1%}  (target <= {TARGET_MEDIAN:.0%})")
+        print(f"worst row: {w.row.key} {w.error:+.1%}  (target within +-{TARGET_WORST:.0%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default=str(SUITE_DIR), help="folder of source YAML files")
+    ap.add_argument("--source", action="append", default=[], help="only these source ids")
+    ap.add_argument("--row", action="append", default=[], help="only rows whose id contains this")
+    ap.add_argument("--out", default="out/published", help="folder for the per-row scenarios")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+    rows = load_suite(args.suite)
+    known = sorted({r.source["id"] for r in rows})
+    for s in args.source:
+        if s not in known:
+            ap.error(f"--source {s!r} unknown; sources: {', '.join(known)}")
+    rows = [r for r in rows if (not args.source or r.source["id"] in args.source)
+            and (not args.row or any(x in r.id for x in args.row))]
+    if not rows:
+        ap.error("no row matches the filters")
+    out_dir = Path(args.out)
+    outcomes = [run_row(r, out_dir) for r in rows]
+    stats = summarize(outcomes)
+    print_table(outcomes, stats)
+    print(f"scenarios written under {out_dir}/")
+    if not args.check:
+        return 0
+    if not stats["ran"]:
+        return 2
+    worst = abs(stats["worst"].error)
+    return 0 if stats["median_abs"] <= TARGET_MEDIAN and worst <= TARGET_WORST else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

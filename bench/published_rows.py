@@ -1,0 +1,433 @@
+"""The published-results suite (bench/published/*.yaml): load and validate its rows, and
+turn each row into the kvpd scenario a user could have written from the published setup.
+
+A source file holds `source` (id, title, url, date, kind, engine, engine_version, harness),
+`setup` (what every row shares, as published) and `rows` (id, where, setup, metric). A row's
+setup is the source setup updated by the row's own. The converter's rules (names, the
+engines' documented capacity policies, request counts a source leaves out) live here, once,
+not per row; `assumptions` records every rule a row needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SUITE_DIR = Path(__file__).resolve().parent / "published"
+
+SOURCE_KEYS = ("id", "title", "url", "date", "kind", "engine", "engine_version", "harness")
+ROW_KEYS = ("id", "where", "setup", "metric")
+METRIC_KEYS = ("name", "stat", "unit", "value")
+SETUP_REQUIRED = ("model", "hardware", "precision", "tp", "input_len", "output_len")
+
+# Held out to check kvpd against (issue 30): never a source of this suite.
+HELD_OUT = {
+    "TensorRT-LLM perf-overview tables": ("perf-overview", "perf_overview"),
+    "MLPerf Inference Llama-2-70B results": ("mlcommons", "mlperf"),
+    "Mooncake docs' PD table": ("kvcache-ai.github.io/mooncake", "mooncake/performance"),
+}
+
+# Published model names -> kvpd catalog names (instruct/chat fine-tunes share their base
+# model's architecture, which is all the cost model reads).
+MODEL_NAMES = {
+    "llama2-7b": "llama-2-7b",
+    "llama2-13b": "llama-2-13b",
+    "llama2-70b": "llama-2-70b",
+    "meta/llama-3.3-70b-instruct": "llama-3.3-70b",
+    "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
+    # Mixtures of experts. The same rule: a post-trained release or an FP8 export keeps its
+    # base model's config.json shapes. DeepSeek-R1 / R1-0528 are DeepseekV3ForCausalLM with
+    # DeepSeek-V3's shapes; Qwen3-235B-A22B-Instruct-2507 (and its -FP8 export) has
+    # Qwen3-235B-A22B's (94 layers, 128 experts, 8 per token). The precision is the row's.
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+}
+
+# Published accelerator names -> kvpd catalog names. "H100 80G": NIM's support matrix
+# lists its H100 as "SXM/NVLink 80GB". "A100-80G": LMDeploy's (x8) A100-80G node.
+HARDWARE_NAMES = {
+    "A100-80G": "a100-80gb-sxm",
+    "H100 80G": "h100-sxm",
+    "MI300X": "mi300x",
+    "H200": "h200-sxm",
+    "B200": "b200",
+    # Names that state the form factor exactly.
+    "H200 SXM5": "h200-sxm",
+    "NVIDIA H200 SXM": "h200-sxm",
+    "NVIDIA H100 SXM": "h100-sxm",
+    "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
+}
+
+# A PD pair "inside one node" moves KV over the node's GPU fabric.
+SAME_NODE_LINK = {
+    "a100-80gb-sxm": "nvlink3",
+    "h100-sxm": "nvlink4",
+    "h200-sxm": "nvlink4",
+    "b200": "nvlink5",
+    "mi300x": "infinity-fabric-mi300",
+}
+
+# The engines' documented admission policies (what runs when KV blocks run out):
+# - TensorRT-LLM: CapacitySchedulerPolicy default GUARANTEED_NO_EVICT (a request is admitted
+#   only when its whole length fits; running requests are never evicted).
+# - vLLM: allocates blocks as tokens arrive and preempts (recompute) when they run out.
+# - LMDeploy TurboMind: SequenceManager::Materialize preempts "victims" when blocks run out
+#   (src/turbomind/models/llama/SequenceManager.cc, v0.1.0).
+CAPACITY_POLICY = {
+    "tensorrt-llm": "guaranteed_no_evict",
+    "vllm": "max_utilization",
+    "sglang": "max_utilization",
+    "lmdeploy-turbomind": "max_utilization",
+}
+
+# Weight precision as published -> (kvpd `dtype`, `quantization` or None).
+PRECISIONS = {
+    "fp16": ("fp16", None),
+    "bf16": ("bf16", None),
+    "fp8": ("fp8", {"method": "fp8"}),
+}
+
+# KV-cache dtype an engine uses when a source does not state it:
+# - TensorRT-LLM (and NIM's TRT-LLM profiles) run NVIDIA ModelOpt FP8 checkpoints, whose
+#   hf_quant_config.json carries "kv_cache_quant_algo": "FP8"; the engine takes the checkpoint's
+#   KV quantization (TensorRT-LLM docs, "Quantization": pre-quantized ModelOpt checkpoints run
+#   as exported). So FP8 weights on TensorRT-LLM mean an FP8 KV cache.
+# - vLLM: kv_cache_dtype "auto" = the model's 16-bit dtype (kvpd's own default, nothing to add).
+TRTLLM_FP8_KV = {"tensorrt-llm"}
+
+# vLLM's scheduler defaults when a source states neither max_num_seqs nor
+# max_num_batched_tokens (engine code, by version, GPU and entry point):
+# - V1 engine (default from v0.8.0): vllm/engine/arg_utils.py `_set_default_args_v1` (later
+#   Platform.get_batch_defaults; tests/engine/test_arg_utils.py test_defaults_with_usage_context):
+#   GPUs with >= 70 GiB that are not A100: max_num_seqs 1024, max_num_batched_tokens 16384 for
+#   the LLM class (offline benchmark_throughput.py) and 8192 for the OpenAI server; other GPUs:
+#   256 and 8192 / 2048. Chunked prefill always on.
+# - V0 engine (before v0.8.0): max_num_seqs 256; chunked prefill switched on by itself only for
+#   max_model_len > 32K; without it a step holds whole prompts, max_num_batched_tokens =
+#   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7).
+VLLM_V1_FROM = (0, 8)
+VLLM_V1_BIG_GPU_GIB = 70
+VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
+    (True, True): (1024, 16384), (True, False): (1024, 8192),
+    (False, True): (256, 8192), (False, False): (256, 2048),
+}
+VLLM_V0_MAX_NUM_SEQS = 256
+VLLM_V0_LONG_CONTEXT = 32 * 1024
+
+# Request counts a source leaves out: the harness's own default.
+#   vLLM benchmark_throughput.py: --num-prompts default 1000.
+#   AIPerf/genai-perf at fixed concurrency (NIM pages): no count published; 10 per
+#   concurrent stream (at least 20) keeps the ramp-up and drain a small part of the run.
+DEFAULT_REQUESTS = {"benchmark_throughput": 1000}
+CLOSED_LOOP_REQUESTS_PER_STREAM = 10
+CLOSED_LOOP_MIN_REQUESTS = 20
+
+# metric name -> path into kvpd's run summary, and the summary's unit.
+METRICS = {
+    "output_throughput": (("throughput", "output_tokens_per_s"), "tok/s"),
+    "total_throughput": (("throughput", "total_tokens_per_s"), "tok/s"),
+    "request_throughput": (("throughput", "requests_per_s"), "req/s"),
+    "ttft": (("ttft_s",), "s"),
+    "tpot": (("tpot_s",), "s"),
+    "itl": (("itl_s",), "s"),
+    "e2e": (("e2e_s",), "s"),
+    "batch_latency": (("span_s",), "s"),  # a burst's first arrival to its last token
+}
+STATS = ("mean", "p50", "p90", "p99")
+UNIT_SCALE = {"s": 1.0, "ms": 1e-3, "tok/s": 1.0, "req/s": 1.0}
+
+
+@dataclass
+class Row:
+    """One published number and the setup it was measured under."""
+
+    source: dict[str, Any]
+    id: str
+    where: str
+    setup: dict[str, Any]
+    metric: dict[str, Any]
+    file: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.source['id']}/{self.id}"
+
+
+@dataclass
+class Converted:
+    """A row as a kvpd scenario mapping, with the rules it needed."""
+
+    row: Row
+    scenario: dict[str, Any]
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _fail(where: str, msg: str) -> None:
+    raise ValueError(f"{where}: {msg}")
+
+
+def check_not_held_out(source: dict[str, Any], where: str) -> None:
+    text = " ".join(str(source.get(k, "")) for k in ("url", "title")).lower()
+    for name, needles in HELD_OUT.items():
+        if any(n in text for n in needles):
+            _fail(where, f"source {source.get('url')!r} is held out ({name}); it may not be in the suite")
+
+
+def _check_row(row: dict[str, Any], setup: dict[str, Any], where: str) -> None:
+    for k in ROW_KEYS:
+        if k not in row:
+            _fail(where, f"row lacks {k!r} (a row needs {', '.join(ROW_KEYS)})")
+    m = row["metric"]
+    for k in METRIC_KEYS:
+        if k not in m:
+            _fail(where, f"metric lacks {k!r} (a metric needs {', '.join(METRIC_KEYS)})")
+    if m["name"] not in METRICS:
+        _fail(where, f"metric.name {m['name']!r} unknown; allowed: {', '.join(METRICS)}")
+    if m["stat"] not in STATS:
+        _fail(where, f"metric.stat {m['stat']!r} unknown; allowed: {', '.join(STATS)}")
+    if m["unit"] not in UNIT_SCALE or (METRICS[m["name"]][1] == "s") != (m["unit"] in ("s", "ms")):
+        _fail(where, f"metric.unit {m['unit']!r} does not fit metric {m['name']!r}")
+    if not isinstance(m["value"], (int, float)) or isinstance(m["value"], bool) or m["value"] <= 0:
+        _fail(where, f"metric.value must be a number > 0, got {m['value']!r}")
+    for k in SETUP_REQUIRED:
+        if setup.get(k) is None:
+            _fail(where, f"setup lacks {k!r} (needed: {', '.join(SETUP_REQUIRED)})")
+
+
+def load_file(path: str | Path) -> list[Row]:
+    """The rows of one source file, validated; errors name the file and the row."""
+    path = Path(path)
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("source"), dict):
+        _fail(str(path), "expected a mapping with 'source', 'setup' and 'rows'")
+    source = data["source"]
+    for k in SOURCE_KEYS:
+        if source.get(k) in (None, ""):
+            _fail(f"{path}: source", f"lacks {k!r} (a source needs {', '.join(SOURCE_KEYS)})")
+    check_not_held_out(source, f"{path}: source")
+    base = data.get("setup") or {}
+    rows = data.get("rows") or []
+    if not rows:
+        _fail(str(path), "has no rows")
+    out, seen = [], set()
+    for i, r in enumerate(rows):
+        where = f"{path}: rows[{i}] ({r.get('id') if isinstance(r, dict) else r!r})"
+        if not isinstance(r, dict):
+            _fail(where, "a row must be a mapping")
+        setup = {**base, **(r.get("setup") or {})}
+        _check_row(r, setup, where)
+        if r["id"] in seen:
+            _fail(where, f"duplicate row id {r['id']!r}")
+        seen.add(r["id"])
+        out.append(Row(source, str(r["id"]), str(r["where"]), setup, dict(r["metric"]), str(path)))
+    return out
+
+
+def load_suite(folder: str | Path = SUITE_DIR) -> list[Row]:
+    """Every row of every source file in `folder` (sorted by file name)."""
+    files = sorted(Path(folder).glob("*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no source files (*.yaml) in {folder}")
+    rows: list[Row] = []
+    ids: dict[str, str] = {}
+    for f in files:
+        file_rows = load_file(f)
+        sid = file_rows[0].source["id"]
+        if sid in ids:
+            _fail(str(f), f"source id {sid!r} already used by {ids[sid]}")
+        ids[sid] = str(f)
+        rows += file_rows
+    return rows
+
+
+def _lookup(table: dict[str, str], name: Any, what: str, row: Row) -> str:
+    if name not in table:
+        raise ValueError(f"{row.key}: no rule maps the published {what} {name!r} to kvpd; "
+                         f"known: {', '.join(map(str, table))}")
+    return table[name]
+
+
+def _num_requests(row: Row, s: dict[str, Any], closed: bool, notes: list[str]) -> int:
+    n = s.get("num_requests")
+    if n is not None:
+        return int(n)
+    harness = str(row.source.get("harness", ""))
+    for key, count in DEFAULT_REQUESTS.items():
+        if key in harness:
+            notes.append(f"num_requests not published: {key} default {count}")
+            return count
+    if closed:
+        n = max(CLOSED_LOOP_MIN_REQUESTS, CLOSED_LOOP_REQUESTS_PER_STREAM * int(s["concurrency"]))
+        notes.append(f"num_requests not published: {CLOSED_LOOP_REQUESTS_PER_STREAM} per stream = {n}")
+        return n
+    raise ValueError(f"{row.key}: the request count is neither published nor given by a rule")
+
+
+def to_scenario(row: Row) -> Converted:
+    """The kvpd scenario mapping for `row` (model, precision, hardware, parallelism, policy,
+    burst or closed-loop load of fixed lengths)."""
+    s, notes = row.setup, []
+    engine = row.source.get("engine_backend") or row.source["engine"]
+    policy = _lookup(CAPACITY_POLICY, engine, "engine", row)
+    dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
+    arrival = s.get("arrival", "burst")
+    if arrival not in ("burst", "closed_loop"):
+        raise ValueError(f"{row.key}: arrival {arrival!r} not supported (burst, closed_loop)")
+    closed = arrival == "closed_loop"
+    if closed and not s.get("concurrency"):
+        raise ValueError(f"{row.key}: a closed loop needs setup.concurrency")
+    n = _num_requests(row, s, closed, notes)
+    sc: dict[str, Any] = {
+        "name": f"{row.source['id']}--{row.id}",
+        "description": f"{row.source['title']} | {row.where}",
+        "seed": 0,
+        "model": _lookup(MODEL_NAMES, s["model"], "model", row),
+        "dtype": dtype,
+        "hardware": _lookup(HARDWARE_NAMES, s["hardware"], "hardware", row),
+        "cluster": {"tp": int(s["tp"]), "pp": int(s.get("pp") or 1)},
+        "scheduler": {"capacity_policy": policy},
+        "cache": {},
+        "workload": {"synthetic": {
+            "name": row.id,
+            "num_requests": n,
+            "arrival": {"process": "burst"},
+            "prompt_len": {"dist": "fixed", "value": int(s["input_len"])},
+            "output_len": {"dist": "fixed", "value": int(s["output_len"])},
+        }},
+        "output": {"plots": False, "timeseries": False},
+    }
+    if quant is not None:
+        sc["quantization"] = quant
+    if s.get("kv_cache_dtype"):
+        sc["cache"]["kv_cache_dtype"] = s["kv_cache_dtype"]
+    elif engine in TRTLLM_FP8_KV and dtype == "fp8":
+        sc["cache"]["kv_cache_dtype"] = "fp8"
+        notes.append("kv_cache_dtype not published: TensorRT-LLM runs ModelOpt FP8 checkpoints "
+                     "with their FP8 KV cache (kv_cache_quant_algo FP8)")
+    if s.get("block_size"):
+        sc["cache"]["block_size"] = int(s["block_size"])
+    if s.get("gpu_memory_utilization"):
+        sc["cache"]["gpu_memory_utilization"] = float(s["gpu_memory_utilization"])
+    if s.get("pd"):
+        sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
+    if s.get("max_batch"):
+        sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
+    if s.get("max_num_batched_tokens") and not s.get("pd"):
+        sc["scheduler"]["max_num_batched_tokens"] = int(s["max_num_batched_tokens"])
+    if engine == "vllm" and not s.get("pd"):
+        _vllm_defaults(row, s, sc, closed, notes)
+    if int(s.get("ep") or 1) > 1:
+        _ep(row, s, sc["cluster"], notes)
+    if closed:
+        sc["workload"]["max_concurrency"] = int(s["concurrency"])
+    if not sc["cache"]:
+        del sc["cache"]
+    notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
+    return Converted(row, sc, notes)
+
+
+def _version(text: Any) -> tuple[int, int] | None:
+    """(major, minor) of a published engine version such as "0.11.0" or "0.7.4.dev181+g..."
+    (the lowest when a source lists several); None when unknown."""
+    import re
+
+    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.\d+", str(text))]
+    return min(found) if found else None
+
+
+def _vllm_defaults(row: Row, s: dict[str, Any], sc: dict[str, Any], closed: bool,
+                   notes: list[str]) -> None:
+    """vLLM's documented scheduler defaults (see VLLM_V1_DEFAULTS) for what a source leaves
+    unset; a source of unknown version keeps kvpd's defaults (said in the notes)."""
+    from simulator.cost.hardware import get_accelerator
+    from simulator.cost.models import get_model
+
+    sched = sc["scheduler"]
+    if s.get("max_batch") and s.get("max_num_batched_tokens"):
+        return
+    version = _version(row.source.get("engine_version"))
+    if version is None:
+        notes.append("vLLM version not published: kvpd's scheduler defaults")
+        return
+    if version >= VLLM_V1_FROM:
+        acc = get_accelerator(sc["hardware"])
+        big = acc.memory_bytes >= VLLM_V1_BIG_GPU_GIB * 2**30 and "a100" not in acc.name
+        offline = not closed and "benchmark_throughput" in str(row.source.get("harness", ""))
+        seqs, tokens = VLLM_V1_DEFAULTS[(big, offline)]
+        where = f"vLLM V1 defaults ({'>= 70 GiB, not A100' if big else 'smaller GPU or A100'}, " \
+                f"{'LLM class' if offline else 'OpenAI server'})"
+    else:
+        seqs = VLLM_V0_MAX_NUM_SEQS
+        max_len = int(s.get("max_model_len") or get_model(sc["model"]).max_position_embeddings)
+        if max_len > VLLM_V0_LONG_CONTEXT:
+            notes.append("vLLM V0 with long context: chunked prefill on, token budget left at "
+                         "kvpd's default")
+            tokens = None
+        else:
+            sched["enable_chunked_prefill"] = False
+            tokens = max(max_len, 2048)
+        where = f"vLLM V0 defaults (max_model_len {max_len})"
+    if not s.get("max_batch"):
+        sched["max_num_seqs"] = seqs
+    if tokens and not s.get("max_num_batched_tokens"):
+        sched["max_num_batched_tokens"] = tokens
+    notes.append(f"scheduler limits not published: {where}: max_num_seqs "
+                 f"{sched.get('max_num_seqs')}, max_num_batched_tokens "
+                 f"{sched.get('max_num_batched_tokens', 'kvpd default')}"
+                 + (", no chunked prefill" if sched.get("enable_chunked_prefill") is False else ""))
+
+
+def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:
+    """cluster.ep from a published expert-parallel size. vLLM's --enable-expert-parallel
+    makes the MoE layers' EP group the whole TP x DP group (so ep = tp with DP 1);
+    TensorRT-LLM and SGLang name their --ep_size / --ep-size. kvpd runs EP over the TP group
+    (ep = tp, attention tensor-parallel): any other split is refused by the loader, which
+    names it, rather than mapped to something else here."""
+    if s.get("pd"):
+        raise ValueError(f"{row.key}: setup.ep with setup.pd: give ep per PD side")
+    cluster["ep"] = int(s["ep"])
+    notes.append(f"expert parallelism as published: cluster.ep {cluster['ep']} over tp {cluster['tp']}")
+
+
+def _pd(row: Row, pd: dict[str, Any], hardware: str, notes: list[str]) -> dict[str, Any]:
+    """cluster.pd from a published prefill/decode split (replicas x TP per side)."""
+    out: dict[str, Any] = {}
+    for side in ("prefill", "decode"):
+        if side not in pd:
+            raise ValueError(f"{row.key}: setup.pd needs {side!r} with replicas and tp")
+        out[side] = {"replicas": int(pd[side].get("replicas", 1)), "tp": int(pd[side]["tp"])}
+        if pd[side].get("max_num_batched_tokens"):
+            notes.append(f"pd.{side}.max_num_batched_tokens {pd[side]['max_num_batched_tokens']} "
+                         "has no per-pool key in kvpd; the scenario-wide default applies")
+    link = pd.get("link")
+    if link == "same node":
+        out["link"] = _lookup(SAME_NODE_LINK, hardware, "same-node fabric of", row)
+        notes.append(f"PD link inside one node: {out['link']}")
+    elif link is not None:
+        raise ValueError(f"{row.key}: setup.pd.link {link!r} has no rule (known: 'same node')")
+    return out
+
+
+def predicted_value(row: Row, summary: dict[str, Any]) -> float:
+    """The row's metric read from a kvpd run summary, in the row's unit."""
+    path, _unit = METRICS[row.metric["name"]]
+    v: Any = summary
+    for p in path:
+        v = v[p]
+    if isinstance(v, dict):
+        v = v[row.metric["stat"]]
+    if v is None:
+        raise ValueError(f"{row.key}: the run produced no {row.metric['name']} {row.metric['stat']}")
+    return float(v) / UNIT_SCALE[row.metric["unit"]]
+
+
+def signed_error(predicted: float, published: float) -> float:
+    """(predicted - published) / published: +0.10 means kvpd predicts 10% high."""
+    return (predicted - published) / published

@@ -1,0 +1,148 @@
+"""Kernel efficiency profiles per GPU architecture (`simulator/catalog/kernels.yaml`) and the
+shape functions built on them: GEMM tile/wave quantization, FlashAttention efficiency against
+the keys per query, paged decode attention, and weight-only dequantization.
+
+These are the cost model's defaults for parts nobody here has calibrated; `CostModel`
+precomputes them per operator in `__init__` so that `step_time` stays plain float arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from simulator.cost.hardware import Accelerator
+
+KERNELS_FILE = "simulator/catalog/kernels.yaml"
+
+
+@dataclass(frozen=True)
+class WeightOnly:
+    """Marlin-style weight-only GEMMs (W4A16 / W8A16)."""
+
+    mma_relative: float  # tensor-core efficiency / the BF16 GEMM efficiency
+    rows_per_pass: int  # token rows per dequantization pass over the weights
+    dequant_flops_per_weight: float  # CUDA-core FLOPs to dequantize one weight
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One architecture's kernel efficiencies (see kernels.yaml for each field's source)."""
+
+    arch: str
+    tile: tuple[int, int]  # GEMM output tile (rows = tokens, cols = output features)
+    bf16_efficiency: float
+    fp8_relative: float
+    weight_stream_efficiency: float
+    attn_prefill_efficiency: float
+    attn_half_keys: float
+    attn_decode_efficiency: float
+    attn_decode_request_tokens: float
+    weight_only: WeightOnly | None
+    layer_floor_s: float = 0.0  # kernels per layer x seconds each beyond their roofline
+    kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
+    extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
+
+    def layer_kernels(self, model: Any, moe_layer: bool) -> float:
+        """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
+        MoE routing and grouped GEMMs (on an MoE layer), shared experts, MLA's projections,
+        Qwen3's q/k norms (kernels.yaml layer_floor.extra_kernels lists each)."""
+        if not self.kernel_s:
+            return 0.0
+        extra = dict(self.extra_kernels)
+        n = self.layer_floor_s / self.kernel_s
+        if moe_layer:
+            n += extra.get("moe", 0)
+            if model.shared_expert_ffn_size:
+                n += extra.get("shared_expert", 0)
+        if model.is_mla:
+            n += extra.get("mla", 0)
+        if model.qk_norm:
+            n += extra.get("qk_norm", 0)
+        return n
+
+    def source(self, field: str) -> str:
+        """Where a default came from: the catalog entry (its comment cites the measurement)."""
+        return f"{KERNELS_FILE} {self.arch}.{field}"
+
+
+@cache
+def _profiles() -> dict[str, KernelProfile]:
+    text = resources.files("simulator").joinpath("catalog", "kernels.yaml").read_text()
+    data = yaml.safe_load(text)
+    return {arch: _profile(arch, entry) for arch, entry in data.items()}
+
+
+def _frac(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise ValueError(f"{KERNELS_FILE}: {where} must be a fraction in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
+    g, ap, ad = e["gemm"], e["attn_prefill"], e["attn_decode"]
+    wo = e.get("weight_only")
+    return KernelProfile(
+        arch=arch, tile=(int(g["tile"][0]), int(g["tile"][1])),
+        bf16_efficiency=_frac(f"{arch}.gemm.bf16_efficiency", g["bf16_efficiency"]),
+        fp8_relative=_frac(f"{arch}.gemm.fp8_relative", g["fp8_relative"]),
+        weight_stream_efficiency=_frac(f"{arch}.weight_stream_efficiency",
+                                       e["weight_stream_efficiency"]),
+        attn_prefill_efficiency=_frac(f"{arch}.attn_prefill.efficiency", ap["efficiency"]),
+        attn_half_keys=float(ap["half_keys"]),
+        attn_decode_efficiency=_frac(f"{arch}.attn_decode.efficiency", ad["efficiency"]),
+        attn_decode_request_tokens=float(ad["request_tokens"]),
+        layer_floor_s=(float(e["layer_floor"]["kernels"]) * float(e["layer_floor"]["kernel_s"])
+                       if "layer_floor" in e else 0.0),
+        kernel_s=float(e["layer_floor"]["kernel_s"]) if "layer_floor" in e else 0.0,
+        extra_kernels=tuple((str(k), int(v)) for k, v in
+                            (e.get("layer_floor", {}).get("extra_kernels") or {}).items()),
+        weight_only=None if wo is None else WeightOnly(
+            _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
+            int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def list_archs() -> list[str]:
+    return list(_profiles())
+
+
+def kernel_profile(acc: Accelerator) -> NoKernels | KernelProfile:
+    """The profile of `acc`'s architecture; `NO_KERNELS` for parts without one (Apple, CPU)."""
+    return _profiles().get(acc.arch or "", NO_KERNELS)
+
+
+@dataclass(frozen=True)
+class NoKernels:
+    """No shape terms: the flat `CostParams` efficiencies apply (Apple GPUs, the host CPU)."""
+
+    arch: str = ""
+    weight_only: None = None
+
+
+NO_KERNELS = NoKernels()
+
+
+def wave_utilization(rows: int, cols: int, tile: tuple[int, int], sm_count: int) -> float:
+    """Fraction of the full-wave rate a GEMM of `rows` x `cols` outputs reaches (tile and wave
+    quantization; NVIDIA "Matrix Multiplication Background" guide): its useful work over the
+    tiles it runs. The row tile shrinks to the next power of two >= rows (at least 16) for
+    small batches, as cuBLAS picks narrower tiles there; a grid of fewer tiles than SMs is
+    spread over all of them by split-K (no wave loss), a larger one runs in whole waves of
+    `sm_count` tiles. A large GEMM of whole tiles and waves gives 1."""
+    tm, tn = tile
+    if rows < tm:
+        tm = max(16, 1 << (rows - 1).bit_length())
+    tiles = math.ceil(rows / tm) * math.ceil(cols / tn)
+    slots = tiles if tiles <= sm_count else math.ceil(tiles / sm_count) * sm_count
+    return rows * cols / (slots * tm * tn)
+
+
+def wave_utilization_table(cols: int, tile: tuple[int, int], sm_count: int,
+                           max_rows: int) -> list[float]:
+    """`wave_utilization(r, cols, ...)` for r = 0 .. max_rows (element 0 is 1.0)."""
+    return [1.0] + [wave_utilization(r, cols, tile, sm_count) for r in range(1, max_rows + 1)]

@@ -1,0 +1,168 @@
+"""Precision of one replica as separate knobs: the weights' storage dtype, how they were
+quantized (`quantization.method`, `group_size`), and the KV-cache dtype.
+
+The knobs map to vLLM's: `dtype` (activations), `quantization` (the checkpoint's method) and
+`kv_cache_dtype` ("auto": the activations' 16-bit dtype, whatever the weights).
+
+    method  weights       GEMMs run in                      needs on the part
+    (none)  fp32/bf16/fp16  that dtype                        -
+    fp8     fp8 (E4M3)    FP8 tensor cores (W8A8, per-tensor  fp8_tflops
+                          or per-channel scales)
+    w8a8    int8          INT8 tensor cores (SmoothQuant)     int8_tops
+    awq     int4          16-bit tensor cores after in-kernel  a weight-only kernel (Marlin)
+    gptq    int4 or int8  dequantization (W4A16 / W8A16)      for the part's architecture
+
+A precision the part cannot run, or a method with no cost model, is refused by `resolve`
+naming the part and what it supports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.cost.hardware import Accelerator
+from simulator.cost.kernels import kernel_profile
+from simulator.cost.models import normalize_dtype
+
+QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+# the weight dtype each method stores, and the dtype its GEMMs compute in ("weight-only":
+# 16-bit activations times dequantized weights)
+_METHOD_WEIGHTS = {"fp8": ("fp8",), "w8a8": ("int8",), "awq": ("int4",), "gptq": ("int4", "int8")}
+_DEFAULT_METHOD = {"fp8": "fp8", "int8": "w8a8", "int4": "awq"}
+# AutoAWQ and AutoGPTQ quantize in groups of 128 weights by default (their README examples,
+# `q_group_size=128` / `group_size=128`); -1 is GPTQ's "one group per output channel".
+DEFAULT_GROUP_SIZE = 128
+# Bytes of quantization metadata per group: AWQ/GPTQ int4 store one fp16 scale and one packed
+# 4-bit zero point per group (2.5 bytes); GPTQ int8 one fp16 scale and one 8-bit zero (3 bytes).
+_GROUP_META_BYTES = {"int4": 2.5, "int8": 3.0}
+_BITS = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How one replica stores and computes: weights, their quantization, the KV cache."""
+
+    dtype: str  # weight storage: fp32, bf16, fp16, fp8, int8, int4
+    method: str | None  # quantization method (None: unquantized)
+    group_size: int  # weights per quantization group (weight-only methods; -1: per channel)
+    kv_cache_dtype: str  # bf16, fp16, fp8 or fp32
+    compute: str  # what the GEMMs multiply in: fp32, bf16, fp8, int8
+
+    @property
+    def weight_only(self) -> bool:
+        """Weight-only quantization (AWQ, GPTQ): fewer bytes, dequantized in the GEMM kernel."""
+        return self.method in ("awq", "gptq")
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes per activation element (hidden states, norms, embeddings)."""
+        return 4.0 if self.dtype == "fp32" else 2.0
+
+    @property
+    def matrix_weight_bytes(self) -> float:
+        """Bytes per stored matrix weight, including the quantization groups' scales/zeros."""
+        b = _BITS[self.dtype]
+        if self.weight_only:
+            per_group = self.group_size if self.group_size > 0 else 4096  # per channel: ~K
+            b += _GROUP_META_BYTES[self.dtype] / per_group
+        return b
+
+    def label(self) -> str:
+        q = f" {self.method}" + (f" g{self.group_size}" if self.weight_only else "") \
+            if self.method else ""
+        return f"{self.dtype}{q} weights, {self.kv_cache_dtype} KV cache"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "quantization": self.method, "group_size": self.group_size,
+                "kv_cache_dtype": self.kv_cache_dtype, "compute": self.compute}
+
+
+def check_method(method: Any, where: str = "quantization.method") -> str:
+    """`method` if kvpd has a cost model for it, else ValueError listing the ones it has."""
+    key = str(method).strip().lower()
+    if key not in QUANT_METHODS:
+        raise ValueError(f"{where}: kvpd has no cost model for quantization method {method!r}; "
+                         f"it models: {', '.join(QUANT_METHODS)}")
+    return key
+
+
+def check_kv_cache_dtype(value: Any, where: str = "cache.kv_cache_dtype",
+                         allow_fp32: bool = False) -> str:
+    """The canonical KV-cache dtype; fp32 only for fp32 models (`allow_fp32`, the CPU path)."""
+    key = str(value).strip().lower()
+    key = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8",
+           "fp8_e5m2": "fp8", "float8": "fp8", "float32": "fp32"}.get(key, key)
+    if key == "fp32" and allow_fp32:
+        return key
+    if key not in KV_CACHE_DTYPES:
+        raise ValueError(f"{where}: {value!r} is not a KV-cache dtype; expected one of "
+                         f"{', '.join(KV_CACHE_DTYPES)}")
+    return key
+
+
+def supported(acc: Accelerator) -> list[str]:
+    """The weight precisions `acc` can run, as `dtype[/method]` strings."""
+    out = ["bf16", "fp16"]
+    if acc.fp32_tflops:
+        out.insert(0, "fp32")
+    if acc.fp8_tflops:
+        out.append("fp8")
+    if acc.int8_tops:
+        out.append("int8/w8a8")
+    if kernel_profile(acc).weight_only is not None:
+        out += ["int8/gptq", "int4/awq", "int4/gptq"]
+    return out
+
+
+def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] | str | None = None,
+            kv_cache_dtype: str | None = None, where: str = "") -> Precision:
+    """The `Precision` of weights `dtype` quantized by `quantization` on `acc`, or ValueError
+    naming the part and what it supports when it cannot run it."""
+    pre = f"{where}: " if where else ""
+    dt = normalize_dtype(dtype)
+    q = quantization
+    if isinstance(q, str):
+        q = {"method": q}
+    if q is not None and not isinstance(q, dict):
+        raise ValueError(f"{pre}quantization must be a mapping {{method, group_size}}, got {q!r}")
+    q = dict(q or {})
+    bad = sorted(set(q) - {"method", "group_size"})
+    if bad:
+        raise ValueError(f"{pre}quantization: unknown key(s) {bad}; allowed: method, group_size")
+    method = q.get("method")
+    if method is not None:
+        method = check_method(method, f"{pre}quantization.method")
+    elif dt in _DEFAULT_METHOD:
+        method = _DEFAULT_METHOD[dt]
+    if method is None and dt in ("fp32", "bf16", "fp16"):
+        if "group_size" in q:
+            raise ValueError(f"{pre}quantization.group_size needs a weight-only method (awq, gptq)")
+    elif method is not None and dt not in _METHOD_WEIGHTS[method]:
+        raise ValueError(f"{pre}quantization method {method!r} stores "
+                         f"{' or '.join(_METHOD_WEIGHTS[method])} weights, not dtype {dt!r}")
+    group = q.get("group_size", DEFAULT_GROUP_SIZE)
+    if isinstance(group, bool) or not isinstance(group, int) or not (group > 0 or group == -1):
+        raise ValueError(f"{pre}quantization.group_size must be a positive integer or -1 "
+                         f"(per channel), got {group!r}")
+    weight_only = method in ("awq", "gptq")
+    compute = {"fp8": "fp8", "w8a8": "int8"}.get(method or "", "fp32" if dt == "fp32" else "bf16")
+    can = supported(acc)
+    want = dt if method in (None, "fp8") else f"{dt}/{method}"
+    if want not in can:
+        why = {"fp32": " (the catalog has no fp32_tflops figure for it)",
+               "fp8": " (fp8_tflops is null: no FP8 tensor cores)",
+               "int8/w8a8": " (int8_tops is null: no INT8 tensor path)"}.get(
+            want, f" (no weight-only kernel profile for arch {acc.arch or 'none'!r})")
+        raise ValueError(f"{pre}{acc.name} cannot run {want} weights{why}; it supports: "
+                         f"{', '.join(can)}")
+    kv = check_kv_cache_dtype(kv_cache_dtype or "auto", f"{pre}kv_cache_dtype",
+                              allow_fp32=dt == "fp32")
+    if kv == "auto":  # vLLM: the model's activation dtype (AWQ/GPTQ checkpoints run in fp16)
+        kv = "fp32" if dt == "fp32" else ("fp16" if weight_only or dt == "fp16" else "bf16")
+    if kv == "fp8" and acc.vendor == "apple":
+        raise ValueError(f"{pre}{acc.name} cannot hold an fp8 KV cache (no FP8 on Apple GPUs); "
+                         "use kv_cache_dtype auto, bf16 or fp16")
+    return Precision(dtype=dt, method=method, group_size=group if weight_only else 0,
+                     kv_cache_dtype=kv, compute=compute)
