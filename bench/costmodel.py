@@ -26,12 +26,15 @@ CONFIGS = [  # (label, model, hardware, tp, pp[, ep])
     ("mixtral     h100 tp2 ep2", "mixtral-8x7b", "h100-sxm", 2, 1, 2),
     ("qwen3-30b-a3b h100 tp1", "qwen3-30b-a3b", "h100-sxm", 1, 1),
     ("deepseek-v3 h200 tp8 ep8", "deepseek-v3", "h200-sxm", 8, 1, 8),
+    # every layer slides (4096 tokens): attention capped at the window (issue 34)
+    ("mistral-7b  h100 tp1 window", "mistral-7b", "h100-sxm", 1, 1),
 ]
 
 
-def mixed_batch(rng: random.Random) -> BatchShape:
-    """64 decodes at contexts 256..4096 plus one 512-token chunk after 1024 cached tokens."""
-    shape = BatchShape()
+def mixed_batch(rng: random.Random, window: int = 0) -> BatchShape:
+    """64 decodes at contexts 256..4096 plus one 512-token chunk after 1024 cached tokens
+    (`window`: the sliding window the shape sums are capped at, 0 = none)."""
+    shape = BatchShape(window=window)
     for _ in range(64):
         shape.add(1, rng.randint(256, 4096))
     shape.add(512, 1024)
@@ -55,7 +58,8 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(0)
     shape = mixed_batch(rng)
-    decode_shape = BatchShape.from_lists([1] * 64, [rng.randint(256, 4096) for _ in range(64)])
+    decode_ctx = [rng.randint(256, 4096) for _ in range(64)]
+    decode_shape = BatchShape.from_lists([1] * 64, decode_ctx)
     print(f"batch: {shape.num_decode_reqs} decodes + {shape.num_prefill_reqs} x "
           f"{shape.num_prefill_tokens}-token chunk ({shape.num_tokens} tokens)")
     print(f"{'config':26s} {'step_time/s':>12s} {'vs target':>9s} {'explain/s':>10s} "
@@ -64,13 +68,16 @@ def main() -> None:
     for label, model, hw, tp, pp, *ep in CONFIGS:
         cm = CostModel(model, hw, dtype="fp8" if model == "deepseek-v3" else "bf16", tp=tp, pp=pp,
                        ep=ep[0] if ep else 1)
-        evals = rate(lambda cm=cm: cm.step_time(shape), args.n)
-        explains = rate(lambda cm=cm: cm.explain(shape), max(1000, args.n // 50))
-        runs = rate(lambda cm=cm: cm.decode_run_times(decode_shape, 1000), 200)
+        w = cm.model.sliding_window
+        sh = mixed_batch(random.Random(0), w) if w else shape
+        dsh = BatchShape.from_lists([1] * 64, decode_ctx, w) if w else decode_shape
+        evals = rate(lambda cm=cm, sh=sh: cm.step_time(sh), args.n)
+        explains = rate(lambda cm=cm, sh=sh: cm.explain(sh), max(1000, args.n // 50))
+        runs = rate(lambda cm=cm, dsh=dsh: cm.decode_run_times(dsh, 1000), 200)
         if pp == 1:
             worst = min(worst, evals)
         print(f"{label:26s} {evals:12,.0f} {evals / TARGET_EVALS_PER_S:8.1f}x {explains:10,.0f} "
-              f"{runs * 1000:19,.0f} {cm.step_time(shape) * 1e3:8.2f}")
+              f"{runs * 1000:19,.0f} {cm.step_time(sh) * 1e3:8.2f}")
     ctxs = [rng.randint(256, 4096) for _ in range(64)] + [1024]
     news = [1] * 64 + [512]
     build = rate(lambda: BatchShape.from_lists(news, ctxs), max(1000, args.n // 10))

@@ -104,3 +104,41 @@ def test_parallel_sampling_children(name):
                                     ignore_eos=True))
         assert [o.outputs[k].token_ids for o in forked] == [o.token_ids for o in alone]
     assert_pool_whole(llm)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_sliding_window_frees_blocks_so_long_sequences_fit(mode):
+    """A 10-token window (tiny-mistral-sw), prompts 2-6x longer and a pool of 16 blocks of 4
+    tokens: a 57 + 20 token sequence needs 20 blocks whole, so only freeing the blocks that
+    slid out of the window lets it run (at most cdiv(9 + 16, 4) + 1 = 8 blocks at once);
+    shared prefixes hit the cache, and the executor never reads a freed block."""
+    name = "tiny-mistral-sw"
+    prefix = random_prompts(8, [24])[0]
+    prompts = random_prompts(7, [23, 40, 57, 31]) + [prefix + p for p in random_prompts(9, [5, 17])]
+    params = [_greedy(20) for _ in prompts]
+    llm = LLM(name, num_gpu_blocks=16, block_size=4, max_num_batched_tokens=16,
+              preemption_mode=mode, num_cpu_blocks=16 if mode == "swap" else None)
+    kvm = llm.kv_cache_manager
+    assert (kvm.sliding_window, kvm.max_blocks_held(77)) == (10, 8)
+    _check(name, llm, prompts, params)
+    assert kvm.num_slid_out_blocks > 0 and kvm.prefix_hit_tokens > 0
+
+
+def test_mixed_full_and_sliding_layers_keep_every_block():
+    """Qwen2 with sliding layers after the first (`layer_types`): the full layer reads every
+    block, so none is freed early; output still equals HF's."""
+    cfg = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+           "vocab_size": 256, "max_position_embeddings": 512, "use_sliding_window": True,
+           "sliding_window": 6, "layer_types": ["full_attention", "sliding_attention"]}
+    llm = LLM(cfg, num_gpu_blocks=64, block_size=4)
+    kvm = llm.kv_cache_manager
+    assert kvm.sliding_window == 0 and llm.scheduler.cache_config.sliding_window == 6
+    prompts = random_prompts(3, [20, 33])
+    outs = llm.generate(prompts, [_greedy(8)] * 2)
+    hf = llm.loaded.model
+    from realexec.engine.hf_reference import hf_greedy
+    for p, o in zip(prompts, outs):
+        assert o.token_ids == hf_greedy(hf, p, 8)
+    assert kvm.num_slid_out_blocks == 0
+    assert_pool_whole(llm)

@@ -75,6 +75,14 @@ def parse_hardware(text: str) -> str | dict:
     return spec
 
 
+def kv_tokens_held(model, block_size: int):
+    """Tokens of KV one request of n tokens keeps in the pool: n, or when every layer slides
+    the blocks of its window (the core frees the rest: cdiv(window - 1, bs) + 1 blocks)."""
+    w = model.sliding_window if model.num_sliding_layers == model.num_layers else 0
+    cap = (-(-(w - 1) // block_size) + 1) * block_size if w else 0
+    return lambda n: min(n, cap) if cap else n
+
+
 def run(args: argparse.Namespace) -> int:
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.costmodel import CostModel
@@ -99,18 +107,19 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
-    shape = BatchShape()
+    shape = BatchShape(window=model.sliding_window)  # sliding layers: capped at the window
     kv_tokens = 0
+    held = kv_tokens_held(model, plan.block_size)
     if args.prefill:
         b, n = parse_batch(args.prefill, "--prefill", need_batch=False)
         for _ in range(b):
             shape.add(n, 0)
-        kv_tokens += b * n
+        kv_tokens += b * held(n)
     if args.decode:
         b, c = parse_batch(args.decode, "--decode", need_batch=True)
         for _ in range(b):
             shape.add(1, c)
-        kv_tokens += b * (c + 1)
+        kv_tokens += b * held(c + 1)
     br = cm.explain(shape)
     out = br.to_dict()
     out["decode_tokens_per_s"] = shape.num_decode_reqs / br.total_s if shape.num_decode_reqs else 0.0

@@ -13,6 +13,10 @@ over its block table:
   (top-left aligned), so it is only used when the request has no cached context; otherwise
   the bottom-right-aligned mask is built explicitly. Sliding-window layers (Mistral, Qwen2)
   further hide keys at or before `pos - window` (HF: `kv_idx > q_idx - sliding_window`).
+
+When every layer slides by the same window (`build_metadata(window=...)`), only the keys
+inside it are gathered: the core frees the blocks before it (their table entries are -1,
+`simulator.core.block_pool.NULL_BLOCK_ID`), so they are never read.
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ class _Prefill:
     q_start: int  # offset of the chunk's first token in the flat batch
     q_len: int
     ctx_before: int  # tokens already in the cache before this chunk
-    slots: torch.Tensor | None  # [ctx_before + q_len] slots to gather; None if ctx_before == 0
+    slots: torch.Tensor | None  # [ctx_before - key_start + q_len] slots; None if ctx_before == 0
     masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)
+    key_start: int = 0  # position of the first gathered key (> 0: a window's keys only)
 
 
 @dataclass
@@ -80,7 +85,7 @@ class PagedAttentionMetadata:
     decode_idx: torch.Tensor | None  # [B_d] flat indices of decode tokens
     decode_slots: torch.Tensor | None  # [B_d, L_max] gather slots (null slot where masked)
     decode_pos: torch.Tensor | None  # [B_d] position of each decode query
-    decode_key_pos: torch.Tensor | None  # [L_max]
+    decode_key_pos: torch.Tensor | None  # [1 or B_d, L_max] position of each gathered key
     decode_valid: torch.Tensor | None  # [B_d, L_max] key is in the context
     prefills: list[_Prefill]
     _decode_masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
@@ -90,13 +95,13 @@ class PagedAttentionMetadata:
     def decode_mask(self, window: int | None) -> torch.Tensor | None:
         """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window; None when
         nothing is masked (SDPA then takes its unmasked fast path)."""
-        if self.decode_uniform and (window is None or window >= self.decode_key_pos.shape[0]):
+        if self.decode_uniform and (window is None or window >= self.decode_key_pos.shape[-1]):
             return None
         m = self._decode_masks.get(window)
         if m is None:
             m = self.decode_valid
             if window is not None:
-                m = m & (self.decode_key_pos[None, :] > (self.decode_pos[:, None] - window))
+                m = m & (self.decode_key_pos > (self.decode_pos[:, None] - window))
             m = m[:, None, None, :]
             self._decode_masks[window] = m
         return m
@@ -109,11 +114,14 @@ def build_metadata(
     block_size: int,
     null_block: int,
     device: torch.device,
+    window: int | None = None,
 ) -> PagedAttentionMetadata:
     """Metadata for requests computing `query_lens[i]` tokens after `context_lens[i]` cached ones.
 
     `block_tables[i]` must cover positions `0 .. context_lens[i] + query_lens[i] - 1`;
-    `null_block` is the zero block id padded gathers use.
+    `null_block` is the zero block id padded gathers use. `window`: every layer attends to
+    at most this many keys, so only the blocks of positions >= (first new position -
+    window + 1) are read (entries before may be freed, -1); ValueError if one read is.
     """
     slot_list: list[int] = []
     pos_list: list[int] = []
@@ -139,35 +147,62 @@ def build_metadata(
     meta = PagedAttentionMetadata(slot_mapping, positions, None, None, None, None, None, [])
     if decode_rows:
         seq_lens = [context_lens[i] + 1 for i in decode_rows]
-        max_len = max(seq_lens)
-        max_blocks = (max_len + block_size - 1) // block_size
-        bt = torch.full((len(decode_rows), max_blocks), null_block, dtype=torch.long)
+        # keys gathered per row: positions start .. seq_len - 1 (all, or the window's)
+        starts = [max(0, n - window) for n in seq_lens] if window else [0] * len(seq_lens)
+        key_lens = [n - k0 for n, k0 in zip(seq_lens, starts)]
+        max_len = max(key_lens)
+        first_blocks = [k0 // block_size for k0 in starts]
+        nblocks = [(n + block_size - 1) // block_size - fb for n, fb in zip(seq_lens, first_blocks)]
+        bt = torch.full((len(decode_rows), max(nblocks)), null_block, dtype=torch.long)
         for r, i in enumerate(decode_rows):
-            n = (seq_lens[r] + block_size - 1) // block_size
-            bt[r, :n] = torch.tensor(block_tables[i][:n], dtype=torch.long)
+            ids = block_tables[i][first_blocks[r] : first_blocks[r] + nblocks[r]]
+            _check_live(ids, i)
+            bt[r, : nblocks[r]] = torch.tensor(ids, dtype=torch.long)
         bt = bt.to(device)
         offs = torch.arange(block_size, device=device)
-        slots = (bt[:, :, None] * block_size + offs).reshape(len(decode_rows), -1)[:, :max_len]
-        lens = torch.tensor(seq_lens, dtype=torch.long, device=device)
-        key_pos = torch.arange(max_len, device=device)
-        valid = key_pos[None, :] < lens[:, None]
+        flat = (bt[:, :, None] * block_size + offs).reshape(len(decode_rows), -1)
+        j = torch.arange(max_len, device=device)
+        if window:  # row r's key j is position starts[r] + j, column shift[r] + j of `flat`
+            shift = torch.tensor([k0 - fb * block_size for k0, fb in zip(starts, first_blocks)],
+                                 dtype=torch.long, device=device)
+            cols = (shift[:, None] + j[None, :]).clamp_(max=flat.shape[1] - 1)
+            slots = flat.gather(1, cols)
+            key_pos = torch.tensor(starts, dtype=torch.long, device=device)[:, None] + j[None, :]
+        else:
+            slots, key_pos = flat[:, :max_len], j[None, :]
+        lens = torch.tensor(key_lens, dtype=torch.long, device=device)
+        valid = j[None, :] < lens[:, None]
         meta.decode_slots = torch.where(valid, slots, null_block * block_size)
         meta.decode_valid = valid
         meta.decode_key_pos = key_pos
-        meta.decode_pos = lens - 1
+        meta.decode_pos = torch.tensor(seq_lens, dtype=torch.long, device=device) - 1
         meta.decode_idx = torch.tensor([q_starts[i] for i in decode_rows], device=device)
-        meta.decode_uniform = min(seq_lens) == max_len
+        meta.decode_uniform = min(key_lens) == max_len
     for i in prefill_rows:
         c, q = context_lens[i], query_lens[i]
         s0 = q_starts[i]
         slots = None
-        if c > 0:
+        k0 = max(0, c - window + 1) if window else 0  # the first key any query reads
+        if c > k0:
             # the chunk's own slots are slot_mapping[s0:s0+q]; the context's are recomputed
-            bt = torch.tensor(block_tables[i][: (c + block_size - 1) // block_size])
-            ctx = (bt[:, None] * block_size + torch.arange(block_size)).reshape(-1)[:c]
+            fb = k0 // block_size
+            ids = block_tables[i][fb : (c + block_size - 1) // block_size]
+            _check_live(ids, i)
+            bt = torch.tensor(ids)
+            ctx = (bt[:, None] * block_size + torch.arange(block_size)).reshape(-1)
+            ctx = ctx[k0 - fb * block_size : c - fb * block_size]
             slots = torch.cat([ctx.to(device), slot_mapping[s0 : s0 + q]])
-        meta.prefills.append(_Prefill(s0, q, c, slots))
+        elif c > 0:  # the window holds none of the context: the chunk's own keys alone
+            slots = slot_mapping[s0 : s0 + q]
+        meta.prefills.append(_Prefill(s0, q, c, slots, key_start=k0))
     return meta
+
+
+def _check_live(block_ids: list[int], request: int) -> None:
+    """A gather must never touch a freed (slid-out, -1) table entry."""
+    if block_ids and min(block_ids) < 0:
+        raise ValueError(f"request {request}: block table entry {block_ids} read after the "
+                         "core freed it (outside the sliding window)")
 
 
 def _prefill_mask(p: _Prefill, window: int | None, device: torch.device) -> torch.Tensor | None:
@@ -177,7 +212,7 @@ def _prefill_mask(p: _Prefill, window: int | None, device: torch.device) -> torc
     if window in p.masks:
         return p.masks[window]
     q_pos = torch.arange(p.ctx_before, p.ctx_before + p.q_len, device=device)[:, None]
-    k_pos = torch.arange(p.ctx_before + p.q_len, device=device)[None, :]
+    k_pos = torch.arange(p.key_start, p.ctx_before + p.q_len, device=device)[None, :]
     m = k_pos <= q_pos
     if window is not None:
         m = m & (k_pos > q_pos - window)

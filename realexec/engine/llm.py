@@ -18,7 +18,7 @@ from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_
 from realexec.engine.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
 from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
-from realexec.engine.runner import ModelRunner
+from realexec.engine.runner import ModelRunner, sliding_window_of, uniform_window
 from realexec.engine.simple_attention import NoCacheAttention
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.engine import EngineCore, EngineStepOutput
@@ -93,6 +93,10 @@ class LLM:
     "decode" for a PD worker's scheduler. `capacity_policy`: "max_utilization" (admit while
     blocks are free, preempt when they run out) or "guaranteed_no_evict" (reserve each
     request's whole length at admission, never preempt; `simulator.core.capacity`).
+    Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
+    out of it are freed and the executor gathers only the window's keys; prefix caching still
+    works (a hit needs only the window's blocks before it). Models mixing full and sliding
+    layers (Qwen2 `layer_types`) keep every block: the full layers read them all.
     """
 
     def __init__(
@@ -159,9 +163,13 @@ class LLM:
             num_gpu_blocks = min(num_gpu_blocks, max_num_seqs * -(-max_model_len // block_size))
         if num_cpu_blocks is None:
             num_cpu_blocks = num_gpu_blocks if preemption_mode == "swap" else 0
+        windows = self.model.windows
         cache_cfg = CacheConfig(
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=enable_prefix_caching, block_bytes=spec.bytes_per_block,
+            # blocks slide out (are freed) only when every layer slides by one window
+            sliding_window=sliding_window_of(windows),
+            free_outside_window=uniform_window(windows) is not None,
         )
         self.scheduler = Scheduler(sched_cfg, cache_cfg)
         self.kv_cache = PagedKVCache(spec, num_gpu_blocks, self.device, num_cpu_blocks)

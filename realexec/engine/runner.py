@@ -35,6 +35,17 @@ class StepRecord:
     num_swapped_blocks: int
 
 
+def uniform_window(windows: list[int | None]) -> int | None:
+    """The sliding window (tokens) when every layer has the same one, else None."""
+    return windows[0] if windows and windows[0] and all(w == windows[0] for w in windows) else None
+
+
+def sliding_window_of(windows: list[int | None]) -> int:
+    """The window of a model's sliding layers (tokens; 0 if none), for the cost shapes."""
+    sliding = [w for w in windows if w]
+    return min(sliding) if sliding else 0
+
+
 class ModelRunner:
     """Runs `SchedulerOutput`s on a `PagedCausalLM` with a `PagedKVCache`.
 
@@ -55,6 +66,8 @@ class ModelRunner:
         self.record_steps = record_steps
         self.steps: list[StepRecord] = []
         self.workspace = GatherWorkspace()
+        # every layer slides by one window: gather only its keys (the core frees the rest)
+        self.window = uniform_window(model.windows)
 
     def drop_request(self, request_id: str) -> None:
         """Forget per-request state (its RNG) of a finished request."""
@@ -108,7 +121,7 @@ class ModelRunner:
         dev = self.device
         meta = build_metadata(
             output.num_new_tokens, output.num_computed_before, output.block_ids,
-            self.cache.block_size, self.cache.num_blocks, dev,
+            self.cache.block_size, self.cache.num_blocks, dev, self.window,
         )
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         hidden = self.model.forward(input_ids, meta.positions,

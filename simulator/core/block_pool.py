@@ -25,6 +25,14 @@ class KVCacheBlock:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
 
 
+# The table entry of a block a sliding-window request no longer reads (vLLM v1's null block):
+# id -1, never in the pool, never freed, touched or cached; its ref count stays 1 so that
+# nothing counts it as a free block to revive. A backend must never read id -1.
+NULL_BLOCK_ID = -1
+NULL_BLOCK = KVCacheBlock(NULL_BLOCK_ID)
+NULL_BLOCK.ref_cnt = 1
+
+
 class BlockPool:
     """The device block pool shared by all requests of one replica."""
 

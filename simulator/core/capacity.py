@@ -44,17 +44,22 @@ def max_kv_tokens(req: Request, role: str) -> int:
     return req.num_prompt_tokens + req.max_tokens
 
 
-def blocks_to_completion(kvm: KVCacheManager, req: Request, role: str) -> int:
-    """Blocks `req` will still allocate before it finishes (its whole length less what it holds)."""
+def blocks_to_completion(kvm: KVCacheManager, req: Request, role: str, num_hits: int = 0,
+                         revived: int = 0) -> int:
+    """Blocks `req` may still take from the free pool before it finishes: its whole length
+    less the table entries it holds (and `num_hits` prefix hits about to join them, `revived`
+    of which leave the free queue); with a sliding window at most the blocks it holds at
+    once (`KVCacheManager.blocks_to_grow`)."""
     held = kvm.req_to_blocks.get(req.request_id)
-    return kvm.blocks_needed(max_kv_tokens(req, role)) - (len(held) if held else 0)
+    return kvm.blocks_to_grow(max_kv_tokens(req, role), (len(held) if held else 0) + num_hits,
+                              revived)
 
 
 def promise(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock], role: str) -> int:
     """Free blocks that admitting `req` with prefix hits `hits` commits: its whole length less
     the hits and the blocks it holds, plus each hit revived from the free queue."""
     revived = sum(1 for b in hits if b.ref_cnt == 0)
-    return blocks_to_completion(kvm, req, role) - len(hits) + revived
+    return blocks_to_completion(kvm, req, role, len(hits), revived)
 
 
 def reserved_blocks(kvm: KVCacheManager, running: Iterable[Request],

@@ -26,19 +26,31 @@ def _check_min(field: str, value: int, minimum: int) -> None:
 @dataclass(frozen=True)
 class CacheConfig:
     """The replica's KV pool: `num_gpu_blocks` device blocks of `block_size` tokens and
-    `num_cpu_blocks` host blocks for swapping; `block_bytes` = one block's KV bytes."""
+    `num_cpu_blocks` host blocks for swapping; `block_bytes` = one block's KV bytes.
+
+    sliding_window: tokens the model's sliding-window layers attend to (0: none); batch
+    shapes then carry the window-capped attention sums the cost model prices.
+    free_outside_window: every attention layer slides (Mistral-7B-v0.1), so blocks that slid
+    out of the window are freed (`KVCacheManager`). False for models that mix full-attention
+    layers (gpt-oss, Gemma 2/3, Qwen2 with max_window_layers): one block table serves every
+    layer, and the full layers read every block, so nothing is freed early. PD prefill and
+    decode roles never free early either (the prompt's KV is handed over whole).
+    """
 
     num_gpu_blocks: int
     block_size: int = 16
     num_cpu_blocks: int = 0
     enable_prefix_caching: bool = True
     block_bytes: int = 0
+    sliding_window: int = 0
+    free_outside_window: bool = False
 
     def __post_init__(self) -> None:
         _check_min("cache.block_size", self.block_size, 1)
         _check_min("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
         _check_min("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
         _check_min("cache.block_bytes", self.block_bytes, 0)
+        _check_min("cache.sliding_window", self.sliding_window, 0)
 
 
 @dataclass(frozen=True)

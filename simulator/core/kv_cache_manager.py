@@ -1,6 +1,15 @@
 """`KVCacheManager`: block tables per request on top of a `BlockPool`, with prefix
 caching, fork (copy-on-write) for parallel sampling and swap to a host pool.
 
+Sliding window (`sliding_window` > 0, for a model whose every attention layer slides, as
+vLLM v1's `SlidingWindowManager`): a token at position p reads keys p - window + 1 .. p, so
+once a request has computed c tokens no later step reads a block wholly before position
+c - window + 1. `allocate_slots` frees those blocks before it allocates (they join the free
+queue, keeping their prefix-cache hash until evicted) and leaves `NULL_BLOCK` (id -1) in
+their place: a table keeps its length, its freed entries are always a prefix of it, and a
+backend reads only the window's blocks. A prefix hit then needs only the cached blocks the
+first recomputed token reads (the window before the hit point), not the whole prefix.
+
 The manager only does bookkeeping; it returns the block copies a backend must
 perform (swap-out, swap-in, copy-on-write) and the bytes they move, so the real
 executor copies tensors and the simulator charges link time.
@@ -12,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from simulator.core.block_hash import extend_block_hashes
-from simulator.core.block_pool import BlockPool, KVCacheBlock
+from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
@@ -44,7 +53,9 @@ class KVCacheStats:
 class KVCacheManager:
     """Per-replica KV bookkeeping: `num_gpu_blocks` device blocks of `block_size` tokens,
     `num_cpu_blocks` host blocks for swapping; `block_bytes` is one block's KV size (all
-    layers), used only to report bytes moved."""
+    layers), used only to report bytes moved. `sliding_window` (tokens, 0 = none): free the
+    blocks that slid out of it (see the module docstring); `max_step_tokens`: the most new
+    tokens a request computes in one step (bounds what a sliding-window request holds)."""
 
     def __init__(
         self,
@@ -53,6 +64,8 @@ class KVCacheManager:
         enable_prefix_caching: bool = True,
         num_cpu_blocks: int = 0,
         block_bytes: int = 0,
+        sliding_window: int = 0,
+        max_step_tokens: int = 0,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1 token, got {block_size}")
@@ -75,6 +88,17 @@ class KVCacheManager:
         self.num_collisions = 0
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
+        if sliding_window < 0:
+            raise ValueError(f"sliding_window must be >= 0 tokens, got {sliding_window}")
+        self.sliding_window = sliding_window
+        self.max_step_tokens = max_step_tokens
+        # leading NULL_BLOCK entries of a table (blocks slid out of the window), by request;
+        # of a swapped-out request's table, by request
+        self.num_skipped_blocks: dict[str, int] = {}
+        self.cpu_skipped_blocks: dict[str, int] = {}
+        # blocks before a hit point that a hit needs cached: those the next token reads
+        self.window_hit_blocks = max(1, -(-(sliding_window - 1) // block_size))
+        self.num_slid_out_blocks = 0  # freed because they slid out of the window
 
     # ---- queries ----
     @property
@@ -88,19 +112,55 @@ class KVCacheManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def max_blocks_held(self, num_tokens: int) -> int:
+        """The most device blocks one request of `num_tokens` tokens holds at once: all of
+        them, or with a sliding window those of the window plus one step's new tokens
+        (vLLM's `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(window - 1 + step, bs) + 1)."""
+        need = -(-num_tokens // self.block_size)
+        if not self.sliding_window:
+            return need
+        step = self.max_step_tokens or num_tokens
+        return min(need, -(-(self.sliding_window - 1 + step) // self.block_size) + 1)
+
+    def blocks_to_grow(self, num_tokens: int, held: int, revived: int = 0) -> int:
+        """Device blocks a request whose table has `held` entries (`revived` of them prefix
+        hits about to leave the free queue) may still take from the free pool before it holds
+        `num_tokens` tokens: those it still allocates plus the revived ones, and with a
+        sliding window at most `max_blocks_held` (its table never holds more; what it frees
+        meanwhile comes back)."""
+        grow = -(-num_tokens // self.block_size) - held + revived
+        if self.sliding_window:
+            peak = self.max_blocks_held(num_tokens)
+            if peak < grow:
+                return peak
+        return grow
+
+    def num_real_blocks(self, request_id: str) -> int:
+        """Device blocks the request's table holds (its entries less the slid-out ones)."""
+        blocks = self.req_to_blocks.get(request_id)
+        return len(blocks) - self.num_skipped_blocks.get(request_id, 0) if blocks else 0
+
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids.get(request_id, [])
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """Longest cached prefix of `request` as (blocks, tokens). The last token is always
-        recomputed so its logits exist (a full hit is cut back by one block)."""
+    def get_computed_blocks(
+        self, request: Request, max_hit_tokens: int | None = None
+    ) -> tuple[list[KVCacheBlock], int]:
+        """Longest cached prefix of `request` as (blocks, tokens), at most `max_hit_tokens`.
+        The last token is always recomputed so its logits exist (a full hit is cut back by
+        one block). With a sliding window the hit may skip blocks its recomputation never
+        reads: they come back as `NULL_BLOCK`."""
         if not self.enable_prefix_caching:
             return [], 0
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs
+        if max_hit_tokens is not None and max_hit_tokens // bs < max_blocks:
+            max_blocks = max_hit_tokens // bs
         if max_blocks <= 0:
             return [], 0
         hashes = extend_block_hashes(request, bs, max_blocks)
+        if self.sliding_window:
+            return self._window_hits(request, hashes[:max_blocks])
         cached = self.block_pool.cached_hash_to_block
         hits: list[KVCacheBlock] = []
         check_tokens = request.prompt_token_ids is not None
@@ -115,6 +175,29 @@ class KVCacheManager:
                 break
             hits.append(block)
         return hits, len(hits) * bs
+
+    def _window_hits(self, request: Request, hashes: list[int]) -> tuple[list[KVCacheBlock], int]:
+        """The longest hit of k blocks whose last `window_hit_blocks` (or all k, if fewer) are
+        cached; earlier ones may have been evicted (vLLM's sliding-window cache hit rule)."""
+        bs = self.block_size
+        need = self.window_hit_blocks
+        cached = self.block_pool.cached_hash_to_block
+        check_tokens = request.prompt_token_ids is not None
+        found: list[KVCacheBlock | None] = []
+        best = run = 0
+        for i, block_hash in enumerate(hashes):
+            block = cached.get(block_hash)
+            if block is not None and check_tokens and block.token_ids is not None and (
+                block.token_ids != tuple(request.token_ids_slice(i * bs, (i + 1) * bs))
+            ):
+                self.num_collisions += 1
+                block = None
+            found.append(block)
+            run = run + 1 if block is not None else 0
+            if run >= need or run == i + 1:
+                best = i + 1
+        real = min(need, best)
+        return [NULL_BLOCK] * (best - real) + found[best - real:best], best * bs
 
     # ---- allocation ----
     def can_allocate(
@@ -148,6 +231,8 @@ class KVCacheManager:
             if self.enable_prefix_caching:
                 self.prefix_queries_tokens += request.num_tokens
                 self.prefix_hit_tokens += num_hit * bs
+        elif self.sliding_window:
+            self._free_slid_out(rid, blocks, request.num_computed_tokens)
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
         if need > 0 or num_hit:
@@ -157,7 +242,12 @@ class KVCacheManager:
                 return False
             ids = self.req_to_block_ids[rid]
             if num_hit:
-                pool.touch(new_computed_blocks)
+                skipped = 0  # NULL_BLOCKs lead a sliding-window hit
+                while skipped < num_hit and new_computed_blocks[skipped] is NULL_BLOCK:
+                    skipped += 1
+                pool.touch(new_computed_blocks[skipped:] if skipped else new_computed_blocks)
+                if skipped:
+                    self.num_skipped_blocks[rid] = skipped
                 blocks.extend(new_computed_blocks)
                 ids.extend([b.block_id for b in new_computed_blocks])
                 self.num_cached_blocks[rid] = len(blocks)
@@ -171,6 +261,36 @@ class KVCacheManager:
         if cache and self.enable_prefix_caching and num_total // bs > self.num_cached_blocks[rid]:
             self.cache_full_blocks(request, num_total)
         return True
+
+    def slides_out(self, request_id: str, num_computed: int) -> bool:
+        """Whether computing from position `num_computed` on frees a block of the request."""
+        return (num_computed - self.sliding_window + 1) // self.block_size > \
+            self.num_skipped_blocks.get(request_id, 0)
+
+    def free_blocks_before(self, request_id: str, first: int) -> None:
+        """Free the request's blocks before table index `first` (slid out of the window)."""
+        blocks = self.req_to_blocks.get(request_id)
+        if blocks:
+            self._free_before(request_id, blocks, first)
+
+    def _free_slid_out(self, rid: str, blocks: list[KVCacheBlock], num_computed: int) -> None:
+        """Free the blocks no token at position >= `num_computed` reads (all before the block
+        of position num_computed - window + 1)."""
+        self._free_before(rid, blocks, (num_computed - self.sliding_window + 1) // self.block_size)
+
+    def _free_before(self, rid: str, blocks: list[KVCacheBlock], first: int) -> None:
+        """Free entries before index `first`, earliest first (so they are evicted first)."""
+        skipped = self.num_skipped_blocks.get(rid, 0)
+        if first <= skipped:
+            return
+        gone = blocks[skipped:first]
+        ids = self.req_to_block_ids[rid]
+        for i in range(skipped, first):
+            blocks[i] = NULL_BLOCK
+            ids[i] = NULL_BLOCK.block_id
+        self.num_skipped_blocks[rid] = first
+        self.num_slid_out_blocks += len(gone)
+        self.block_pool.free_blocks(gone)
 
     @staticmethod
     def _no_blocks_cached(request: Request) -> int:
@@ -195,6 +315,9 @@ class KVCacheManager:
         end = min(end, len(hashes))
         keep_tokens = request.prompt_token_ids is not None
         pool = self.block_pool
+        skipped = self.num_skipped_blocks.get(rid, 0)
+        if skipped > start:  # slid out before it could be registered: nothing to cache
+            start = skipped
         for i in range(start, end):
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
@@ -210,9 +333,11 @@ class KVCacheManager:
         blocks = self.req_to_blocks.pop(rid, None)
         self.req_to_block_ids.pop(rid, None)
         self.num_cached_blocks.pop(rid, None)
+        skipped = self.num_skipped_blocks.pop(rid, 0)
         if blocks:
-            self.block_pool.free_blocks(blocks[::-1])
+            self.block_pool.free_blocks(blocks[:skipped - 1:-1] if skipped else blocks[::-1])
         cpu = self.req_to_cpu_blocks.pop(rid, None)
+        self.cpu_skipped_blocks.pop(rid, None)
         if cpu:
             self.free_cpu_blocks.extend(cpu)
 
@@ -230,7 +355,10 @@ class KVCacheManager:
         if partial and self.block_pool.num_free_blocks < 1:
             return None
         shared = parent_blocks[:num_full]
-        self.block_pool.touch(shared)
+        skipped = self.num_skipped_blocks.get(pid, 0)  # <= num_full: the window ends later
+        self.block_pool.touch(shared[skipped:] if skipped else shared)
+        if skipped:
+            self.num_skipped_blocks[cid] = skipped
         blocks = list(shared)
         copy: list[tuple[int, int]] = []
         if partial:
@@ -249,13 +377,16 @@ class KVCacheManager:
         """Move all the request's device blocks to host blocks. Returns (device, host) pairs,
         or None (nothing changed) if the host pool is too small."""
         rid = request.request_id
-        blocks = self.req_to_blocks.get(rid, [])
+        skipped = self.num_skipped_blocks.get(rid, 0)
+        blocks = self.req_to_blocks.get(rid, [])[skipped:]  # slid-out entries stay NULL
         if len(blocks) > len(self.free_cpu_blocks):
             return None
         cpu = [self.free_cpu_blocks.popleft() for _ in blocks]
         mapping = [(b.block_id, c) for b, c in zip(blocks, cpu)]
         self.free(request)
         self.req_to_cpu_blocks[rid] = cpu
+        if skipped:
+            self.cpu_skipped_blocks[rid] = skipped
         self.num_swapped_out_blocks += len(cpu)
         return mapping
 
@@ -267,14 +398,18 @@ class KVCacheManager:
         if len(cpu) > self.block_pool.num_free_blocks:
             return None
         del self.req_to_cpu_blocks[rid]
-        blocks = self.block_pool.get_new_blocks(len(cpu))
+        new = self.block_pool.get_new_blocks(len(cpu))
+        skipped = self.cpu_skipped_blocks.pop(rid, 0)
+        blocks = [NULL_BLOCK] * skipped + new if skipped else new
+        if skipped:
+            self.num_skipped_blocks[rid] = skipped
         self.req_to_blocks[rid] = blocks
         self.req_to_block_ids[rid] = [b.block_id for b in blocks]
         self.num_cached_blocks[rid] = self._no_blocks_cached(request)
         self.free_cpu_blocks.extend(cpu)
         self.num_swapped_in_blocks += len(cpu)
         self._note_usage()
-        return [(c, b.block_id) for c, b in zip(cpu, blocks)]
+        return [(c, b.block_id) for c, b in zip(cpu, new)]
 
     def _note_usage(self) -> None:
         usage = self.block_pool.usage

@@ -33,13 +33,20 @@ class Scheduler:
         config.validate_with(cache_config)
         self.config = config
         self.cache_config = cache_config
+        # blocks slide out of the window (freed) only when every layer slides, colocated
+        frees = cache_config.free_outside_window and config.role == "colocated"
+        # (a swapped-in request resumes with up to the whole budget, whatever the threshold)
+        step_tokens = config.max_num_batched_tokens
         self.kv_cache_manager = KVCacheManager(
             num_gpu_blocks=cache_config.num_gpu_blocks,
             block_size=cache_config.block_size,
             enable_prefix_caching=cache_config.enable_prefix_caching,
             num_cpu_blocks=cache_config.num_cpu_blocks,
             block_bytes=cache_config.block_bytes,
+            sliding_window=cache_config.sliding_window if frees else 0,
+            max_step_tokens=step_tokens,
         )
+        self._window = cache_config.sliding_window  # batch shapes track it for the cost model
         self.block_size = cache_config.block_size
         self.waiting = make_queue(config.policy)
         self.running: list[Request] = []
@@ -89,11 +96,13 @@ class Scheduler:
                 f"{total} exceeds max_model_len ({cfg.max_model_len})"
             )
         need = total if cfg.role != "prefill" else req.num_prompt_tokens + 1
-        blocks = self.kv_cache_manager.blocks_needed(need)
-        if blocks > self.kv_cache_manager.num_gpu_blocks:
+        kvm = self.kv_cache_manager
+        blocks = kvm.max_blocks_held(need)
+        if blocks > kvm.num_gpu_blocks:
+            at_once = f" at once (sliding window {kvm.sliding_window})" if kvm.sliding_window else ""
             return (
-                f"needs {blocks} KV blocks for {need} tokens but the whole pool has "
-                f"{self.kv_cache_manager.num_gpu_blocks}"
+                f"needs {blocks} KV blocks{at_once} for {need} tokens but the whole pool has "
+                f"{kvm.num_gpu_blocks}"
             )
         if not cfg.enable_chunked_prefill and req.num_prompt_tokens > cfg.max_num_batched_tokens:
             return (
@@ -125,6 +134,9 @@ class Scheduler:
         cfg = self.config
         kvm = self.kv_cache_manager
         out = SchedulerOutput(step_id=self.step_id)
+        window = self._window
+        if window:
+            out.shape.window = window
         out.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         out.blocks_to_copy, self._pending_copies = self._pending_copies, []
         budget = cfg.max_num_batched_tokens
@@ -136,6 +148,7 @@ class Scheduler:
         num_cached = kvm.num_cached_blocks
         bs = self.block_size
         caching = kvm.enable_prefix_caching
+        slides = kvm.sliding_window  # blocks that slide out are freed the step they do
         # the fast path appends to out's lists directly and sums the decodes' shape here
         reqs_add, new_add, before_add, ids_add = (
             out.reqs.append, out.num_new_tokens.append, out.num_computed_before.append,
@@ -153,7 +166,7 @@ class Scheduler:
                 # the prefix cache would register (allocate_slots would change nothing)
                 if computed and computed < len(ids) * bs and not (
                     caching and (computed + 1) % bs == 0 and (computed + 1) // bs > num_cached[rid]
-                ):
+                ) and not (slides and kvm.slides_out(rid, computed)):
                     reqs_add(req)
                     new_add(1)
                     before_add(computed)
@@ -167,7 +180,7 @@ class Scheduler:
                     i += 1
                     continue
             if nd:  # fold the fast-path decodes in before anything may rebuild the shape
-                out.shape.add_decodes(nd, dctx, maxd)
+                self._fold_decodes(out, nd, dctx, maxd)
                 nd = dctx = maxd = 0
             if num_new > 1:
                 num_new = self._cap_prefill(req, num_new, threshold)
@@ -191,7 +204,7 @@ class Scheduler:
             # running[:i] are exactly the requests scheduled so far (victims left both)
             i = len(out.reqs)
         if nd:
-            out.shape.add_decodes(nd, dctx, maxd)
+            self._fold_decodes(out, nd, dctx, maxd)
 
         # 2. waiting requests (none while preempting, none mid-batch when static)
         if out.preempted_req_ids or (cfg.batching == "static" and running):
@@ -212,7 +225,8 @@ class Scheduler:
             if req.is_swapped:
                 # a resumed request may continue in chunks, whatever the chunking knob
                 num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-                need = kvm.blocks_needed(req.num_computed_tokens + num_new)
+                need = kvm.blocks_needed(req.num_computed_tokens + num_new) \
+                    - kvm.cpu_skipped_blocks.get(req.request_id, 0)  # slid out: not restored
                 if need > kvm.num_free_blocks:
                     break
                 mapping = kvm.swap_in(req)
@@ -221,12 +235,10 @@ class Scheduler:
                 out.swap_in_bytes += len(mapping) * kvm.block_bytes
                 hits, num_hit = [], 0
             else:
-                hits, num_hit = kvm.get_computed_blocks(req)
-                if num_hit and req.sampling_params.n > 1 and not req.num_forked:
-                    # an unforked parent must compute >= 1 prompt token before its fork point
-                    while hits and num_hit >= req.num_prompt_tokens - 1:
-                        hits = hits[:-1]
-                        num_hit -= self.block_size
+                # an unforked parent must compute >= 1 prompt token before its fork point
+                fork_limit = (req.num_prompt_tokens - 2 if req.sampling_params.n > 1
+                              and not req.num_forked else None)
+                hits, num_hit = kvm.get_computed_blocks(req, fork_limit)
                 num_new = req.num_tokens - req.num_computed_tokens - num_hit
                 if num_new > 1:
                     num_new = self._cap_prefill(req, num_new, threshold, req.num_computed_tokens + num_hit)
@@ -252,6 +264,15 @@ class Scheduler:
             out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
             budget -= num_new
         return out
+
+    def _fold_decodes(self, out: SchedulerOutput, nd: int, dctx: int, maxd: int) -> None:
+        """Add the last `nd` scheduled requests (fast-path decodes, contexts summing to `dctx`,
+        the longest `maxd`) to the batch shape, with their sliding-window sums if tracked."""
+        shape = out.shape
+        shape.add_decodes(nd, dctx, maxd)
+        if shape.window:
+            for before in out.num_computed_before[-nd:]:
+                shape.add_window_decode(before + 1)
 
     def _cap_prefill(self, req: Request, num_new: int, threshold: int, computed: int | None = None) -> int:
         if threshold and num_new > threshold:
@@ -363,12 +384,14 @@ class Scheduler:
         first, last = times[0], times[-1]
         done: list[Request] = []
         bs = self.block_size
+        slides = kvm.sliding_window
         for req, before, ids in zip(out.reqs, out.num_computed_before, out.block_ids):
             end = before + k
-            # blocks for steps 2..k, all at once (step 1's were allocated by schedule())
+            # blocks for steps 2..k, all at once (step 1's were allocated by schedule());
+            # with a window from `before`, so that steps 2..k free nothing here (_burst_slide)
             if end > len(ids) * bs or req.prompt_token_ids is not None:
-                req.num_computed_tokens = before + 1
-                if not kvm.allocate_slots(req, k - 1):
+                req.num_computed_tokens = before if slides else before + 1
+                if not kvm.allocate_slots(req, end - req.num_computed_tokens):
                     raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
             req.num_computed_tokens = end
             if req.first_token_time is None:
@@ -378,12 +401,31 @@ class Scheduler:
             req.token_times.extend(times)
             if n >= req.sampling_params.max_tokens:  # check_stop without a token id
                 done.append(req)
+        if slides:  # slid-out blocks go first: step by step they leave before any finishes
+            self._burst_slide(out, k)
         if done:
             # freed only now: step by step, every request held the blocks of the burst's last
             # step before any finished (the KV peak usage sees them all)
             for req in done:
                 self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
             self.running = [r for r in self.running if r.status == RUNNING]
+
+    def _burst_slide(self, out: SchedulerOutput, k: int) -> None:
+        """Free the blocks that slid out during steps 2..k of a burst in the order stepping one
+        by one frees them (step, then request, then block), after all the burst's allocations:
+        the prefix cache's eviction order then equals the step-by-step one."""
+        kvm = self.kv_cache_manager
+        w, bs = kvm.sliding_window, self.block_size
+        skipped = kvm.num_skipped_blocks
+        events = []
+        for order, (req, before) in enumerate(zip(out.reqs, out.num_computed_before)):
+            rid = req.request_id
+            # step j (1 .. k-1) frees the blocks before (before + j - w + 1) // bs
+            for b in range(skipped.get(rid, 0), (before + k - w) // bs):
+                events.append((max(1, (b + 1) * bs + w - 1 - before), order, b + 1, rid))
+        events.sort()
+        for _, _, first, rid in events:
+            kvm.free_blocks_before(rid, first)
 
     def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
         """How many consecutive steps identical in membership to `out` (all decodes) the
@@ -410,9 +452,23 @@ class Scheduler:
             remaining = req.sampling_params.max_tokens - req.num_output_tokens
             if remaining < k:
                 k = remaining
+        shape = out.shape
+        if shape.num_decodes_below_window and shape.min_window_gap < k:
+            k = shape.min_window_gap  # the window-capped sums stay linear (BatchShape.advanced)
+        kvm = self.kv_cache_manager
+        if kvm.sliding_window:
+            if kvm.max_step_tokens < k:
+                k = kvm.max_step_tokens  # a burst's blocks stay within max_blocks_held
+            if self.waiting and len(self.running) < self.config.max_num_seqs:
+                # a block sliding out could admit a waiting request: end before one does
+                # (step j frees once (before + j - window + 1) // bs passes the freed ones)
+                w, skipped = kvm.sliding_window, kvm.num_skipped_blocks
+                for req, before in zip(out.reqs, out.num_computed_before):
+                    j = (skipped.get(req.request_id, 0) + 1) * self.block_size + w - 1 - before
+                    if j < k:
+                        k = max(j, 1)
         if k <= 1:
             return 1
-        kvm = self.kv_cache_manager
         bs = self.block_size
         free = kvm.num_free_blocks
         slack = [
@@ -477,14 +533,14 @@ class Scheduler:
         role = self.config.role
         if no_evict:  # a child runs only if its length beyond the shared blocks is promised
             reserved = reserved_blocks(kvm, self.running, self.waiting_for_kv.values(), role)
-            shared = parent.num_computed_tokens // self.block_size
+            shared = parent.num_computed_tokens // self.block_size  # table entries it shares
         for child in self._make_children(parent):
             child.first_scheduled_time = parent.first_scheduled_time
             child.num_cached_tokens = parent.num_cached_tokens
             self.requests[child.request_id] = child
             child.num_computed_tokens = parent.num_computed_tokens
             if no_evict and (
-                kvm.blocks_needed(max_kv_tokens(child, role)) - shared > kvm.num_free_blocks - reserved
+                kvm.blocks_to_grow(max_kv_tokens(child, role), shared) > kvm.num_free_blocks - reserved
             ):
                 copies = None
             else:

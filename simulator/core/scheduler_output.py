@@ -62,7 +62,8 @@ class SchedulerOutput:
         i = self.reqs.index(req)
         n = self.num_new_tokens[i]
         del self.reqs[i], self.num_new_tokens[i], self.num_computed_before[i], self.block_ids[i]
-        self.shape = BatchShape.from_lists(self.num_new_tokens, self.num_computed_before)
+        self.shape = BatchShape.from_lists(self.num_new_tokens, self.num_computed_before,
+                                           self.shape.window)
         return n
 
 

@@ -27,10 +27,15 @@ class CostModel(Protocol):
     pp: int
     ep: int
     _stages: list[dict[str, Any]]
+    _padding: float
+    _slide: float  # share of layers that slide
+    _window: int
 
+    def _windowed(self, shape: BatchShape) -> bool: ...
     def efficiency_sources(self) -> dict[str, tuple[float, str]]: ...
 
     def decode_attn_tokens(self, shape: BatchShape) -> float: ...
+    def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]: ...
     def num_microbatches(self, shape: BatchShape) -> int: ...
     def describe(self) -> dict[str, Any]: ...
     @staticmethod
@@ -224,10 +229,10 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         return StepBreakdown(0.0, [], 0, shape.num_reqs, desc)
     mb = cm.num_microbatches(shape)
     desc["microbatches"] = mb
+    P, Pctx, Dctx = cm.attention_sums(shape)  # sliding layers: capped at the window
     per_stage = [
         _stage_ops(cm, st, T / mb, shape.num_reqs / mb, shape.num_prefill_tokens / mb,
-                   shape.prefill_attn_pairs / mb, shape.prefill_context_tokens / mb,
-                   shape.num_decode_reqs / mb, cm.decode_attn_tokens(shape) / mb)
+                   P / mb, Pctx / mb, shape.num_decode_reqs / mb, Dctx / mb)
         for st in cm._stages
     ]
     times = [sum(op.time_s for op in ops) for ops in per_stage]
@@ -262,25 +267,39 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
     if num_steps == 0 or shape.num_tokens <= 0:
         return np.zeros(num_steps)
     # the contexts grow by one per decode per step; the padding to the longest stays constant
-    D = shape.decode_context_tokens + np.arange(num_steps, dtype=np.int64) * shape.num_decode_reqs
-    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum)
+    j = np.arange(num_steps, dtype=np.int64)
+    D = shape.decode_context_tokens + j * shape.num_decode_reqs
+    win = None
+    if cm._slide and cm._windowed(shape):  # below the window they grow, at it they do not
+        Dw = shape.decode_window_tokens + j * shape.num_decodes_below_window
+        win = (Dw.astype(np.float64), shape.max_decode_context + j)
+    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum, win)
 
 
 def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
     """Seconds of one all-decode step: `decode_run_times(cm, shape, 1)[0]` without numpy (it
     may differ from `CostModel.step_time` in the last bits)."""
-    return _decode_times(cm, shape, float(shape.decode_context_tokens), max, min)
+    win = None
+    if cm._slide and cm._windowed(shape):
+        win = (float(shape.decode_window_tokens), shape.max_decode_context)
+    return _decode_times(cm, shape, float(shape.decode_context_tokens), max, min, win)
 
 
-def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin):
+def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
     """Step seconds of the all-decode `shape` at summed decode contexts `D` (a float, or an
-    array of them: elementwise the same float operations)."""
+    array of them: elementwise the same float operations); `win`: (window-capped sums,
+    longest contexts) for a model with sliding layers."""
     T = shape.num_tokens
     mb = cm.num_microbatches(shape)
     R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
     pad = shape.num_decode_reqs * shape.max_decode_context - shape.decode_context_tokens
     padding = cm._padding
-    ctx = (D + padding * pad if padding and pad > 0 else D) / mb
+    ctx = D + padding * pad if padding and pad > 0 else D
+    if win is not None:  # sliding layers read the window-capped contexts
+        Dw, longest = win
+        Dw = Dw + padding * (shape.num_decode_reqs * vmin(longest, cm._window) - Dw)
+        ctx = ctx + cm._slide * (Dw - ctx)
+    ctx = ctx / mb
     ov = 1.0 - cm.params.overlap
     stage_times = []
     for st in cm._stages:

@@ -29,6 +29,11 @@ A calibration may add measured size factors (`CostParams.linear_token_factors`,
 `lm_head_row_factors`): the linears of a step of T tokens and the LM head of R requests
 take that factor x their roofline time (GEMM kernels are not smooth in the row count).
 
+Sliding-window layers (`ModelSpec.num_sliding_layers` of them, window W) attend to at most W
+keys per query: their attention pairs, KV reads and decode contexts are the shape's
+window-capped sums (`BatchShape.window`), the full layers' the uncapped ones; the layers of
+each kind are assumed spread evenly over the pipeline stages (`attention_sums`).
+
 Pipeline parallelism splits layers into `pp` stages and the batch into `m` micro-batches:
 the step takes sum_s t_s + (m - 1) max_s t_s (fill/drain bubble included), with the
 activations sent between stages over the scale-up link (`pp_send`).
@@ -99,6 +104,10 @@ class CostModel:
         self._req_ovh = p.request_overhead_s
         self._microbatches = p.pp_microbatches or pp
         self._padding = float(p.decode_padding)
+        m = self.model
+        # share of the layers that slide (their attention is capped at the window)
+        self._slide = m.num_sliding_layers / m.num_layers if m.sliding_window else 0.0
+        self._window = m.sliding_window
 
     # ------------------------------------------------------------------ precomputation
     def _linear_costs(self, s: int, L: int, last: bool) -> dict[str, LinearCost]:
@@ -316,30 +325,60 @@ class CostModel:
         T = shape.num_tokens
         if T <= 0:
             return 0.0
-        Dctx = self.decode_attn_tokens(shape)
+        if self._slide:
+            P, Pctx, Dctx = self.attention_sums(shape)
+        else:
+            P, Pctx, Dctx = (shape.prefill_attn_pairs, shape.prefill_context_tokens,
+                             self.decode_attn_tokens(shape))
         if self.pp == 1:
             t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
-                                 shape.prefill_attn_pairs, shape.prefill_context_tokens,
-                                 shape.num_decode_reqs, Dctx)
+                                 P, Pctx, shape.num_decode_reqs, Dctx)
             return t + self._step_ovh + T * self._tok_ovh + shape.num_reqs * self._req_ovh
         mb = self.num_microbatches(shape)
         times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
-                                  shape.num_prefill_tokens / mb, shape.prefill_attn_pairs / mb,
-                                  shape.prefill_context_tokens / mb, shape.num_decode_reqs / mb,
-                                  Dctx / mb)
+                                  shape.num_prefill_tokens / mb, P / mb, Pctx / mb,
+                                  shape.num_decode_reqs / mb, Dctx / mb)
                  for st in self._stages]
         return (sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
                 + shape.num_reqs * self._req_ovh)
 
     def decode_attn_tokens(self, shape: BatchShape) -> float:
         """KV tokens (per layer) decode attention reads and multiplies this step: the decodes'
-        contexts plus `decode_padding` x the padding to `max_decode_context` (tokens)."""
+        contexts plus `decode_padding` x the padding to `max_decode_context` (tokens); for a
+        model with sliding layers, the layer-weighted mean of full and window-capped ones."""
         D = shape.decode_context_tokens
         if self._padding:
             pad = shape.num_decode_reqs * shape.max_decode_context - D
             if pad > 0:
-                return D + self._padding * pad
+                D = D + self._padding * pad
+        if self._slide and self._windowed(shape):
+            Dw = shape.decode_window_tokens
+            if self._padding:
+                pad = shape.num_decode_reqs * min(shape.max_decode_context, self._window) - Dw
+                if pad > 0:
+                    Dw = Dw + self._padding * pad
+            return D + self._slide * (Dw - D)
         return D
+
+    def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]:
+        """(prefill query-key pairs, prefill KV tokens read, decode KV tokens) per layer,
+        averaged over the layers: sliding layers take the shape's window-capped sums."""
+        P, Pctx = shape.prefill_attn_pairs, shape.prefill_context_tokens
+        if self._slide and self._windowed(shape):
+            f = self._slide
+            P += f * (shape.prefill_window_pairs - P)
+            Pctx += f * (shape.prefill_window_context_tokens - Pctx)
+        return P, Pctx, self.decode_attn_tokens(shape)
+
+    def _windowed(self, shape: BatchShape) -> bool:
+        """Whether `shape` carries this model's window-capped sums (False: priced uncapped,
+        e.g. a shape built without the window)."""
+        if shape.window == self._window:
+            return True
+        if shape.window:
+            raise ValueError(f"batch shape tracks a {shape.window}-token window but "
+                             f"{self.model.name} slides {self._window} tokens")
+        return False
 
     def num_microbatches(self, shape: BatchShape) -> int:
         """Pipeline micro-batches of this step: `pp_microbatches` (default pp), at most one
