@@ -174,9 +174,13 @@ def create_app(client: EngineClient, served_model_name: str, tokenizer: Any = No
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        from kvpd import __version__
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as package_version
 
-        return {"version": __version__}
+        try:  # the installed distribution's version (realexec does not import the CLI layer)
+            return {"version": package_version("kvpd")}
+        except PackageNotFoundError:
+            return {"version": "unknown (kvpd is not installed)"}
 
     if tokenizer is not None:
         from realexec.serving.http.tokenize import add_tokenize_routes
