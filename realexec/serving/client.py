@@ -352,8 +352,8 @@ class EngineClient:
     def _hand_off(self, req: ClientRequest) -> None:
         """PD: the prefill worker holds the KV and sampled the first token; move to decode."""
         d = self.workers.get(req.decode_worker)
-        if d is None or not d.alive:
-            self.abort(req.request_id)
+        if d is None or not d.alive:  # an error, not an "abort" finish: the client did not
+            self.drop_on_workers(req, None)  # leave; its prefill worker frees the held KV
             self.fail(req.request_id, f"decode worker {req.decode_worker} is down", "down")
             return
         req.worker = d.name
