@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout_keep_alive is None:
         args.timeout_keep_alive = DEFAULT_TIMEOUT_KEEP_ALIVE_S
     if not 0 < args.timeout_keep_alive < float("inf"):
-        raise UserError(f"--timeout-keep-alive must be > 0 s and finite, got {args.timeout_keep_alive}")
+        raise UserError("--timeout-keep-alive must be > 0 s and finite, got "
+                        f"{args.timeout_keep_alive}")
     config = serve_config(args)
     config.restart_workers = args.restart_workers
     config.heartbeat_timeout_s = args.heartbeat_timeout_s

@@ -49,7 +49,8 @@ DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # with no response). So it must outlast the clients' pool expiry: httpx (and so the `openai`
 # client) 5 s, aiohttp 15 s, an AWS ALB in front 60 s (its docs ask targets for more than its
 # idle timeout); 75 s is nginx's default `keepalive_timeout`. A client whose pool never
-# expires (urllib3) can still race, and retries as RFC 9112 section 9.3.1 asks.
+# expires (urllib3) can still race: RFC 9112 section 9.3.1 has clients expect a connection
+# to close at any time.
 DEFAULT_TIMEOUT_KEEP_ALIVE_S = 75.0
 
 
