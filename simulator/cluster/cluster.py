@@ -111,7 +111,7 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     try:
         cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
                          kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
-                         ep_link=ep_link)
+                         ep_link=ep_link, allreduce=scenario.cluster.allreduce)
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
         raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
     mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,

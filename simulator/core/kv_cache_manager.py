@@ -294,11 +294,8 @@ class KVCacheManager:
 
     @staticmethod
     def _no_blocks_cached(request: Request) -> int:
-        """`num_cached_blocks` of a request holding no registered block: 0, or `_NEVER` when
-        its content is unknown (a length-only prompt without trace hashes), so no block of
-        it is ever looked at for the prefix cache."""
-        if request.prompt_token_ids is None and request.prompt_hash_ids is None:
-            return _NEVER
+        """`num_cached_blocks` of a request holding no registered block: 0 (a length-only
+        prompt's blocks are cached under hashes of its own, simulator/core/block_hash.py)."""
         return 0
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
