@@ -176,7 +176,7 @@ def test_length_only_request_finds_only_its_own_blocks_after_a_preemption():
     assert kvm.get_computed_blocks(a) == ([], 0)
     assert kvm.allocate_slots(a, 10)
     a.num_computed_tokens = 10
-    kvm.free(a)  # preempted: its two full blocks stay cached
+    kvm.free(a, preempted=True)  # preempted: its two full blocks stay cached
     a.num_computed_tokens = 0
     hits, n = kvm.get_computed_blocks(a)
     assert n == 8 and len(hits) == 2

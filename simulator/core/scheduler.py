@@ -326,7 +326,7 @@ class Scheduler:
             out.blocks_to_swap_out.extend(mapping)
             out.swap_out_bytes += len(mapping) * kvm.block_bytes
         else:
-            kvm.free(victim)
+            kvm.free(victim, preempted=True)
             victim.num_computed_tokens = 0
         victim.status = RequestStatus.PREEMPTED
         victim.num_preemptions += 1
