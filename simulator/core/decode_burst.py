@@ -24,7 +24,7 @@ from typing import Protocol
 
 from simulator.core.batch_shape import BatchShape
 from simulator.core.config import SchedulerConfig
-from simulator.core.kv_cache_manager import KVCacheManager
+from simulator.core.kv_cache_manager import NEVER_CACHED, KVCacheManager
 from simulator.core.request import Request
 from simulator.core.scheduler_output import SchedulerOutput
 
@@ -145,6 +145,9 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     steps = [r if r < k else k for r in rems]
     first = times[0]
     any_done = False
+    pool = kvm.block_pool
+    cached = kvm.num_cached_blocks
+    tables, table_ids = kvm.req_to_blocks, kvm.req_to_block_ids
     alive = list(zip(out.reqs, out.num_computed_before, out.block_ids, steps, rems))
     start = 1  # step 1's blocks were allocated by schedule()
     for e in sorted(set(steps)):
@@ -152,7 +155,19 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
             # blocks for steps start+1 .. e, all at once; with a window from `before`, so that
             # these steps free nothing here (_burst_slide)
             end = before + e
-            if end > len(ids) * bs or req.prompt_token_ids is not None:
+            if not slides and end > len(ids) * bs and cached[req.request_id] == NEVER_CACHED:
+                # nothing of it can be cached and nothing slides: take the blocks, as
+                # allocate_slots would (peak usage included)
+                need = -(-end // bs) - len(ids)
+                if need > pool.num_free_blocks:
+                    raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
+                new = pool.get_new_blocks(need)
+                tables[req.request_id].extend(new)
+                table_ids[req.request_id].extend([b.block_id for b in new])
+                usage = pool.usage
+                if usage > kvm.peak_usage:
+                    kvm.peak_usage = usage
+            elif end > len(ids) * bs or req.prompt_token_ids is not None:
                 req.num_computed_tokens = before if slides else before + start
                 if not kvm.allocate_slots(req, end - req.num_computed_tokens):
                     raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")

@@ -25,7 +25,7 @@ from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
-_NEVER = 1 << 62
+NEVER_CACHED = 1 << 62
 
 
 @dataclass
@@ -294,11 +294,11 @@ class KVCacheManager:
 
     @staticmethod
     def _no_blocks_cached(request: Request) -> int:
-        """`num_cached_blocks` of a request holding no registered block: 0, or `_NEVER` when
+        """`num_cached_blocks` of a request holding no registered block: 0, or `NEVER_CACHED` when
         its content is unknown (a length-only prompt without trace hashes), so no block of
         it is ever looked at for the prefix cache."""
         if request.prompt_token_ids is None and request.prompt_hash_ids is None:
-            return _NEVER
+            return NEVER_CACHED
         return 0
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
@@ -322,7 +322,7 @@ class KVCacheManager:
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
         if never:  # content past the trace's hashed prompt is unknowable: never look again
-            self.num_cached_blocks[rid] = _NEVER
+            self.num_cached_blocks[rid] = NEVER_CACHED
         elif end > self.num_cached_blocks[rid]:
             self.num_cached_blocks[rid] = end
 
