@@ -25,7 +25,7 @@ from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
-_NEVER = 1 << 62
+NEVER_CACHED = 1 << 62
 
 
 @dataclass
@@ -296,12 +296,12 @@ class KVCacheManager:
 
     @staticmethod
     def _no_blocks_cached(request: Request) -> int:
-        """`num_cached_blocks` of a request holding no registered block: 0, or `_NEVER` for a
-        length-only prompt: its blocks hash as content of its own (block_hash.py) that no
+        """`num_cached_blocks` of a request holding no registered block: 0, or `NEVER_CACHED`
+        for a length-only prompt: its blocks hash as content of its own (block_hash.py) that no
         other request can hit, so they are registered only when a preemption frees them
         (`free(..., preempted=True)`), the one time they can be hit (by the request itself on
         re-admission). The outcome equals registering them as they fill, at less cost."""
-        return _NEVER if is_length_only(request) else 0
+        return NEVER_CACHED if is_length_only(request) else 0
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's blocks that are full within its first `num_tokens` tokens."""
@@ -324,7 +324,7 @@ class KVCacheManager:
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
         if never:  # content past the trace's hashed prompt is unknowable: never look again
-            self.num_cached_blocks[rid] = _NEVER
+            self.num_cached_blocks[rid] = NEVER_CACHED
         elif end > self.num_cached_blocks[rid]:
             self.num_cached_blocks[rid] = end
 
