@@ -54,6 +54,7 @@ import numpy as np
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
 from simulator.cost.collectives import allreduce_extra_s
+from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.linear_cost import LinearCost
@@ -155,8 +156,11 @@ class CostModel:
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
         """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
-        pairs with EP), shared experts, router, and the dense first layers' MLPs. Grouped GEMMs
-        over experts: no wave model (layer counts are folded into the output widths)."""
+        pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
+        part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
+        tile padding, short K, a ceiling below dense: simulator/cost/grouped_gemm.py); without
+        them (parts with no kernel profile) they are one dense GEMM with the layer counts
+        folded into the output widths."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         d, kx = m.hidden_size, m.experts_per_token
@@ -166,12 +170,18 @@ class CostModel:
             return up + [(copies * d, ffn)] if ffn else []
 
         f_rank = m.ffn_size / (1 if ep > 1 else tp)
-        gemms = mats(f_rank, moe * kx / ep) + [(moe * m.num_experts, d)]
+        rest = [(moe * m.num_experts, d)]
         if m.shared_expert_ffn_size:
-            gemms += mats(m.shared_expert_ffn_size / tp, moe)
+            rest += mats(m.shared_expert_ffn_size / tp, moe)
         if dense:
-            gemms += mats(m.dense_ffn_size / tp, dense)
-        return LinearCost([g for g in gemms if g[0] > 0], 1, peak, eff, None, None, wo, alu)
+            rest += mats(m.dense_ffn_size / tp, dense)
+        rest = [g for g in rest if g[0] > 0]
+        grouped = getattr(self.kernels, "grouped_gemm", None)
+        if grouped is None or not moe:
+            gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
+            return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
+        experts = ExpertShape(tuple(mats(f_rank, 1.0)), moe, kx, m.num_experts, ep)
+        return MoELinearCost(rest, experts, grouped, peak, eff, wo, alu)
 
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
