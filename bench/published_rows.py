@@ -87,6 +87,16 @@ CAPACITY_POLICY = {
     "lmdeploy-turbomind": "max_utilization",
 }
 
+# The TP all-reduce an engine calls (scenario key cluster.allreduce; per-call costs in
+# simulator/cost/collectives.py), by engine and version:
+# - vLLM: NCCL until its custom all-reduce kernels (PR #2192, merged 2023-12, first released
+#   in v0.2.7); custom from then on for single-node TP (NCCL stays the fallback across nodes).
+# - TensorRT-LLM (and NIM's TRT-LLM profiles): its own AllReduce plugin (custom kernels).
+# - LMDeploy TurboMind v0.1: NCCL (src/turbomind/utils/nccl_utils.cc, ncclAllReduce per call;
+#   custom all-reduce came to TurboMind in v0.4+).
+VLLM_CUSTOM_ALLREDUCE_FROM = (0, 2, 7)
+ALLREDUCE_BY_ENGINE = {"tensorrt-llm": "custom", "lmdeploy-turbomind": "nccl", "sglang": "custom"}
+
 # Weight precision as published -> (kvpd `dtype`, `quantization` or None).
 PRECISIONS = {
     "fp16": ("fp16", None),
@@ -327,10 +337,43 @@ def to_scenario(row: Row) -> Converted:
         _ep(row, s, sc["cluster"], notes)
     if closed:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
+    _allreduce(row, engine, sc, notes)
     if not sc["cache"]:
         del sc["cache"]
     notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
     return Converted(row, sc, notes)
+
+
+def _allreduce(row: Row, engine: str, sc: dict[str, Any], notes: list[str]) -> None:
+    """cluster.allreduce by the engine's documented all-reduce (ALLREDUCE_BY_ENGINE, and vLLM
+    by version); only where some TP > 1 (a TP1 replica has no all-reduce)."""
+    c = sc["cluster"]
+    tps = [c.get("tp", 1)] + [p["tp"] for p in (c.get("pd") or {}).values() if isinstance(p, dict)]
+    if max(tps) <= 1:
+        return
+    if engine == "vllm":
+        v = _version3(row.source.get("engine_version"))
+        if v is None:
+            notes.append("vLLM version not published: its custom all-reduce assumed")
+            impl = "custom"
+        else:
+            impl = "custom" if v >= VLLM_CUSTOM_ALLREDUCE_FROM else "nccl"
+    elif engine in ALLREDUCE_BY_ENGINE:
+        impl = ALLREDUCE_BY_ENGINE[engine]
+    else:
+        raise ValueError(f"{row.key}: no rule says which all-reduce engine {engine!r} calls")
+    if impl != "custom":
+        c["allreduce"] = impl
+    notes.append(f"cluster.allreduce {impl}: the TP all-reduce of {engine} "
+                 f"{row.source.get('engine_version')}")
+
+
+def _version3(text: Any) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a published version (the lowest listed); None when unknown."""
+    import re
+
+    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.(\d+)", str(text))]
+    return min(found) if found else None
 
 
 def _version(text: Any) -> tuple[int, int] | None:

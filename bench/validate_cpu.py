@@ -48,7 +48,8 @@ def main() -> int:
     from realexec.fidelity.validate.report import format_report, write_report
     from realexec.fidelity.validate.source import shipped
     from realexec.fidelity.validate.validation import ValidateConfig, Validation
-    from simulator.calibrate.fit import calibrate, write_calibration
+    from simulator.calibrate.calibration import write_calibration
+    from simulator.calibrate.fit import calibrate
     from simulator.calibrate.gate import format_spread, profile_spread, refusal
 
     t_all = time.perf_counter()

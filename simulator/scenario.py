@@ -67,6 +67,9 @@ class ClusterSpec(_Strict):
     ep_link: Literal["scale_up", "scale_out"] = "scale_up"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
+    # the TP all-reduce the engine calls: "custom" (vLLM's custom all-reduce, TensorRT-LLM's
+    # plugin: the ring model) or "nccl" (NCCL's per-call extra; simulator/cost/collectives.py)
+    allreduce: Literal["custom", "nccl"] = "custom"
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
     # All replicas run on one host and share its memory bandwidth (e.g. 1P1D workers on one
     # CPU machine): the share of its bandwidth each of two streaming processes gets (two

@@ -11,7 +11,8 @@ import pytest
 
 from kvpd.cli import main as kvpd_main
 from realexec.engine.configs import LLAMA_50M
-from simulator.calibrate.fit import FREE_FIELDS, calibrate, write_calibration
+from simulator.calibrate.calibration import write_calibration
+from simulator.calibrate.fit import FREE_FIELDS, calibrate
 from simulator.calibrate.profile_io import ProfileRow, read_profile, write_profile
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel

@@ -165,3 +165,22 @@ def test_budget_smaller_than_a_block_and_swap_without_host_pool():
         SchedulerConfig(max_num_batched_tokens=8).validate_with(CacheConfig(num_gpu_blocks=4, block_size=16))
     with pytest.raises(ValueError, match="num_cpu_blocks"):
         SchedulerConfig(preemption_mode="swap").validate_with(CacheConfig(num_gpu_blocks=4))
+
+
+def test_length_only_request_finds_only_its_own_blocks_after_a_preemption():
+    """A synthetic prompt (lengths only) has content of its own: a request re-admitted after
+    a preemption hits its still-cached blocks (as vLLM's prefix cache does), another request
+    of the same length hits nothing, and the hashes do not depend on the run."""
+    kvm = KVCacheManager(num_gpu_blocks=16, block_size=4)
+    a = Request("a", num_prompt_tokens=10)
+    assert kvm.get_computed_blocks(a) == ([], 0)
+    assert kvm.allocate_slots(a, 10)
+    a.num_computed_tokens = 10
+    kvm.free(a, preempted=True)  # preempted: its two full blocks stay cached
+    a.num_computed_tokens = 0
+    hits, n = kvm.get_computed_blocks(a)
+    assert n == 8 and len(hits) == 2
+    b = Request("b", num_prompt_tokens=10)
+    assert kvm.get_computed_blocks(b) == ([], 0)
+    again = Request("a", num_prompt_tokens=10)
+    assert extend_block_hashes(again, 4, 2) == a.block_hashes[:2]

@@ -18,6 +18,7 @@ from simulator.core import (
     SchedulerOutput,
     StepResult,
 )
+from simulator.core.decode_burst import burst_segments
 
 knobs = st.fixed_dictionaries(
     {
@@ -122,11 +123,14 @@ def run(sched, reqs, executor, max_burst=1, check=True):
                         assert list(blk.token_ids) == r.token_ids_slice(j * bs, (j + 1) * bs)
         result = executor.execute(out)
         k = sched.max_decode_burst(out, max_burst) if max_burst > 1 else 1
+        if k > 1:  # each run of the burst at its own batch shape (past finishes: it shrinks)
+            durations = [0.01 + 0.001 * shape.num_tokens
+                         for shape, n in burst_segments(out, k) for _ in range(n)]
         if k > 1 and pending:  # an arrival ends the burst at the step it lands in
-            ends = list(accumulate([result.duration_s] * k, initial=now))[1:]
+            ends = list(accumulate(durations, initial=now))[1:]
             k = next((j + 1 for j, e in enumerate(ends) if e >= pending[0].arrival_time), k)
         if k > 1:
-            ends = list(accumulate([result.duration_s] * k, initial=now))[1:]
+            ends = list(accumulate(durations[:k], initial=now))[1:]
             result = StepResult(ends[-1] - now, None, ends)
             end = ends[-1]
         else:
@@ -184,6 +188,25 @@ def test_decode_bursts_give_identical_timestamps(k, wl, seed):
     for a, b in zip(r1, r2):
         assert a.status == b.status and a.num_output_tokens == b.num_output_tokens
         assert list(a.token_times) == list(b.token_times)
+        assert a.num_preemptions == b.num_preemptions
+    assert s2.kv_cache_manager.num_free_blocks == s2.kv_cache_manager.num_gpu_blocks
+    assert s2.kv_cache_manager.peak_usage == s1.kv_cache_manager.peak_usage
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000))
+def test_decode_bursts_past_finishes_give_identical_timestamps(k, wl, seed):
+    """With nothing waiting a burst runs on past finishing requests (their blocks freed after
+    their last step): timestamps, finish times, preemptions and peak KV equal step by step."""
+    s1, r1 = build(k, wl, seed)
+    run(s1, r1, TokenExecutor(seed, False), max_burst=1)
+    s2, r2 = build(k, wl, seed)
+    s2.burst_past_finishes = True
+    trace, _ = run(s2, r2, TokenExecutor(seed, False), max_burst=64, check=False)
+    for a, b in zip(r1, r2):
+        assert a.status == b.status and a.num_output_tokens == b.num_output_tokens
+        assert list(a.token_times) == list(b.token_times)
+        assert a.finish_time == b.finish_time
         assert a.num_preemptions == b.num_preemptions
     assert s2.kv_cache_manager.num_free_blocks == s2.kv_cache_manager.num_gpu_blocks
     assert s2.kv_cache_manager.peak_usage == s1.kv_cache_manager.peak_usage

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from realexec.fidelity.out_paths import check_out_file
-    from simulator.calibrate.fit import calibrate, write_calibration
+    from simulator.calibrate.calibration import write_calibration
+    from simulator.calibrate.fit import calibrate
     from simulator.calibrate.gate import format_spread, profile_spread, refusal
     from simulator.calibrate.profile_io import profile_paths
 

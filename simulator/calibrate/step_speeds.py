@@ -47,7 +47,8 @@ def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
     quant = {"method": pr.method, **({"group_size": pr.group_size} if pr.weight_only else {})}
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, params=params,
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link,
-                     quantization=quant if pr.method else None, ep=cm.ep, ep_link=cm.ep_link)
+                     quantization=quant if pr.method else None, ep=cm.ep, ep_link=cm.ep_link,
+                     allreduce=cm.allreduce)
 
 
 def step_groups(steps: Sequence) -> dict[str, list]:

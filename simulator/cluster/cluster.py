@@ -111,7 +111,7 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     try:
         cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
                          kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
-                         ep_link=ep_link)
+                         ep_link=ep_link, allreduce=scenario.cluster.allreduce)
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
         raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
     mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,
@@ -163,6 +163,22 @@ class SimCluster:
         mem_share, compute_share = c.host_memory_share or 1.0, c.host_compute_share or 1.0
         if mem_share < 1 or compute_share < 1:
             self._share_host(mem_share, compute_share)
+        elif self._unobserved(scenario):
+            for r in self.replicas:
+                r.scheduler.burst_past_finishes = True
+
+    def _unobserved(self, scenario: Scenario) -> bool:
+        """Whether nothing reads a replica's state between its steps, so that a decode burst
+        may run past finishing requests (`simulator.core.decode_burst`): no closed loop (it
+        submits on each finish), no timeline rows, and a router per pool that reads no
+        replica state (round robin) or has one replica to pick. Host sharing is excluded by
+        the caller (a neighbour re-prices steps as they start and end)."""
+        if scenario.workload.max_concurrency is not None or scenario.output.timeseries:
+            return False
+        c = scenario.cluster
+        # (prefill replicas never burst: only the pool whose replicas decode counts)
+        n, router = (c.replicas, c.router) if c.pd is None else (c.pd.decode.replicas, c.pd.decode.router)
+        return n == 1 or router == "round_robin"
 
     def _share_host(self, memory_share: float, compute_share: float) -> None:
         """Every replica is every other's neighbour on one host (`simulator.cost.host_share`,

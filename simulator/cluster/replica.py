@@ -14,7 +14,7 @@ step wakes the others, which re-price the rest of the step in progress.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 import simpy
@@ -22,6 +22,7 @@ import simpy
 from simulator.cluster.links import SimLink
 from simulator.cluster.timeline import Timeline
 from simulator.core.batch_shape import BatchShape
+from simulator.core.decode_burst import burst_segments
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
@@ -121,7 +122,7 @@ class SimReplica:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
-            ends = yield from self._steps(out.shape, k)
+            ends = yield from self._steps(out.shape, k, burst_segments(out, k) if k > 1 else None)
             handoff = self._handoff_s(out) if self.on_kv_ready else 0.0
             if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
                 yield env.timeout(handoff)
@@ -140,15 +141,19 @@ class SimReplica:
                 if ready:
                     self.on_kv_ready(self, ready)
 
-    def _steps(self, shape: BatchShape, k: int):
+    def _steps(self, shape: BatchShape, k: int,
+               segments: Iterator[tuple[BatchShape, int]] | None = None):
         """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
         times (s). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
         step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
+        `segments`: the burst as runs of one batch shape each (`burst_segments`, past
+        finishing requests: several), each priced only once the previous has run uncut.
         Sharing a host (`simulator.cost.host_share`), a step progresses at 1 / (its price while
         the neighbours' state holds) of its work per second: a wake-up re-prices the rest of
         the step in progress."""
         env = self.env
-        base, mem = self._begin_steps(shape, k)
+        segments = segments if segments is not None else iter(((shape, k),))
+        base, mem = self._begin_steps(*next(segments))
         if k == 1 and self.host_sharing is None:  # nothing can change its price
             yield env.timeout(base[0])
             return [env.now]
@@ -164,13 +169,29 @@ class SimReplica:
             now = env.now
             done = len(plan) if timer.processed else sum(1 for e in plan if e <= now)
             ends.extend(plan[:done])
-            if len(ends) == len(base) or (done and plan[done - 1] == now):
-                break  # all done, or woken just as a step ended: none in progress
+            if len(ends) == len(base):
+                nxt = next(segments, None) if not self._wake.triggered else None
+                if nxt is None:
+                    break
+                more = self._run_times(*nxt)  # (past finishes: no host sharing, no memory)
+                base.extend(more)
+                mem.extend([0.0] * len(more))
+                continue
+            if done and plan[done - 1] == now:
+                break  # woken just as a step ended: none in progress
             began = plan[done - 1] if done else seg  # the step in progress began then
             work = (1.0 if done else work) - (now - began) / prices[done]
             base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
+            segments = iter(())
         self._leave_step()
         return ends
+
+    def _run_times(self, shape: BatchShape, n: int) -> list[float]:
+        """Seconds of `n` all-decode steps from `shape`, loop overhead included."""
+        base = self.cost_model.decode_run_times(shape, n).tolist()
+        if self.loop_overhead_s:
+            base = [b + self.loop_overhead_s for b in base]
+        return base
 
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they
@@ -187,7 +208,7 @@ class SimReplica:
         return p.kv_handoff_step_s + p.kv_handoff_s * len(done) + p.kv_handoff_token_s * sum(done)
 
     def _begin_steps(self, shape: BatchShape, k: int) -> tuple[list[float], list[float]]:
-        """Seconds alone and memory seconds of the next `k` steps; with host sharing, marks
+        """Seconds alone and memory seconds of the next `k` steps from `shape`; with host sharing, marks
         this replica in a step (its memory fraction from the first step) and wakes its
         neighbours to re-price theirs."""
         cm = self.cost_model

@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from simulator.core.block_hash import extend_block_hashes
+from simulator.core.block_hash import extend_block_hashes, is_length_only
 from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
-_NEVER = 1 << 62
+NEVER_CACHED = 1 << 62
 
 
 @dataclass
@@ -158,6 +158,8 @@ class KVCacheManager:
             max_blocks = max_hit_tokens // bs
         if max_blocks <= 0:
             return [], 0
+        if not request.block_hashes and is_length_only(request):
+            return [], 0  # its own content, never registered: nothing can hit (see `free`)
         hashes = extend_block_hashes(request, bs, max_blocks)
         if self.sliding_window:
             return self._window_hits(request, hashes[:max_blocks])
@@ -294,12 +296,12 @@ class KVCacheManager:
 
     @staticmethod
     def _no_blocks_cached(request: Request) -> int:
-        """`num_cached_blocks` of a request holding no registered block: 0, or `_NEVER` when
-        its content is unknown (a length-only prompt without trace hashes), so no block of
-        it is ever looked at for the prefix cache."""
-        if request.prompt_token_ids is None and request.prompt_hash_ids is None:
-            return _NEVER
-        return 0
+        """`num_cached_blocks` of a request holding no registered block: 0, or `NEVER_CACHED`
+        for a length-only prompt: its blocks hash as content of its own (block_hash.py) that no
+        other request can hit, so they are registered only when a preemption frees them
+        (`free(..., preempted=True)`), the one time they can be hit (by the request itself on
+        re-admission). The outcome equals registering them as they fill, at less cost."""
+        return NEVER_CACHED if is_length_only(request) else 0
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's blocks that are full within its first `num_tokens` tokens."""
@@ -322,14 +324,20 @@ class KVCacheManager:
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
         if never:  # content past the trace's hashed prompt is unknowable: never look again
-            self.num_cached_blocks[rid] = _NEVER
+            self.num_cached_blocks[rid] = NEVER_CACHED
         elif end > self.num_cached_blocks[rid]:
             self.num_cached_blocks[rid] = end
 
-    def free(self, request: Request) -> None:
+    def free(self, request: Request, preempted: bool = False) -> None:
         """Release the request's device blocks (tail first, so the prefix stays cached longest)
-        and any host blocks it holds."""
+        and any host blocks it holds. `preempted`: it will be re-admitted, so a length-only
+        request's computed full blocks are registered first (vLLM's preempted request finds
+        its freed blocks still cached until they are reused)."""
         rid = request.request_id
+        if preempted and self.enable_prefix_caching and is_length_only(request) and (
+                rid in self.req_to_blocks):
+            self.num_cached_blocks[rid] = 0
+            self.cache_full_blocks(request, request.num_computed_tokens)
         blocks = self.req_to_blocks.pop(rid, None)
         self.req_to_block_ids.pop(rid, None)
         self.num_cached_blocks.pop(rid, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from simulator.core import decode_burst
 from simulator.core.capacity import blocks_to_completion, max_kv_tokens, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.kv_cache_manager import KVCacheManager
@@ -60,6 +61,9 @@ class Scheduler:
         self.step_id = 0
         self.num_preemptions = 0
         self._no_evict = config.capacity_policy == "guaranteed_no_evict"
+        # decode bursts may run past finishing requests when nothing waits: set by a backend
+        # whose replica state nobody reads between steps (`simulator.core.decode_burst`)
+        self.burst_past_finishes = False
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request, now: float | None = None) -> None:
@@ -326,7 +330,7 @@ class Scheduler:
             out.blocks_to_swap_out.extend(mapping)
             out.swap_out_bytes += len(mapping) * kvm.block_bytes
         else:
-            kvm.free(victim)
+            kvm.free(victim, preempted=True)
             victim.num_computed_tokens = 0
         victim.status = RequestStatus.PREEMPTED
         victim.num_preemptions += 1
@@ -341,7 +345,11 @@ class Scheduler:
         (including those rejected or aborted since the last update)."""
         finished, self._finished_pending = self._finished_pending, []
         if result.step_end_times is not None and len(result.step_end_times) > 1:
-            self._update_burst(out, result.step_end_times, finished)
+            def finish(req: Request, end: float) -> None:
+                self._finish(req, RequestStatus.FINISHED_LENGTH, end, finished)
+
+            if decode_burst.update_burst(self, out, result.step_end_times, finish):
+                self.running = [r for r in self.running if r.status == RUNNING]
         else:
             self._update_step(out, result.sampled_token_ids, now, finished)
         self.step_id += 1
@@ -378,117 +386,10 @@ class Scheduler:
         if removed:
             self.running = [r for r in self.running if r.status == RUNNING]
 
-    def _update_burst(self, out: SchedulerOutput, times, finished: list[Request]) -> None:
-        kvm = self.kv_cache_manager
-        k = len(times)
-        first, last = times[0], times[-1]
-        done: list[Request] = []
-        bs = self.block_size
-        slides = kvm.sliding_window
-        for req, before, ids in zip(out.reqs, out.num_computed_before, out.block_ids):
-            end = before + k
-            # blocks for steps 2..k, all at once (step 1's were allocated by schedule());
-            # with a window from `before`, so that steps 2..k free nothing here (_burst_slide)
-            if end > len(ids) * bs or req.prompt_token_ids is not None:
-                req.num_computed_tokens = before if slides else before + 1
-                if not kvm.allocate_slots(req, end - req.num_computed_tokens):
-                    raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
-            req.num_computed_tokens = end
-            if req.first_token_time is None:
-                req.first_token_time = first
-            n = req.num_output_tokens + k
-            req.num_output_tokens = n
-            req.token_times.extend(times)
-            if n >= req.sampling_params.max_tokens:  # check_stop without a token id
-                done.append(req)
-        if slides:  # slid-out blocks go first: step by step they leave before any finishes
-            self._burst_slide(out, k)
-        if done:
-            # freed only now: step by step, every request held the blocks of the burst's last
-            # step before any finished (the KV peak usage sees them all)
-            for req in done:
-                self._finish(req, RequestStatus.FINISHED_LENGTH, last, finished)
-            self.running = [r for r in self.running if r.status == RUNNING]
-
-    def _burst_slide(self, out: SchedulerOutput, k: int) -> None:
-        """Free the blocks that slid out during steps 2..k of a burst in the order stepping one
-        by one frees them (step, then request, then block), after all the burst's allocations:
-        the prefix cache's eviction order then equals the step-by-step one."""
-        kvm = self.kv_cache_manager
-        w, bs = kvm.sliding_window, self.block_size
-        skipped = kvm.num_skipped_blocks
-        events = []
-        for order, (req, before) in enumerate(zip(out.reqs, out.num_computed_before)):
-            rid = req.request_id
-            # step j (1 .. k-1) frees the blocks before (before + j - w + 1) // bs
-            for b in range(skipped.get(rid, 0), (before + k - w) // bs):
-                events.append((max(1, (b + 1) * bs + w - 1 - before), order, b + 1, rid))
-        events.sort()
-        for _, _, first, rid in events:
-            kvm.free_blocks_before(rid, first)
-
     def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
-        """How many consecutive steps identical in membership to `out` (all decodes) the
-        core would schedule if no request arrived, no KV landed and no token id stopped a
-        request: bounded by the nearest `max_tokens` and by free blocks. A backend without
-        token ids (the simulator) may run that many steps at once and pass their end times
-        in `StepResult.step_end_times`. 1 means "one step only"."""
-        if (
-            max_steps <= 1
-            or not out.reqs
-            or out.shape.num_prefill_reqs
-            or len(out.reqs) != len(self.running)
-            or out.preempted_req_ids
-            or out.blocks_to_swap_in
-            or out.blocks_to_copy
-            or out.kv_to_receive
-            or self.config.role == "prefill"
-        ):
-            return 1
-        k = max_steps
-        for req, before in zip(out.reqs, out.num_computed_before):
-            if before + 1 != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
-                return 1  # this step does not sample, or a fork is due
-            remaining = req.sampling_params.max_tokens - req.num_output_tokens
-            if remaining < k:
-                k = remaining
-        shape = out.shape
-        if shape.num_decodes_below_window and shape.min_window_gap < k:
-            k = shape.min_window_gap  # the window-capped sums stay linear (BatchShape.advanced)
-        kvm = self.kv_cache_manager
-        if kvm.sliding_window:
-            if kvm.max_step_tokens < k:
-                k = kvm.max_step_tokens  # a burst's blocks stay within max_blocks_held
-            if self.waiting and len(self.running) < self.config.max_num_seqs:
-                # a block sliding out could admit a waiting request: end before one does
-                # (step j frees once (before + j - window + 1) // bs passes the freed ones)
-                w, skipped = kvm.sliding_window, kvm.num_skipped_blocks
-                for req, before in zip(out.reqs, out.num_computed_before):
-                    j = (skipped.get(req.request_id, 0) + 1) * self.block_size + w - 1 - before
-                    if j < k:
-                        k = max(j, 1)
-        if k <= 1:
-            return 1
-        bs = self.block_size
-        free = kvm.num_free_blocks
-        slack = [
-            len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, out.num_computed_before)
-        ]
-        if len(slack) * (-(-(k - 1) // bs)) <= free:
-            return k
-
-        def blocks_needed(steps: int) -> int:
-            extra = steps - 1
-            return sum(-(-(extra - s) // bs) for s in slack if extra > s)
-
-        lo, hi = 1, k  # blocks_needed(lo) == 0 <= free
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if blocks_needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        """How many steps of the all-decode batch `out` a backend without token ids may run
+        at once (`simulator.core.decode_burst`); 1 means "one step only"."""
+        return decode_burst.max_decode_burst(self, out, max_steps)
 
     # ----------------------------------------------------------------- helpers
     def _finish(self, req: Request, status: RequestStatus, now: float, finished: list[Request]) -> None:

@@ -38,8 +38,6 @@ class SchedulerOutput:
     # PD decode role: requests whose blocks were allocated this step and whose KV the
     # backend must now fetch: (request, number of prompt tokens already cached locally)
     kv_to_receive: list[tuple[Request, int]] = field(default_factory=list)
-    # filled by Scheduler.max_decode_burst() on demand
-    _burst_limit: int | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:

@@ -74,6 +74,11 @@ def _shape_note(lc: Any, rows: float, acc: Any) -> str:
         bits.append(f"{lc.tile[0]}x{lc.tile[1]} tiles over {lc.sm_count} SMs")
     if lc.weight_only is not None:
         bits.append(f"dequantized every {lc.weight_only.rows_per_pass} rows")
+    g = getattr(lc, "grouped", None)
+    if g is not None:
+        bits.append(f"grouped GEMM {g.relative} of dense, {lc.padded(rows):.0f} padded rows for "
+                    f"{rows * lc.experts.top_k / lc.experts.ep:.0f} token-expert pairs "
+                    f"(BLOCK_SIZE_M {g.block_m[0]}-{g.block_m[1]}), K/(K+{g.k_half:.0f})")
     return f" x shape {f:.3f} ({', '.join(bits)})"
 
 
@@ -144,8 +149,10 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         # expected distinct experts (of this rank's share) hit by T tokens
         hit = raw.get("experts_per_rank", E) * (1.0 - (1.0 - k / E) ** T)
         nb = wb * hit + raw["router_bytes"] + T * act
-        ops.append(_timed(name, T * fl, nb, lin["mlp"].seconds(T), nb * gm, ov,
-                          (g_eff, g_src, m_eff, m_src)))
+        lc = lin["mlp"]
+        c_eff = (g_eff * lc.efficiency_factor(T), g_src + _shape_note(lc, T, acc))
+        ops.append(_timed(name, T * fl, nb, lc.seconds(T), nb * gm, ov,
+                          (*c_eff, m_eff, m_src)))
     else:
         ops.append(linear(name, "mlp", fl, wb, act))
     if lin_f != 1.0:  # the linears take the measured size factor, attention does not

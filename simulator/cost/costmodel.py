@@ -10,7 +10,9 @@ overheads. Per layer and per tensor-parallel rank:
   the whole context once; `attn_decode`: each decode reads the KV bytes of its context;
 - `norm_act_rope`: norms, activation, rotary, residual adds (memory bound);
 - `tp_allreduce`: two ring all-reduces of the hidden state per layer over the replica's
-  scale-up link: 2 (tp-1)/tp x bytes / (link bandwidth x efficiency) + 2 (tp-1) x latency;
+  scale-up link: 2 (tp-1)/tp x bytes / (link bandwidth x efficiency) + 2 (tp-1) x latency,
+  plus the per-call extra of the engine's all-reduce (`allreduce`: custom or nccl,
+  simulator/cost/collectives.py);
 - once per step on the last stage: `lm_head` (logits only for each request's last token,
   as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step, per token and
   per request) and `layer_overhead`.
@@ -51,6 +53,8 @@ import numpy as np
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
+from simulator.cost.collectives import allreduce_extra_s
+from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.linear_cost import LinearCost
@@ -75,7 +79,7 @@ class CostModel:
                  params: CostParams | None = None, *, kv_cache_dtype: str | None = None,
                  link: Link | str | dict | None = None,
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
-                 ep_link: Link | str | dict | None = None) -> None:
+                 ep_link: Link | str | dict | None = None, allreduce: str = "custom") -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -85,6 +89,9 @@ class CostModel:
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)
         self.tp, self.pp, self.ep = tp, pp, ep
+        # the TP all-reduce implementation (simulator/cost/collectives.py): NCCL's per-call extra
+        self.allreduce = allreduce
+        self._ar_extra = allreduce_extra_s(allreduce) if tp > 1 else 0.0
         self.shard = shard_model(self.model, tp, pp, ep)
         self.params = (params if params is not None
                        else CostParams.default_for(self.accelerator, self.precision.compute))
@@ -149,8 +156,11 @@ class CostModel:
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
         """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
-        pairs with EP), shared experts, router, and the dense first layers' MLPs. Grouped GEMMs
-        over experts: no wave model (layer counts are folded into the output widths)."""
+        pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
+        part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
+        tile padding, short K, a ceiling below dense: simulator/cost/grouped_gemm.py); without
+        them (parts with no kernel profile) they are one dense GEMM with the layer counts
+        folded into the output widths."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         d, kx = m.hidden_size, m.experts_per_token
@@ -160,12 +170,18 @@ class CostModel:
             return up + [(copies * d, ffn)] if ffn else []
 
         f_rank = m.ffn_size / (1 if ep > 1 else tp)
-        gemms = mats(f_rank, moe * kx / ep) + [(moe * m.num_experts, d)]
+        rest = [(moe * m.num_experts, d)]
         if m.shared_expert_ffn_size:
-            gemms += mats(m.shared_expert_ffn_size / tp, moe)
+            rest += mats(m.shared_expert_ffn_size / tp, moe)
         if dense:
-            gemms += mats(m.dense_ffn_size / tp, dense)
-        return LinearCost([g for g in gemms if g[0] > 0], 1, peak, eff, None, None, wo, alu)
+            rest += mats(m.dense_ffn_size / tp, dense)
+        rest = [g for g in rest if g[0] > 0]
+        grouped = getattr(self.kernels, "grouped_gemm", None)
+        if grouped is None or not moe:
+            gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
+            return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
+        experts = ExpertShape(tuple(mats(f_rank, 1.0)), moe, kx, m.num_experts, ep)
+        return MoELinearCost(rest, experts, grouped, peak, eff, wo, alu)
 
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
@@ -208,7 +224,8 @@ class CostModel:
             "attn": (L * 4 * hq * hd, L * kv_tok, L * (qo_tok + kv_tok)),
             "elementwise": (L * (10 * d + 4 * n_mats * f),  # nominal FLOPs, reported only
                             L * (8 * d + n_mats * f + 2 * (hq + hkv) * hd) * ab),
-            "allreduce": (L * 2 * ring * d * ab, L * 2 * 2 * (tp - 1) * self.link.latency_s),
+            "allreduce": (L * 2 * ring * d * ab,
+                          L * 2 * (2 * (tp - 1) * self.link.latency_s + self._ar_extra)),
             "layers": L,
         }
         raw["attn_decode"] = raw["attn"][:2]
@@ -307,7 +324,7 @@ class CostModel:
             if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
-                                    n_ar * 2 * (tp - 1) * self.link.latency_s)
+                                    n_ar * (2 * (tp - 1) * self.link.latency_s + self._ar_extra))
                 raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
 
     def expected_experts_loaded(self, num_tokens: float) -> float:
@@ -467,4 +484,5 @@ class CostModel:
                 "dtype": self.dtype, "quantization": self.precision.method,
                 "gemm_compute": self.precision.compute, "kv_cache_dtype": self.kv_cache_dtype,
                 "tp": self.tp, "pp": self.pp, "ep": self.ep, "link": self.link.name,
+                "allreduce": self.allreduce,
                 "params_source": self.params.source}

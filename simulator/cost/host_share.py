@@ -28,7 +28,8 @@ def contended_cost_model(cm: CostModel, share: float) -> CostModel:
     acc = dataclasses.replace(cm.accelerator,
                               mem_bw_bytes_per_s=cm.accelerator.mem_bw_bytes_per_s * share)
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, cm.params,
-                     kv_cache_dtype=cm.kv_cache_dtype, link=cm.link, ep=cm.ep, ep_link=cm.ep_link)
+                     kv_cache_dtype=cm.kv_cache_dtype, link=cm.link, ep=cm.ep, ep_link=cm.ep_link,
+                     allreduce=cm.allreduce)
 
 
 def memory_seconds(alone_s: float, contended_s: float, share: float) -> float:

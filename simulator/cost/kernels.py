@@ -31,6 +31,16 @@ class WeightOnly:
 
 
 @dataclass(frozen=True)
+class GroupedGemm:
+    """Grouped-GEMM (fused MoE) kernel terms (kernels.yaml grouped_gemm; used by
+    simulator/cost/grouped_gemm.py)."""
+
+    relative: float  # long-K, padding-free efficiency / the part's dense GEMM efficiency
+    block_m: tuple[int, int]  # smallest and largest BLOCK_SIZE_M the kernel picks
+    k_half: float  # reduction length of the per-tile pipeline fill (elements of K)
+
+
+@dataclass(frozen=True)
 class KernelProfile:
     """One architecture's kernel efficiencies (see kernels.yaml for each field's source)."""
 
@@ -47,6 +57,7 @@ class KernelProfile:
     layer_floor_s: float = 0.0  # kernels per layer x seconds each beyond their roofline
     kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
     extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
+    grouped_gemm: GroupedGemm | None = None  # fused-MoE grouped GEMM terms (None: dense pricing)
 
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
@@ -102,9 +113,21 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         kernel_s=float(e["layer_floor"]["kernel_s"]) if "layer_floor" in e else 0.0,
         extra_kernels=tuple((str(k), int(v)) for k, v in
                             (e.get("layer_floor", {}).get("extra_kernels") or {}).items()),
+        grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
+    if g is None:
+        return None
+    lo, hi = (int(x) for x in g["block_m"])
+    if not 1 <= lo <= hi:
+        raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.block_m must be [lo, hi] with "
+                         f"1 <= lo <= hi, got {g['block_m']!r}")
+    return GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
+                       float(g["k_half"]))
 
 
 def list_archs() -> list[str]:

@@ -1,0 +1,111 @@
+"""Compute seconds of an MoE stage's MLP on one rank, with the routed experts priced as the
+grouped GEMM the engines run (vLLM/SGLang's Triton `fused_moe`), not as one dense GEMM:
+
+- rows per expert: a step of T tokens routes T x k/ep token-expert pairs on a rank, spread
+  over the `hit` experts of its E/ep that the tokens touch (moe_cost.expected_experts_hit),
+  m = pairs / hit rows each;
+- tile padding: `moe_align_block_size` pads each expert's rows to the kernel's BLOCK_SIZE_M,
+  which the tuned configs grow with the rows per expert (16 at decode, up to 128 at
+  prefill); on average each hit expert runs max(BM, m + BM/2) rows (half a tile wasted per
+  expert once m >= BM, a whole tile when m < BM);
+- short reduction: each output tile first fills its software pipeline ((num_stages - 1) x
+  BLOCK_SIZE_K of K) before the first MMA, and the non-persistent kernel does not hide it,
+  so a GEMM of reduction length K runs at K / (K + k_half) of its long-K rate; with TP the
+  down projection's K is moe_intermediate / tp (192 for Qwen3-235B at TP8);
+- a ceiling below dense GEMMs (`grouped_gemm.relative` x the part's dense efficiency).
+
+The router, shared experts and dense first layers stay dense GEMMs (no tile model, as
+before). Tabled per row count like `LinearCost`; kernels.yaml `grouped_gemm` cites each
+constant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cost.kernels import GroupedGemm, WeightOnly
+from simulator.cost.linear_cost import TABLE_ROWS, LinearCost
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    """The routed experts of one rank: GEMMs of one token-expert pair and how tokens route."""
+
+    gemms: tuple[tuple[float, float], ...]  # (N, K) of one expert's GEMMs on this rank
+    moe_layers: int
+    top_k: int  # experts per token
+    num_experts: int  # E (all ranks)
+    ep: int  # expert-parallel ranks (1: every rank holds a 1/tp slice of every expert)
+
+
+def block_m(m: float, lo: int, hi: int) -> int:
+    """BLOCK_SIZE_M for `m` rows per expert: the largest power of two <= m within [lo, hi]."""
+    if m < lo:
+        return lo
+    return max(lo, min(hi, 1 << int(math.floor(math.log2(m)))))
+
+
+def padded_rows(tokens: float, ex: ExpertShape, g: GroupedGemm) -> float:
+    """Rows the grouped GEMM runs on one rank for `tokens` tokens (pairs + tile padding)."""
+    if tokens <= 0:
+        return 0.0
+    E, k = ex.num_experts, ex.top_k
+    pairs = tokens * k / ex.ep
+    hit = (E / ex.ep) * (1.0 - (1.0 - k / E) ** tokens)
+    m = pairs / hit
+    bm = block_m(m, *g.block_m)
+    return max(hit * bm, pairs + hit * bm / 2.0)
+
+
+class MoELinearCost(LinearCost):
+    """`LinearCost` of an MoE stage's MLP: `dense` GEMMs (router, shared experts, dense
+    layers; linear in the rows) plus the routed experts as a grouped GEMM (see the module
+    doc). Nominal FLOPs per row count k/ep expert pairs per token, so `efficiency_factor`
+    reports the padding, short-K and grouped-kernel losses against the dense rate."""
+
+    def __init__(self, dense: list[tuple[float, float]], experts: ExpertShape, grouped: GroupedGemm,
+                 peak_flops: float, efficiency: float, weight_only: WeightOnly | None = None,
+                 alu_flops: float | None = None, table_rows: int = TABLE_ROWS) -> None:
+        self.experts, self.grouped = experts, grouped
+        copies = experts.moe_layers * experts.top_k / experts.ep  # expert GEMMs per token
+        folded = [(n * copies, kk) for n, kk in experts.gemms]
+        # seconds per padded row at the dense rate, short-K weighted, over the grouped ceiling
+        self._pair_s = (experts.moe_layers * sum(2.0 * n * kk * (kk + grouped.k_half) / kk
+                                                 for n, kk in experts.gemms)
+                        / (peak_flops * efficiency * grouped.relative))
+        self._dense_flops = sum(2.0 * n * kk for n, kk in dense)
+        super().__init__(dense + folded, 1, peak_flops, efficiency, None, None, weight_only,
+                         alu_flops, table_rows)
+        if self.table is None:  # LinearCost tables only shaped (tile / weight-only) costs
+            self.shaped = True
+            self.table = self._table(table_rows)
+
+    def _table(self, max_rows: int) -> list[float]:
+        r = np.arange(1, max_rows + 1, dtype=np.float64)
+        ex, g = self.experts, self.grouped
+        pairs = r * ex.top_k / ex.ep
+        hit = (ex.num_experts / ex.ep) * (1.0 - (1.0 - ex.top_k / ex.num_experts) ** r)
+        m = pairs / hit
+        lo, hi = g.block_m
+        bm = np.where(m < lo, lo, np.clip(2.0 ** np.floor(np.log2(np.maximum(m, 1.0))), lo, hi))
+        padded = np.maximum(hit * bm, pairs + hit * bm / 2.0)
+        t = r * self._dense_flops * self.rate + padded * self._pair_s
+        if self.weight_only is not None:
+            t += np.ceil(r / self.weight_only.rows_per_pass) * self.dequant_s
+        return [0.0, *t.tolist()]
+
+    def padded(self, rows: float) -> float:
+        """Rows (token-expert pairs plus tile padding) the grouped GEMM runs for `rows` tokens."""
+        return padded_rows(rows, self.experts, self.grouped)
+
+    def compute(self, rows: float) -> float:
+        if rows <= 0:
+            return 0.0
+        t = (rows * self._dense_flops * self.rate
+             + padded_rows(rows, self.experts, self.grouped) * self._pair_s)
+        if self.weight_only is not None:
+            t += math.ceil(rows / self.weight_only.rows_per_pass) * self.dequant_s
+        return t
