@@ -70,6 +70,8 @@ class Run:
     bad_wrong: list[str] = field(default_factory=list)
     big: list[str] = field(default_factory=list)
     disconnected: int = 0
+    transport: list[tuple[float, float, str, str]] = field(default_factory=list)
+    t_start: float = 0.0
 
 
 async def stream_client(http: httpx.AsyncClient, url: str, rng: random.Random, run: Run,
@@ -82,8 +84,10 @@ async def stream_client(http: httpx.AsyncClient, url: str, rng: random.Random, r
         t0 = time.perf_counter()
         times: list[float] = []
         ending = "none"
+        answered = False  # the response's status line arrived
         try:
             async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                answered = True
                 if resp.status_code != 200:
                     await resp.aread()
                     ending = f"error {resp.status_code}"
@@ -105,7 +109,11 @@ async def stream_client(http: httpx.AsyncClient, url: str, rng: random.Random, r
                             ending = "disconnected"
                             break
         except httpx.HTTPError as exc:
-            ending = f"transport error {type(exc).__name__}"
+            # before the status line: the request may never have reached the server (a
+            # pooled connection it had closed); after it: the server dropped a stream
+            where = "mid-stream" if answered else "before the response"
+            ending = f"transport error {type(exc).__name__} {where}"
+            run.transport.append((t0, time.perf_counter(), ending, repr(exc)[:120]))
         if ending == "disconnected":
             run.disconnected += 1
             continue
@@ -174,7 +182,7 @@ async def load(url: str, streams: int, duration: float, chaos: bool, kill_role: 
                seed: int) -> tuple[Run, dict]:
     run, kill = Run(), {}
     rng = random.Random(seed)
-    start = time.perf_counter()
+    start = run.t_start = time.perf_counter()
     stop_at = start + duration
     limits = httpx.Limits(max_connections=streams + 16, max_keepalive_connections=streams + 16)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(120.0)) as http:
@@ -295,6 +303,9 @@ def main() -> int:
               f"{ends.get('completed', 0)} completed, {ends.get('errored', 0)} errored, "
               f"{ends.get('no ending', 0)} with no ending; {r['run'].disconnected} left by their "
               f"client on purpose" + (f"; errors: {kinds}" if kinds else ""))
+        for t0, t1, ending, exc in r["run"].transport:
+            print(f"[{name}]   {ending}: sent at {t0 - r['run'].t_start:.2f} s, failed at "
+                  f"{t1 - r['run'].t_start:.2f} s: {exc}")
         print(f"[{name}] leaked after the load: in-flight {r['in_flight']:.0f}, KV usage "
               + ", ".join(f"{w} {u:.3f}" for w, u in sorted(r["usage"].items())))
         print(f"[{name}] front end peak memory (VmHWM): {r['peak_mb']:.0f} MB; SIGTERM exit "

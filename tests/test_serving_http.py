@@ -258,6 +258,9 @@ def test_serve_command_rejects_bad_options(capsys):
     assert kvpd_main(["serve", "--model", "tiny-llama", "--pd", "1-1"]) == 2
     assert "--pd must look like P:D" in capsys.readouterr().err
     assert kvpd_main(["serve", "--model", "tiny-llama", "--tokenizer", "/nonexistent"]) == 2
+    capsys.readouterr()
+    assert kvpd_main(["serve", "--model", "tiny-llama", "--timeout-keep-alive", "0"]) == 2
+    assert "--timeout-keep-alive must be > 0 s" in capsys.readouterr().err
 
 
 @pytest.mark.slow

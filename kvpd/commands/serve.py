@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
                    help="on SIGTERM/SIGINT, drain requests for this many s, then end the rest "
                    "with an error (default 25)")
+    s.add_argument("--timeout-keep-alive", type=float, default=None, metavar="S",
+                   help="close a connection idle this long (default 75 s: longer than the "
+                   "clients' pools keep theirs, so the client closes first)")
     s.add_argument("--restart-workers", action="store_true",
                    help="restart a worker that dies (default: the server exits with status 1)")
     s.add_argument("--heartbeat-timeout-s", type=float, default=30.0,
@@ -92,7 +95,8 @@ def _make_server(app: Any, args: argparse.Namespace, client: Any, state: Any) ->
 
     level = args.log_level.lower() if args.log_level.upper() != "WARNING" else "warning"
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
-                            timeout_graceful_shutdown=args.shutdown_timeout + 5.0)
+                            timeout_graceful_shutdown=args.shutdown_timeout + 5.0,
+                            timeout_keep_alive=args.timeout_keep_alive)
     return Server(config)
 
 
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from realexec.serving.client import EngineClient
     from realexec.serving.http.server import (
         DEFAULT_MAX_REQUEST_BYTES,
+        DEFAULT_TIMEOUT_KEEP_ALIVE_S,
         ServerOptions,
         create_app,
         load_tokenizer,
@@ -115,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-request-bytes must be >= 1, got {args.max_request_bytes}")
     if not args.shutdown_timeout >= 0:
         raise UserError(f"--shutdown-timeout must be >= 0 s, got {args.shutdown_timeout}")
+    if args.timeout_keep_alive is None:
+        args.timeout_keep_alive = DEFAULT_TIMEOUT_KEEP_ALIVE_S
+    if not 0 < args.timeout_keep_alive < float("inf"):
+        raise UserError("--timeout-keep-alive must be > 0 s and finite, got "
+                        f"{args.timeout_keep_alive}")
     config = serve_config(args)
     config.restart_workers = args.restart_workers
     config.heartbeat_timeout_s = args.heartbeat_timeout_s

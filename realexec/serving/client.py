@@ -9,14 +9,10 @@ a request goes to a prefill worker (chosen by `PDRouter`) with the decode worker
 receive its KV; when the prefill worker reports the hand-off (first token), the client
 streams that token and sends `add_remote` to the decode worker, whose tokens follow.
 
-A worker silent for `heartbeat_timeout_s` is *stalled*: `is_healthy()` is False and no new
-request goes to it, but its requests wait; if it speaks again it is taken back. A worker whose
-process exits, or that stays silent for `worker_kill_timeout_s` (then it is killed), is
-*down*: every request it held fails at once with an error naming it. With
-`config.restart_workers` a down worker is started again (its requests are not retried) and
-serves once it is ready; otherwise, or when the new process fails before it is ready,
-`on_worker_down(name, why)` is called (the HTTP server exits non-zero on it). Nothing accepted
-ends silently: each request ends with tokens and a finish reason, or with an error.
+Workers are watched by a `WorkerSupervisor` (`realexec.serving.supervisor`): stalls,
+deaths, restarts with `config.restart_workers`, `on_worker_down(name, why)` otherwise.
+Nothing accepted ends silently: each request ends with tokens and a finish reason, or with an
+error.
 """
 
 from __future__ import annotations
@@ -45,14 +41,10 @@ from realexec.serving.config import ServeConfig, spawn_worker
 from realexec.serving.ipc_dir import make_ipc_dir
 from realexec.serving.metrics import ServingMetrics
 from realexec.serving.pd.proxy import PDRouter
+from realexec.serving.supervisor import LIVENESS_PERIOD_S, WorkerSupervisor
 from realexec.serving.transport import ProtocolError, decode, encode
 
 log = logging.getLogger("kvpd.client")
-
-# How often the I/O thread checks worker processes (s): bounds how late a dead worker is seen.
-LIVENESS_PERIOD_S = 0.05
-# Cumulative counters in a worker's stats, carried over its restarts for `/metrics`.
-COUNTERS = ("num_preemptions", "prefix_queries_tokens", "prefix_hit_tokens")
 
 __all__ = ["AsyncEngineClient", "ClientRequest", "Delta", "EngineClient", "EngineDeadError",
            "RequestFailed", "WorkerState"]
@@ -69,13 +61,14 @@ class EngineClient:
         self.metrics = ServingMetrics()
         self.router = PDRouter()
         self.num_bad_messages = 0
-        self._lock = threading.RLock()  # guards sockets used from user threads and requests
-        self._ready = threading.Event()
+        self.lock = threading.RLock()  # guards sockets used from user threads and requests
+        self.started = threading.Event()
         self._stop = threading.Event()
-        self._closing = False
+        self.closing = False
         self._thread: threading.Thread | None = None
         # called from the I/O thread when a worker is down for good (not restarted)
         self.on_worker_down: Callable[[str, str], None] | None = None
+        self.supervisor = WorkerSupervisor(self)
         self._ipc_dir = make_ipc_dir()
         self.out = self.ctx.socket(zmq.PULL)
         self.out.setsockopt(zmq.LINGER, 0)
@@ -96,25 +89,16 @@ class EngineClient:
                                                   spec=spec)
         self._thread = threading.Thread(target=self._io_loop, name="kvpd-client-io", daemon=True)
         self._thread.start()
-        if not self._ready.wait(self.config.startup_timeout_s):
+        if not self.started.wait(self.config.startup_timeout_s):
             self.close()
             raise RuntimeError(f"workers not ready within {self.config.startup_timeout_s} s")
         down = {w.name: w.down for w in self.workers.values() if w.down}
         if down:
             self.close()
             raise RuntimeError(f"workers failed to start: {down}")
-        with self._lock:
-            self._send_peers()
+        with self.lock:
+            self.supervisor.send_peers()
         return self
-
-    def _send_peers(self) -> None:
-        """Tell every live prefill worker where the decode workers' KV sockets are."""
-        decode_kv = {w.name: w.endpoints["kv"] for w in self.workers.values()
-                     if w.role == "decode" and w.alive}
-        for w in self.workers.values():
-            if w.role == "prefill" and w.alive:
-                with contextlib.suppress(zmq.ZMQError):
-                    self._send(w, "peers", {"decode_kv": decode_kv})
 
     def __enter__(self) -> EngineClient:
         return self.start()
@@ -124,8 +108,8 @@ class EngineClient:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the workers (shutdown, then kill after `timeout_s`) and the I/O thread."""
-        self._closing = True
-        with self._lock:
+        self.closing = True
+        with self.lock:
             for w in self.workers.values():
                 if w.sock is not None and w.alive:
                     with contextlib.suppress(zmq.ZMQError):
@@ -140,9 +124,9 @@ class EngineClient:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5.0)
-        with self._lock:
+        with self.lock:
             for rid in list(self.requests):
-                self._fail(rid, "the client was closed")
+                self.fail(rid, "the client was closed")
         self.ctx.destroy(linger=0)
         shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
@@ -168,11 +152,11 @@ class EngineClient:
 
     def abort_all(self, reason: str, kind: str = "shutdown") -> int:
         """Abort every request in flight with an error (`kind`); returns how many."""
-        with self._lock:
+        with self.lock:
             rids = list(self.requests)
             for rid in rids:
-                self._drop_on_workers(self.requests[rid], None)
-                self._fail(rid, reason, kind)
+                self.drop_on_workers(self.requests[rid], None)
+                self.fail(rid, reason, kind)
         return len(rids)
 
     def submit(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
@@ -183,7 +167,7 @@ class EngineClient:
         rid = request_id or uuid.uuid4().hex
         sampling = dict(sampling or {})
         req = ClientRequest(rid, list(prompt_token_ids), sampling, time.perf_counter(), sink=sink)
-        with self._lock:
+        with self.lock:
             if rid in self.requests:
                 raise ValueError(f"request id {rid!r} is already in flight")
             body = {"request_id": rid, "prompt_token_ids": req.prompt_token_ids,
@@ -201,28 +185,28 @@ class EngineClient:
             self.requests[rid] = req
             self.metrics.on_submit()
             try:
-                self._send(target, "add", body)
+                self.send(target, "add", body)
             except Exception as exc:  # noqa: BLE001 - nothing accepted may stay in flight
-                self._fail(rid, f"could not send to {target.name}: {exc}", "internal")
+                self.fail(rid, f"could not send to {target.name}: {exc}", "internal")
         return req
 
     def abort(self, request_id: str, reason: str = "aborted by the client") -> bool:
         """Abort a request (its workers free its blocks before their next step)."""
-        with self._lock:
+        with self.lock:
             req = self.requests.get(request_id)
             if req is None:
                 return False
-            self._drop_on_workers(req, None)
+            self.drop_on_workers(req, None)
             self._finish(req, "abort", reason)
         return True
 
-    def _drop_on_workers(self, req: ClientRequest, skip: str | None) -> None:
+    def drop_on_workers(self, req: ClientRequest, skip: str | None) -> None:
         """Tell the live workers of `req` (but `skip`) to drop it."""
         for name in {req.worker, req.prefill_worker, req.decode_worker} - {skip, ""}:
             w = self.workers.get(name)
             if w is not None and w.alive:
                 with contextlib.suppress(zmq.ZMQError):
-                    self._send(w, "abort", {"request_ids": [req.request_id]})
+                    self.send(w, "abort", {"request_ids": [req.request_id]})
 
     def generate(self, prompt_token_ids: list[int], sampling: dict[str, Any] | None = None,
                  timeout_s: float | None = None, request_id: str | None = None) -> ClientRequest:
@@ -259,8 +243,9 @@ class EngineClient:
             raise EngineDeadError(f"no {role} worker is up ({down})")
         return live
 
-    def _send(self, w: WorkerState, msg_type: str, body: dict[str, Any]) -> None:
-        with self._lock:
+    def send(self, w: WorkerState, msg_type: str, body: dict[str, Any]) -> None:
+        """Send one message to worker `w` (zmq.ZMQError if it is not connected or full)."""
+        with self.lock:
             if w.sock is None:
                 raise zmq.ZMQError(msg=f"{w.name} is not connected")
             w.sock.send_multipart(encode(msg_type, body), zmq.NOBLOCK)
@@ -280,7 +265,7 @@ class EngineClient:
             now = time.perf_counter()
             if now >= next_check:
                 next_check = now + LIVENESS_PERIOD_S
-                self._check_liveness(now)
+                self.supervisor.check(now)
 
     def _drain(self) -> None:
         while True:
@@ -302,16 +287,13 @@ class EngineClient:
                 self.num_bad_messages += 1
                 log.warning("front end: %s message from unknown worker %r", msg.type, msg.body.get("worker"))
                 continue
-            with self._lock:
+            with self.lock:
                 self._on_message(w, msg, now)
 
     def _on_message(self, w: WorkerState, msg: Any, now: float) -> None:
         if w.down is not None and msg.type != "ready":
             return  # a message the dead process sent before it died
-        w.last_seen = now
-        if w.stalled:
-            w.stalled = False
-            log.warning("front end: worker %s speaks again; taking it back", w.name)
+        self.supervisor.heard(w, now)
         b = msg.body
         if msg.type == "ready":
             if w.proc is not None and b["pid"] != w.proc.pid:
@@ -320,14 +302,9 @@ class EngineClient:
             w.sock = self.ctx.socket(zmq.PUSH)
             w.sock.setsockopt(zmq.LINGER, 0)
             w.sock.connect(w.endpoints["input"])
-            if all(x.ready or x.down for x in self.workers.values()):
-                self._ready.set()
-            if w.restarts:
-                log.warning("front end: worker %s is back (restart %d)", w.name, w.restarts)
-                if self.config.pd is not None:
-                    self._send_peers()
+            self.supervisor.on_ready(w)
         elif msg.type == "fatal":
-            self._mark_down(w, f"failed: {b['message']}")
+            self.supervisor.mark_down(w, f"failed: {b['message']}")
         elif msg.type in ("outputs", "heartbeat"):
             if b["stats"]:  # outputs between heartbeats carry none
                 w.stats, w.stats_at = b["stats"], now
@@ -343,10 +320,10 @@ class EngineClient:
         if req is None or (req.worker and req.worker != w.name):
             return  # aborted or failed already, or a stale item
         if item.get("err"):
-            self._fail(req.request_id, f"{w.name}: {item['err']}", "internal")
+            self.fail(req.request_id, f"{w.name}: {item['err']}", "internal")
             return
         if item["fin"] == "rejected":
-            self._fail(req.request_id, f"{w.name} can never serve it: {item.get('stop')}",
+            self.fail(req.request_id, f"{w.name} can never serve it: {item.get('stop')}",
                        "rejected")
             return
         if "cached" in item:
@@ -375,22 +352,23 @@ class EngineClient:
     def _hand_off(self, req: ClientRequest) -> None:
         """PD: the prefill worker holds the KV and sampled the first token; move to decode."""
         d = self.workers.get(req.decode_worker)
-        if d is None or not d.alive:
-            self.abort(req.request_id)
-            self._fail(req.request_id, f"decode worker {req.decode_worker} is down", "down")
+        if d is None or not d.alive:  # an error, not an "abort" finish: the client did not
+            self.drop_on_workers(req, None)  # leave; its prefill worker frees the held KV
+            self.fail(req.request_id, f"decode worker {req.decode_worker} is down", "down")
             return
         req.worker = d.name
         body = {"request_id": req.request_id, "prompt_token_ids": req.prompt_token_ids,
                 "sampling": req.sampling, "first_token_id": req.token_ids[0],
                 "prefill_worker": req.prefill_worker}
         try:
-            self._send(d, "add_remote", body)
+            self.send(d, "add_remote", body)
         except Exception as exc:  # noqa: BLE001 - nothing accepted may stay in flight
-            self._fail(req.request_id, f"could not reach {d.name}: {exc}", "down")
+            self.fail(req.request_id, f"could not reach {d.name}: {exc}", "down")
 
     def _finish(self, req: ClientRequest, reason: str, stop: str | None = None,
                 toks: list[int] = (), now: float | None = None,
                 logprobs: list[list[Any]] | None = None) -> None:
+        """End `req` with `reason` and its last tokens `toks`."""
         if self.requests.pop(req.request_id, None) is None:
             return
         req.finish_reason, req.stop_reason = reason, stop
@@ -403,7 +381,8 @@ class EngineClient:
                            num_preemptions=req.num_preemptions, queueing_s=queueing,
                            logprobs=logprobs))
 
-    def _fail(self, rid: str, error: str, kind: str = "internal") -> None:
+    def fail(self, rid: str, error: str, kind: str = "internal") -> None:
+        """End request `rid` with an error of `kind` (one of ERROR_KINDS); no-op if it ended."""
         req = self.requests.pop(rid, None)
         if req is None:
             return
@@ -412,63 +391,3 @@ class EngineClient:
         req.done.set()
         if req.sink is not None:
             req.sink(Delta(rid, [], time.perf_counter(), True, "error", error, error_kind=kind))
-
-    def _mark_down(self, w: WorkerState, why: str) -> None:
-        if w.down is not None:
-            return
-        w.down = why
-        log.error("front end: worker %s is down: %s", w.name, why)
-        if not self._ready.is_set() and all(x.ready or x.down for x in self.workers.values()):
-            self._ready.set()
-        # A request fails if the dead worker holds it or was to decode it; its other workers
-        # are told to drop it (a prefill worker may still hold its KV for the dead decoder).
-        # Requests already decoding elsewhere go on: a decode worker whose prefill worker died
-        # recomputes the prompt when the KV does not come.
-        for req in list(self.requests.values()):
-            if w.name not in (req.worker, req.decode_worker):
-                continue
-            self._drop_on_workers(req, w.name)
-            self._fail(req.request_id, f"worker {w.name} is down: {why}", "down")
-        if w.sock is not None:
-            w.sock.close(linger=0)
-            w.sock = None
-        if self._closing or not self._ready.is_set():
-            return
-        if self.config.restart_workers and w.ready:
-            self._restart(w)
-        elif self.on_worker_down is not None:
-            self.on_worker_down(w.name, why)
-
-    def _restart(self, w: WorkerState) -> None:
-        """Start a new process for the down worker `w` (it serves again once ready)."""
-        for key in COUNTERS:  # its counters start again at 0
-            w.base_counters[key] = w.base_counters.get(key, 0.0) + float(w.stats.get(key, 0))
-        if w.proc is not None and w.proc.is_alive():
-            w.proc.kill()
-        w.restarts += 1
-        w.ready, w.down, w.stalled, w.stats = False, None, False, {}
-        w.last_seen = time.perf_counter()
-        log.warning("front end: restarting worker %s (restart %d)", w.name, w.restarts)
-        w.proc = spawn_worker(w.spec)
-
-    def _check_liveness(self, now: float) -> None:
-        if self._closing:
-            return
-        cfg = self.config
-        with self._lock:
-            for w in self.workers.values():
-                if w.down is not None:
-                    continue
-                code = w.proc.exitcode if w.proc is not None else None
-                silent = now - w.last_seen
-                if code is not None:
-                    self._mark_down(w, f"process exited with code {code}")
-                elif not w.ready and w.restarts and silent > cfg.startup_timeout_s:
-                    w.proc.kill()
-                    self._mark_down(w, f"not ready {silent:.0f} s after its restart")
-                elif w.ready and silent > cfg.worker_kill_timeout_s:
-                    w.proc.kill()
-                    self._mark_down(w, f"silent for {silent:.1f} s (killed)")
-                elif w.ready and silent > cfg.heartbeat_timeout_s and not w.stalled:
-                    w.stalled = True
-                    log.error("front end: worker %s is stalled (silent for %.1f s)", w.name, silent)

@@ -43,6 +43,15 @@ log = logging.getLogger("kvpd.http")
 # Default `max_request_bytes`: vLLM has no limit; 4 MiB holds a 262k-token prompt of ids
 # (<= 16 bytes each as JSON), far beyond any context served here, and parses in ~30 ms.
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# Default idle keep-alive of a connection (s; uvicorn's `timeout_keep_alive`, 5 s by default).
+# The side that closes an idle connection must be the client: a server that closes it while
+# the client's pool reuses it resets the new request (ReadError or "server disconnected",
+# with no response). So it must outlast the clients' pool expiry: httpx (and so the `openai`
+# client) 5 s, aiohttp 15 s, an AWS ALB in front 60 s (its docs ask targets for more than its
+# idle timeout); 75 s is nginx's default `keepalive_timeout`. A client whose pool never
+# expires (urllib3) can still race: RFC 9112 section 9.3.1 has clients expect a connection
+# to close at any time.
+DEFAULT_TIMEOUT_KEEP_ALIVE_S = 75.0
 
 
 @dataclass
@@ -207,11 +216,12 @@ class ServerThread:
     """Run uvicorn for `app` in a background thread (tests, benchmarks): `start()` returns once
     it listens; `port` is the one it got (0 asks for a free port)."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0,
+                 timeout_keep_alive_s: float = DEFAULT_TIMEOUT_KEEP_ALIVE_S) -> None:
         import uvicorn
 
         self.config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                     lifespan="off")
+                                     lifespan="off", timeout_keep_alive=timeout_keep_alive_s)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="kvpd-http", daemon=True)
         self.host = host
