@@ -310,3 +310,18 @@ def test_mixed_layers_keep_every_block_but_shapes_carry_the_window():
     run(sched, [], backend)  # finish the one in flight
     assert req.status.is_finished
     assert sched.kv_cache_manager.num_slid_out_blocks == 0
+
+
+def test_a_swapped_out_request_with_a_long_slid_chunk_is_swapped_back_in():
+    """Hypothesis found it: a 14-token prompt chunk with a 2-token window, swapped out right
+    after, used to copy all 14 blocks to the host; resuming then needed 20 blocks of a
+    19-block pool and the request waited for ever. Slid-out blocks are freed at swap-out."""
+    k = {"block_size": 1, "window": 2, "num_gpu_blocks": 19, "num_cpu_blocks": 14,
+         "budget_blocks": 2, "max_num_seqs": 4, "chunked": True, "threshold": 0, "swap": True,
+         "policy": "fcfs", "caching": False, "capacity": "max_utilization"}
+    wl = [(1, 2, 0, 0.0, 1), (1, 2, 0, 0.0, 2), (20, 1, 0, 0.0, 1)]
+    for max_burst in (1, 64):
+        sched, reqs = build(k, wl, 0)
+        run(sched, reqs, ShadowBackend(sched, 0, ids=False), max_burst=max_burst)
+        assert_whole(sched, reqs)
+        assert reqs[2].num_preemptions == 1 and reqs[2].num_output_tokens == 1

@@ -385,6 +385,11 @@ class KVCacheManager:
         """Move all the request's device blocks to host blocks. Returns (device, host) pairs,
         or None (nothing changed) if the host pool is too small."""
         rid = request.request_id
+        if self.sliding_window and rid in self.req_to_blocks:
+            # blocks that slid out during its last step are freed, not copied to the host: a
+            # long prompt chunk can leave most of them, and restoring them could need more
+            # blocks than the whole pool (the request would never be swapped back in)
+            self._free_slid_out(rid, self.req_to_blocks[rid], request.num_computed_tokens)
         skipped = self.num_skipped_blocks.get(rid, 0)
         blocks = self.req_to_blocks.get(rid, [])[skipped:]  # slid-out entries stay NULL
         if len(blocks) > len(self.free_cpu_blocks):
