@@ -65,8 +65,9 @@ def graph() -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
-                           for a in node.names]
+                # `from pkg import mod` runs pkg/__init__ as well: an edge to both
+                targets = [base] + [f"{base}.{a.name}" for a in node.names
+                                    if f"{base}.{a.name}" in files]
             for t in targets:
                 r = resolve(t)
                 if r and r != mod and r.split(".")[0] in PACKAGES:

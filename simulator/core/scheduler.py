@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from simulator.core import decode_burst
 from simulator.core.capacity import blocks_to_completion, max_kv_tokens, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
+from simulator.core.decode_burst import max_decode_burst, update_burst
 from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.request import Request, RequestStatus
 from simulator.core.request_queue import make_queue
@@ -348,7 +348,7 @@ class Scheduler:
             def finish(req: Request, end: float) -> None:
                 self._finish(req, RequestStatus.FINISHED_LENGTH, end, finished)
 
-            if decode_burst.update_burst(self, out, result.step_end_times, finish):
+            if update_burst(self, out, result.step_end_times, finish):
                 self.running = [r for r in self.running if r.status == RUNNING]
         else:
             self._update_step(out, result.sampled_token_ids, now, finished)
@@ -389,7 +389,7 @@ class Scheduler:
     def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
         """How many steps of the all-decode batch `out` a backend without token ids may run
         at once (`simulator.core.decode_burst`); 1 means "one step only"."""
-        return decode_burst.max_decode_burst(self, out, max_steps)
+        return max_decode_burst(self, out, max_steps)
 
     # ----------------------------------------------------------------- helpers
     def _finish(self, req: Request, status: RequestStatus, now: float, finished: list[Request]) -> None:
