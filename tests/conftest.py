@@ -15,3 +15,14 @@ def traces_dir() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"shared traces not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """A tiny local tokenizer for the HTTP server tests (no hub download)."""
+    from realexec.serving.http.server import load_tokenizer
+    from tests.serving_helpers import save_tiny_tokenizer
+
+    d = tmp_path_factory.mktemp("tok")
+    save_tiny_tokenizer(str(d))
+    return load_tokenizer(d)

@@ -15,13 +15,12 @@ import pytest
 import torch
 
 from realexec.serving.client import EngineClient
-from realexec.serving.http.server import ServerOptions, ServerThread, create_app, load_tokenizer
+from realexec.serving.http.server import ServerOptions, ServerThread, create_app
 from tests.serving_helpers import (
     TINY,
     TINY_KWARGS,
     prompts,
     reference,
-    save_tiny_tokenizer,
     tiny_config,
     wait_for,
     wait_pools_whole,
@@ -30,13 +29,6 @@ from tests.test_serving_http import BAD_REQUESTS
 
 MODEL = "tiny"
 LIMIT = 20_000  # --max-request-bytes of the test server
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    save_tiny_tokenizer(str(d))
-    return load_tokenizer(d)
 
 
 @pytest.fixture(scope="module")

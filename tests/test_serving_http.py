@@ -12,24 +12,16 @@ import openai
 import pytest
 
 from realexec.serving.client import EngineClient
-from realexec.serving.http.server import ServerThread, create_app, load_tokenizer
+from realexec.serving.http.server import ServerThread, create_app
 from tests.serving_helpers import (
     prompts,
     reference,
-    save_tiny_tokenizer,
     tiny_config,
     wait_for,
     wait_pools_whole,
 )
 
 MODEL = "tiny"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    save_tiny_tokenizer(str(d))
-    return load_tokenizer(d)
 
 
 @pytest.fixture(scope="module")

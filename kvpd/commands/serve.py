@@ -93,7 +93,7 @@ def _make_server(app: Any, args: argparse.Namespace, client: Any, state: Any) ->
             state.draining = True
             self.should_exit = True
 
-    level = args.log_level.lower() if args.log_level.upper() != "WARNING" else "warning"
+    level = args.log_level.lower()
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
                             timeout_graceful_shutdown=args.shutdown_timeout + 5.0,
                             timeout_keep_alive=args.timeout_keep_alive)

@@ -156,7 +156,8 @@ def build_metadata(
         bt = torch.full((len(decode_rows), max(nblocks)), null_block, dtype=torch.long)
         for r, i in enumerate(decode_rows):
             ids = block_tables[i][first_blocks[r] : first_blocks[r] + nblocks[r]]
-            _check_live(ids, i)
+            if window:  # only a window's slid-out entries can be NULL
+                _check_live(ids, i)
             bt[r, : nblocks[r]] = torch.tensor(ids, dtype=torch.long)
         bt = bt.to(device)
         offs = torch.arange(block_size, device=device)
@@ -175,7 +176,7 @@ def build_metadata(
         meta.decode_slots = torch.where(valid, slots, null_block * block_size)
         meta.decode_valid = valid
         meta.decode_key_pos = key_pos
-        meta.decode_pos = torch.tensor(seq_lens, dtype=torch.long, device=device) - 1
+        meta.decode_pos = key_pos[:, 0] + lens - 1  # seq_len - 1, already on the device
         meta.decode_idx = torch.tensor([q_starts[i] for i in decode_rows], device=device)
         meta.decode_uniform = min(key_lens) == max_len
     for i in prefill_rows:
@@ -187,7 +188,8 @@ def build_metadata(
             # the chunk's own slots are slot_mapping[s0:s0+q]; the context's are recomputed
             fb = k0 // block_size
             ids = block_tables[i][fb : (c + block_size - 1) // block_size]
-            _check_live(ids, i)
+            if window:
+                _check_live(ids, i)
             bt = torch.tensor(ids)
             ctx = (bt[:, None] * block_size + torch.arange(block_size)).reshape(-1)
             ctx = ctx[k0 - fb * block_size : c - fb * block_size]

@@ -10,6 +10,7 @@ stores the compressed latents), so logits match HF's forward.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,11 +25,19 @@ def mla_cache_dim(config) -> int:
     return int(config.kv_lora_rank) + int(config.qk_rope_head_dim)
 
 
+def mla_rotate(sa: nn.Module) -> Callable:
+    """The rotary function HF's MLA attention calls (interleaved or not), looked up once."""
+    hf = sys.modules[type(sa).__module__]
+    return hf.apply_rotary_pos_emb_interleave if sa.config.rope_interleave \
+        else hf.apply_rotary_pos_emb
+
+
 def mla_attention(
     sa: nn.Module, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-    attn: AttentionBackend,
+    attn: AttentionBackend, rotate: Callable,
 ) -> torch.Tensor:
-    """`sa.o_proj` of MLA for the flat batch `x` `[T, hidden]`; `cos`/`sin` `[T, rope_dim]`."""
+    """`sa.o_proj` of MLA for the flat batch `x` `[T, hidden]`; `cos`/`sin` `[T, rope_dim]`;
+    `rotate`: `mla_rotate(sa)`."""
     t = x.shape[0]
     heads, nope, rope = sa.num_heads, sa.qk_nope_head_dim, sa.qk_rope_head_dim
     rank, dv = sa.kv_lora_rank, sa.v_head_dim
@@ -39,9 +48,6 @@ def mla_attention(
     q_pass, q_rot = q.view(t, heads, nope + rope).split([nope, rope], dim=-1)
     kv_nope, k_rot = sa.kv_a_proj_with_mqa(x).split([rank, rope], dim=-1)
     kv_nope = sa.kv_a_layernorm(kv_nope)
-    hf = sys.modules[type(sa).__module__]  # the rotary functions HF's attention calls
-    rotate = hf.apply_rotary_pos_emb_interleave if sa.config.rope_interleave \
-        else hf.apply_rotary_pos_emb
     q_rot, k_rot = rotate(q_rot, k_rot.view(t, 1, rope), cos, sin)  # unsqueeze_dim=1: [T, 1, r]
     q = torch.cat((q_pass, q_rot), dim=-1)
     latent = torch.cat((kv_nope.view(t, 1, rank), k_rot), dim=-1)

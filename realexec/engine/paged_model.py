@@ -14,7 +14,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
-from realexec.engine.mla import MLA_MODEL_TYPES, mla_attention, mla_cache_dim
+from realexec.engine.mla import MLA_MODEL_TYPES, mla_attention, mla_cache_dim, mla_rotate
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 
 # rows below which CPU GEMMs are padded (see compute_logits)
@@ -71,7 +71,7 @@ class PagedCausalLM:
             self.head_dim = config.n_embd // config.n_head
             self.num_kv_heads = self.num_heads
             self.scales = [blk.attn.scaling for blk in self.layers]
-            self.moe = self.mla = False
+            self.mla = False
         else:
             base = hf_model.model
             self.layers = list(base.layers)
@@ -85,6 +85,10 @@ class PagedCausalLM:
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [layer.self_attn.scaling for layer in self.layers]
         self.moe = self.family in MOE_MODEL_TYPES
+        # fixed per model, so looked up once rather than per layer and step
+        first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
+        self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
+        self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         self.base = base
         self.lm_head = hf_model.lm_head
         assert self.family in SUPPORTED_MODEL_TYPES
@@ -131,13 +135,13 @@ class PagedCausalLM:
             sa = layer.self_attn
             x = layer.input_layernorm(h)
             if self.mla:
-                h = h + mla_attention(sa, i, x, cos, sin, attn)
+                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate)
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
                 continue
             q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
             k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
             v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            if hasattr(sa, "q_norm"):  # Qwen3-MoE: RMSNorm over each head before the rotary
+            if self.qk_norm:  # Qwen3-MoE: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin

@@ -137,7 +137,7 @@ class ModelRunner:
             want = [j for j, i in enumerate(sample_rows)
                     if output.reqs[i].sampling_params.logprobs is not None]
             # before sampling, which masks banned tokens in `logits` in place
-            logprobs = logits[want].float().log_softmax(dim=-1) if want else None
+            logprobs = logits[want].log_softmax(dim=-1)  # fp32 already if want else None
             for i, tok in zip(sample_rows, self.sampler.sample(logits, rows)):
                 sampled[i] = tok
             for k, j in enumerate(want):
