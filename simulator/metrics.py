@@ -135,13 +135,6 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     }
 
 
-def _itl_stats(itl: ExactDistribution) -> dict[str, float | None]:
-    """Like `_stats`, over every gap: exact percentiles, the mean rounded once (it does not
-    depend on the order of the gaps, so a streamed run equals one that kept its requests)."""
-    s = itl.stats(PERCENTILES)
-    return {"mean": s["mean"], "p50": s["p50"], "p90": s["p90"], "p99": s["p99"], "max": s["max"]}
-
-
 def all_itls(requests: Iterable[Request]) -> np.ndarray:
     """Every inter-token gap of every request (s), request by request, for exact ITL
     percentiles."""
@@ -216,7 +209,7 @@ def summarize(
         },
         "ttft_s": _stats(rec["ttft_s"][completed]),
         "tpot_s": _stats(rec["tpot_s"][completed]),
-        "itl_s": _itl_stats(itl),
+        "itl_s": itl.stats(PERCENTILES),  # exact; the mean rounded once
         "e2e_s": _stats(rec["e2e_s"][completed]),
         "queueing_s": _stats(rec["queueing_s"][completed]),
         "slo": {

@@ -133,11 +133,12 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
     cluster = SimCluster(env, sc, model, timeline, on_finished, replica_names=replica_names)
     requests = iter_requests(trace, rows)
     keys = sc.workload.benchmark_keys()
-    if keys:
+    if keys:  # every request is checked up front, so build them once, as a list
+        requests = list(requests)
         pools = ([("colocated", cluster.replicas[0].scheduler)] if sc.cluster.pd is None else
                  [("prefill", cluster.prefill_replicas[0].scheduler),
                   ("decode", cluster.decode_replicas[0].scheduler)])
-        check_servable(sc.source, keys, list(iter_requests(trace, rows)), pools)
+        check_servable(sc.source, keys, requests, pools)
     if sc.workload.max_concurrency is not None:
         loop = ClosedLoop(env, requests, cluster.submit, sc.workload.max_concurrency)
         env.process(loop.process())
@@ -159,10 +160,8 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
                 "num_cpu_blocks": p.num_cpu_blocks} for p in cluster.pools],
         busy_s={r.name: r.busy_s for r in cluster.replicas},
         kv_peak_usage=cluster.kv_peak_usage(),
-        prefix_queries_tokens=sum(r.scheduler.kv_cache_manager.prefix_queries_tokens
-                                  for r in cluster.replicas),
-        prefix_hit_tokens=sum(r.scheduler.kv_cache_manager.prefix_hit_tokens
-                              for r in cluster.replicas),
+        prefix_queries_tokens=cluster.prefix_tokens()[0],
+        prefix_hit_tokens=cluster.prefix_tokens()[1],
         has_links=hasattr(cluster, "kv_links"),
         load=None if loop is None else {"max_concurrency": loop.max_concurrency,
                                         "max_in_flight": loop.max_in_flight},

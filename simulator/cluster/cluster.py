@@ -278,7 +278,7 @@ class SimCluster:
     def kv_peak_usage(self) -> float:
         return max(r.scheduler.kv_cache_manager.peak_usage for r in self.replicas)
 
-    def prefix_hit_rate(self) -> float:
-        q = sum(r.scheduler.kv_cache_manager.prefix_queries_tokens for r in self.replicas)
-        h = sum(r.scheduler.kv_cache_manager.prefix_hit_tokens for r in self.replicas)
-        return h / q if q else 0.0
+    def prefix_tokens(self) -> tuple[int, int]:
+        """(prompt tokens looked up in the prefix cache, tokens found) over every replica."""
+        kvms = [r.scheduler.kv_cache_manager for r in self.replicas]
+        return (sum(k.prefix_queries_tokens for k in kvms), sum(k.prefix_hit_tokens for k in kvms))

@@ -147,7 +147,6 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     any_done = False
     pool = kvm.block_pool
     cached = kvm.num_cached_blocks
-    tables, table_ids = kvm.req_to_blocks, kvm.req_to_block_ids
     alive = list(zip(out.reqs, out.num_computed_before, out.block_ids, steps, rems))
     start = 1  # step 1's blocks were allocated by schedule()
     for e in sorted(set(steps)):
@@ -161,12 +160,7 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
                 need = -(-end // bs) - len(ids)
                 if need > pool.num_free_blocks:
                     raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
-                new = pool.get_new_blocks(need)
-                tables[req.request_id].extend(new)
-                table_ids[req.request_id].extend([b.block_id for b in new])
-                usage = pool.usage
-                if usage > kvm.peak_usage:
-                    kvm.peak_usage = usage
+                kvm.append_blocks(req.request_id, need)
             elif end > len(ids) * bs or req.prompt_token_ids is not None:
                 req.num_computed_tokens = before if slides else before + start
                 if not kvm.allocate_slots(req, end - req.num_computed_tokens):

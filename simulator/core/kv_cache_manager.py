@@ -254,15 +254,18 @@ class KVCacheManager:
                 ids.extend([b.block_id for b in new_computed_blocks])
                 self.num_cached_blocks[rid] = len(blocks)
             if need > 0:
-                new = pool.get_new_blocks(need)
-                blocks.extend(new)
-                ids.extend([b.block_id for b in new])
-                usage = pool.usage
-                if usage > self.peak_usage:
-                    self.peak_usage = usage
+                self.append_blocks(rid, need)
         if cache and self.enable_prefix_caching and num_total // bs > self.num_cached_blocks[rid]:
             self.cache_full_blocks(request, num_total)
         return True
+
+    def append_blocks(self, request_id: str, num_blocks: int) -> None:
+        """Take `num_blocks` free blocks onto the end of the request's table (the caller has
+        checked that they are free) and note the peak usage."""
+        new = self.block_pool.get_new_blocks(num_blocks)
+        self.req_to_blocks[request_id].extend(new)
+        self.req_to_block_ids[request_id].extend([b.block_id for b in new])
+        self._note_usage()
 
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""
