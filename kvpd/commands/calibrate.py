@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     why = refusal(cal, args.accept_noisy)
     if why:
         raise ValueError(why + " (nothing written)")
-    check_out_file(out, "--out")
+    if not args.out:  # the default path is known only now; --out was checked before the fit
+        check_out_file(out, "--out")
     paths = write_calibration(cal, out, plot=not args.no_plot)
     print(f"wrote {', '.join(map(str, paths))}")
     print(f"use it in a scenario as: hardware: {{calibration: {out}}}")

@@ -88,6 +88,7 @@ def format_result(result: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from realexec.fidelity.out_paths import check_out_dir
     from simulator.plan.candidates import (
         load_cost_table,
         parse_pd_ratios,
@@ -105,13 +106,14 @@ def run(args: argparse.Namespace) -> int:
     ratios = parse_pd_ratios(args.pd_ratios) if args.pd_ratios else None
     if args.repeats < 0 or args.max_sims < 4:
         raise ValueError("--repeats must be >= 0 and --max-sims >= 4")
+    out_dir = check_out_dir(args.out or f"runs/capacity/{sc.name}", "--out")  # before the search
     result = plan_capacity(args.scenario, slos, overrides=args.overrides, hardware=hardware,
                            pd_ratios=ratios, peak_rps=args.peak_rate,
                            cost_table=load_cost_table(args.cost_table), repeats=args.repeats,
                            rel_tol=args.tol, verify_step=args.verify_step,
                            max_simulations=args.max_sims, workers=args.workers,
                            sim_timeout_s=args.sim_timeout, progress=not args.quiet)
-    path = write_result(result, args.out or f"runs/capacity/{result['name']}")
+    path = write_result(result, out_dir)
     print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
     print(f"wrote {path}")
     if args.report:

@@ -59,8 +59,9 @@ def default_out(name: str, overrides: list[str], base: Path | None = None) -> Pa
 
 
 def _checked_out(out: Path, force: bool) -> Path:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a folder")
+    from realexec.fidelity.out_paths import check_out_dir
+
+    check_out_dir(out, "--out")  # a folder that can be written, before anything runs
     if out.is_dir() and (out / "summary.json").exists() and not force:
         raise ValueError(f"{out} already holds a run (summary.json); pass --force to overwrite "
                          "it, or drop --out for a new folder")

@@ -25,7 +25,7 @@ from simulator.plan.keys import BaseScenario
 from simulator.plan.pricing import cluster_cost
 from simulator.plan.slo import SLOSet
 from simulator.preflight import preflight_as
-from simulator.scenario import Scenario, apply_overrides, scenario_from_dict
+from simulator.scenario import Scenario, apply_overrides, read_scenario_yaml, scenario_from_dict
 
 RESULT_FILE = "capacity.json"
 
@@ -173,11 +173,8 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
 
     t0 = time.perf_counter()
     path = Path(scenario_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"scenario file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a scenario must be a YAML mapping")
+    data = read_scenario_yaml(path)
+    data.setdefault("name", path.stem)  # as load_scenario names an unnamed scenario
     apply_overrides(data, list(overrides or []))
     base_dir = str(path.resolve().parent)
     sc = scenario_from_dict(copy.deepcopy(data), str(path), base_dir)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from realexec.engine.configs import BUILTIN_CONFIGS
+from realexec.engine.configs import BUILTIN_CONFIGS, builtin_config
 
 
 def catalog_device(device: torch.device) -> str:
@@ -78,7 +78,7 @@ def model_identity(model: str | dict[str, Any]) -> tuple[dict[str, Any], str]:
         cfg = dict(model)
         name = str(cfg.get("_name_or_path") or cfg.get("model_type") or "model")
     elif model in BUILTIN_CONFIGS:
-        cfg, name = dict(BUILTIN_CONFIGS[model]), str(model)
+        cfg, name = builtin_config(model), str(model)
     else:
         p = Path(model)
         path = p / "config.json" if p.is_dir() else p

@@ -18,7 +18,6 @@ requests longer than the model's context.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,7 +237,3 @@ def case_scenario(case: Case, model_config: dict[str, Any], dtype: str, calibrat
                        trace_file, case.seed, serving_loop)
     sc["name"] = case.tag
     return sc
-
-
-def knobs_dict(knobs: RunKnobs) -> dict[str, Any]:
-    return dataclasses.asdict(knobs)
