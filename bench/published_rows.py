@@ -376,15 +376,6 @@ def _version3(text: Any) -> tuple[int, int, int] | None:
     return min(found) if found else None
 
 
-def _version(text: Any) -> tuple[int, int] | None:
-    """(major, minor) of a published engine version such as "0.11.0" or "0.7.4.dev181+g..."
-    (the lowest when a source lists several); None when unknown."""
-    import re
-
-    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.\d+", str(text))]
-    return min(found) if found else None
-
-
 def _vllm_defaults(row: Row, s: dict[str, Any], sc: dict[str, Any], closed: bool,
                    notes: list[str]) -> None:
     """vLLM's documented scheduler defaults (see VLLM_V1_DEFAULTS) for what a source leaves
@@ -395,7 +386,8 @@ def _vllm_defaults(row: Row, s: dict[str, Any], sc: dict[str, Any], closed: bool
     sched = sc["scheduler"]
     if s.get("max_batch") and s.get("max_num_batched_tokens"):
         return
-    version = _version(row.source.get("engine_version"))
+    v3 = _version3(row.source.get("engine_version"))  # (major, minor) of the lowest listed
+    version = v3[:2] if v3 else None
     if version is None:
         notes.append("vLLM version not published: kvpd's scheduler defaults")
         return

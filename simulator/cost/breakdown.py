@@ -64,7 +64,7 @@ def _roofline(name: str, flops: float, nbytes: float, rate_c: float, rate_m: flo
     return _timed(name, flops, nbytes, flops * rate_c, nbytes * rate_m, ov, eff)
 
 
-def _shape_note(lc: Any, rows: float, acc: Any) -> str:
+def _shape_note(lc: Any, rows: float) -> str:
     """What the GEMM shape terms did at `rows` rows (for explain)."""
     if lc is None or not lc.shaped:
         return ""
@@ -93,7 +93,6 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     ops: list[OpCost] = []
     gv = rate["gemv_m"]
     gemv = T == 1.0 or 1.0 < T < p.gemm_row_passes_below  # linears as T GEMV passes
-    acc = cm.accelerator
     g_eff, g_src = src["gemm_compute_efficiency"]
     m_eff, m_src = src["gemm_memory_efficiency"]
     v_eff, v_src = src["gemv_memory_efficiency"]
@@ -102,7 +101,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         lc = lin[key]
         rows = 1.0 if gemv else T
         shape = lc.efficiency_factor(rows)
-        c_eff = (g_eff * shape, g_src + _shape_note(lc, rows, acc))
+        c_eff = (g_eff * shape, g_src + _shape_note(lc, rows))
         if not gemv:
             return _timed(name, T * fl, wb + T * act, lc.seconds(T), (wb + T * act) * gm, ov,
                           (*c_eff, m_eff, m_src))
@@ -150,7 +149,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         hit = raw.get("experts_per_rank", E) * (1.0 - (1.0 - k / E) ** T)
         nb = wb * hit + raw["router_bytes"] + T * act
         lc = lin["mlp"]
-        c_eff = (g_eff * lc.efficiency_factor(T), g_src + _shape_note(lc, T, acc))
+        c_eff = (g_eff * lc.efficiency_factor(T), g_src + _shape_note(lc, T))
         ops.append(_timed(name, T * fl, nb, lc.seconds(T), nb * gm, ov,
                           (*c_eff, m_eff, m_src)))
     else:
@@ -181,9 +180,8 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if st["last"]:
         fl, wb, act = raw["lm_head"]
         lc = lin["lm_head"]
-        h_eff = (lc.rate and 1.0 / (lc.rate * cm.accelerator.peak_flops(
-            "fp32" if cm.dtype == "fp32" else "bf16"))) * lc.efficiency_factor(R)
-        h_src = "16-bit LM head: BF16 GEMM efficiency" + _shape_note(lc, R, acc)
+        h_eff = lc.efficiency * lc.efficiency_factor(R)
+        h_src = "16-bit LM head: BF16 GEMM efficiency" + _shape_note(lc, R)
         if R == 1.0:  # one request: a GEMV
             head = _timed("lm_head", fl, wb + act, lc.seconds(1), wb * gv + act * gm, ov,
                           (h_eff, h_src, v_eff, v_src))
@@ -311,15 +309,13 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
     stage_times = []
     for st in cm._stages:
         fast = st["fast"]
-        ac, akv, aq, dreq = fast[42], fast[43], fast[14], fast[41]  # MLA: absorbed decode
+        ac, akv, aqd = fast.dac, fast.dakv, fast.aqd  # MLA: the absorbed decode form
         # the stage without its decode-attention term, then the growing attention term
-        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * (aq + dreq)
-        c, m = ctx * ac, ctx * akv + Rd * (aq + dreq)
+        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aqd
+        c, m = ctx * ac, ctx * akv + Rd * aqd
         stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
-    if cm.pp == 1:
-        total = stage_times[0]
-    else:
-        total = stage_times[0]
+    total = stage_times[0]
+    if cm.pp > 1:
         for t in stage_times[1:]:
             total = total + t
         longest = stage_times[0]

@@ -58,12 +58,13 @@ from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.linear_cost import LinearCost
-from simulator.cost.models import ModelSpec, get_model
+from simulator.cost.models import ModelSpec, dtype_bytes, get_model
 from simulator.cost.moe_cost import expected_experts_hit, mla_terms, moe_terms, stage_layer_split
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
 from simulator.cost.precision import Precision, resolve
+from simulator.cost.stage_coefs import StageCoefs
 
 # Sampling reads the fp32 logits of each request about three times (softmax, top-k/top-p
 # filtering, the draw) in vLLM's sampler; order of magnitude, absorbed by calibration.
@@ -193,7 +194,7 @@ class CostModel:
         hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
         wb = pr.matrix_weight_bytes
         ab = pr.activation_bytes  # activations, norms, embeddings
-        kvb = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[pr.kv_cache_dtype]
+        kvb = dtype_bytes(pr.kv_cache_dtype)
         bw = acc.mem_bw_bytes_per_s
         k = self.kernels
         rate = {
@@ -255,7 +256,7 @@ class CostModel:
         # per-query work as `half_keys` extra keys, decode's per-request KV tokens
         half_keys = getattr(k, "attn_half_keys", 0.0)
         req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
-        fast = (
+        fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
             lin["mlp"].per_row, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
@@ -285,6 +286,11 @@ class CostModel:
             raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * am,
             # decode attention per query-key pair and per context token (MLA: absorbed form)
             raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am,
+            # one row of each linear, and a decode request's fixed attention seconds
+            lin["qkv_proj"].seconds(1) if lin["qkv_proj"].shaped else lin["qkv_proj"].per_row,
+            lin["o_proj"].seconds(1) if lin["o_proj"].shaped else lin["o_proj"].per_row,
+            lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
+            raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens}
@@ -405,19 +411,17 @@ class CostModel:
         return max(1, min(self._microbatches, shape.num_reqs))
 
     @staticmethod
-    def _stage_time(fast: tuple, T: float, R: float, Tp: float, P: float, Pctx: float,
+    def _stage_time(fast: StageCoefs, T: float, R: float, Tp: float, P: float, Pctx: float,
                     Rd: float, Dctx: float) -> float:
         """Seconds of one stage for one micro-batch (plain float arithmetic, hot path)."""
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
          qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
-         dac, dakv) = fast
+         dac, dakv, q1, o1, m1, aqd) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
-            for a, b in ((q_lin.seconds(1) if q_lin else qc, qv + qm1),
-                         (o_lin.seconds(1) if o_lin else oc, ovv + om1),
-                         (m_lin.seconds(1) if m_lin else mc, mv + mm1)):
+            for a, b in ((q1, qv + qm1), (o1, ovv + om1), (m1, mv + mm1)):
                 t += T * (a + ov * b if a > b else b + ov * a)
         else:
             a = q_lin.seconds(T) if q_lin else T * qc
@@ -440,7 +444,7 @@ class CostModel:
             t += a + ov * b if a > b else b + ov * a
         if Rd:  # decode attention: fixed set-up, then its KV reads (+ per-request tokens)
             a = Dctx * dac
-            b = Dctx * dakv + Rd * (aq + dreq)
+            b = Dctx * dakv + Rd * aqd
             t += dovh + (a + ov * b if a > b else b + ov * a)
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather

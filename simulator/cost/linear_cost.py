@@ -30,6 +30,7 @@ class LinearCost:
                  weight_only: WeightOnly | None = None, alu_flops: float | None = None,
                  table_rows: int = TABLE_ROWS) -> None:
         self.gemms, self.layers = gemms, layers
+        self.efficiency = efficiency  # of the peak, at full waves (explain reports it)
         self.rate = 1.0 / (peak_flops * efficiency)  # seconds per FLOP at full waves
         self.tile, self.sm_count = tile, sm_count
         self.weight_only = weight_only

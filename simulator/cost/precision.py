@@ -23,7 +23,7 @@ from typing import Any
 
 from simulator.cost.hardware import Accelerator
 from simulator.cost.kernels import kernel_profile
-from simulator.cost.models import normalize_dtype
+from simulator.cost.models import dtype_bytes, normalize_dtype
 
 QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
@@ -37,7 +37,6 @@ DEFAULT_GROUP_SIZE = 128
 # Bytes of quantization metadata per group: AWQ/GPTQ int4 store one fp16 scale and one packed
 # 4-bit zero point per group (2.5 bytes); GPTQ int8 one fp16 scale and one 8-bit zero (3 bytes).
 _GROUP_META_BYTES = {"int4": 2.5, "int8": 3.0}
-_BITS = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class Precision:
     @property
     def matrix_weight_bytes(self) -> float:
         """Bytes per stored matrix weight, including the quantization groups' scales/zeros."""
-        b = _BITS[self.dtype]
+        b = dtype_bytes(self.dtype)
         if self.weight_only:
             per_group = self.group_size if self.group_size > 0 else 4096  # per channel: ~K
             b += _GROUP_META_BYTES[self.dtype] / per_group
