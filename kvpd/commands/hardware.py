@@ -77,7 +77,7 @@ def _acc_dict(a) -> dict:
     links = {k: (_link_dict(a.link(k)) if getattr(a, k) else None)
              for k in ("scale_up_link", "pcie", "scale_out")}
     return {"name": a.name, "description": a.description, "vendor": a.vendor,
-            "arch": a.arch or None, "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops,
+            "arch": a.arch or None, "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops, "fp4_tflops": a.fp4_tflops,
             "int8_tops": a.int8_tops, "fp32_tflops": a.fp32_tflops,
             "memory_gib": a.memory_bytes / 2**30, "mem_bw_tbps": a.mem_bw_bytes_per_s / 1e12,
             "sm_count": a.sm_count, "price_per_hour": a.price_per_hour,

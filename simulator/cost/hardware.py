@@ -29,7 +29,7 @@ from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
 GIB = 2**30  # bytes; catalog memory sizes are binary (see hardware.yaml header)
 
-ACCEL_NUMERIC = ("bf16_tflops", "fp8_tflops", "int8_tops", "fp32_tflops", "memory_gib",
+ACCEL_NUMERIC = ("bf16_tflops", "fp8_tflops", "fp4_tflops", "int8_tops", "fp32_tflops", "memory_gib",
                  "mem_bw_tbps", "sm_count", "price_per_hour", "matmul_efficiency")
 ACCEL_TEXT = ("description", "vendor", "arch", "scale_up_link", "pcie", "scale_out")
 ACCEL_REQUIRED = ("bf16_tflops", "memory_gib", "mem_bw_tbps")
@@ -65,6 +65,7 @@ class Accelerator:
     memory_bytes: int
     mem_bw_bytes_per_s: float
     int8_tops: float | None = None  # dense INT8 tensor TOP/s (w8a8); None: no INT8 tensor path
+    fp4_tflops: float | None = None  # dense FP4 (NVFP4 / MXFP4) tensor TFLOP/s; None: no FP4 units
     scale_up_link: str | None = None
     pcie: str | None = None
     scale_out: str | None = None
@@ -79,20 +80,22 @@ class Accelerator:
 
     def peak_flops(self, compute: str) -> float:
         """Peak dense FLOP/s (OP/s for int8) of GEMMs that multiply in `compute`: bf16/fp16
-        (also weight-only int4, W4A16), fp8 and int8 (W8A8, on those units only), fp32."""
+        (also weight-only int4, W4A16), fp8, fp4 and int8 (W8A8 / W4A4, on those units
+        only), fp32."""
         if compute in ("bf16", "fp16", "int4"):
             return self.bf16_tflops * 1e12
-        if compute in ("fp8", "int8"):
-            peak = self.fp8_tflops if compute == "fp8" else self.int8_tops
+        if compute in ("fp8", "fp4", "int8"):
+            field_name = "int8_tops" if compute == "int8" else f"{compute}_tflops"
+            peak = getattr(self, field_name)
             if not peak:
                 raise ValueError(f"hardware {self.name!r} has no {compute.upper()} tensor units "
-                                 f"({compute}_{'tflops' if compute == 'fp8' else 'tops'} is null)")
+                                 f"({field_name} is null)")
             return peak * 1e12
         if compute == "fp32":
             if self.fp32_tflops is None:
                 raise ValueError(f"hardware {self.name!r} has no fp32_tflops figure; use bf16")
             return self.fp32_tflops * 1e12
-        raise ValueError(f"unknown dtype {compute!r}; expected fp32, bf16, fp16, fp8, int8 or int4")
+        raise ValueError(f"unknown dtype {compute!r}; expected fp32, bf16, fp16, fp8, fp4, int8 or int4")
 
     def link(self, kind: str) -> Link | None:
         """The `scale_up_link`, `pcie` or `scale_out` link (None where the part has none)."""
@@ -242,6 +245,7 @@ def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Acc
         fp8_tflops=nums["fp8_tflops"],
         fp32_tflops=nums["fp32_tflops"],
         int8_tops=nums["int8_tops"],
+        fp4_tflops=nums["fp4_tflops"],
         memory_bytes=int(nums["memory_gib"] * GIB),
         mem_bw_bytes_per_s=nums["mem_bw_tbps"] * 1e12,
         scale_up_link=links["scale_up_link"],

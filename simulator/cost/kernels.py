@@ -58,6 +58,18 @@ class KernelProfile:
     kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
     extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
     grouped_gemm: GroupedGemm | None = None  # fused-MoE grouped GEMM terms (None: dense pricing)
+    fp4_relative: float | None = None  # FP4 (W4A4) GEMM efficiency / BF16; None: no FP4 kernels
+
+    def relative(self, compute: str) -> float:
+        """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
+        if compute in ("fp8", "int8"):
+            return self.fp8_relative
+        if compute == "fp4":
+            if self.fp4_relative is None:
+                raise ValueError(f"{KERNELS_FILE}: {self.arch}.gemm has no fp4_relative "
+                                 "(no FP4 GEMM kernels known for this architecture)")
+            return self.fp4_relative
+        return 1.0
 
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
@@ -114,6 +126,8 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         extra_kernels=tuple((str(k), int(v)) for k, v in
                             (e.get("layer_floor", {}).get("extra_kernels") or {}).items()),
         grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
+        fp4_relative=(_frac(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
+                      if g.get("fp4_relative") is not None else None),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))

@@ -11,8 +11,20 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `n_shared_experts` (x `moe_intermediate_size`), `first_k_dense_replace` dense layers of
   `intermediate_size`, and MLA: `kv_lora_rank`, `q_lora_rank` (null = plain q_proj),
   `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`.
+- gpt-oss: as Mixtral (`num_local_experts`, `num_experts_per_tok`, `intermediate_size` per
+  expert); `sliding_window` on the layers `layer_types` marks "sliding_attention". Its
+  attention sinks (one logit per head) cost nothing measurable and are not priced.
+- Llama 4 (the `text_config` of Llama4ForConditionalGeneration): `num_local_experts`,
+  `num_experts_per_tok`, `intermediate_size` per routed expert and for the one shared
+  expert of every MoE layer, `intermediate_size_mlp` for the dense layers, MoE layers every
+  `interleave_moe_layer_step` (or the listed `moe_layers`). Its chunked local attention
+  ("chunked_attention" layers of `attention_chunk_size`) is priced and cached as a sliding
+  window of that size: exact up to one chunk of context, an upper bound beyond (a query
+  sees at most a chunk; a window always a full one).
 - Mistral / Qwen2: `sliding_window` (Qwen2 only with `use_sliding_window`), and
   `layer_types` ("sliding_attention" / "full_attention") where the config lists them.
+Dense and MoE layers interleaved (Llama 4 Maverick) are counted, not placed: a pipeline
+stage split treats the dense ones as coming first, as for DeepSeek.
 A field an MoE or MLA family needs and the config lacks is refused, naming the field.
 """
 
@@ -20,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"}
+MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+                "deepseek_v3"}
 MLA_FAMILIES = {"deepseek_v2", "deepseek_v3"}
 
 
@@ -48,10 +61,20 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam not in MOE_FAMILIES:
         return {}
     L = cfg.get("num_hidden_layers") or 0
-    if fam == "mixtral":
+    if fam in ("mixtral", "gpt_oss"):
         return {"num_experts": _req(cfg, "num_local_experts", where, fam),
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
                 "ffn_size": _req(cfg, "intermediate_size", where, fam)}
+    if fam == "llama4":
+        expert = _req(cfg, "intermediate_size", where, fam)
+        step = _opt(cfg, "interleave_moe_layer_step", where, 1) or 1
+        moe = cfg.get("moe_layers")
+        moe = set(moe) if moe else set(range(step - 1, L, step))
+        return {"num_experts": _req(cfg, "num_local_experts", where, fam),
+                "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
+                "ffn_size": expert, "dense_ffn_size": _req(cfg, "intermediate_size_mlp", where, fam),
+                "num_shared_experts": 1, "shared_expert_ffn_size": expert,
+                "num_dense_layers": sum(1 for i in range(L) if i not in moe)}
     out: dict[str, Any] = {
         "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
         "ffn_size": _req(cfg, "moe_intermediate_size", where, fam),
@@ -100,22 +123,27 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """`sliding_window` (tokens) and how many layers use it, by HF's rules per family."""
     if fam in ("qwen2", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window", False):
         return {}
-    if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe"):
+    if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4"):
         return {}
-    window = cfg.get("sliding_window")
+    window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window")
     if not window:
         return {}
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ValueError(f"{where}: field 'sliding_window' must be a positive integer or null, "
+        key = "attention_chunk_size" if fam == "llama4" else "sliding_window"
+        raise ValueError(f"{where}: field {key!r} must be a positive integer or null, "
                          f"got {window!r}")
     L = cfg.get("num_hidden_layers") or 0
     types = cfg.get("layer_types")
     if types is not None:
-        bad = sorted({t for t in types if t not in ("sliding_attention", "full_attention")})
+        local = "chunked_attention" if fam == "llama4" else "sliding_attention"
+        bad = sorted({t for t in types if t not in (local, "full_attention")})
         if bad or len(types) != L:
             raise ValueError(f"{where}: field 'layer_types' must list {L} entries of "
-                             f"'sliding_attention' / 'full_attention', got {types!r}")
-        sliding = sum(t == "sliding_attention" for t in types)
+                             f"{local!r} / 'full_attention', got {types!r}")
+        sliding = sum(t == local for t in types)
+    elif fam == "llama4":  # no layer_types: every no_rope_layers 0 entry is global
+        nope = cfg.get("no_rope_layers") or []
+        sliding = sum(1 for x in nope if x) if nope else L - L // 4
     elif fam in ("qwen2", "qwen2_moe"):  # HF: layers from max_window_layers on slide
         mwl = _opt(cfg, "max_window_layers", where, L)
         sliding = sum(1 for i in range(L) if i >= mwl) if fam == "qwen2" else \

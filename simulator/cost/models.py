@@ -21,13 +21,19 @@ import yaml
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
 from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
 
-_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+                "fp4": 0.5}
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
                   "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                  "w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8"}
+                  "w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8",
+                  "nvfp4": "fp4", "mxfp4": "fp4", "e2m1": "fp4"}
 # int4 checkpoints (AWQ/GPTQ) store one fp16 scale and one packed 4-bit zero point per
 # group of 128 weights: 2.5 bytes / 128 weights (AutoAWQ / AutoGPTQ default group_size=128).
 INT4_GROUP_OVERHEAD_BYTES = 2.5 / 128
+# FP4 (E2M1) block scales per weight: NVFP4 has one FP8 E4M3 scale per 16 values (plus one
+# FP32 per tensor; NVIDIA technical blog "Introducing NVFP4", 2025-06); MXFP4 one E8M0 scale
+# per 32 values (OCP Microscaling Formats (MX) v1.0 specification, 2023-09).
+FP4_SCALE_BYTES = {"nvfp4": 1.0 / 16, "mxfp4": 1.0 / 32}
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -41,11 +47,14 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
+    "Llama4ForCausalLM": "llama4",
 }
 
 
 def normalize_dtype(dtype: str) -> str:
-    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int8, int4."""
+    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int8, int4, fp4."""
     key = str(dtype).strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in _DTYPE_BYTES:
@@ -54,7 +63,8 @@ def normalize_dtype(dtype: str) -> str:
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of `dtype` (fp32, bf16, fp16, fp8, int8, int4 -> 4, 2, 2, 1, 1, 0.5)."""
+    """Bytes per element of `dtype` (fp32, bf16, fp16, fp8, int8, int4, fp4 -> 4, 2, 2, 1, 1,
+    0.5, 0.5)."""
     return _DTYPE_BYTES[normalize_dtype(dtype)]
 
 
@@ -282,9 +292,11 @@ class ModelSpec:
 
 
 def matrix_weight_bytes(dtype: str) -> float:
-    """Bytes per stored matrix weight in `dtype`, including int4 group scales."""
+    """Bytes per stored matrix weight in `dtype`, including int4 group scales and the FP4
+    block scales (NVFP4's, the larger of the two FP4 formats; `Precision` knows the format)."""
     dt = normalize_dtype(dtype)
-    return _DTYPE_BYTES[dt] + (INT4_GROUP_OVERHEAD_BYTES if dt == "int4" else 0.0)
+    extra = {"int4": INT4_GROUP_OVERHEAD_BYTES, "fp4": FP4_SCALE_BYTES["nvfp4"]}.get(dt, 0.0)
+    return _DTYPE_BYTES[dt] + extra
 
 
 # ----------------------------------------------------------------------------- HF parsing
@@ -326,6 +338,8 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
         raise ValueError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     arch, fam = _family(cfg, where)
     name = name or str(cfg.get("_name_or_path") or fam)
+    if fam == "llama4" and isinstance(cfg.get("text_config"), dict):  # the multimodal wrapper
+        cfg = {**cfg["text_config"], "architectures": [arch]}
     if fam == "gpt2":
         d = _int(cfg, "n_embd", where)
         heads = _int(cfg, "n_head", where)
@@ -369,7 +383,8 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
                                                       and fam not in ("deepseek_v2", "deepseek_v3")),
             o_bias=bool(cfg.get("attention_bias", False)),
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3", **variant)
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
+            or bool(cfg.get("use_qk_norm", False)), **variant)
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
                          f"num_attention_heads={spec.num_heads}")

@@ -188,7 +188,7 @@ class CostParams:
 
     @classmethod
     def default_for(cls, accelerator: Any, compute: str = "bf16") -> CostParams:
-        """Defaults for `accelerator` running GEMMs in `compute` (bf16, fp8, int8, fp32): the
+        """Defaults for `accelerator` running GEMMs in `compute` (bf16, fp8, fp4, int8, fp32): the
         part's measured matmul efficiency (MAMF) where the catalog has one, and its kernel
         profile's efficiencies (simulator/catalog/kernels.yaml); `efficiency_sources` says
         where each came from."""
@@ -199,8 +199,7 @@ class CostParams:
         if not isinstance(prof, KernelProfile):  # Apple, CPU: flat defaults
             return cls(gemm_compute_efficiency=eff) if eff else cls()
         gemm = eff or prof.bf16_efficiency
-        if compute in ("fp8", "int8"):
-            gemm *= prof.fp8_relative
+        gemm *= prof.relative(compute)
         return cls(gemm_compute_efficiency=gemm,
                    layer_overhead_s=prof.layer_floor_s or cls.layer_overhead_s,
                    gemm_memory_efficiency=prof.weight_stream_efficiency,
@@ -299,8 +298,9 @@ def efficiency_sources(params: CostParams, accelerator: Any,
             src = (f"simulator/catalog/hardware.yaml {accelerator.name}.matmul_efficiency (MAMF)"
                    if mamf else (prof.source("gemm.bf16_efficiency")
                                  if isinstance(prof, KernelProfile) else "simulator/cost/params.py"))
-            if compute in ("fp8", "int8") and isinstance(prof, KernelProfile):
-                src += f" x {prof.source('gemm.fp8_relative')}"
+            if compute in ("fp8", "int8", "fp4") and isinstance(prof, KernelProfile):
+                key = "gemm.fp4_relative" if compute == "fp4" else "gemm.fp8_relative"
+                src += f" x {prof.source(key)}"
         elif isinstance(prof, KernelProfile) and name in _FIELD_SOURCES:
             src = prof.source(_FIELD_SOURCES[name])
         else:

@@ -11,6 +11,9 @@ The knobs map to vLLM's: `dtype` (activations), `quantization` (the checkpoint's
     w8a8    int8          INT8 tensor cores (SmoothQuant)     int8_tops
     awq     int4          16-bit tensor cores after in-kernel  a weight-only kernel (Marlin)
     gptq    int4 or int8  dequantization (W4A16 / W8A16)      for the part's architecture
+    nvfp4   fp4 (E2M1)    FP4 tensor cores (W4A4, block       fp4_tflops; else the weight-
+    mxfp4                 scales in the MMA); weight-only      only kernel (W4A16), as vLLM's
+                          (W4A16) on parts without FP4 units   Marlin FP4 path on Hopper/Ampere
 
 A precision the part cannot run, or a method with no cost model, is refused by `resolve`
 naming the part and what it supports.
@@ -23,13 +26,16 @@ from typing import Any
 
 from simulator.cost.hardware import Accelerator
 from simulator.cost.kernels import kernel_profile
-from simulator.cost.models import dtype_bytes, normalize_dtype
+from simulator.cost.models import FP4_SCALE_BYTES, dtype_bytes, normalize_dtype
 
-QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq")
+QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq", "nvfp4", "mxfp4")
+FP4_METHODS = ("nvfp4", "mxfp4")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 # the weight dtype each method stores, and the dtype its GEMMs compute in ("weight-only":
 # 16-bit activations times dequantized weights)
-_METHOD_WEIGHTS = {"fp8": ("fp8",), "w8a8": ("int8",), "awq": ("int4",), "gptq": ("int4", "int8")}
+_METHOD_WEIGHTS = {"fp8": ("fp8",), "w8a8": ("int8",), "awq": ("int4",), "gptq": ("int4", "int8"),
+                   "nvfp4": ("fp4",), "mxfp4": ("fp4",)}
+# (fp4 weights without a method: NVFP4 on NVIDIA parts, MXFP4, the OCP format, elsewhere)
 _DEFAULT_METHOD = {"fp8": "fp8", "int8": "w8a8", "int4": "awq"}
 # AutoAWQ and AutoGPTQ quantize in groups of 128 weights by default (their README examples,
 # `q_group_size=128` / `group_size=128`); -1 is GPTQ's "one group per output channel".
@@ -43,16 +49,18 @@ _GROUP_META_BYTES = {"int4": 2.5, "int8": 3.0}
 class Precision:
     """How one replica stores and computes: weights, their quantization, the KV cache."""
 
-    dtype: str  # weight storage: fp32, bf16, fp16, fp8, int8, int4
+    dtype: str  # weight storage: fp32, bf16, fp16, fp8, int8, int4, fp4
     method: str | None  # quantization method (None: unquantized)
     group_size: int  # weights per quantization group (weight-only methods; -1: per channel)
     kv_cache_dtype: str  # bf16, fp16, fp8 or fp32
-    compute: str  # what the GEMMs multiply in: fp32, bf16, fp8, int8
+    compute: str  # what the GEMMs multiply in: fp32, bf16, fp8, fp4, int8
 
     @property
     def weight_only(self) -> bool:
-        """Weight-only quantization (AWQ, GPTQ): fewer bytes, dequantized in the GEMM kernel."""
-        return self.method in ("awq", "gptq")
+        """Weight-only quantization (AWQ, GPTQ, FP4 without FP4 units): fewer bytes,
+        dequantized in the GEMM kernel, 16-bit tensor cores."""
+        return self.method in ("awq", "gptq") or (self.method in FP4_METHODS
+                                                    and self.compute != "fp4")
 
     @property
     def activation_bytes(self) -> float:
@@ -63,14 +71,18 @@ class Precision:
     def matrix_weight_bytes(self) -> float:
         """Bytes per stored matrix weight, including the quantization groups' scales/zeros."""
         b = dtype_bytes(self.dtype)
+        if self.method in FP4_METHODS:
+            return b + FP4_SCALE_BYTES[self.method]
         if self.weight_only:
             per_group = self.group_size if self.group_size > 0 else 4096  # per channel: ~K
             b += _GROUP_META_BYTES[self.dtype] / per_group
         return b
 
     def label(self) -> str:
-        q = f" {self.method}" + (f" g{self.group_size}" if self.weight_only else "") \
+        q = f" {self.method}" + (f" g{self.group_size}" if self.method in ("awq", "gptq") else "") \
             if self.method else ""
+        if self.method in FP4_METHODS:
+            q += " (W4A4)" if self.compute == "fp4" else " (weight-only, W4A16)"
         return f"{self.dtype}{q} weights, {self.kv_cache_dtype} KV cache"
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,8 +122,11 @@ def supported(acc: Accelerator) -> list[str]:
         out.append("fp8")
     if acc.int8_tops:
         out.append("int8/w8a8")
-    if kernel_profile(acc).weight_only is not None:
+    wo = kernel_profile(acc).weight_only is not None
+    if wo:
         out += ["int8/gptq", "int4/awq", "int4/gptq"]
+    if acc.fp4_tflops or wo:
+        out += ["fp4/nvfp4", "fp4/mxfp4"]
     return out
 
 
@@ -133,6 +148,8 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     method = q.get("method")
     if method is not None:
         method = check_method(method, f"{pre}quantization.method")
+    elif dt == "fp4":
+        method = "nvfp4" if acc.vendor == "nvidia" else "mxfp4"
     elif dt in _DEFAULT_METHOD:
         method = _DEFAULT_METHOD[dt]
     if method is None and dt in ("fp32", "bf16", "fp16"):
@@ -141,18 +158,26 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     elif method is not None and dt not in _METHOD_WEIGHTS[method]:
         raise ValueError(f"{pre}quantization method {method!r} stores "
                          f"{' or '.join(_METHOD_WEIGHTS[method])} weights, not dtype {dt!r}")
+    if method in FP4_METHODS and "group_size" in q:
+        raise ValueError(f"{pre}quantization.group_size: {method} fixes its block size "
+                         f"({int(round(1 / FP4_SCALE_BYTES[method]))} weights per scale); "
+                         "leave group_size out")
     group = q.get("group_size", DEFAULT_GROUP_SIZE)
     if isinstance(group, bool) or not isinstance(group, int) or not (group > 0 or group == -1):
         raise ValueError(f"{pre}quantization.group_size must be a positive integer or -1 "
                          f"(per channel), got {group!r}")
     weight_only = method in ("awq", "gptq")
     compute = {"fp8": "fp8", "w8a8": "int8"}.get(method or "", "fp32" if dt == "fp32" else "bf16")
+    if method in FP4_METHODS and acc.fp4_tflops:
+        compute = "fp4"
     can = supported(acc)
     want = dt if method in (None, "fp8") else f"{dt}/{method}"
     if want not in can:
         why = {"fp32": " (the catalog has no fp32_tflops figure for it)",
                "fp8": " (fp8_tflops is null: no FP8 tensor cores)",
-               "int8/w8a8": " (int8_tops is null: no INT8 tensor path)"}.get(
+               "int8/w8a8": " (int8_tops is null: no INT8 tensor path)",
+               "fp4/nvfp4": " (fp4_tflops is null and no weight-only kernel profile)",
+               "fp4/mxfp4": " (fp4_tflops is null and no weight-only kernel profile)"}.get(
             want, f" (no weight-only kernel profile for arch {acc.arch or 'none'!r})")
         raise ValueError(f"{pre}{acc.name} cannot run {want} weights{why}; it supports: "
                          f"{', '.join(can)}")
