@@ -141,3 +141,36 @@ def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
     assert cm._stages[0]["raw"]["layer_floor_s"] == pytest.approx(want)
     op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "layer_overhead")
     assert op.time_s == pytest.approx(want)
+
+
+def test_moe_activation_and_topk_sum_passes_add_their_bytes():
+    """vLLM's fused MoE runs silu_and_mul over each token's k experts and moe_sum over their
+    k outputs as kernels of their own: the elementwise bytes per token per MoE layer count
+    k x 3 x (moe_intermediate / tp) + (k + 1) x hidden, not one expert's intermediate."""
+    m = get_model("qwen3-235b-a22b")
+    cm = CostModel(m, "h100-sxm", tp=8)
+    ops = {o.name: o for o in cm.explain(BatchShape.from_lists([4096], [0])).ops}
+    d, k, f = m.hidden_size, m.experts_per_token, m.ffn_size / 8
+    base = 8 * d + 2 * (cm.shard.heads + cm.shard.kv_heads) * m.head_dim
+    per_layer = (base + k * 3 * f + (k + 1) * d) * 2
+    assert ops["norm_act_rope"].bytes == pytest.approx(4096 * m.num_layers * per_layer)
+    dense = CostModel("llama-3-8b", "h100-sxm")  # a dense model keeps its one SiLU x up pass
+    dops = {o.name: o for o in dense.explain(BatchShape.from_lists([4096], [0])).ops}
+    dm = dense.model
+    assert dops["norm_act_rope"].bytes == pytest.approx(
+        4096 * dm.num_layers * 2 * (8 * dm.hidden_size + 3 * dm.ffn_size
+                                    + 2 * (dm.num_heads + dm.num_kv_heads) * dm.head_dim))
+
+
+def test_fp8_fused_moe_runs_at_the_measured_speedup_over_bf16_not_the_doubled_peak():
+    """kernels.yaml grouped_gemm.fp8_speedup (vLLM PR #35457): W8A8 fused-MoE kernels are
+    ~1.15x the BF16 ones, while the dense FP8 GEMMs keep their own (higher) gain."""
+    pf = BatchShape.from_lists([8192], [0])
+    ops = {}
+    for dt in ("bf16", "fp8"):
+        cm = CostModel("mixtral-8x7b", "h100-sxm", tp=2, dtype=dt)
+        ops[dt] = {o.name: o for o in cm.explain(pf).ops}
+    moe = ops["bf16"]["moe_experts"].compute_s / ops["fp8"]["moe_experts"].compute_s
+    qkv = ops["bf16"]["qkv_proj"].compute_s / ops["fp8"]["qkv_proj"].compute_s
+    assert moe == pytest.approx(1.15, rel=0.03)  # router GEMM is dense: a little off 1.15
+    assert qkv > 1.5

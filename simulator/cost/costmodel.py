@@ -47,6 +47,7 @@ bench/costmodel.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -182,7 +183,19 @@ class CostModel:
             gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
             return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
         experts = ExpertShape(tuple(mats(f_rank, 1.0)), moe, kx, m.num_experts, ep)
-        return MoELinearCost(rest, experts, grouped, peak, eff, wo, alu)
+        return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu)
+
+    def _grouped_for_compute(self, g: Any) -> Any:
+        """The grouped-GEMM terms at this replica's GEMM precision. W8A8 (fp8 / int8) fused-MoE
+        kernels run `fp8_speedup` times as fast as the BF16 kernel at the same shape, not at
+        the dense FP8 GEMMs' share of the doubled peak: their `relative` is rescaled so the
+        FP8 rate x relative = the BF16 rate x relative x fp8_speedup."""
+        pr, acc, k = self.precision, self.accelerator, self.kernels
+        if pr.compute not in ("fp8", "int8") or g.fp8_speedup is None:
+            return g
+        peak_ratio = acc.peak_flops(pr.compute) / acc.peak_flops("bf16")
+        rel = g.relative * g.fp8_speedup / (peak_ratio * k.relative(pr.compute))
+        return dataclasses.replace(g, relative=min(1.0, rel))
 
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
@@ -327,11 +340,35 @@ class CostModel:
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
             raw["experts_per_rank"] = mt.experts_per_rank
             raw["moe_layers"] = moe
+            raw["elementwise"] = self._moe_elementwise(raw["elementwise"], dense, moe, ab)
             if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
                                     n_ar * (2 * (tp - 1) * self.link.latency_s + self._ar_extra))
                 raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
+
+    def _moe_elementwise(self, dense_terms: tuple[float, float], dense: int, moe: int,
+                         ab: float) -> tuple[float, float]:
+        """The elementwise passes of an MoE stage per token (FLOPs, bytes). vLLM's fused MoE
+        runs the activation (`silu_and_mul`: reads 2 x, writes 1 x the intermediate of each of
+        a token's k experts on this rank) and the top-k reduction (`moe_sum`: reads k, writes
+        one hidden state) as kernels of their own between the two grouped GEMMs
+        (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl), so, like a
+        dense MLP's SiLU x up, their bytes add to the step rather than hide under the GEMMs.
+        The dense terms counted one expert's intermediate; this counts the k experts, the
+        shared experts and the dense layers' MLPs."""
+        m, sh = self.model, self.shard
+        d, ep, tp, kx = m.hidden_size, self.ep, self.tp, m.experts_per_token
+        n_mats = 3 if m.gated_mlp else 2
+        L = dense + moe
+        f_rank = m.ffn_size / (1 if ep > 1 else tp)
+        share = 1.0 / ep if ep > 1 else 1.0
+        per_moe = (kx * share * n_mats * f_rank + (kx + 1) * d
+                   + n_mats * m.shared_expert_ffn_size / tp)
+        per_dense = n_mats * m.dense_ffn_size / tp
+        flops, nbytes = dense_terms
+        nbytes += (moe * per_moe + dense * per_dense - L * n_mats * sh.ffn) * ab
+        return flops, nbytes
 
     def expected_experts_loaded(self, num_tokens: float) -> float:
         """Routed experts whose weights one rank streams per MoE layer for a step of

@@ -12,7 +12,9 @@ grouped GEMM the engines run (vLLM/SGLang's Triton `fused_moe`), not as one dens
   BLOCK_SIZE_K of K) before the first MMA, and the non-persistent kernel does not hide it,
   so a GEMM of reduction length K runs at K / (K + k_half) of its long-K rate; with TP the
   down projection's K is moe_intermediate / tp (192 for Qwen3-235B at TP8);
-- a ceiling below dense GEMMs (`grouped_gemm.relative` x the part's dense efficiency).
+- a ceiling below dense GEMMs (`grouped_gemm.relative` x the part's dense efficiency);
+  W8A8 (FP8/INT8) kernels run `grouped_gemm.fp8_speedup` x the BF16 kernel's rate
+  (`CostModel._grouped_for_compute`), not the dense FP8 GEMMs' share of the doubled peak.
 
 The router, shared experts and dense first layers stay dense GEMMs (no tile model, as
 before). Tabled per row count like `LinearCost`; kernels.yaml `grouped_gemm` cites each

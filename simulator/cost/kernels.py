@@ -38,6 +38,7 @@ class GroupedGemm:
     relative: float  # long-K, padding-free efficiency / the part's dense GEMM efficiency
     block_m: tuple[int, int]  # smallest and largest BLOCK_SIZE_M the kernel picks
     k_half: float  # reduction length of the per-tile pipeline fill (elements of K)
+    fp8_speedup: float | None = None  # FP8 (W8A8) kernel speed / BF16 kernel speed, same shape
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,13 @@ def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
     if not 1 <= lo <= hi:
         raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.block_m must be [lo, hi] with "
                          f"1 <= lo <= hi, got {g['block_m']!r}")
+    speedup = g.get("fp8_speedup")
+    if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, (int, float))
+                                or not 0 < speedup <= 4):
+        raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.fp8_speedup must be a number in "
+                         f"(0, 4], got {speedup!r}")
     return GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
-                       float(g["k_half"]))
+                       float(g["k_half"]), None if speedup is None else float(speedup))
 
 
 def list_archs() -> list[str]:
