@@ -131,6 +131,14 @@ VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_b
 VLLM_V0_MAX_NUM_SEQS = 256
 VLLM_V0_LONG_CONTEXT = 32 * 1024
 
+# TensorRT-LLM's scheduler defaults when a source states neither (LLM API reference,
+# TorchLlmArgs / TrtLlmArgs: enable_chunked_prefill "Defaults to False", max_num_tokens 8192;
+# docs "Tuning Max Batch Size and Max Num Tokens": a context request is scheduled only when its
+# whole prompt fits the step's max_num_tokens). The batch limit is left at kvpd's default:
+# engines are built with their own max_batch_size, which the sources do not state.
+TRTLLM_NO_CHUNKED_PREFILL = True
+TRTLLM_MAX_NUM_TOKENS = 8192
+
 # Request counts a source leaves out: the harness's own default.
 #   vLLM benchmark_throughput.py: --num-prompts default 1000.
 #   AIPerf/genai-perf at fixed concurrency (NIM pages): no count published; 10 per
@@ -333,6 +341,8 @@ def to_scenario(row: Row) -> Converted:
         sc["scheduler"]["max_num_batched_tokens"] = int(s["max_num_batched_tokens"])
     if engine == "vllm" and not s.get("pd"):
         _vllm_defaults(row, s, sc, closed, notes)
+    if engine == "tensorrt-llm" and not s.get("pd"):
+        _trtllm_defaults(s, sc, notes)
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
     if closed:
@@ -417,6 +427,19 @@ def _vllm_defaults(row: Row, s: dict[str, Any], sc: dict[str, Any], closed: bool
                  f"{sched.get('max_num_seqs')}, max_num_batched_tokens "
                  f"{sched.get('max_num_batched_tokens', 'kvpd default')}"
                  + (", no chunked prefill" if sched.get("enable_chunked_prefill") is False else ""))
+
+
+def _trtllm_defaults(s: dict[str, Any], sc: dict[str, Any], notes: list[str]) -> None:
+    """TensorRT-LLM's documented scheduler defaults (TRTLLM_* above) for what a source leaves
+    unset: whole prompts per step (no chunked prefill) within 8192 tokens."""
+    sched = sc["scheduler"]
+    if s.get("enable_chunked_prefill") is None and TRTLLM_NO_CHUNKED_PREFILL:
+        sched["enable_chunked_prefill"] = False
+    if not s.get("max_num_batched_tokens"):
+        sched["max_num_batched_tokens"] = TRTLLM_MAX_NUM_TOKENS
+    notes.append("scheduler limits not published: TensorRT-LLM defaults, max_num_tokens "
+                 f"{sched['max_num_batched_tokens']}, chunked prefill "
+                 f"{'off' if sched.get('enable_chunked_prefill') is False else 'on'}")
 
 
 def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:

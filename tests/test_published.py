@@ -278,3 +278,17 @@ def test_moe_row_runs_end_to_end(rows, tmp_path):
     assert out.skipped is None, out.skipped
     assert out.predicted > 0
     assert out.error == pytest.approx(pr.signed_error(out.predicted, 23858.69))
+
+
+def test_tensorrt_llm_rows_get_its_documented_scheduler_defaults(rows):
+    """TensorRT-LLM schedules whole prompts (no chunked prefill) within max_num_tokens 8192
+    unless the source states otherwise; other engines keep their own rules."""
+    for r in rows:
+        sc = pr.to_scenario(r).scenario
+        sched = sc["scheduler"]
+        engine = r.source.get("engine_backend") or r.source["engine"]
+        if engine == "tensorrt-llm":
+            assert sched["enable_chunked_prefill"] is False
+            assert sched["max_num_batched_tokens"] == pr.TRTLLM_MAX_NUM_TOKENS
+        elif engine == "lmdeploy-turbomind":
+            assert "enable_chunked_prefill" not in sched
