@@ -241,3 +241,20 @@ def test_llm_builds_a_prefill_or_decode_scheduler_and_names_a_bad_role():
         assert LLM(TINY, **{**TINY_KWARGS, "role": role}).scheduler.config.role == role
     with pytest.raises(ValueError, match="scheduler.role must be one of"):
         LLM(TINY, **{**TINY_KWARGS, "role": "both"})
+
+
+def test_request_the_decode_pool_refuses_is_rejected_and_frees_the_prefill_blocks():
+    # 24 decode blocks of 4 tokens (96 tokens): a 90 + 20 token request fits the prefill pool
+    # but never the decode pool; the decode worker rejects it and releases the prefill KV at
+    # once (not after the stale-KV timeout), and the next request is served
+    cfg = tiny_config(pd=(1, 1), role_llm_kwargs={"decode": {"num_gpu_blocks": 24}})
+    with EngineClient(cfg) as client:
+        big, small = prompts(28, [90, 10])
+        r = client.submit(big, {**GREEDY, "max_tokens": 20})
+        assert r.done.wait(30)
+        assert "decode-0 can never serve it" in (r.error or ""), (r.finish_reason, r.error)
+        t0 = time.monotonic()
+        wait_pools_whole(client)
+        assert time.monotonic() - t0 < 5
+        ok = client.submit(small, {**GREEDY, "max_tokens": 5})
+        assert ok.done.wait(30) and ok.error is None and len(ok.token_ids) == 5

@@ -144,6 +144,8 @@ class EngineLoop:
         if self.connector is not None:
             self.connector.on_add(req, b)
         llm.engine.add_request(req, llm.clock())
+        if req.is_finished and self.connector is not None:  # refused: no KV will be taken
+            self.connector.on_abort(rid, f"rejected: {req.stop_reason}")
         self.live[rid] = req
         self.sent[rid] = req.num_output_tokens
         return []

@@ -242,6 +242,10 @@ class SimCluster:
             req.annotations["prefill_replica"] = prefill.name
             req.annotations["kv_ready_s"] = now
             self.decode_router.route(req).submit(req)
+            if req.is_finished:  # the decode pool refused it: nothing will take the KV
+                prefill.scheduler.release_transferred(req.request_id)
+        if any(req.is_finished for req in reqs):
+            prefill.wake()
 
     def _on_kv_to_receive(self, decode: SimReplica, items: list[tuple[Request, int]]) -> None:
         for req, cached in items:

@@ -65,13 +65,15 @@ class DecodeConnector:
     def on_add(self, req: Any, body: dict[str, Any]) -> None:
         self.source[req.request_id] = body.get("prefill_worker", "")
 
-    def on_abort(self, rid: str) -> None:
+    def on_abort(self, rid: str, reason: str = "aborted") -> None:
+        """Forget `rid` (aborted, or refused by this worker's scheduler) and release the
+        prefill worker's copy of its KV now, not after the stale-KV timeout."""
         st = self.rx.drop(rid)
         self.pending.pop(rid, None)
         self.kv_info.pop(rid, None)
         src = self.source.pop(rid, None) or (st.prefill_worker if st else "")
         if src:
-            self.rx.ack(src, rid, False, "aborted")
+            self.rx.ack(src, rid, False, reason)
 
     def want_read(self) -> bool:
         return True

@@ -127,7 +127,7 @@ class PrefillConnector:
         if target:
             self.target[req.request_id] = target
 
-    def on_abort(self, rid: str) -> None:
+    def on_abort(self, rid: str, reason: str = "aborted") -> None:
         self.target.pop(rid, None)
         self.streamed.pop(rid, None)
         self.held.pop(rid, None)  # the core's abort frees the held blocks
