@@ -87,3 +87,17 @@ def test_model_list_and_show_a_config_json(capsys, tmp_path) -> None:
     bad.write_text(json.dumps({"architectures": ["BertModel"]}))
     rc, _, err = run_cli(capsys, "model", "show", str(bad))
     assert rc == 2 and "supported: LlamaForCausalLM" in err
+
+
+def test_estimate_counts_a_sliding_window_request_s_blocks_as_the_core_does():
+    """A prefill step writes all its tokens before any block can slide out; a decode step
+    holds the window's blocks plus one token's (kv_cache_manager.blocks_held)."""
+    from kvpd.commands.estimate import kv_tokens_held
+    from simulator.core.kv_cache_manager import blocks_held
+    from simulator.cost.models import get_model
+
+    held = kv_tokens_held(get_model("mistral-7b"), 16)  # every layer slides, window 4096
+    assert held(8192, 8192) == 8192
+    assert held(16001, 1) == blocks_held(16001, 16, 4096, 1) * 16 == (256 + 1) * 16
+    assert held(100, 1) == 100
+    assert kv_tokens_held(get_model("llama-3-8b"), 16)(16001, 1) == 16001

@@ -76,11 +76,16 @@ def parse_hardware(text: str) -> str | dict:
 
 
 def kv_tokens_held(model, block_size: int):
-    """Tokens of KV one request of n tokens keeps in the pool: n, or when every layer slides
-    the blocks of its window (the core frees the rest: cdiv(window - 1, bs) + 1 blocks)."""
+    """Tokens of KV (whole blocks) one request of n tokens keeps in the pool during a step
+    that adds `step` of them: n, or when every layer slides, the blocks of its window plus
+    that step's (the core's rule, `kv_cache_manager.blocks_held`): a prefill's step writes
+    all its tokens before any block can slide out, a decode step adds one."""
+    from simulator.core.kv_cache_manager import blocks_held
+
     w = model.sliding_window if model.num_sliding_layers == model.num_layers else 0
-    cap = (-(-(w - 1) // block_size) + 1) * block_size if w else 0
-    return lambda n: min(n, cap) if cap else n
+    if not w:
+        return lambda n, step: n
+    return lambda n, step: min(n, blocks_held(n, block_size, w, step) * block_size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,12 +119,12 @@ def run(args: argparse.Namespace) -> int:
         b, n = parse_batch(args.prefill, "--prefill", need_batch=False)
         for _ in range(b):
             shape.add(n, 0)
-        kv_tokens += b * held(n)
+        kv_tokens += b * held(n, n)
     if args.decode:
         b, c = parse_batch(args.decode, "--decode", need_batch=True)
         for _ in range(b):
             shape.add(1, c)
-        kv_tokens += b * held(c + 1)
+        kv_tokens += b * held(c + 1, 1)
     br = cm.explain(shape)
     out = br.to_dict()
     out["decode_tokens_per_s"] = shape.num_decode_reqs / br.total_s if shape.num_decode_reqs else 0.0

@@ -50,6 +50,17 @@ class KVCacheStats:
         return self.prefix_hit_tokens / self.prefix_queries_tokens if self.prefix_queries_tokens else 0.0
 
 
+
+def blocks_held(num_tokens: int, block_size: int, window: int, step_tokens: int) -> int:
+    """The most blocks a request of `num_tokens` tokens holds at once when its steps add at
+    most `step_tokens` tokens: all of them, or with a sliding `window` (0: none) the window's
+    plus one step's (vLLM's `SlidingWindowSpec.max_memory_usage_bytes`:
+    cdiv(window - 1 + step, bs) + 1)."""
+    need = -(-num_tokens // block_size)
+    if not window:
+        return need
+    return min(need, -(-(window - 1 + step_tokens) // block_size) + 1)
+
 class KVCacheManager:
     """Per-replica KV bookkeeping: `num_gpu_blocks` device blocks of `block_size` tokens,
     `num_cpu_blocks` host blocks for swapping; `block_bytes` is one block's KV size (all
@@ -116,11 +127,8 @@ class KVCacheManager:
         """The most device blocks one request of `num_tokens` tokens holds at once: all of
         them, or with a sliding window those of the window plus one step's new tokens
         (vLLM's `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(window - 1 + step, bs) + 1)."""
-        need = -(-num_tokens // self.block_size)
-        if not self.sliding_window:
-            return need
-        step = self.max_step_tokens or num_tokens
-        return min(need, -(-(self.sliding_window - 1 + step) // self.block_size) + 1)
+        return blocks_held(num_tokens, self.block_size, self.sliding_window,
+                           self.max_step_tokens or num_tokens)
 
     def blocks_to_grow(self, num_tokens: int, held: int, revived: int = 0) -> int:
         """Device blocks a request whose table has `held` entries (`revived` of them prefix
