@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
 
 Spec = str | dict[str, Any]
@@ -306,16 +307,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
 
 def read_scenario_yaml(path: str | Path) -> dict[str, Any]:
     """A scenario file's raw mapping (not validated); errors name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"scenario file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a scenario must be a YAML mapping")
-    return data
+    return read_yaml_mapping(path, "scenario")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

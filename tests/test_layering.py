@@ -15,7 +15,8 @@ PACKAGES = ("kvpd", "simulator", "realexec", "workloads")
 ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("workloads", ()),
     ("simulator.core", ()),
-    ("simulator.scenario", ("simulator.cost", "workloads")),
+    ("simulator.scenario", ("simulator.cost", "simulator.yaml_file", "workloads")),
+    ("simulator.yaml_file", ()),
     ("simulator.cost", ("simulator.core",)),
     ("simulator.calibrate", ("simulator.core", "simulator.cost")),
     ("simulator.cluster", ("simulator.core", "simulator.cost", "simulator.calibrate",

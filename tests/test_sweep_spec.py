@@ -166,3 +166,22 @@ def test_huge_grid_is_refused_before_building_points():
     axes = [Axis(f"k{i}", tuple(range(10))) for i in range(6)]
     with pytest.raises(ValueError, match="1000000 points"):
         expand(axes, "grid", None, 0)
+
+
+def test_every_yaml_reader_words_its_errors_alike(tmp_path):
+    """Scenario, sweep and trace-spec files: the same three errors, each naming the file."""
+    from kvpd.commands.trace import _read_spec
+    from simulator.scenario import read_scenario_yaml
+
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [1, 2\n")
+    for read, what in ((read_scenario_yaml, "scenario"), (load_sweep, "sweep"),
+                       (lambda p: _read_spec(p, None), "--spec")):
+        with pytest.raises(FileNotFoundError, match=f"{what}.* file not found: .*missing.yaml"):
+            read(tmp_path / "missing.yaml")
+        with pytest.raises(ValueError, match=rf"list.yaml: a {what}.* must be a YAML mapping, got list"):
+            read(listing)
+        with pytest.raises(ValueError, match="broken.yaml: not valid YAML"):
+            read(broken)

@@ -247,14 +247,9 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _read_spec(path: Path, key: str | None) -> dict[str, Any]:
-    import yaml
+    from simulator.yaml_file import read_yaml_mapping
 
-    if not path.is_file():
-        raise FileNotFoundError(f"--spec: {path} does not exist")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: expected YAML or JSON ({exc})") from None
+    spec: Any = read_yaml_mapping(path, "--spec (trace synthesize spec)")
     for part in key.split(".") if key else []:
         if not isinstance(spec, dict) or part not in spec:
             raise ValueError(f"{path}: --spec-key {key!r}: no key {part!r}")

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from simulator.plan.keys import build_scenario, check_key, set_path
 from simulator.scenario import Scenario, parse_override, read_scenario_yaml
+from simulator.yaml_file import read_yaml_mapping
 
 SPEC_KEYS = ("name", "description", "base", "set", "mode", "samples", "seed", "out", "cost_table",
              "axes")
@@ -289,12 +289,7 @@ def _validate_points(spec: SweepSpec) -> None:
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
     """Read and validate a sweep file; `overrides` ("k=v") apply to the base scenario."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sweep file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml_mapping(path, "sweep")
     return sweep_from_dict(raw, str(path), str(path.resolve().parent), overrides)
 
 
