@@ -140,3 +140,20 @@ def test_cli_closed_loop_and_its_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert ("--arrival burst: 4 of 4 requests can never be served, e.g. trace row 0: prompt 10 + "
             "output 6 = 16 tokens need 4 KV blocks of 4 tokens but the engine's pool has 3") in err
+
+
+def test_servable_check_counts_only_the_window_a_sliding_pool_keeps():
+    """A pool that frees blocks outside a sliding window serves requests longer than itself:
+    the check counts the window's blocks plus one step's, as the core does, and refuses only
+    what even that cannot fit."""
+    from realexec.serving.replay.runner import check_servable
+    from simulator.core.kv_cache_manager import blocks_held
+
+    trace = burst(n=2, prompt=200, output=50)  # 250 tokens = 63 blocks of 4
+    with pytest.raises(ValueError, match="need 63 KV blocks"):
+        check_servable(trace, 40, 4, "--arrival burst")
+    # window 64, steps of at most 32 tokens: cdiv(63 + 32, 4) + 1 = 25 blocks at once
+    assert blocks_held(250, 4, 64, 32) == 25
+    check_servable(trace, 40, 4, "--arrival burst", sliding_window=64, max_step_tokens=32)
+    with pytest.raises(ValueError, match="need 25 KV blocks"):
+        check_servable(trace, 24, 4, "--arrival burst", sliding_window=64, max_step_tokens=32)

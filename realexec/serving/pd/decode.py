@@ -74,6 +74,8 @@ class DecodeConnector:
         src = self.source.pop(rid, None) or (st.prefill_worker if st else "")
         if src:
             self.rx.ack(src, rid, False, reason)
+        if st is None:  # its KV may still be on the way: drop it as it completes
+            self.unneeded[rid] = time.monotonic()
 
     def want_read(self) -> bool:
         return True

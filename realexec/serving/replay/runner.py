@@ -104,11 +104,18 @@ def prepare_trace(trace: workloads.Trace, *, window_s: tuple[float, float] | Non
     return trace
 
 
-def check_servable(trace: workloads.Trace, num_gpu_blocks: int, block_size: int, load: str) -> None:
+def check_servable(trace: workloads.Trace, num_gpu_blocks: int, block_size: int, load: str,
+                   sliding_window: int = 0, max_step_tokens: int = 0) -> None:
     """Refuse a benchmark-style load (`load` names its options) with a request whose prompt +
     output needs more KV blocks than the engine's whole pool: the engine could only reject it
-    (under either capacity policy), and the benchmark would measure less load than it states."""
-    need = -(-(trace.prompt_len + trace.output_len) // block_size)
+    (under either capacity policy), and the benchmark would measure less load than it states.
+    With a `sliding_window` the pool frees (0: none), a request holds at most the window's
+    blocks plus one step's (`max_step_tokens`; the core's `blocks_held`)."""
+    total = trace.prompt_len + trace.output_len
+    need = -(-total // block_size)
+    if sliding_window:
+        step = max_step_tokens or total
+        need = np.minimum(need, -(-(sliding_window - 1 + step) // block_size) + 1)
     bad = np.flatnonzero(need > num_gpu_blocks)
     if len(bad):
         i = int(bad[0])
