@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
+from simulator.cost.dtypes import matrix_weight_bytes
 from simulator.cost.hardware import get_accelerator
-from simulator.cost.models import get_model, matrix_weight_bytes
+from simulator.cost.models import get_model
 from simulator.cost.params import CostParams
 
 IDEAL = CostParams(gemm_compute_efficiency=1.0, gemm_memory_efficiency=1.0,

@@ -6,13 +6,9 @@ import json
 
 import pytest
 
-from simulator.cost.models import (
-    SUPPORTED_ARCHITECTURES,
-    ModelSpec,
-    dtype_bytes,
-    get_model,
-    list_models,
-)
+from simulator.cost.dtypes import dtype_bytes
+from simulator.cost.hf_config import SUPPORTED_ARCHITECTURES
+from simulator.cost.models import ModelSpec, get_model, list_models
 
 REQUIRED_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
                    "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b",

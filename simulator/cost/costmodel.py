@@ -55,11 +55,12 @@ import numpy as np
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
 from simulator.cost.collectives import allreduce_extra_s
+from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.linear_cost import LinearCost
-from simulator.cost.models import ModelSpec, dtype_bytes, get_model
+from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import expected_experts_hit, mla_terms, moe_terms, stage_layer_split
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from simulator.cost.dtypes import dtype_bytes, normalize_dtype
 from simulator.cost.hardware import Accelerator, get_accelerator
-from simulator.cost.models import ModelSpec, dtype_bytes, get_model, normalize_dtype
+from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import stage_layer_split
 from simulator.cost.parallel import ShardPlan, shard_model
 from simulator.cost.precision import resolve

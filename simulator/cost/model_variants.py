@@ -1,5 +1,5 @@
 """HF config fields of mixtures of experts, multi-head latent attention (MLA) and sliding
-windows, read into `ModelSpec` fields (`models._parse_hf_config` calls `variant_fields`).
+windows, read into `ModelSpec` fields (`hf_config.hf_config_fields` calls them).
 
 Families and the config.json keys each needs (the HF `transformers` names):
 - Mixtral: `num_local_experts`, `num_experts_per_tok`; `sliding_window` (null = none).

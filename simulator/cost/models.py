@@ -1,7 +1,5 @@
-"""Model shapes (`ModelSpec`), the model catalog (`simulator/catalog/models.yaml`) and
-Hugging Face `config.json` parsing for the Llama, Mistral, Qwen2, Qwen3 (dense), Mixtral, GPT-2
-and OPT families, and the mixtures of experts Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with
-multi-head latent attention; their config fields are read in `model_variants.py`).
+"""Model shapes (`ModelSpec`) and the model catalog (`simulator/catalog/models.yaml`); a
+Hugging Face `config.json` is read by `hf_config.py`, dtype sizes live in `dtypes.py`.
 
 Derived sizes count every parameter of the HF implementation (biases, norms, learned
 position embeddings), so `num_params` equals `model.num_parameters()` of `transformers`.
@@ -19,53 +17,8 @@ from typing import Any
 import yaml
 
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
-from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
-
-_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
-                "fp4": 0.5}
-_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
-                  "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                  "w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8",
-                  "nvfp4": "fp4", "mxfp4": "fp4", "e2m1": "fp4"}
-# int4 checkpoints (AWQ/GPTQ) store one fp16 scale and one packed 4-bit zero point per
-# group of 128 weights: 2.5 bytes / 128 weights (AutoAWQ / AutoGPTQ default group_size=128).
-INT4_GROUP_OVERHEAD_BYTES = 2.5 / 128
-# FP4 (E2M1) block scales per weight: NVFP4 has one FP8 E4M3 scale per 16 values (plus one
-# FP32 per tensor; NVIDIA technical blog "Introducing NVFP4", 2025-06); MXFP4 one E8M0 scale
-# per 32 values (OCP Microscaling Formats (MX) v1.0 specification, 2023-09).
-FP4_SCALE_BYTES = {"nvfp4": 1.0 / 16, "mxfp4": 1.0 / 32}
-
-SUPPORTED_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "MixtralForCausalLM": "mixtral",
-    "GPT2LMHeadModel": "gpt2",
-    "OPTForCausalLM": "opt",
-    "Qwen2MoeForCausalLM": "qwen2_moe",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekV2ForCausalLM": "deepseek_v2",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-    "GptOssForCausalLM": "gpt_oss",
-    "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
-    "Llama4ForCausalLM": "llama4",
-}
-
-
-def normalize_dtype(dtype: str) -> str:
-    """Canonical dtype name: one of fp32, bf16, fp16, fp8, int8, int4, fp4."""
-    key = str(dtype).strip().lower()
-    key = _DTYPE_ALIASES.get(key, key)
-    if key not in _DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPE_BYTES)}")
-    return key
-
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of `dtype` (fp32, bf16, fp16, fp8, int8, int4, fp4 -> 4, 2, 2, 1, 1,
-    0.5, 0.5)."""
-    return _DTYPE_BYTES[normalize_dtype(dtype)]
+from simulator.cost.dtypes import dtype_bytes, matrix_weight_bytes, normalize_dtype
+from simulator.cost.hf_config import hf_config_fields
 
 
 @dataclass(frozen=True)
@@ -291,107 +244,8 @@ class ModelSpec:
         return _parse_hf_config(cfg, name, "config")
 
 
-def matrix_weight_bytes(dtype: str) -> float:
-    """Bytes per stored matrix weight in `dtype`, including int4 group scales and the FP4
-    block scales (NVFP4's, the larger of the two FP4 formats; `Precision` knows the format)."""
-    dt = normalize_dtype(dtype)
-    extra = {"int4": INT4_GROUP_OVERHEAD_BYTES, "fp4": FP4_SCALE_BYTES["nvfp4"]}.get(dt, 0.0)
-    return _DTYPE_BYTES[dt] + extra
-
-
-# ----------------------------------------------------------------------------- HF parsing
-
-
-def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
-    archs = cfg.get("architectures")
-    if archs:
-        if isinstance(archs, str):
-            archs = [archs]
-        for arch in archs:
-            if arch in SUPPORTED_ARCHITECTURES:
-                return arch, SUPPORTED_ARCHITECTURES[arch]
-        raise ValueError(
-            f"{where}: unsupported architectures {list(archs)}; supported: "
-            + ", ".join(SUPPORTED_ARCHITECTURES))
-    model_type = cfg.get("model_type")
-    for arch, fam in SUPPORTED_ARCHITECTURES.items():
-        if model_type == fam:
-            return arch, fam
-    raise ValueError(
-        f"{where}: no 'architectures' and unsupported model_type {model_type!r}; supported "
-        "architectures: " + ", ".join(SUPPORTED_ARCHITECTURES))
-
-
-def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
-    value = cfg.get(key)
-    if value is None:
-        if default is None:
-            raise ValueError(f"{where}: missing field {key!r} (a positive integer)")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
-    return value
-
-
 def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> ModelSpec:
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
-    arch, fam = _family(cfg, where)
-    name = name or str(cfg.get("_name_or_path") or fam)
-    if fam == "llama4" and isinstance(cfg.get("text_config"), dict):  # the multimodal wrapper
-        cfg = {**cfg["text_config"], "architectures": [arch]}
-    if fam == "gpt2":
-        d = _int(cfg, "n_embd", where)
-        heads = _int(cfg, "n_head", where)
-        n_pos = _int(cfg, "n_positions", where, 1024)
-        spec = ModelSpec(
-            name=name, architecture=arch, num_layers=_int(cfg, "n_layer", where),
-            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
-            ffn_size=_int(cfg, "n_inner", where, 4 * d), vocab_size=_int(cfg, "vocab_size", where),
-            max_position_embeddings=n_pos, tie_word_embeddings=True, gated_mlp=False,
-            qkv_bias=True, o_bias=True, mlp_bias=True, norm="layer", num_learned_positions=n_pos)
-    elif fam == "opt":
-        d = _int(cfg, "hidden_size", where)
-        heads = _int(cfg, "num_attention_heads", where)
-        max_pos = _int(cfg, "max_position_embeddings", where)
-        bias = bool(cfg.get("enable_bias", True))
-        proj = _int(cfg, "word_embed_proj_dim", where, d)
-        spec = ModelSpec(
-            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
-            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
-            ffn_size=_int(cfg, "ffn_dim", where), vocab_size=_int(cfg, "vocab_size", where),
-            max_position_embeddings=max_pos,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
-            qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
-            num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
-            embed_proj_dim=proj if proj != d else 0)
-    else:  # llama, mistral, qwen2, qwen3 and the MoE / MLA families
-        d = _int(cfg, "hidden_size", where)
-        heads = _int(cfg, "num_attention_heads", where)
-        variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
-                   **window_fields(cfg, fam, where)}
-        spec = ModelSpec(
-            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
-            hidden_size=d, num_heads=heads,
-            num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
-            head_dim=variant.pop("head_dim", None) or _int(cfg, "head_dim", where, d // heads),
-            ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
-            vocab_size=_int(cfg, "vocab_size", where),
-            max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
-                                                      and fam not in ("deepseek_v2", "deepseek_v3")),
-            o_bias=bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
-            or bool(cfg.get("use_qk_norm", False)), **variant)
-    if spec.num_heads % spec.num_kv_heads:
-        raise ValueError(f"{where}: num_key_value_heads={spec.num_kv_heads} must divide "
-                         f"num_attention_heads={spec.num_heads}")
-    if spec.experts_per_token > spec.num_experts:
-        raise ValueError(f"{where}: num_experts_per_tok={spec.experts_per_token} exceeds "
-                         f"num_local_experts={spec.num_experts}")
-    return spec
+    return ModelSpec(**hf_config_fields(cfg, name, where))
 
 
 # ----------------------------------------------------------------------------- catalog

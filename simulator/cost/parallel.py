@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cost.models import ModelSpec, matrix_weight_bytes, normalize_dtype
+from simulator.cost.dtypes import matrix_weight_bytes, normalize_dtype
+from simulator.cost.models import ModelSpec
 from simulator.cost.moe_cost import mla_terms, stage_layer_split
 
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.cost.dtypes import FP4_SCALE_BYTES, dtype_bytes, normalize_dtype
 from simulator.cost.hardware import Accelerator
 from simulator.cost.kernels import kernel_profile
-from simulator.cost.models import FP4_SCALE_BYTES, dtype_bytes, normalize_dtype
 
 QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq", "nvfp4", "mxfp4")
 FP4_METHODS = ("nvfp4", "mxfp4")

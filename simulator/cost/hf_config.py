@@ -1,0 +1,120 @@
+"""Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
+(dense), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
+whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, gpt-oss,
+Llama 4). Errors name the config and the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
+
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "MixtralForCausalLM": "mixtral",
+    "GPT2LMHeadModel": "gpt2",
+    "OPTForCausalLM": "opt",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
+    "Llama4ForCausalLM": "llama4",
+}
+
+def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
+    archs = cfg.get("architectures")
+    if archs:
+        if isinstance(archs, str):
+            archs = [archs]
+        for arch in archs:
+            if arch in SUPPORTED_ARCHITECTURES:
+                return arch, SUPPORTED_ARCHITECTURES[arch]
+        raise ValueError(
+            f"{where}: unsupported architectures {list(archs)}; supported: "
+            + ", ".join(SUPPORTED_ARCHITECTURES))
+    model_type = cfg.get("model_type")
+    for arch, fam in SUPPORTED_ARCHITECTURES.items():
+        if model_type == fam:
+            return arch, fam
+    raise ValueError(
+        f"{where}: no 'architectures' and unsupported model_type {model_type!r}; supported "
+        "architectures: " + ", ".join(SUPPORTED_ARCHITECTURES))
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise ValueError(f"{where}: missing field {key!r} (a positive integer)")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[str, Any]:
+    """`ModelSpec` field values of a Hugging Face config.json mapping; ValueError naming
+    `where` and the field for a missing or bad one."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    arch, fam = _family(cfg, where)
+    name = name or str(cfg.get("_name_or_path") or fam)
+    if fam == "llama4" and isinstance(cfg.get("text_config"), dict):  # the multimodal wrapper
+        cfg = {**cfg["text_config"], "architectures": [arch]}
+    if fam == "gpt2":
+        d = _int(cfg, "n_embd", where)
+        heads = _int(cfg, "n_head", where)
+        n_pos = _int(cfg, "n_positions", where, 1024)
+        spec = dict(
+            name=name, architecture=arch, num_layers=_int(cfg, "n_layer", where),
+            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            ffn_size=_int(cfg, "n_inner", where, 4 * d), vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=n_pos, tie_word_embeddings=True, gated_mlp=False,
+            qkv_bias=True, o_bias=True, mlp_bias=True, norm="layer", num_learned_positions=n_pos)
+    elif fam == "opt":
+        d = _int(cfg, "hidden_size", where)
+        heads = _int(cfg, "num_attention_heads", where)
+        max_pos = _int(cfg, "max_position_embeddings", where)
+        bias = bool(cfg.get("enable_bias", True))
+        proj = _int(cfg, "word_embed_proj_dim", where, d)
+        spec = dict(
+            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
+            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            ffn_size=_int(cfg, "ffn_dim", where), vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=max_pos,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
+            qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
+            num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
+            embed_proj_dim=proj if proj != d else 0)
+    else:  # llama, mistral, qwen2, qwen3 and the MoE / MLA families
+        d = _int(cfg, "hidden_size", where)
+        heads = _int(cfg, "num_attention_heads", where)
+        variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
+                   **window_fields(cfg, fam, where)}
+        spec = dict(
+            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
+            hidden_size=d, num_heads=heads,
+            num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
+            head_dim=variant.pop("head_dim", None) or _int(cfg, "head_dim", where, d // heads),
+            ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
+            vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
+                                                      and fam not in ("deepseek_v2", "deepseek_v3")),
+            o_bias=bool(cfg.get("attention_bias", False)),
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
+            or bool(cfg.get("use_qk_norm", False)), **variant)
+    if spec["num_heads"] % spec["num_kv_heads"]:
+        raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "
+                         f"num_attention_heads={spec['num_heads']}")
+    if spec.get("experts_per_token", 0) > spec.get("num_experts", 0):
+        raise ValueError(f"{where}: num_experts_per_tok={spec['experts_per_token']} exceeds "
+                         f"num_local_experts={spec['num_experts']}")
+    return spec
