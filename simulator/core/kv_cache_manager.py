@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 
 from simulator.core.block_hash import extend_block_hashes, is_length_only
 from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
@@ -26,6 +27,7 @@ from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
 NEVER_CACHED = 1 << 62
+_BLOCK_ID = attrgetter("block_id")
 
 
 @dataclass
@@ -262,10 +264,13 @@ class KVCacheManager:
     def append_blocks(self, request_id: str, num_blocks: int) -> None:
         """Take `num_blocks` free blocks onto the end of the request's table (the caller has
         checked that they are free) and note the peak usage."""
-        new = self.block_pool.get_new_blocks(num_blocks)
+        pool = self.block_pool
+        new = pool.get_new_blocks(num_blocks)
         self.req_to_blocks[request_id].extend(new)
-        self.req_to_block_ids[request_id].extend([b.block_id for b in new])
-        self._note_usage()
+        self.req_to_block_ids[request_id].extend(map(_BLOCK_ID, new))
+        usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # BlockPool.usage, inlined
+        if usage > self.peak_usage:
+            self.peak_usage = usage
 
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""
