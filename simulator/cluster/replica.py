@@ -166,9 +166,9 @@ class SimReplica:
             plan = list(accumulate(prices if work == 1.0 else [work * prices[0], *prices[1:]],
                                    initial=seg))
             del plan[0]
-            self._wake = env.event()
+            self._wake = wake = env.event()
             timer = env.timeout(plan[-1] - seg)
-            yield timer | self._wake
+            yield _first_of(env, timer, wake)
             now = env.now
             # (plan is non-decreasing: the steps that ended by now lead it)
             done = len(plan) if timer.processed else bisect_right(plan, now)
@@ -276,3 +276,18 @@ class SimReplica:
             self.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
         if self.on_finished is not None:
             self.on_finished(self, finished)
+
+
+def _first_of(env: simpy.Environment, a: simpy.Event, b: simpy.Event) -> simpy.Event:
+    """An event that succeeds when the first of `a` and `b` is processed: `a | b` (a simpy
+    AnyOf) with the same scheduling (one event, scheduled from the first one's callbacks),
+    without the condition's value bookkeeping. Neither may have been processed yet."""
+    first = env.event()
+
+    def fire(_event: simpy.Event) -> None:
+        if not first.triggered:
+            first.succeed()
+
+    a.callbacks.append(fire)
+    b.callbacks.append(fire)
+    return first

@@ -19,6 +19,7 @@ This module imports neither simpy nor the scheduler (the scheduler calls it).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterator, Sized
 from typing import Protocol
 
@@ -144,6 +145,7 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     rems = _remaining(out)
     steps = [r if r < k else k for r in rems]
     first = times[0]
+    times = array("d", times)  # (extends the requests' token-time arrays by copying)
     any_done = False
     pool = kvm.block_pool
     cached = kvm.num_cached_blocks
