@@ -12,6 +12,10 @@ leave the queue is the same as a linked list's.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
+_BLOCK_ID = attrgetter("block_id")
+
 
 class KVCacheBlock:
     """One block of `block_size` token slots in the device KV pool."""
@@ -48,14 +52,17 @@ class BlockPool:
         self.blocks: list[KVCacheBlock | None] = [None] * num_blocks
         # Blocks never handed out come first, in id order (kept as a counter, so a pool of
         # millions of blocks is cheap to build); then freed blocks, least recently freed first:
-        # `_queue[_head:]`, holes (None) where a block was revived; `_base` is the queue
-        # position of `_queue[0]` (positions stay valid when the taken prefix is dropped).
+        # `_queue[_head:]` (their ids alongside in `_queue_ids`), holes (None) where a block
+        # was revived; `_base` is the queue position of `_queue[0]` (positions stay valid when
+        # the taken prefix is dropped).
         self._next_unused = 0
         self._queue: list[KVCacheBlock | None] = []
+        self._queue_ids: list[int] = []
         self._head = 0
         self._base = 0
         self._num_holes = 0
         self.num_free_blocks = num_blocks  # blocks no request references
+        self.compact_after = 1024  # taken queue entries kept before they are dropped (amortised O(1))
         self.cached_hash_to_block: dict[int, KVCacheBlock] = {}
         self.num_evictions = 0
 
@@ -71,38 +78,47 @@ class BlockPool:
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take `num_blocks` free blocks (never used first, then LRU), evicting their
         cached hashes."""
+        return self.take_blocks(num_blocks)[0]
+
+    def take_blocks(self, num_blocks: int) -> tuple[list[KVCacheBlock], list[int]]:
+        """`get_new_blocks(num_blocks)` and the blocks' ids."""
         free = self.num_free_blocks
         if num_blocks > free:
             raise ValueError(f"cannot allocate {num_blocks} blocks: only {free} free")
         self.num_free_blocks = free - num_blocks
-        out = []
+        out: list[KVCacheBlock] = []
+        out_ids: list[int] = []
         fresh = min(num_blocks, self.num_blocks - self._next_unused)
         if fresh:
             start = self._next_unused
             self._next_unused += fresh
             blocks = self.blocks
-            for i in range(start, start + fresh):
+            out_ids = list(range(start, start + fresh))
+            for i in out_ids:
                 block = blocks[i] = KVCacheBlock(i)
                 block.ref_cnt = 1
                 out.append(block)
             num_blocks -= fresh
         if not num_blocks:
-            return out
+            return out, out_ids
         queue, head = self._queue, self._head
         if not self._num_holes:
             popped = queue[head:head + num_blocks]
+            ids = self._queue_ids[head:head + num_blocks]
             head += num_blocks
         else:
-            popped = []
+            popped, ids = [], []
+            queue_ids = self._queue_ids
             while len(popped) < num_blocks:
                 block = queue[head]
-                head += 1
                 if block is None:
                     self._num_holes -= 1
                 else:
                     popped.append(block)
-        if head > 1024 and 2 * head > len(queue):  # drop the taken prefix (amortised O(1))
-            del queue[:head]
+                    ids.append(queue_ids[head])
+                head += 1
+        if head > self.compact_after and 2 * head > len(queue):  # drop the taken prefix
+            del queue[:head], self._queue_ids[:head]
             self._base += head
             head = 0
         self._head = head
@@ -115,9 +131,8 @@ class BlockPool:
                     self._evict(block)
                 block.ref_cnt = 1
         if out:
-            out.extend(popped)
-            return out
-        return popped
+            return out + popped, out_ids + ids
+        return popped, ids
 
     def _evict(self, block: KVCacheBlock) -> None:
         if self.cached_hash_to_block.get(block.block_hash) is block:
@@ -136,22 +151,34 @@ class BlockPool:
                 self.num_free_blocks -= 1
             block.ref_cnt += 1
 
-    def free_blocks(self, blocks_in_eviction_order: list[KVCacheBlock]) -> None:
-        """Drop one reference from each block; unreferenced blocks join the free queue's tail."""
+    def free_blocks(self, blocks_in_eviction_order: list[KVCacheBlock],
+                    block_ids: list[int] | None = None) -> None:
+        """Drop one reference from each block; unreferenced blocks join the free queue's tail.
+        `block_ids`: the blocks' ids, if the caller has them."""
+        blocks = blocks_in_eviction_order
         queue = self._queue
-        append = queue.append
         pos = start = self._base + len(queue)
-        for block in blocks_in_eviction_order:
+        for block in blocks:
             ref = block.ref_cnt - 1
             block.ref_cnt = ref
             if not ref:
                 block.free_pos = pos
                 pos += 1
-                append(block)
             elif ref < 0:
-                self.num_free_blocks += pos - start
                 raise RuntimeError(f"ref count of block {block.block_id} went negative")
-        self.num_free_blocks += pos - start
+        freed = pos - start
+        if not freed:
+            return
+        self.num_free_blocks += freed
+        if freed == len(blocks):  # (the blocks of a table are distinct)
+            queue.extend(blocks)
+            self._queue_ids.extend(block_ids if block_ids is not None else map(_BLOCK_ID, blocks))
+            return
+        queue_ids = self._queue_ids
+        for block in blocks:
+            if not block.ref_cnt:
+                queue.append(block)
+                queue_ids.append(block.block_id)
 
     def cache_block(
         self, block: KVCacheBlock, block_hash: int, token_ids: tuple[int, ...] | None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from operator import attrgetter
 
 from simulator.core.block_hash import extend_block_hashes, is_length_only
 from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
@@ -27,7 +26,6 @@ from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
 NEVER_CACHED = 1 << 62
-_BLOCK_ID = attrgetter("block_id")
 
 
 @dataclass
@@ -265,9 +263,9 @@ class KVCacheManager:
         """Take `num_blocks` free blocks onto the end of the request's table (the caller has
         checked that they are free) and note the peak usage."""
         pool = self.block_pool
-        new = pool.get_new_blocks(num_blocks)
+        new, ids = pool.take_blocks(num_blocks)
         self.req_to_blocks[request_id].extend(new)
-        self.req_to_block_ids[request_id].extend(map(_BLOCK_ID, new))
+        self.req_to_block_ids[request_id].extend(ids)
         usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # BlockPool.usage, inlined
         if usage > self.peak_usage:
             self.peak_usage = usage
@@ -347,11 +345,14 @@ class KVCacheManager:
             self.num_cached_blocks[rid] = 0
             self.cache_full_blocks(request, request.num_computed_tokens)
         blocks = self.req_to_blocks.pop(rid, None)
-        self.req_to_block_ids.pop(rid, None)
+        ids = self.req_to_block_ids.pop(rid, None)
         self.num_cached_blocks.pop(rid, None)
         skipped = self.num_skipped_blocks.pop(rid, 0)
         if blocks:
-            self.block_pool.free_blocks(blocks[:skipped - 1:-1] if skipped else blocks[::-1])
+            if skipped:
+                self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
+            else:
+                self.block_pool.free_blocks(blocks[::-1], ids[::-1])
         cpu = self.req_to_cpu_blocks.pop(rid, None)
         self.cpu_skipped_blocks.pop(rid, None)
         if cpu:
