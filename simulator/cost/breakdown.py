@@ -272,13 +272,16 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
     if num_steps == 0 or shape.num_tokens <= 0:
         return np.zeros(num_steps)
     # the contexts grow by one per decode per step; the padding to the longest stays constant
-    j = np.arange(num_steps, dtype=np.int64)
-    D = shape.decode_context_tokens + j * shape.num_decode_reqs
+    # (integer-valued float64s below 2**53: exactly the integers' values)
+    D = np.arange(num_steps, dtype=np.float64)
+    D *= shape.num_decode_reqs
+    D += shape.decode_context_tokens
     win = None
     if cm._slide and cm._windowed(shape):  # below the window they grow, at it they do not
+        j = np.arange(num_steps, dtype=np.int64)
         Dw = shape.decode_window_tokens + j * shape.num_decodes_below_window
         win = (Dw.astype(np.float64), shape.max_decode_context + j)
-    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum, win)
+    return _decode_times(cm, shape, D, np.maximum, np.minimum, win)
 
 
 def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
@@ -306,7 +309,8 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
         Dw, longest = win
         Dw = Dw + padding * (shape.num_decode_reqs * vmin(longest, cm._window) - Dw)
         ctx = ctx + cm._slide * (Dw - ctx)
-    ctx = ctx / mb
+    if mb != 1:
+        ctx = ctx / mb
     ov = 1.0 - cm.params.overlap
     Rd = shape.num_decode_reqs / mb
     stage_times = []
