@@ -270,6 +270,22 @@ class KVCacheManager:
         if usage > self.peak_usage:
             self.peak_usage = usage
 
+    def append_blocks_each(self, needs: list[tuple[str, int]]) -> None:
+        """`append_blocks(request_id, n)` for each (request_id, n) of `needs` in turn, from one
+        take of the pool (the same blocks in the same order; the caller has checked that
+        they are free)."""
+        pool = self.block_pool
+        new, ids = pool.take_blocks(sum(n for _, n in needs))
+        to_blocks, to_ids = self.req_to_blocks, self.req_to_block_ids
+        i = 0
+        for rid, n in needs:
+            to_blocks[rid].extend(new[i:i + n])
+            to_ids[rid].extend(ids[i:i + n])
+            i += n
+        usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # (it only grew meanwhile)
+        if usage > self.peak_usage:
+            self.peak_usage = usage
+
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""
         return (num_computed - self.sliding_window + 1) // self.block_size > \
