@@ -110,3 +110,13 @@ def test_a_prefix_hit_after_the_taken_entries_were_dropped():
     pool.touch([pool.get_cached_block(5)])  # revived: a hole where 5 was
     assert [b.block_id for b in pool.free_queue_blocks()] == [4, 0, 1]
     assert [b.block_id for b in pool.get_new_blocks(3)] == [4, 0, 1]
+
+
+def test_touching_a_free_block_freed_without_a_hash():
+    pool = BlockPool(4)
+    blocks = pool.get_new_blocks(4)
+    pool.free_blocks(blocks)  # no hashes: their places are not kept
+    pool.touch([blocks[2]])  # found by a search instead
+    assert [b.block_id for b in pool.free_queue_blocks()] == [0, 1, 3]
+    assert pool.num_free_blocks == 3 and blocks[2].ref_cnt == 1
+    assert [b.block_id for b in pool.get_new_blocks(3)] == [0, 1, 3]

@@ -27,7 +27,7 @@ class KVCacheBlock:
         self.ref_cnt = 0
         self.block_hash: int | None = None  # set once the block is full and cached
         self.token_ids: tuple[int, ...] | None = None  # kept for the collision guard
-        self.free_pos = -1  # its place in the pool's free queue while ref_cnt == 0
+        self.free_pos = -1  # its place in the pool's free queue (kept if freed with a hash)
     def __repr__(self) -> str:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
 
@@ -146,7 +146,10 @@ class BlockPool:
         queue = self._queue
         for block in blocks:
             if block.ref_cnt == 0:
-                queue[block.free_pos - self._base] = None
+                i = block.free_pos - self._base
+                if not (self._head <= i < len(queue) and queue[i] is block):
+                    i = queue.index(block, self._head)  # freed without a hash: not kept
+                queue[i] = None
                 self._num_holes += 1
                 self.num_free_blocks -= 1
             block.ref_cnt += 1
@@ -156,27 +159,33 @@ class BlockPool:
         """Drop one reference from each block; unreferenced blocks join the free queue's tail.
         `block_ids`: the blocks' ids, if the caller has them."""
         blocks = blocks_in_eviction_order
-        queue = self._queue
-        pos = start = self._base + len(queue)
+        freed = 0
         for block in blocks:
             ref = block.ref_cnt - 1
             block.ref_cnt = ref
             if not ref:
-                block.free_pos = pos
-                pos += 1
+                freed += 1
             elif ref < 0:
                 raise RuntimeError(f"ref count of block {block.block_id} went negative")
-        freed = pos - start
         if not freed:
             return
         self.num_free_blocks += freed
+        queue = self._queue
+        start = self._base + len(queue)
         if freed == len(blocks):  # (the blocks of a table are distinct)
             queue.extend(blocks)
             self._queue_ids.extend(block_ids if block_ids is not None else map(_BLOCK_ID, blocks))
+            if self.cached_hash_to_block:
+                # a prefix hit finds a free block by its hash, and revives it from its place
+                # (a block is hashed before it is freed, never in the queue)
+                for i, block in enumerate(blocks):
+                    if block.block_hash is not None:
+                        block.free_pos = start + i
             return
         queue_ids = self._queue_ids
         for block in blocks:
             if not block.ref_cnt:
+                block.free_pos = self._base + len(queue)
                 queue.append(block)
                 queue_ids.append(block.block_id)
 
