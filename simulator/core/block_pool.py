@@ -7,7 +7,9 @@ freed block; all operations are O(1) per block.
 The free queue is a list read from a head index (blocks are taken as one slice, freed
 blocks appended at the tail) rather than a linked map: a block revived by a prefix hit
 leaves a hole (None) at its place, skipped when the head passes it. The order blocks
-leave the queue is the same as a linked list's.
+leave the queue is the same as a linked list's. A block's place is kept only when it is
+freed with a hash (the only free blocks a prefix hit can find); reviving one freed without
+a hash (no caller of the core does) searches the queue for it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class KVCacheBlock:
         self.block_hash: int | None = None  # set once the block is full and cached
         self.token_ids: tuple[int, ...] | None = None  # kept for the collision guard
         self.free_pos = -1  # its place in the pool's free queue (kept if freed with a hash)
+
     def __repr__(self) -> str:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
 
