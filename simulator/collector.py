@@ -3,7 +3,7 @@ inter-token-gap distribution as they finish, so a simulation's memory grows with
 flight, not with the requests simulated.
 
 Finished requests are buffered and reduced `batch` at a time with the vectorised
-`request_records` (exactly the columns a list of requests gives), written into row i of each
+`records_and_gaps` (exactly the columns a list of requests gives), written into row i of each
 column for the request of trace row i (`request_id` == str(i)), then released: their token
 times are dropped unless `keep` (the full per-request record, `sim.keep_requests`).
 """
@@ -14,7 +14,7 @@ import numpy as np
 
 from simulator.core.request import Request
 from simulator.distribution import ExactDistribution
-from simulator.metrics import all_itls, request_records
+from simulator.metrics import all_itls, records_and_gaps, request_records
 
 _OBJECT_COLUMNS = ("request_id", "finish_reason", "replica")
 
@@ -45,7 +45,7 @@ class RequestCollector:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        cols = request_records(batch)
+        cols, gaps = records_and_gaps(batch)
         if self._columns is None:
             n = self.num_requests
             self._columns = {k: np.empty(n, dtype=v.dtype) if k not in _OBJECT_COLUMNS
@@ -55,7 +55,8 @@ class RequestCollector:
             self._columns[key][rows] = col
         reason = cols["finish_reason"]
         done = (reason == "stop") | (reason == "length")
-        self.itl.add(all_itls(r for r, c in zip(batch, done) if c))
+        # (the gaps of completed requests only: an aborted one's are not in the distribution)
+        self.itl.add(gaps if done.all() else all_itls(r for r, c in zip(batch, done) if c))
         if self.keep:
             self.kept.extend(batch)
 

@@ -41,7 +41,12 @@ def _nan(x: float | None) -> float:
 
 def request_records(requests: Iterable[Request]) -> dict[str, np.ndarray]:
     """One row per request, as numpy columns (NaN where a metric does not apply)."""
-    rows = list(requests)
+    return records_and_gaps(list(requests))[0]
+
+
+def records_and_gaps(rows: list[Request]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`request_records(rows)` and every inter-token gap of the rows (s), request by request
+    (`all_itls(rows)`), from one pass over their token times."""
     n = len(rows)
     cols: dict[str, np.ndarray] = {
         "request_id": np.array([r.request_id for r in rows], dtype=object),
@@ -71,25 +76,25 @@ def request_records(requests: Iterable[Request]) -> dict[str, np.ndarray]:
         cols["cached_prompt_tokens"][i] = max(r.num_cached_tokens, 0)
         cols["preemptions"][i] = r.num_preemptions
         cols["kv_transfer_s"][i] = _nan(r.annotations.get("kv_transfer_s"))
-    _itl_columns(rows, cols)
-    return cols
+    return cols, _itl_columns(rows, cols)
 
 
-def _itl_columns(rows: list[Request], cols: dict[str, np.ndarray]) -> None:
-    """TPOT, E2E and per-request ITL mean / p99 / max, vectorised over all tokens."""
+def _itl_columns(rows: list[Request], cols: dict[str, np.ndarray]) -> np.ndarray:
+    """TPOT, E2E and per-request ITL mean / p99 / max, vectorised over all tokens; returns
+    every gap (`all_itls(rows)`)."""
     n = len(rows)
     for key in ("tpot_s", "itl_mean_s", "itl_p99_s", "itl_max_s", "e2e_s"):
         cols[key][:] = np.nan
     times, counts, gaps = _token_gaps(rows)
     if not n or not len(times):
-        return
+        return gaps
     ends = np.cumsum(counts)
     starts = ends - counts
     has = counts > 0
     cols["e2e_s"][has] = times[ends[has] - 1] - cols["arrival_s"][has]
     multi = counts > 1
     if not multi.any():
-        return
+        return gaps
     ng = counts[multi] - 1
     first = times[starts[multi]]
     last = times[ends[multi] - 1]
@@ -99,6 +104,7 @@ def _itl_columns(rows: list[Request], cols: dict[str, np.ndarray]) -> None:
     itl_max, itl_p99 = _top_order_stats(gaps, gstart, ng)
     cols["itl_max_s"][multi] = itl_max
     cols["itl_p99_s"][multi] = itl_p99
+    return gaps
 
 
 def _top_order_stats(gaps: np.ndarray, starts: np.ndarray, lengths: np.ndarray

@@ -14,6 +14,7 @@ step wakes the others, which re-price the rest of the step in progress.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
@@ -161,21 +162,25 @@ class SimReplica:
         work = 1.0  # of step len(ends) still to do
         while len(ends) < len(base):
             seg = env.now
-            prices = self._prices(base[len(ends):], mem[len(ends):])
-            plan = list(accumulate([work * prices[0], *prices[1:]], initial=seg))[1:]
-            self._wake = env.event()
+            prices = self._prices(base[len(ends):] if ends else base, mem[len(ends):])
+            plan = list(accumulate(prices if work == 1.0 else [work * prices[0], *prices[1:]],
+                                   initial=seg))
+            del plan[0]
+            self._wake = wake = env.event()
             timer = env.timeout(plan[-1] - seg)
-            yield timer | self._wake
+            yield _first_of(env, timer, wake)
             now = env.now
-            done = len(plan) if timer.processed else sum(1 for e in plan if e <= now)
-            ends.extend(plan[:done])
+            # (plan is non-decreasing: the steps that ended by now lead it)
+            done = len(plan) if timer.processed else bisect_right(plan, now)
+            ends.extend(plan[:done] if done < len(plan) else plan)
             if len(ends) == len(base):
                 nxt = next(segments, None) if not self._wake.triggered else None
                 if nxt is None:
                     break
                 more = self._run_times(*nxt)  # (past finishes: no host sharing, no memory)
                 base.extend(more)
-                mem.extend([0.0] * len(more))
+                if mem:
+                    mem.extend([0.0] * len(more))
                 continue
             if done and plan[done - 1] == now:
                 break  # woken just as a step ended: none in progress
@@ -188,10 +193,10 @@ class SimReplica:
 
     def _run_times(self, shape: BatchShape, n: int) -> list[float]:
         """Seconds of `n` all-decode steps from `shape`, loop overhead included."""
-        base = self.cost_model.decode_run_times(shape, n).tolist()
+        base = self.cost_model.decode_run_times(shape, n)
         if self.loop_overhead_s:
-            base = [b + self.loop_overhead_s for b in base]
-        return base
+            base = base + self.loop_overhead_s  # (elementwise: the same float additions)
+        return base.tolist()
 
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they
@@ -215,19 +220,22 @@ class SimReplica:
         # all-decode steps take the arithmetic of a decode burst whether or not they run as
         # one, so bursts and single steps give bit-identical times
         decode = not shape.num_prefill_reqs and shape.num_reqs > 0
+        hs = self.host_sharing
+        lo = self.loop_overhead_s  # the loop's host time streams no memory
         if k > 1:
-            base = cm.decode_run_times(shape, k).tolist()
+            run = cm.decode_run_times(shape, k)
+            mem = hs.memory_seconds_run(shape, run.tolist()) if hs is not None else []
+            base = (run + lo if lo else run).tolist()  # (elementwise: the same float additions)
         else:
             base = [cm.decode_step_time(shape) if decode else cm.step_time(shape)]
-        hs = self.host_sharing
-        if hs is None:
-            mem = [0.0] * len(base)
-        elif k == 1 and not decode:
-            mem = [hs.memory_seconds(shape, base[0])]
-        else:
-            mem = hs.memory_seconds_run(shape, base)
-        if self.loop_overhead_s:  # the loop's host time streams no memory
-            base = [b + self.loop_overhead_s for b in base]
+            if hs is None:
+                mem = []
+            elif not decode:
+                mem = [hs.memory_seconds(shape, base[0])]
+            else:
+                mem = hs.memory_seconds_run(shape, base)
+            if lo:
+                base[0] += lo
         if self.pending_host_s:  # KV written into the pool since the last step began
             base[0] += self.pending_host_s
             self.pending_host_s = 0.0
@@ -268,3 +276,18 @@ class SimReplica:
             self.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
         if self.on_finished is not None:
             self.on_finished(self, finished)
+
+
+def _first_of(env: simpy.Environment, a: simpy.Event, b: simpy.Event) -> simpy.Event:
+    """An event that succeeds when the first of `a` and `b` is processed: `a | b` (a simpy
+    AnyOf) with the same scheduling (one event, scheduled from the first one's callbacks),
+    without the condition's value bookkeeping. Neither may have been processed yet."""
+    first = env.event()
+
+    def fire(_event: simpy.Event) -> None:
+        if not first.triggered:
+            first.succeed()
+
+    a.callbacks.append(fire)
+    b.callbacks.append(fire)
+    return first

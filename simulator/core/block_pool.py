@@ -3,23 +3,33 @@
 A freed block keeps its content hash and stays findable in the prefix cache until
 it is handed out again (then it is evicted). Allocation pops the least recently
 freed block; all operations are O(1) per block.
+
+The free queue is a list read from a head index (blocks are taken as one slice, freed
+blocks appended at the tail) rather than a linked map: a block revived by a prefix hit
+leaves a hole (None) at its place, skipped when the head passes it. The order blocks
+leave the queue is the same as a linked list's. A block's place is kept only when it is
+freed with a hash (the only free blocks a prefix hit can find); reviving one freed without
+a hash (no caller of the core does) searches the queue for it.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from operator import attrgetter
+
+_BLOCK_ID = attrgetter("block_id")
 
 
 class KVCacheBlock:
     """One block of `block_size` token slots in the device KV pool."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "token_ids")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "token_ids", "free_pos")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.block_hash: int | None = None  # set once the block is full and cached
         self.token_ids: tuple[int, ...] | None = None  # kept for the collision guard
+        self.free_pos = -1  # its place in the pool's free queue (kept if freed with a hash)
 
     def __repr__(self) -> str:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
@@ -44,57 +54,88 @@ class BlockPool:
         # block objects are made the first time they are handed out (None before)
         self.blocks: list[KVCacheBlock | None] = [None] * num_blocks
         # Blocks never handed out come first, in id order (kept as a counter, so a pool of
-        # millions of blocks is cheap to build); then freed blocks, least recently freed first.
+        # millions of blocks is cheap to build); then freed blocks, least recently freed first:
+        # `_queue[_head:]` (their ids alongside in `_queue_ids`), holes (None) where a block
+        # was revived; `_base` is the queue position of `_queue[0]` (positions stay valid when
+        # the taken prefix is dropped).
         self._next_unused = 0
-        self.free_queue: OrderedDict[int, KVCacheBlock] = OrderedDict()
+        self._queue: list[KVCacheBlock | None] = []
+        self._queue_ids: list[int] = []
+        self._head = 0
+        self._base = 0
+        self._num_holes = 0
+        self.num_free_blocks = num_blocks  # blocks no request references
+        self.compact_after = 1024  # taken queue entries kept before they are dropped (amortised O(1))
         self.cached_hash_to_block: dict[int, KVCacheBlock] = {}
         self.num_evictions = 0
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self.free_queue) + self.num_blocks - self._next_unused
 
     @property
     def usage(self) -> float:
         """Fraction of blocks referenced by at least one request (0..1)."""
         return 1.0 - self.num_free_blocks / self.num_blocks
 
+    def free_queue_blocks(self) -> list[KVCacheBlock]:
+        """The freed blocks (not the never-used ones), least recently freed first."""
+        return [b for b in self._queue[self._head:] if b is not None]
+
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take `num_blocks` free blocks (never used first, then LRU), evicting their
         cached hashes."""
+        return self.take_blocks(num_blocks)[0]
+
+    def take_blocks(self, num_blocks: int) -> tuple[list[KVCacheBlock], list[int]]:
+        """`get_new_blocks(num_blocks)` and the blocks' ids."""
         free = self.num_free_blocks
         if num_blocks > free:
             raise ValueError(f"cannot allocate {num_blocks} blocks: only {free} free")
-        out = []
+        self.num_free_blocks = free - num_blocks
+        out: list[KVCacheBlock] = []
+        out_ids: list[int] = []
         fresh = min(num_blocks, self.num_blocks - self._next_unused)
         if fresh:
             start = self._next_unused
             self._next_unused += fresh
             blocks = self.blocks
-            for i in range(start, start + fresh):
+            out_ids = list(range(start, start + fresh))
+            for i in out_ids:
                 block = blocks[i] = KVCacheBlock(i)
                 block.ref_cnt = 1
                 out.append(block)
             num_blocks -= fresh
         if not num_blocks:
-            return out
-        popitem = self.free_queue.popitem
+            return out, out_ids
+        queue, head = self._queue, self._head
+        if not self._num_holes:
+            popped = queue[head:head + num_blocks]
+            ids = self._queue_ids[head:head + num_blocks]
+            head += num_blocks
+        else:
+            popped, ids = [], []
+            queue_ids = self._queue_ids
+            while len(popped) < num_blocks:
+                block = queue[head]
+                if block is None:
+                    self._num_holes -= 1
+                else:
+                    popped.append(block)
+                    ids.append(queue_ids[head])
+                head += 1
+        if head > self.compact_after and 2 * head > len(queue):  # drop the taken prefix
+            del queue[:head], self._queue_ids[:head]
+            self._base += head
+            head = 0
+        self._head = head
         if not self.cached_hash_to_block:  # no free block holds a hash: nothing to evict
-            popped = [popitem(False)[1] for _ in range(num_blocks)]
             for block in popped:
                 block.ref_cnt = 1
         else:
-            popped = []
-            for _ in range(num_blocks):
-                block = popitem(False)[1]
+            for block in popped:
                 if block.block_hash is not None:
                     self._evict(block)
                 block.ref_cnt = 1
-                popped.append(block)
         if out:
-            out.extend(popped)
-            return out
-        return popped
+            return out + popped, out_ids + ids
+        return popped, ids
 
     def _evict(self, block: KVCacheBlock) -> None:
         if self.cached_hash_to_block.get(block.block_hash) is block:
@@ -105,22 +146,51 @@ class BlockPool:
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:
         """Take a reference on cached blocks (prefix hits or sharing), reviving free ones."""
-        free_queue = self.free_queue
+        queue = self._queue
         for block in blocks:
             if block.ref_cnt == 0:
-                del free_queue[block.block_id]
+                i = block.free_pos - self._base
+                if not (self._head <= i < len(queue) and queue[i] is block):
+                    i = queue.index(block, self._head)  # freed without a hash: not kept
+                queue[i] = None
+                self._num_holes += 1
+                self.num_free_blocks -= 1
             block.ref_cnt += 1
 
-    def free_blocks(self, blocks_in_eviction_order: list[KVCacheBlock]) -> None:
-        """Drop one reference from each block; unreferenced blocks join the free queue's tail."""
-        free_queue = self.free_queue
-        for block in blocks_in_eviction_order:
+    def free_blocks(self, blocks_in_eviction_order: list[KVCacheBlock],
+                    block_ids: list[int] | None = None) -> None:
+        """Drop one reference from each block; unreferenced blocks join the free queue's tail.
+        `block_ids`: the blocks' ids, if the caller has them."""
+        blocks = blocks_in_eviction_order
+        freed = 0
+        for block in blocks:
             ref = block.ref_cnt - 1
             block.ref_cnt = ref
             if not ref:
-                free_queue[block.block_id] = block
+                freed += 1
             elif ref < 0:
                 raise RuntimeError(f"ref count of block {block.block_id} went negative")
+        if not freed:
+            return
+        self.num_free_blocks += freed
+        queue = self._queue
+        start = self._base + len(queue)
+        if freed == len(blocks):  # (the blocks of a table are distinct)
+            queue.extend(blocks)
+            self._queue_ids.extend(block_ids if block_ids is not None else map(_BLOCK_ID, blocks))
+            if self.cached_hash_to_block:
+                # a prefix hit finds a free block by its hash, and revives it from its place
+                # (a block is hashed before it is freed, never in the queue)
+                for i, block in enumerate(blocks):
+                    if block.block_hash is not None:
+                        block.free_pos = start + i
+            return
+        queue_ids = self._queue_ids
+        for block in blocks:
+            if not block.ref_cnt:
+                block.free_pos = self._base + len(queue)
+                queue.append(block)
+                queue_ids.append(block.block_id)
 
     def cache_block(
         self, block: KVCacheBlock, block_hash: int, token_ids: tuple[int, ...] | None
@@ -138,7 +208,7 @@ class BlockPool:
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash of unreferenced blocks; returns how many were dropped."""
         dropped = 0
-        for block in list(self.free_queue.values()):
+        for block in self.free_queue_blocks():
             if block.block_hash is not None:
                 self._evict(block)
                 dropped += 1

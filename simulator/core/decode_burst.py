@@ -19,6 +19,7 @@ This module imports neither simpy nor the scheduler (the scheduler calls it).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterator, Sized
 from typing import Protocol
 
@@ -144,12 +145,14 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     rems = _remaining(out)
     steps = [r if r < k else k for r in rems]
     first = times[0]
+    times = array("d", times)  # (extends the requests' token-time arrays by copying)
     any_done = False
-    pool = kvm.block_pool
     cached = kvm.num_cached_blocks
     alive = list(zip(out.reqs, out.num_computed_before, out.block_ids, steps, rems))
     start = 1  # step 1's blocks were allocated by schedule()
     for e in sorted(set(steps)):
+        needs: list[tuple[str, int]] = []  # blocks to take, in request order, in one go
+        total = 0
         for req, before, ids, _, _ in alive:
             # blocks for steps start+1 .. e, all at once; with a window from `before`, so that
             # these steps free nothing here (_burst_slide)
@@ -158,13 +161,17 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
                 # nothing of it can be cached and nothing slides: take the blocks, as
                 # allocate_slots would (peak usage included)
                 need = -(-end // bs) - len(ids)
-                if need > pool.num_free_blocks:
-                    raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
-                kvm.append_blocks(req.request_id, need)
+                needs.append((req.request_id, need))
+                total += need
             elif end > len(ids) * bs or req.prompt_token_ids is not None:
+                if needs:  # the earlier requests take theirs first
+                    _take(kvm, needs, total)
+                    needs, total = [], 0
                 req.num_computed_tokens = before if slides else before + start
                 if not kvm.allocate_slots(req, end - req.num_computed_tokens):
                     raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
+        if needs:
+            _take(kvm, needs, total)
         if e == k and slides:  # (one run only) slid-out blocks leave before any request finishes
             _burst_slide(core, out, k)
         rest = []
@@ -184,6 +191,13 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
         alive = rest
         start = e
     return any_done
+
+
+def _take(kvm: KVCacheManager, needs: list[tuple[str, int]], total: int) -> None:
+    """Take `total` free blocks for the (request id, blocks) of `needs`, in order."""
+    if total > kvm.block_pool.num_free_blocks:
+        raise RuntimeError("decode burst exceeded the blocks max_decode_burst() allowed")
+    kvm.append_blocks_each(needs)
 
 
 def _burst_slide(core: BurstCore, out: SchedulerOutput, k: int) -> None:

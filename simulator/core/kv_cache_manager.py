@@ -270,10 +270,29 @@ class KVCacheManager:
     def append_blocks(self, request_id: str, num_blocks: int) -> None:
         """Take `num_blocks` free blocks onto the end of the request's table (the caller has
         checked that they are free) and note the peak usage."""
-        new = self.block_pool.get_new_blocks(num_blocks)
+        pool = self.block_pool
+        new, ids = pool.take_blocks(num_blocks)
         self.req_to_blocks[request_id].extend(new)
-        self.req_to_block_ids[request_id].extend([b.block_id for b in new])
-        self._note_usage()
+        self.req_to_block_ids[request_id].extend(ids)
+        usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # BlockPool.usage, inlined
+        if usage > self.peak_usage:
+            self.peak_usage = usage
+
+    def append_blocks_each(self, needs: list[tuple[str, int]]) -> None:
+        """`append_blocks(request_id, n)` for each (request_id, n) of `needs` in turn, from one
+        take of the pool (the same blocks in the same order; the caller has checked that
+        they are free)."""
+        pool = self.block_pool
+        new, ids = pool.take_blocks(sum(n for _, n in needs))
+        to_blocks, to_ids = self.req_to_blocks, self.req_to_block_ids
+        i = 0
+        for rid, n in needs:
+            to_blocks[rid].extend(new[i:i + n])
+            to_ids[rid].extend(ids[i:i + n])
+            i += n
+        usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # (it only grew meanwhile)
+        if usage > self.peak_usage:
+            self.peak_usage = usage
 
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""
@@ -350,11 +369,14 @@ class KVCacheManager:
             self.num_cached_blocks[rid] = 0
             self.cache_full_blocks(request, request.num_computed_tokens)
         blocks = self.req_to_blocks.pop(rid, None)
-        self.req_to_block_ids.pop(rid, None)
+        ids = self.req_to_block_ids.pop(rid, None)
         self.num_cached_blocks.pop(rid, None)
         skipped = self.num_skipped_blocks.pop(rid, 0)
         if blocks:
-            self.block_pool.free_blocks(blocks[:skipped - 1:-1] if skipped else blocks[::-1])
+            if skipped:
+                self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
+            else:
+                self.block_pool.free_blocks(blocks[::-1], ids[::-1])
         cpu = self.req_to_cpu_blocks.pop(rid, None)
         self.cpu_skipped_blocks.pop(rid, None)
         if cpu:

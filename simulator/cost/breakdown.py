@@ -272,13 +272,16 @@ def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.nda
     if num_steps == 0 or shape.num_tokens <= 0:
         return np.zeros(num_steps)
     # the contexts grow by one per decode per step; the padding to the longest stays constant
-    j = np.arange(num_steps, dtype=np.int64)
-    D = shape.decode_context_tokens + j * shape.num_decode_reqs
+    # (integer-valued float64s below 2**53: exactly the integers' values)
+    D = np.arange(num_steps, dtype=np.float64)
+    D *= shape.num_decode_reqs
+    D += shape.decode_context_tokens
     win = None
     if cm._slide and cm._windowed(shape):  # below the window they grow, at it they do not
+        j = np.arange(num_steps, dtype=np.int64)
         Dw = shape.decode_window_tokens + j * shape.num_decodes_below_window
         win = (Dw.astype(np.float64), shape.max_decode_context + j)
-    return _decode_times(cm, shape, D.astype(np.float64), np.maximum, np.minimum, win)
+    return _decode_times(cm, shape, D, np.maximum, np.minimum, win)
 
 
 def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
@@ -294,9 +297,11 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
     """Step seconds of the all-decode `shape` at summed decode contexts `D` (a float, or an
     array of them: elementwise the same float operations); `win`: (window-capped sums,
     longest contexts) for a model with sliding layers."""
-    T = shape.num_tokens
-    mb = cm.num_microbatches(shape)
-    R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
+    key = (shape.num_tokens, shape.num_reqs, shape.num_decode_reqs)
+    fixed = cm._decode_fixed.get(key)
+    if fixed is None:
+        fixed = cm._decode_fixed[key] = _decode_fixed(cm, shape)
+    mb, rests, host = fixed
     pad = shape.num_decode_reqs * shape.max_decode_context - shape.decode_context_tokens
     padding = cm._padding
     ctx = D + padding * pad if padding and pad > 0 else D
@@ -304,14 +309,15 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
         Dw, longest = win
         Dw = Dw + padding * (shape.num_decode_reqs * vmin(longest, cm._window) - Dw)
         ctx = ctx + cm._slide * (Dw - ctx)
-    ctx = ctx / mb
+    if mb != 1:
+        ctx = ctx / mb
     ov = 1.0 - cm.params.overlap
+    Rd = shape.num_decode_reqs / mb
     stage_times = []
-    for st in cm._stages:
+    for st, rest in zip(cm._stages, rests):
         fast = st["fast"]
         ac, akv, aqd = fast.dac, fast.dakv, fast.aqd  # MLA: the absorbed decode form
         # the stage without its decode-attention term, then the growing attention term
-        rest = cm._stage_time(fast, T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * aqd
         c, m = ctx * ac, ctx * akv + Rd * aqd
         stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
     total = stage_times[0]
@@ -322,4 +328,16 @@ def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
         for t in stage_times[1:]:
             longest = vmax(longest, t)
         total = total + (mb - 1) * longest
-    return total + host_overhead_s(cm, shape)
+    return total + host
+
+
+def _decode_fixed(cm: CostModel, shape: BatchShape) -> tuple[int, list[float], float]:
+    """What `_decode_times` needs of an all-decode shape besides its contexts (a function of
+    its token, request and decode counts only, memoised on them): micro-batches, each stage's
+    seconds without its decode-attention term, and the host overhead (s)."""
+    T = shape.num_tokens
+    mb = cm.num_microbatches(shape)
+    R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
+    rests = [cm._stage_time(st["fast"], T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * st["fast"].aqd
+             for st in cm._stages]
+    return mb, rests, host_overhead_s(cm, shape)

@@ -109,6 +109,8 @@ class CostModel:
             ep_link if isinstance(ep_link, Link) else get_link(ep_link))
         self._stages = [self._stage_coefs(s) for s in range(pp)]
         self._fast = self._stages[0]["fast"]
+        # all-decode steps' terms fixed by (tokens, requests, decodes): `breakdown._decode_fixed`
+        self._decode_fixed: dict[tuple[int, int, int], tuple[int, list[float], float]] = {}
         p = self.params
         self._step_ovh, self._tok_ovh = p.step_overhead_s, p.token_overhead_s
         self._req_ovh = p.request_overhead_s
