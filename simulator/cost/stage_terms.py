@@ -1,0 +1,281 @@
+"""Per-stage precomputation of `CostModel` (a mixin): each operator's FLOPs and bytes per
+unit (token, request, query-key pair, context token) for a stage's layers, folded with the
+part's rates and kernel shape terms into the seconds-per-unit constants (`StageCoefs`) that
+`CostModel.step_time` multiplies. MoE and MLA replace the dense terms (`moe_cost.py` says how
+each is priced); the linears carry tile/wave, grouped-GEMM and dequantization terms.
+
+The mixin reads the attributes `CostModel.__init__` sets (model, shard, accelerator,
+precision, kernels, params, tp, ep, link, ep_link, _ar_extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from simulator.cost.dtypes import dtype_bytes
+from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
+from simulator.cost.linear_cost import LinearCost
+from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
+from simulator.cost.params import CostParams
+from simulator.cost.stage_coefs import StageCoefs
+
+# Sampling reads the fp32 logits of each request about three times (softmax, top-k/top-p
+# filtering, the draw) in vLLM's sampler; order of magnitude, absorbed by calibration.
+SAMPLING_PASSES = 3
+LOGIT_BYTES = 4  # logits are upcast to fp32 before sampling (vLLM LogitsProcessor)
+
+
+class StageTerms:
+    """The precomputation half of `CostModel` (see the module docstring)."""
+
+    def _linear_costs(self, s: int, L: int, last: bool) -> dict[str, LinearCost]:
+        """Tensor-core seconds of stage `s`'s linears against their rows (tokens, or
+        requests for the LM head), with the part's kernel shape terms."""
+        m, sh, acc, pr, k = self.model, self.shard, self.accelerator, self.precision, self.kernels
+        d, hd = m.hidden_size, m.head_dim
+        hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
+        peak = acc.peak_flops(pr.compute)
+        eff = self.params.gemm_compute_efficiency
+        tile = getattr(k, "tile", None)
+        sms = acc.sm_count
+        wo = k.weight_only if pr.weight_only else None
+        alu = (acc.fp32_tflops or 0.0) * 1e12
+        if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
+            h = m.num_heads // self.tp
+            qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+            qkv = ([(qr, d), (h * hd, qr)] if qr else [(h * hd, d)])
+            qkv += [(kr + rope, d), (h * (m.qk_nope_head_dim + m.v_head_dim), kr)]
+            o = [(d, h * m.v_head_dim)]
+        else:
+            qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
+        out = {
+            "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu),
+            "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu),
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu) if m.is_moe else LinearCost(
+                [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
+                L, peak, eff, tile, sms, wo, alu)),
+        }
+        if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
+            pdim = m.embed_proj_dim or d
+            gem = [(sh.vocab, pdim)] + ([(pdim, d)] if pdim != d else [])
+            ab_peak = acc.peak_flops("fp32" if pr.dtype == "fp32" else "bf16")
+            bf16_eff = (self.params.gemm_compute_efficiency if pr.compute in ("bf16", "fp32")
+                        else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
+            out["lm_head"] = LinearCost(gem, 1, ab_peak, bf16_eff, tile, acc.sm_count,
+                                        table_rows=1024)
+        return out
+
+    def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
+        """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
+        pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
+        part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
+        tile padding, short K, a ceiling below dense: simulator/cost/grouped_gemm.py); without
+        them (parts with no kernel profile) they are one dense GEMM with the layer counts
+        folded into the output widths."""
+        m, tp, ep = self.model, self.tp, self.ep
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
+        d, kx = m.hidden_size, m.experts_per_token
+
+        def mats(ffn: float, copies: float) -> list[tuple[float, float]]:
+            up = [(copies * 2 * ffn, d)] if m.gated_mlp else [(copies * ffn, d)]
+            return up + [(copies * d, ffn)] if ffn else []
+
+        f_rank = m.ffn_size / (1 if ep > 1 else tp)
+        rest = [(moe * m.num_experts, d)]
+        if m.shared_expert_ffn_size:
+            rest += mats(m.shared_expert_ffn_size / tp, moe)
+        if dense:
+            rest += mats(m.dense_ffn_size / tp, dense)
+        rest = [g for g in rest if g[0] > 0]
+        grouped = getattr(self.kernels, "grouped_gemm", None)
+        if grouped is None or not moe:
+            gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
+            return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
+        experts = ExpertShape(tuple(mats(f_rank, 1.0)), moe, kx, m.num_experts, ep)
+        return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu)
+
+    def _grouped_for_compute(self, g: Any) -> Any:
+        """The grouped-GEMM terms at this replica's GEMM precision. W8A8 (fp8 / int8) fused-MoE
+        kernels run `fp8_speedup` times as fast as the BF16 kernel at the same shape, not at
+        the dense FP8 GEMMs' share of the doubled peak: their `relative` is rescaled so the
+        FP8 rate x relative = the BF16 rate x relative x fp8_speedup."""
+        pr, acc, k = self.precision, self.accelerator, self.kernels
+        if pr.compute not in ("fp8", "int8") or g.fp8_speedup is None:
+            return g
+        peak_ratio = acc.peak_flops(pr.compute) / acc.peak_flops("bf16")
+        rel = g.relative * g.fp8_speedup / (peak_ratio * k.relative(pr.compute))
+        return dataclasses.replace(g, relative=min(1.0, rel))
+
+    def _stage_coefs(self, s: int) -> dict[str, Any]:
+        """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
+        the rates into seconds per unit (`fast`) for `step_time`."""
+        m, sh, p, acc, pr = self.model, self.shard, self.params, self.accelerator, self.precision
+        L = sh.layers_per_stage[s]
+        last = s == self.pp - 1
+        d, hd = m.hidden_size, m.head_dim
+        hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
+        wb = pr.matrix_weight_bytes
+        ab = pr.activation_bytes  # activations, norms, embeddings
+        kvb = dtype_bytes(pr.kv_cache_dtype)
+        bw = acc.mem_bw_bytes_per_s
+        k = self.kernels
+        rate = {
+            "gemm_c": 1.0 / (acc.peak_flops(pr.compute) * p.gemm_compute_efficiency),
+            "gemm_m": 1.0 / (bw * p.gemm_memory_efficiency),
+            "gemv_m": 1.0 / (bw * p.gemv_memory_efficiency),
+            "attn_c": 1.0 / (acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
+                             * p.attn_compute_efficiency),
+            "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
+            "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
+            "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
+        }
+        n_mats = 3 if m.gated_mlp else 2
+        w_qkv, w_o, w_e = d * (hq + 2 * hkv) * hd, hq * hd * d, n_mats * d * f
+        kv_tok, qo_tok = 2 * hkv * hd * kvb, 2 * hq * hd * ab
+        tp = self.tp
+        ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves 2 (tp-1)/tp of the message
+        raw = {
+            # (flops per token, weight bytes, activation bytes per token), L layers
+            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * wb, L * (d + (hq + 2 * hkv) * hd) * ab),
+            "o_proj": (L * 2 * w_o, L * w_o * wb, L * (hq * hd + d) * ab),
+            "mlp": (L * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
+                    L * w_e * wb,  # per expert touched
+                    L * (m.experts_per_token * (2 * d + n_mats * f) * ab
+                         + (2 * d * ab if m.is_moe else 0))),
+            "router_bytes": L * d * m.num_experts * ab if m.is_moe else 0.0,
+            # attention: flops per query-key pair, KV bytes per context token, bytes per new token
+            "attn": (L * 4 * hq * hd, L * kv_tok, L * (qo_tok + kv_tok)),
+            "elementwise": (L * (10 * d + 4 * n_mats * f),  # nominal FLOPs, reported only
+                            L * (8 * d + n_mats * f + 2 * (hq + hkv) * hd) * ab),
+            "allreduce": (L * 2 * ring * d * ab,
+                          L * 2 * (2 * (tp - 1) * self.link.latency_s + self._ar_extra)),
+            "layers": L,
+        }
+        raw["attn_decode"] = raw["attn"][:2]
+        raw["ep_alltoall"] = (0.0, 0.0)
+        if m.is_moe or m.is_mla:
+            self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
+        lin = self._linear_costs(s, L, last)
+        raw["layer_floor_s"] = self._layer_floor(s, L)
+        if last:
+            pdim = m.embed_proj_dim or d
+            w_lm = sh.vocab * pdim + (pdim * d if pdim != d else 0)
+            raw["lm_head"] = (2 * w_lm, w_lm * ab, d * ab + sh.vocab * LOGIT_BYTES)
+            raw["sampling"] = SAMPLING_PASSES * m.vocab_size * LOGIT_BYTES
+            raw["gather"] = ((tp - 1) / tp * m.vocab_size * LOGIT_BYTES,
+                             (tp - 1) * self.link.latency_s)
+        else:
+            raw["pp_send"] = (d * ab, self.link.latency_s)
+        gm, ac, am, lk = (rate[k_] for k_ in ("gemm_m", "attn_c", "attn_m", "link"))
+        E, kx = m.num_experts, m.experts_per_token
+        E_rank = raw.get("experts_per_rank", float(E))
+        k_rank = kx / self.ep  # experts one token reaches on one rank (GEMV passes)
+        lm = raw.get("lm_head", (0.0, 0.0, 0.0))
+        gather = raw.get("gather", (0.0, 0.0))
+        send = raw.get("pp_send", (0.0, 0.0))
+        head = lin.get("lm_head")
+        # attention shape terms (0 for parts without a kernel profile): FlashAttention's
+        # per-query work as `half_keys` extra keys, decode's per-request KV tokens
+        half_keys = getattr(k, "attn_half_keys", 0.0)
+        req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
+        fast = StageCoefs(
+            lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
+            lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
+            lin["mlp"].per_row, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
+            raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
+            raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
+            raw["elementwise"][1] * gm,
+            raw["allreduce"][0] * lk + raw["ep_alltoall"][0] * rate["ep_link"],
+            raw["allreduce"][1] + raw["ep_alltoall"][1],
+            raw["layer_floor_s"],
+            head.per_row if head else 0.0, lm[1] * gm, lm[2] * gm,
+            raw.get("sampling", 0.0) * gm,
+            gather[0] * lk, gather[1],
+            send[0] * lk, send[1],
+            1.0 - p.overlap, float(p.gemm_row_passes_below),
+            # weight seconds of one GEMV pass (one row) of qkv, o, the MLP (the k experts one
+            # token routes to, plus the router) and the LM head
+            raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
+            (raw["mlp"][1] * (k_rank if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
+            lm[1] * rate["gemv_m"],
+            p.linear_token_factors, p.lm_head_row_factors,
+            L * p.decode_attn_overhead_s,
+            # shaped linears (None: linear in the rows), attention shape terms
+            lin["qkv_proj"] if lin["qkv_proj"].shaped else None,
+            lin["o_proj"] if lin["o_proj"].shaped else None,
+            lin["mlp"] if lin["mlp"].shaped else None,
+            head if head and head.shaped else None,
+            raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * am,
+            # decode attention per query-key pair and per context token (MLA: absorbed form)
+            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am,
+            # one row of each linear, and a decode request's fixed attention seconds
+            lin["qkv_proj"].seconds(1) if lin["qkv_proj"].shaped else lin["qkv_proj"].per_row,
+            lin["o_proj"].seconds(1) if lin["o_proj"].shaped else lin["o_proj"].per_row,
+            lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
+            raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
+        )
+        return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
+                "half_keys": half_keys, "req_tokens": req_tokens}
+
+    def _layer_floor(self, s: int, L: int) -> float:
+        """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
+        the part's default kernel floor, its seconds per dependent kernel x the kernels of each
+        layer (more for MoE, shared-expert, MLA and q/k-norm layers; kernels.yaml)."""
+        p, k, m = self.params, self.kernels, self.model
+        floor = getattr(k, "layer_floor_s", 0.0)
+        if not (floor and p.device is None and p.layer_overhead_s == floor):
+            return L * p.layer_overhead_s
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
+        return k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
+
+    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
+                       kvb: float, ring: float, rate: dict[str, float]) -> None:
+        """Replace the dense terms of stage `s` by those of an MoE and/or MLA model
+        (simulator/cost/moe_cost.py says how each is priced)."""
+        m, tp, ep = self.model, self.tp, self.ep
+        if m.is_mla:
+            t = mla_terms(m, tp)
+            h = m.num_heads / tp
+            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * wb, L * t.qkv_act_bytes_per_token * ab)
+            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * wb, L * (h * m.v_head_dim + m.hidden_size) * ab)
+            kv_tok = t.kv_elems_per_token * kvb
+            qo_tok = h * (m.head_dim + m.v_head_dim) * ab
+            raw["attn"] = (L * t.prefill_flops_per_pair, L * kv_tok, L * (qo_tok + kv_tok))
+            raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
+        if m.is_moe:
+            dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
+            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s)
+            raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
+            raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
+            raw["experts_per_rank"] = mt.experts_per_rank
+            raw["moe_layers"] = moe
+            raw["elementwise"] = self._moe_elementwise(raw["elementwise"], dense, moe, ab)
+            if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
+                n_ar = L + dense
+                raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
+                                    n_ar * (2 * (tp - 1) * self.link.latency_s + self._ar_extra))
+                raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
+
+    def _moe_elementwise(self, dense_terms: tuple[float, float], dense: int, moe: int,
+                         ab: float) -> tuple[float, float]:
+        """The elementwise passes of an MoE stage per token (FLOPs, bytes). vLLM's fused MoE
+        runs the activation (`silu_and_mul`: reads 2 x, writes 1 x the intermediate of each of
+        a token's k experts on this rank) and the top-k reduction (`moe_sum`: reads k, writes
+        one hidden state) as kernels of their own between the two grouped GEMMs
+        (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl), so, like a
+        dense MLP's SiLU x up, their bytes add to the step rather than hide under the GEMMs.
+        The dense terms counted one expert's intermediate; this counts the k experts, the
+        shared experts and the dense layers' MLPs."""
+        m, sh = self.model, self.shard
+        d, ep, tp, kx = m.hidden_size, self.ep, self.tp, m.experts_per_token
+        n_mats = 3 if m.gated_mlp else 2
+        L = dense + moe
+        f_rank = m.ffn_size / (1 if ep > 1 else tp)
+        share = 1.0 / ep if ep > 1 else 1.0
+        per_moe = (kx * share * n_mats * f_rank + (kx + 1) * d
+                   + n_mats * m.shared_expert_ffn_size / tp)
+        per_dense = n_mats * m.dense_ffn_size / tp
+        flops, nbytes = dense_terms
+        nbytes += (moe * per_moe + dense * per_dense - L * n_mats * sh.ffn) * ab
+        return flops, nbytes
