@@ -15,12 +15,12 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
-import dataclasses
-
-from simulator.core.capacity import blocks_to_completion, max_kv_tokens, promise, reserved_blocks
+from simulator.core.capacity import blocks_to_completion, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.decode_burst import max_decode_burst, update_burst
 from simulator.core.kv_cache_manager import KVCacheManager
+from simulator.core.parallel_sampling import ParallelSampling
+from simulator.core.pd_handoff import PDHandoff
 from simulator.core.request import Request, RequestStatus
 from simulator.core.request_queue import make_queue
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
@@ -29,7 +29,7 @@ RUNNING = RequestStatus.RUNNING
 REMOTE = RequestStatus.WAITING_FOR_REMOTE_KV
 
 
-class Scheduler:
+class Scheduler(PDHandoff, ParallelSampling):
     def __init__(self, config: SchedulerConfig, cache_config: CacheConfig) -> None:
         config.validate_with(cache_config)
         self.config = config
@@ -288,29 +288,6 @@ class Scheduler:
                 num_new = min(num_new, fork_point - computed)
         return num_new
 
-    def _admit_remote(self, req: Request, out: SchedulerOutput, reserved: int = 0) -> bool:
-        """Decode role: allocate blocks for a request whose KV comes from a prefill worker
-        (`reserved`: blocks promised to admitted requests, guaranteed_no_evict only)."""
-        kvm = self.kv_cache_manager
-        hits, num_hit = kvm.get_computed_blocks(req)
-        if self._no_evict:
-            if promise(kvm, req, hits, self.config.role) > kvm.num_free_blocks - reserved:
-                return False
-        else:
-            # keep a watermark of free blocks (1% of the pool, as vLLM v0) so the requests
-            # already decoding can grow without being preempted by each arrival
-            need = kvm.blocks_needed(req.num_prompt_tokens) - len(hits)
-            if kvm.num_free_blocks - need < max(1, kvm.num_gpu_blocks // 100) and self.running:
-                return False
-        if not kvm.allocate_slots(req, req.num_prompt_tokens - num_hit, hits, cache=False):
-            return False  # back-pressure: the KV waits on the prefill side
-        self.waiting.pop()
-        req.num_computed_tokens = num_hit
-        req.num_cached_tokens = num_hit
-        self.waiting_for_kv[req.request_id] = req
-        out.kv_to_receive.append((req, num_hit))
-        return True
-
     def _pick_victim(self) -> Request:
         if self.config.policy == "priority":
             # lowest priority, latest arrival; ties go to the latest admitted, so the
@@ -401,88 +378,6 @@ class Scheduler:
         self.kv_cache_manager.free(req)
         self.requests.pop(req.request_id, None)
         self.finished_req_ids.append(req.request_id)
-
-    def _make_children(self, parent: Request) -> list[Request]:
-        sp = parent.sampling_params
-        n = sp.n
-        parent.num_forked = n - 1
-        children = []
-        for i in range(1, n):
-            child_sp = dataclasses.replace(
-                sp, n=1, seed=None if sp.seed is None else sp.seed + i
-            )
-            children.append(
-                Request(
-                    request_id=f"{i}_{parent.request_id}",
-                    prompt_token_ids=parent.prompt_token_ids,
-                    sampling_params=child_sp,
-                    arrival_time=parent.arrival_time,
-                    num_prompt_tokens=parent.num_prompt_tokens,
-                    prompt_hash_ids=parent.prompt_hash_ids,
-                    hash_block_size=parent.hash_block_size,
-                    eos_token_id=parent.eos_token_id,
-                    priority=parent.priority,
-                    parent_request_id=parent.request_id,
-                )
-            )
-        return children
-
-    def _fork(self, parent: Request) -> None:
-        """Parent computed all but its last prompt token: start n-1 children sharing its KV."""
-        kvm = self.kv_cache_manager
-        no_evict = self._no_evict
-        role = self.config.role
-        if no_evict:  # a child runs only if its length beyond the shared blocks is promised
-            reserved = reserved_blocks(kvm, self.running, self.waiting_for_kv.values(), role)
-            shared = parent.num_computed_tokens // self.block_size  # table entries it shares
-        for child in self._make_children(parent):
-            child.first_scheduled_time = parent.first_scheduled_time
-            child.num_cached_tokens = parent.num_cached_tokens
-            self.requests[child.request_id] = child
-            child.num_computed_tokens = parent.num_computed_tokens
-            if no_evict and (
-                kvm.blocks_to_grow(max_kv_tokens(child, role), shared) > kvm.num_free_blocks - reserved
-            ):
-                copies = None
-            else:
-                copies = kvm.fork(parent, child)
-            if copies is None:  # no block for the copy: recompute the child later
-                child.num_computed_tokens = 0
-                self.waiting.add(child)
-                continue
-            self._pending_copies.extend(copies)
-            child.status = RUNNING
-            self.running.append(child)
-            if no_evict:
-                reserved += blocks_to_completion(kvm, child, role)
-
-    # ------------------------------------------------------------ PD hand-off
-    def pop_kv_ready(self) -> list[Request]:
-        """Prefill role: requests whose prompt is done and whose KV may now be sent."""
-        ready, self._kv_ready = self._kv_ready, []
-        return ready
-
-    def release_transferred(self, request_id: str) -> None:
-        """Prefill role: the decode side has the KV; free the blocks held for it."""
-        req = self.transferring.pop(request_id)
-        self.kv_cache_manager.free(req)
-        self.requests.pop(request_id, None)
-        self.finished_req_ids.append(request_id)
-
-    def on_kv_received(self, request_id: str) -> None:
-        """Decode role: the request's prompt KV is in its blocks; start decoding it."""
-        req = self.waiting_for_kv.pop(request_id)
-        req.num_computed_tokens = req.num_prompt_tokens
-        self.kv_cache_manager.cache_full_blocks(req, req.num_prompt_tokens)
-        req.status = RUNNING
-        self.running.append(req)
-
-    def on_kv_failed(self, request_id: str) -> None:
-        """Decode role: the transfer was lost; recompute the prompt here (keeping the
-        locally cached prefix and the blocks already allocated)."""
-        req = self.waiting_for_kv.pop(request_id)
-        req.status = RUNNING
-        self.running.append(req)
 
     # ------------------------------------------------------------------ status
     def has_unfinished_requests(self) -> bool:
