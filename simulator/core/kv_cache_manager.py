@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from simulator.core.block_copies import BlockCopies
 from simulator.core.block_hash import extend_block_hashes, is_length_only
 from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
@@ -61,7 +62,7 @@ def blocks_held(num_tokens: int, block_size: int, window: int, step_tokens: int)
         return need
     return min(need, -(-(window - 1 + step_tokens) // block_size) + 1)
 
-class KVCacheManager:
+class KVCacheManager(BlockCopies):
     """Per-replica KV bookkeeping: `num_gpu_blocks` device blocks of `block_size` tokens,
     `num_cpu_blocks` host blocks for swapping; `block_bytes` is one block's KV size (all
     layers), used only to report bytes moved. `sliding_window` (tokens, 0 = none): free the
@@ -381,81 +382,6 @@ class KVCacheManager:
         self.cpu_skipped_blocks.pop(rid, None)
         if cpu:
             self.free_cpu_blocks.extend(cpu)
-
-    # ---- parallel sampling ----
-    def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
-        """Give `child` the parent's computed blocks: full blocks are shared; a partial last
-        block is copied. Returns the (src, dst) device copies to make (empty if none), or
-        None (nothing changed) if no block is free for the copy."""
-        pid, cid = parent.request_id, child.request_id
-        bs = self.block_size
-        num_computed = parent.num_computed_tokens
-        parent_blocks = self.req_to_blocks.get(pid, [])
-        num_full = num_computed // bs
-        partial = num_computed % bs != 0
-        if partial and self.block_pool.num_free_blocks < 1:
-            return None
-        shared = parent_blocks[:num_full]
-        skipped = self.num_skipped_blocks.get(pid, 0)  # <= num_full: the window ends later
-        self.block_pool.touch(shared[skipped:] if skipped else shared)
-        if skipped:
-            self.num_skipped_blocks[cid] = skipped
-        blocks = list(shared)
-        copy: list[tuple[int, int]] = []
-        if partial:
-            (new,) = self.block_pool.get_new_blocks(1)
-            copy.append((parent_blocks[num_full].block_id, new.block_id))
-            blocks.append(new)
-        self.req_to_blocks[cid] = blocks
-        self.req_to_block_ids[cid] = [b.block_id for b in blocks]
-        self.num_cached_blocks[cid] = min(self.num_cached_blocks.get(pid, 0), num_full)
-        child.block_hashes = list(parent.block_hashes[:num_full])
-        child.block_hashes_block_size = parent.block_hashes_block_size
-        return copy
-
-    # ---- swapping ----
-    def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
-        """Move all the request's device blocks to host blocks. Returns (device, host) pairs,
-        or None (nothing changed) if the host pool is too small."""
-        rid = request.request_id
-        if self.sliding_window and rid in self.req_to_blocks:
-            # blocks that slid out during its last step are freed, not copied to the host: a
-            # long prompt chunk can leave most of them, and restoring them could need more
-            # blocks than the whole pool (the request would never be swapped back in)
-            self._free_slid_out(rid, self.req_to_blocks[rid], request.num_computed_tokens)
-        skipped = self.num_skipped_blocks.get(rid, 0)
-        blocks = self.req_to_blocks.get(rid, [])[skipped:]  # slid-out entries stay NULL
-        if len(blocks) > len(self.free_cpu_blocks):
-            return None
-        cpu = [self.free_cpu_blocks.popleft() for _ in blocks]
-        mapping = [(b.block_id, c) for b, c in zip(blocks, cpu)]
-        self.free(request)
-        self.req_to_cpu_blocks[rid] = cpu
-        if skipped:
-            self.cpu_skipped_blocks[rid] = skipped
-        self.num_swapped_out_blocks += len(cpu)
-        return mapping
-
-    def swap_in(self, request: Request) -> list[tuple[int, int]] | None:
-        """Bring a swapped-out request back. Returns (host, device) pairs, or None (nothing
-        changed) if too few device blocks are free."""
-        rid = request.request_id
-        cpu = self.req_to_cpu_blocks.get(rid, [])
-        if len(cpu) > self.block_pool.num_free_blocks:
-            return None
-        del self.req_to_cpu_blocks[rid]
-        new = self.block_pool.get_new_blocks(len(cpu))
-        skipped = self.cpu_skipped_blocks.pop(rid, 0)
-        blocks = [NULL_BLOCK] * skipped + new if skipped else new
-        if skipped:
-            self.num_skipped_blocks[rid] = skipped
-        self.req_to_blocks[rid] = blocks
-        self.req_to_block_ids[rid] = [b.block_id for b in blocks]
-        self.num_cached_blocks[rid] = self._no_blocks_cached(request)
-        self.free_cpu_blocks.extend(cpu)
-        self.num_swapped_in_blocks += len(cpu)
-        self._note_usage()
-        return [(c, b.block_id) for c, b in zip(cpu, new)]
 
     def _note_usage(self) -> None:
         usage = self.block_pool.usage
