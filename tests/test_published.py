@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import published  # noqa: E402
+import published_engines as pe  # noqa: E402
 import published_rows as pr  # noqa: E402
 
 from simulator.scenario import Scenario, load_scenario  # noqa: E402
@@ -289,6 +290,6 @@ def test_tensorrt_llm_rows_get_its_documented_scheduler_defaults(rows):
         engine = r.source.get("engine_backend") or r.source["engine"]
         if engine == "tensorrt-llm":
             assert sched["enable_chunked_prefill"] is False
-            assert sched["max_num_batched_tokens"] == pr.TRTLLM_MAX_NUM_TOKENS
+            assert sched["max_num_batched_tokens"] == pe.TRTLLM_MAX_NUM_TOKENS
         elif engine == "lmdeploy-turbomind":
             assert "enable_chunked_prefill" not in sched
