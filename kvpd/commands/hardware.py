@@ -30,10 +30,11 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"accelerators": [_acc_dict(a) for a in accs],
                               "links": [_link_dict(x) for x in links]}, indent=2))
             return 0
-        print(f"{'accelerator':15s} {'BF16 TF':>8s} {'FP8 TF':>8s} {'GiB':>5s} {'TB/s':>6s} "
+        print(f"{'accelerator':15s} {'BF16 TF':>8s} {'FP8 TF':>8s} {'FP4 TF':>8s} {'GiB':>5s} {'TB/s':>6s} "
               f"{'scale-up':23s} {'PCIe':11s} {'scale-out':14s} {'$/h':>6s}")
         for a in accs:
             print(f"{a.name:15s} {a.bf16_tflops:8.1f} {_fmt(a.fp8_tflops, '8.1f'):>8s} "
+                  f"{_fmt(a.fp4_tflops, '8.1f'):>8s} "
                   f"{a.memory_bytes / 2**30:5.0f} {a.mem_bw_bytes_per_s / 1e12:6.3f} "
                   f"{a.scale_up_link or '-':23s} {a.pcie or '-':11s} {a.scale_out or '-':14s} "
                   f"{_fmt(a.price_per_hour, '6.2f'):>6s}"
@@ -77,7 +78,8 @@ def _acc_dict(a) -> dict:
     links = {k: (_link_dict(a.link(k)) if getattr(a, k) else None)
              for k in ("scale_up_link", "pcie", "scale_out")}
     return {"name": a.name, "description": a.description, "vendor": a.vendor,
-            "arch": a.arch or None, "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops, "fp4_tflops": a.fp4_tflops,
+            "arch": a.arch or None, "bf16_tflops": a.bf16_tflops, "fp8_tflops": a.fp8_tflops,
+            "fp4_tflops": a.fp4_tflops,
             "int8_tops": a.int8_tops, "fp32_tflops": a.fp32_tflops,
             "memory_gib": a.memory_bytes / 2**30, "mem_bw_tbps": a.mem_bw_bytes_per_s / 1e12,
             "sm_count": a.sm_count, "price_per_hour": a.price_per_hour,

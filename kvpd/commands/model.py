@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-DTYPES = ("fp32", "bf16", "fp8", "int4")
+DTYPES = ("fp32", "bf16", "fp8", "int4", "fp4")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
