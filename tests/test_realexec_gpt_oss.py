@@ -123,6 +123,19 @@ def test_bf16_weights_run():
     assert_pool_whole(llm)
 
 
+def test_saved_directory_serves_the_same_tokens(tmp_path):
+    """A saved checkpoint directory (config.json with every field + safetensors, eager
+    attention) serves HF's greedy tokens of the model it was saved from."""
+    src = _with_random_biases()
+    src.model.save_pretrained(tmp_path)
+    llm = LLM(str(tmp_path), num_gpu_blocks=64, block_size=4)
+    assert not llm.loaded.random_weights
+    assert llm.loaded.config._attn_implementation == "eager"
+    prompts = random_prompts(14, [9, 33])
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=10))
+    assert [o.token_ids for o in outs] == [hf_greedy(src.model, p, 10) for p in prompts]
+
+
 def test_default_layer_types_alternate_sliding_first():
     """Without `layer_types` HF alternates sliding and full layers, sliding first (the released
     checkpoints' pattern); the executor reads the same."""
