@@ -11,8 +11,10 @@ over its block table:
 - prefill chunks: one call per request. A chunk at position `p0` with `q` tokens sees keys
   `0 .. p0 + i` for its query `i`; SDPA's `is_causal` assumes equal query and key lengths
   (top-left aligned), so it is only used when the request has no cached context; otherwise
-  the bottom-right-aligned mask is built explicitly. Sliding-window layers (Mistral, Qwen2)
-  further hide keys at or before `pos - window` (HF: `kv_idx > q_idx - sliding_window`).
+  the bottom-right-aligned mask is built explicitly. Sliding-window layers (Mistral, Qwen2,
+  gpt-oss) further hide keys at or before `pos - window` (HF: `kv_idx > q_idx - sliding_window`).
+- attention sinks (gpt-oss): each head's learned logit joins the softmax denominator
+  (`realexec.engine.sinks.sdpa_with_sinks`, still one SDPA call).
 
 When every layer slides by the same window (`build_metadata(window=...)`), only the keys
 inside it are gathered: the core frees the blocks before it (their table entries are -1,
@@ -30,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from realexec.engine.kv_cache import PagedKVCache
+from realexec.engine.sinks import causal_mask, sdpa_with_sinks
 
 try:  # the SDPA backends the model walk allows on CUDA (`sdpa_backends`)
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -60,9 +63,10 @@ class AttentionBackend(Protocol):
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-        window: int | None,
+        window: int | None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attention output `[T, heads, d]` for the flat batch (after storing k, v)."""
+        """Attention output `[T, heads, d]` for the flat batch (after storing k, v); `sinks`
+        (`[heads]`, gpt-oss): one logit per head added to the softmax denominator."""
         ...
 
 
@@ -261,13 +265,13 @@ class PagedAttention:
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-        window: int | None,
+        window: int | None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         self.cache.write(layer, self.meta.slot_mapping, k, v)
         k_cache = self.cache.key_cache(layer)
         v_cache = self.cache.value_cache(layer)
         return self._attend(q, k, v, lambda slots: self.workspace.gather(k_cache, v_cache, slots),
-                            scale, window)
+                            scale, window, sinks)
 
     def attend_latent(
         self, layer: int, q: torch.Tensor, latent: torch.Tensor,
@@ -285,10 +289,10 @@ class PagedAttention:
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
-        window: int | None,
+        window: int | None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
-        returns for cache slots."""
+        returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator."""
         meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads, v_dim = k.shape[1], v.shape[2]
@@ -300,9 +304,13 @@ class PagedAttention:
             kd, vd = gather(meta.decode_slots.reshape(-1))
             kd = kd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)  # [B, kvh, L, d]
             vd = vd.view(b, max_len, kv_heads, v_dim).transpose(1, 2)
-            od = F.scaled_dot_product_attention(
-                qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
-            )
+            if sinks is None:
+                od = F.scaled_dot_product_attention(
+                    qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
+                )
+            else:  # query rows are (kv head, group member): head kv * group + g
+                od = sdpa_with_sinks(qd, kd, vd, meta.decode_mask(window), scale,
+                                     sinks.view(1, kv_heads, num_heads // kv_heads, 1))
             out.index_copy_(0, meta.decode_idx, od.reshape(b, num_heads, v_dim))
         gqa = kv_heads != num_heads
         for p in meta.prefills:
@@ -315,8 +323,15 @@ class PagedAttention:
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)
-            op = F.scaled_dot_product_attention(
-                qp, kp, vp, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
-            )
+            if sinks is None:
+                op = F.scaled_dot_product_attention(
+                    qp, kp, vp, attn_mask=mask, is_causal=mask is None, scale=scale,
+                    enable_gqa=gqa,
+                )
+            else:
+                if mask is None:
+                    mask = causal_mask(p.q_len, p.q_len, q.device)
+                op = sdpa_with_sinks(qp, kp, vp, mask, scale, sinks.view(1, num_heads, 1, 1),
+                                     enable_gqa=gqa)
             out[s:e] = op[0].transpose(0, 1)
         return out

@@ -89,6 +89,21 @@ TINY: dict[str, dict[str, Any]] = {
                          "topk_group": 1, "moe_intermediate_size": 32, "n_shared_experts": 1,
                          "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
                          "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
+    # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
+    # shorter than most test prompts and not a multiple of the test block size) and full
+    # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's
+    # rope_scaling with factor and original length scaled down to the tiny context)
+    "tiny-gpt-oss": {"model_type": "gpt_oss", **_TINY_COMMON, "num_hidden_layers": 4,
+                     "head_dim": 16, "intermediate_size": 32, "num_local_experts": 4,
+                     "num_experts_per_tok": 2, "sliding_window": 10,
+                     "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "swiglu_limit": 7.0, "rope_theta": 150000.0,
+                     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                      "beta_slow": 1.0, "truncate": False,
+                                      "original_max_position_embeddings": 128},
+                     # 4 layers at 0.5 grow activations to where fp32 noise (eager vs. SDPA
+                     # summation order) reaches ~1e-3 in the logits; 0.3 keeps it ~1e-5
+                     "initializer_range": 0.3},
     "tiny-gpt2": {
         "model_type": "gpt2",
         "n_embd": 64,

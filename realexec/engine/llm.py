@@ -96,7 +96,7 @@ class LLM:
     Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
-    layers (Qwen2 `layer_types`) keep every block: the full layers read them all.
+    layers (Qwen2 `layer_types`, gpt-oss) keep every block: the full layers read them all.
     """
 
     def __init__(

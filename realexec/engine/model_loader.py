@@ -1,5 +1,5 @@
 """Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
-Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA) for the real executor.
+Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, gpt-oss) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -30,7 +30,23 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen2_moe": "Qwen2-MoE",
     "qwen3_moe": "Qwen3-MoE",
     "deepseek_v3": "DeepSeek-V3",
+    "gpt_oss": "gpt-oss",
 }
+
+# HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
+# attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`); its eager
+# attention is the reference the paged executor matches.
+_HF_ATTN: dict[str, str] = {"gpt_oss": "eager"}
+
+# config.json fields a family's dict must carry: `transformers` fills absent ones with the
+# defaults of its largest release (GptOssConfig: 36 layers, 128 experts), which would run a
+# different model than the file describes. `sliding_window` is needed when a layer slides.
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "gpt_oss": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "intermediate_size", "num_local_experts",
+                "num_experts_per_tok"),
+}
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 _DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -110,7 +126,39 @@ def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
                          f"{', '.join(SUPPORTED_MODEL_TYPES)})")
     if model_type not in SUPPORTED_MODEL_TYPES:
         check_supported(PretrainedConfig(model_type=model_type), where)  # raises
+    check_required_fields(model_type, d, where)
     return AutoConfig.for_model(model_type, **d)
+
+
+def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> None:
+    """ValueError naming the field when `d` lacks one `REQUIRED_FIELDS[model_type]` lists (or
+    gives it a non-positive value), or when `layer_types` is malformed."""
+    family = SUPPORTED_MODEL_TYPES[model_type]
+    for key in REQUIRED_FIELDS.get(model_type, ()):
+        value = d.get(key)
+        if value is None:
+            raise ValueError(f"{where}: {family} config is missing field {key!r} (a positive "
+                             "integer), which the executor needs")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    if model_type != "gpt_oss":
+        return
+    types = d.get("layer_types")
+    if types is not None:
+        bad = [t for t in types if t not in _LAYER_TYPES]
+        if bad or len(types) != d["num_hidden_layers"]:
+            raise ValueError(
+                f"{where}: field 'layer_types' must list one of {', '.join(_LAYER_TYPES)} per "
+                f"layer ({d['num_hidden_layers']}), got {types!r}")
+    slides = types is None or "sliding_attention" in types  # HF alternates when absent
+    window = d.get("sliding_window")
+    if slides and window is None:
+        raise ValueError(f"{where}: {family} config is missing field 'sliding_window' (tokens, "
+                         "a positive integer), which its sliding_attention layers need")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window <= 0):
+        raise ValueError(f"{where}: field 'sliding_window' must be a positive integer, "
+                         f"got {window!r}")
 
 
 def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str]:
@@ -169,17 +217,18 @@ def load_model(
     torch_dtype = parse_dtype(dtype)
     dev = resolve_device(device)
     config, weights_dir, source = resolve_config(model)
-    config._attn_implementation = "sdpa"
+    impl = _HF_ATTN.get(config.model_type, "sdpa")
+    config._attn_implementation = impl
     if weights_dir is not None:
         hf = AutoModelForCausalLM.from_pretrained(
-            weights_dir, local_files_only=True, dtype=torch_dtype, attn_implementation="sdpa"
+            weights_dir, local_files_only=True, dtype=torch_dtype, attn_implementation=impl
         ).to(dev)
     else:
         if initializer_range is not None:
             config.initializer_range = float(initializer_range)
         torch.manual_seed(seed)
         with torch.device(dev):
-            hf = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
+            hf = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation=impl)
     hf.eval()
     hf.requires_grad_(False)
     return LoadedModel(hf, hf.config, torch_dtype, dev, source, weights_dir is None)

@@ -9,6 +9,8 @@ linear layers without padding (ORCA's selective batching).
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 from transformers import PretrainedConfig
@@ -39,7 +41,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     if config.model_type in ("gpt2", "llama"):
         return [None] * n
     layer_types = getattr(config, "layer_types", None)
-    if config.model_type in ("qwen2", "qwen2_moe") and layer_types is not None:
+    if config.model_type in ("qwen2", "qwen2_moe", "gpt_oss") and layer_types is not None:
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe"):
         return [window] * n
@@ -49,12 +51,18 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
-MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"})
+MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"})
+# families whose MoE block returns (hidden, router scores) rather than hidden alone
+_MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
+# families with attention sinks (a learned logit per head in the softmax denominator) and a
+# rotary of half-width cos/sin applied to the two halves (HF's `apply_rotary_pos_emb` of the
+# family's module, looked up once)
+_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM, or the MoE
-    Mixtral / Qwen2-MoE / Qwen3-MoE."""
+    Mixtral / Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         config = hf_model.config
@@ -89,6 +97,10 @@ class PagedCausalLM:
         first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
+        self.sinks = self.family in _SINK_MODEL_TYPES
+        self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
+                          if self.sinks else None)
+        self.mlp_scores = self.family in _MLP_RETURNS_SCORES
         self.base = base
         self.lm_head = hf_model.lm_head
         assert self.family in SUPPORTED_MODEL_TYPES
@@ -126,8 +138,8 @@ class PagedCausalLM:
     def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
         h = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(h, pos[None, :])
-        if self.mla:
-            cos, sin = cos[0], sin[0]  # [T, rope_dim]
+        if self.mla or self.sinks:
+            cos, sin = cos[0], sin[0]  # [T, rope_dim] (gpt-oss: [T, head_dim / 2])
         else:
             cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [T, 1, d]
         t = ids.shape[0]
@@ -143,12 +155,21 @@ class PagedCausalLM:
             v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
             if self.qk_norm:  # Qwen3-MoE: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
+            if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
+                q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
+                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i], sinks=sa.sinks)
+            else:
+                q = q * cos + _rotate_half(q) * sin
+                k = k * cos + _rotate_half(k) * sin
+                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
             h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
             x = layer.post_attention_layernorm(h)
-            h = h + (layer.mlp(x[None])[0] if self.moe else layer.mlp(x))
+            if not self.moe:
+                h = h + layer.mlp(x)
+            elif self.mlp_scores:  # gpt-oss: (hidden [1, T, H], router scores)
+                h = h + layer.mlp(x[None])[0][0]
+            else:
+                h = h + layer.mlp(x[None])[0]
         return h
 
     def _forward_gpt2(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):

@@ -13,15 +13,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from realexec.engine.sinks import causal_mask, sdpa_with_sinks
+
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-          mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """q `[Tq, h, d]`, k/v `[Tk, kvh, d]` -> `[Tq, h, d]`."""
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0), attn_mask=mask, is_causal=causal, scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1],
-    )
+          mask: torch.Tensor | None, causal: bool, sinks: torch.Tensor | None = None
+          ) -> torch.Tensor:
+    """q `[Tq, h, d]`, k/v `[Tk, kvh, d]` -> `[Tq, h, d]`; `sinks` `[h]`: gpt-oss's per-head
+    logits in the softmax denominator."""
+    q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    gqa = k.shape[1] != q.shape[1]
+    if sinks is not None:
+        if causal:
+            mask = causal_mask(q.shape[0], k.shape[0], q.device)
+        out = sdpa_with_sinks(q4, k4, v4, mask, scale, sinks.view(1, -1, 1, 1), enable_gqa=gqa)
+    else:
+        out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, is_causal=causal,
+                                             scale=scale, enable_gqa=gqa)
     return out[0].transpose(0, 1)
 
 
@@ -38,11 +46,12 @@ def _window_causal_mask(q_start: int, q_len: int, k_len: int, window: int | None
 class NoCacheAttention:
     """Causal attention over one sequence's tokens in this forward (no KV kept)."""
 
-    def attend(self, layer: int, q, k, v, scale: float, window: int | None) -> torch.Tensor:
+    def attend(self, layer: int, q, k, v, scale: float, window: int | None,
+               sinks: torch.Tensor | None = None) -> torch.Tensor:
         if window is None:
-            return _sdpa(q, k, v, scale, None, True)
+            return _sdpa(q, k, v, scale, None, True, sinks)
         return _sdpa(q, k, v, scale, _window_causal_mask(0, q.shape[0], k.shape[0], window,
-                                                         q.device), False)
+                                                         q.device), False, sinks)
 
 
 class ContiguousKVAttention:
@@ -56,7 +65,8 @@ class ContiguousKVAttention:
         self.length = 0  # tokens cached before the current forward
         self._new = 0
 
-    def attend(self, layer: int, q, k, v, scale: float, window: int | None) -> torch.Tensor:
+    def attend(self, layer: int, q, k, v, scale: float, window: int | None,
+               sinks: torch.Tensor | None = None) -> torch.Tensor:
         n = q.shape[0]
         start, end = self.length, self.length + n
         if end > self.max_len:
@@ -66,10 +76,11 @@ class ContiguousKVAttention:
         self._new = n
         kc, vc = self.kv[layer, 0, :end], self.kv[layer, 1, :end]
         if start == 0 and window is None:
-            return _sdpa(q, kc, vc, scale, None, True)
+            return _sdpa(q, kc, vc, scale, None, True, sinks)
         if n == 1 and (window is None or end <= window):
-            return _sdpa(q, kc, vc, scale, None, False)
-        return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device), False)
+            return _sdpa(q, kc, vc, scale, None, False, sinks)
+        return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device),
+                     False, sinks)
 
     def advance(self) -> None:
         """Commit the tokens of the forward just run."""
