@@ -175,3 +175,4 @@ def test_bad_values_are_refused(key, value, match):
     cfg[key] = value
     with pytest.raises(ValueError, match=match):
         load_model(cfg)
+

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from realexec import LLM, SamplingParams
+from realexec.engine.configs import builtin_config
 from realexec.engine.device import available_devices, resolve_device
 from realexec.engine.kv_cache import KVCacheSpec, num_blocks_from_budget
-from realexec.engine.model_loader import load_model, parse_dtype
+from realexec.engine.model_loader import REQUIRED_FIELDS, load_model, parse_dtype
 from tests.realexec_reference import (
     assert_pool_whole,
     one_thread,  # noqa: F401  (fixture)
@@ -120,3 +121,18 @@ def test_reduced_precision_runs():
         outs = LLM(NAME, dtype=dtype, num_gpu_blocks=32, block_size=4).generate(
             prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
         assert [len(o.token_ids) for o in outs] == [4, 4]
+
+
+@pytest.mark.parametrize("name, family", [("tiny-mixtral", "Mixtral"),
+                                          ("tiny-qwen2-moe", "Qwen2-MoE"),
+                                          ("tiny-qwen3-moe", "Qwen3-MoE"),
+                                          ("tiny-deepseek-v3", "DeepSeek-V3")])
+def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
+    """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
+    built from is refused naming it (transformers would fill in its largest release's value)."""
+    cfg = builtin_config(name)
+    model_type = cfg["model_type"]
+    for field in REQUIRED_FIELDS[model_type]:
+        broken = {k: v for k, v in cfg.items() if k != field}
+        with pytest.raises(ValueError, match=f"{family} config is missing field '{field}'"):
+            load_model(broken)

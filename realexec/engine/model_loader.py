@@ -39,12 +39,23 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 _HF_ATTN: dict[str, str] = {"gpt_oss": "eager"}
 
 # config.json fields a family's dict must carry: `transformers` fills absent ones with the
-# defaults of its largest release (GptOssConfig: 36 layers, 128 experts), which would run a
-# different model than the file describes. `sliding_window` is needed when a layer slides.
+# defaults of its largest release (GptOssConfig: 36 layers, 128 experts; MixtralConfig: 8
+# experts of 14336), which would run a different model than the file describes.
+# `sliding_window` is needed when a gpt-oss layer slides.
+_CORE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "gpt_oss": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "intermediate_size", "num_local_experts",
-                "num_experts_per_tok"),
+    "gpt_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                "num_local_experts", "num_experts_per_tok"),
+    # the mixtures of experts: the fields their MoE (and MLA) layers are built from, as the
+    # simulator's model_variants.py requires them
+    "mixtral": (*_CORE, "intermediate_size", "num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
+                  "num_experts_per_tok", "shared_expert_intermediate_size"),
+    "qwen3_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
+                  "num_experts_per_tok"),
+    "deepseek_v3": (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
+                    "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim",
+                    "qk_rope_head_dim", "v_head_dim"),
 }
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
