@@ -24,10 +24,12 @@ import sys
 import time
 
 from realexec import LLM, SamplingParams
+from realexec.engine.configs import BUILTIN_CONFIGS
 from realexec.engine.hf_reference import hf_greedy
 from realexec.engine.model_loader import load_model
 
-FAMILIES = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2")
+# every family's tiny seeded model (dense, sliding window, MoE, MLA, gpt-oss)
+FAMILIES = tuple(name for name in BUILTIN_CONFIGS if name.startswith("tiny-"))
 LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 31, 32, 47, 64, 90)
 
 
