@@ -47,6 +47,8 @@ MODEL_NAMES = {
     "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
+    "amd/Llama-3.1-70B-Instruct-FP8-KV": "llama-3.1-70b",
+    "amd/Llama-3.1-405B-Instruct-FP8-KV": "llama-3.1-405b",
     # Mixtures of experts. The same rule: a post-trained release or an FP8 export keeps its
     # base model's config.json shapes. DeepSeek-R1 / R1-0528 are DeepseekV3ForCausalLM with
     # DeepSeek-V3's shapes; Qwen3-235B-A22B-Instruct-2507 (and its -FP8 export) has
