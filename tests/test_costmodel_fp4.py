@@ -29,6 +29,7 @@ def test_fp4_runs_on_fp4_units_where_the_part_has_them() -> None:
     fallback = resolve(h100, "fp4", {"method": "mxfp4"})
     assert (fallback.compute, fallback.weight_only) == ("bf16", True)
     assert "W4A4" in nv.label() and "W4A16" in fallback.label()
+    assert resolve(b200, "mxfp4").method == "mxfp4"  # a dtype naming the format keeps it
 
 
 def test_fp4_block_scales_are_in_the_bytes() -> None:

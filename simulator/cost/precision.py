@@ -148,8 +148,9 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     method = q.get("method")
     if method is not None:
         method = check_method(method, f"{pre}quantization.method")
-    elif dt == "fp4":
-        method = "nvfp4" if acc.vendor == "nvidia" else "mxfp4"
+    elif dt == "fp4":  # `dtype: mxfp4` / `nvfp4` name the format; bare fp4 takes the vendor's
+        named = str(dtype).strip().lower()
+        method = named if named in FP4_METHODS else ("nvfp4" if acc.vendor == "nvidia" else "mxfp4")
     elif dt in _DEFAULT_METHOD:
         method = _DEFAULT_METHOD[dt]
     if method is None and dt in ("fp32", "bf16", "fp16"):
