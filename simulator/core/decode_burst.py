@@ -42,8 +42,12 @@ class BurstCore(Protocol):
 
 
 def _remaining(out: SchedulerOutput) -> list[int]:
-    """Steps until each scheduled request reaches `max_tokens` (1 = this step is its last)."""
-    return [req.sampling_params.max_tokens - req.num_output_tokens for req in out.reqs]
+    """Steps until each scheduled request reaches `max_tokens` (1 = this step is its last):
+    noted on `out` by `max_decode_burst` (nothing changes them before the burst's update)."""
+    rems = out.remaining
+    if rems is None:
+        rems = [req.sampling_params.max_tokens - req.num_output_tokens for req in out.reqs]
+    return rems
 
 
 def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> int:
@@ -66,7 +70,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     kvm = core.kv_cache_manager
     past = (core.burst_past_finishes and not core.waiting and not kvm.sliding_window
             and not out.shape.window)
-    rems = _remaining(out)
+    rems = out.remaining = _remaining(out)
     for req, before in zip(out.reqs, out.num_computed_before):
         if before + 1 != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
             return 1  # this step does not sample, or a fork is due

@@ -38,6 +38,9 @@ class SchedulerOutput:
     # PD decode role: requests whose blocks were allocated this step and whose KV the
     # backend must now fetch: (request, number of prompt tokens already cached locally)
     kv_to_receive: list[tuple[Request, int]] = field(default_factory=list)
+    # decode bursts (`simulator.core.decode_burst`): steps until each request reaches
+    # max_tokens, noted by `max_decode_burst` for the burst's segments and update to reuse
+    remaining: list[int] | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:
