@@ -153,13 +153,13 @@ class Scheduler(PDHandoff, ParallelSampling):
         bs = self.block_size
         caching = kvm.enable_prefix_caching
         slides = kvm.sliding_window  # blocks that slide out are freed the step they do
-        # the fast path appends to out's lists directly and sums the decodes' shape here
-        reqs_add, new_add, before_add, ids_add = (
-            out.reqs.append, out.num_new_tokens.append, out.num_computed_before.append,
-            out.block_ids.append)
+        # the fast path appends to out's lists directly (its requests, running[i - nd:i],
+        # and their one new token each when folded in) and sums the decodes' shape here
+        before_add, ids_add = out.num_computed_before.append, out.block_ids.append
         nd = dctx = maxd = 0
         i = 0
-        while i < len(running) and budget > 0:
+        n_running = len(running)  # (changed only by a preemption, after which it is re-read)
+        while i < n_running and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
             num_new = req.num_prompt_tokens + req.num_output_tokens - computed
@@ -171,8 +171,6 @@ class Scheduler(PDHandoff, ParallelSampling):
                 if computed and computed < len(ids) * bs and not (
                     caching and (computed + 1) % bs == 0 and (computed + 1) // bs > num_cached[rid]
                 ) and not (slides and kvm.slides_out(rid, computed)):
-                    reqs_add(req)
-                    new_add(1)
                     before_add(computed)
                     ids_add(ids)
                     nd += 1
@@ -184,7 +182,7 @@ class Scheduler(PDHandoff, ParallelSampling):
                     i += 1
                     continue
             if nd:  # fold the fast-path decodes in before anything may rebuild the shape
-                self._fold_decodes(out, nd, dctx, maxd)
+                self._fold_decodes(out, running[i - nd:i], dctx, maxd)
                 nd = dctx = maxd = 0
             if num_new > 1:
                 num_new = self._cap_prefill(req, num_new, threshold)
@@ -207,8 +205,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 budget -= num_new
             # running[:i] are exactly the requests scheduled so far (victims left both)
             i = len(out.reqs)
+            n_running = len(running)
         if nd:
-            self._fold_decodes(out, nd, dctx, maxd)
+            self._fold_decodes(out, running[i - nd:i], dctx, maxd)
 
         # 2. waiting requests (none while preempting, none mid-batch when static)
         if out.preempted_req_ids or (cfg.batching == "static" and running):
@@ -269,9 +268,13 @@ class Scheduler(PDHandoff, ParallelSampling):
             budget -= num_new
         return out
 
-    def _fold_decodes(self, out: SchedulerOutput, nd: int, dctx: int, maxd: int) -> None:
-        """Add the last `nd` scheduled requests (fast-path decodes, contexts summing to `dctx`,
-        the longest `maxd`) to the batch shape, with their sliding-window sums if tracked."""
+    def _fold_decodes(self, out: SchedulerOutput, decodes: list[Request], dctx: int, maxd: int) -> None:
+        """Add `decodes` (fast-path decodes whose contexts before and block tables `out`
+        already ends with; contexts summing to `dctx`, the longest `maxd`) to `out`'s requests
+        and batch shape, with their sliding-window sums if tracked."""
+        nd = len(decodes)
+        out.reqs.extend(decodes)
+        out.num_new_tokens.extend([1] * nd)
         shape = out.shape
         shape.add_decodes(nd, dctx, maxd)
         if shape.window:
