@@ -67,3 +67,14 @@ def test_scenario_takes_fp4() -> None:
     sc = scenario_from_dict({"model": "llama-3.1-8b", "hardware": "b200", "dtype": "fp4",
                              "quantization": {"method": "nvfp4"}})
     assert sc.quantization.method == "nvfp4"
+
+
+def test_a_rescaled_cost_model_keeps_its_fp4_precision():
+    """The serving-speed rescale rebuilds the cost model from its precision: a weight-only FP4
+    one (no group size of its own) must come back as it was, not be refused."""
+    from simulator.calibrate.step_speeds import cost_model_at
+
+    for dt, quant, hw in (("fp4", "mxfp4", "h100-sxm"), ("fp4", "nvfp4", "b200"),
+                          ("int4", {"method": "gptq", "group_size": 64}, "a100-80gb-sxm")):
+        cm = CostModel("llama-3.1-8b", hw, dtype=dt, quantization=quant)
+        assert cost_model_at(cm, 1.2, 0.9).precision == cm.precision

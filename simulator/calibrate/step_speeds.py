@@ -43,11 +43,9 @@ def compute_memory(speed: Speed) -> tuple[float, float]:
 def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
     """`cm` on its device with compute `compute` x and memory `memory` x as fast."""
     acc, params = at_speeds(cm.accelerator, cm.params, compute, memory)
-    pr = cm.precision
-    quant = {"method": pr.method, **({"group_size": pr.group_size} if pr.weight_only else {})}
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, params=params,
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link,
-                     quantization=quant if pr.method else None, ep=cm.ep, ep_link=cm.ep_link,
+                     quantization=cm.precision.quantization(), ep=cm.ep, ep_link=cm.ep_link,
                      allreduce=cm.allreduce)
 
 

@@ -85,6 +85,13 @@ class Precision:
             q += " (W4A4)" if self.compute == "fp4" else " (weight-only, W4A16)"
         return f"{self.dtype}{q} weights, {self.kv_cache_dtype} KV cache"
 
+    def quantization(self) -> dict[str, Any] | None:
+        """The `quantization` mapping that resolves back to this precision (None: none)."""
+        if self.method is None:
+            return None
+        grouped = self.method in ("awq", "gptq")
+        return {"method": self.method, **({"group_size": self.group_size} if grouped else {})}
+
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "quantization": self.method, "group_size": self.group_size,
                 "kv_cache_dtype": self.kv_cache_dtype, "compute": self.compute}
