@@ -62,3 +62,18 @@ def test_new_models_price_and_plan_memory() -> None:
     assert plan.weight_bytes_per_gpu < 70e9 and plan.num_gpu_blocks > 0
     cm4 = CostModel("llama-4-maverick", "h200-sxm", tp=8, dtype="fp8")
     assert cm4.step_time(BatchShape.from_lists([4096], [0])) > 0
+
+
+def test_interleaved_dense_layers_split_evenly_over_pipeline_stages():
+    """Maverick's dense layers sit between its MoE ones (every other layer): each of two
+    pipeline stages gets half of each kind, not all the dense ones first."""
+    from simulator.cost.moe_cost import stage_layer_split
+
+    maverick = get_model("llama-4-maverick")
+    assert maverick.dense_layer_ids[:3] == (0, 2, 4)
+    assert [stage_layer_split(maverick, (24, 24), s) for s in (0, 1)] == [(12, 12), (12, 12)]
+    deepseek = get_model("deepseek-v3")  # its first three layers are the dense ones
+    assert [stage_layer_split(deepseek, (30, 31), s) for s in (0, 1)] == [(3, 27), (0, 31)]
+    pp2 = CostModel(maverick, "h200-sxm", tp=4, pp=2, dtype="fp8")
+    t = [pp2._stages[s]["raw"]["moe_layers"] for s in (0, 1)]
+    assert t == [12, 12]

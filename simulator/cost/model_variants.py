@@ -23,8 +23,8 @@ Families and the config.json keys each needs (the HF `transformers` names):
   sees at most a chunk; a window always a full one).
 - Mistral / Qwen2: `sliding_window` (Qwen2 only with `use_sliding_window`), and
   `layer_types` ("sliding_attention" / "full_attention") where the config lists them.
-Dense and MoE layers interleaved (Llama 4 Maverick) are counted, not placed: a pipeline
-stage split treats the dense ones as coming first, as for DeepSeek.
+Where the dense layers sit is kept (`dense_layer_ids`), so a pipeline stage of an interleaved
+model (Llama 4 Maverick, Qwen-MoE with `decoder_sparse_step`) gets its own share of each kind.
 A field an MoE or MLA family needs and the config lacks is refused, naming the field.
 """
 
@@ -74,6 +74,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
                 "ffn_size": expert, "dense_ffn_size": _req(cfg, "intermediate_size_mlp", where, fam),
                 "num_shared_experts": 1, "shared_expert_ffn_size": expert,
+                "dense_layer_ids": tuple(i for i in range(L) if i not in moe),
                 "num_dense_layers": sum(1 for i in range(L) if i not in moe)}
     out: dict[str, Any] = {
         "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
@@ -84,8 +85,8 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         out["num_experts"] = _req(cfg, "num_experts", where, fam)
         step = _opt(cfg, "decoder_sparse_step", where, 1) or 1
         dense_only = set(cfg.get("mlp_only_layers") or [])
-        out["num_dense_layers"] = sum(1 for i in range(L)
-                                      if i in dense_only or (i + 1) % step)
+        out["dense_layer_ids"] = tuple(i for i in range(L) if i in dense_only or (i + 1) % step)
+        out["num_dense_layers"] = len(out["dense_layer_ids"])
         if fam == "qwen2_moe":
             out["shared_expert_ffn_size"] = _req(cfg, "shared_expert_intermediate_size", where, fam)
             out["num_shared_experts"] = 1
@@ -99,7 +100,8 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         out["shared_expert_ffn_size"] = shared * out["ffn_size"]
         freq = _opt(cfg, "moe_layer_freq", where, 1) or 1
         first = _opt(cfg, "first_k_dense_replace", where)
-        out["num_dense_layers"] = sum(1 for i in range(L) if i < first or i % freq)
+        out["dense_layer_ids"] = tuple(i for i in range(L) if i < first or i % freq)
+        out["num_dense_layers"] = len(out["dense_layer_ids"])
     if out["experts_per_token"] > out["num_experts"]:
         raise ValueError(f"{where}: num_experts_per_tok={out['experts_per_token']} exceeds the "
                          f"{out['num_experts']} experts")

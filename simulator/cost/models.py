@@ -52,6 +52,7 @@ class ModelSpec:
     shared_expert_ffn_size: int = 0  # their total intermediate size
     shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert
     num_dense_layers: int = 0  # layers with a dense MLP instead of experts (DeepSeek's first k)
+    dense_layer_ids: tuple[int, ...] = ()  # where those layers sit (empty: the first ones)
     dense_ffn_size: int = 0  # intermediate size of those dense MLPs
     # ---- multi-head latent attention (DeepSeek-V2/V3; 0 = ordinary attention) ----
     kv_lora_rank: int = 0  # latent KV size cached per token and layer

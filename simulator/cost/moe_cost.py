@@ -37,10 +37,16 @@ def expected_experts_hit(num_experts: float, k: int, experts_total: int, tokens:
 
 
 def stage_layer_split(model: ModelSpec, layers_per_stage: tuple[int, ...], s: int) -> tuple[int, int]:
-    """(dense-MLP layers, MoE layers) of pipeline stage `s` (dense layers come first)."""
+    """(dense-MLP layers, MoE layers) of pipeline stage `s`: the dense layers at
+    `model.dense_layer_ids` that fall in the stage (the first ones when no positions are known)."""
     start = sum(layers_per_stage[:s])
     n = layers_per_stage[s]
-    dense = max(0, min(model.num_dense_layers, start + n) - start) if model.is_moe else n
+    if not model.is_moe:
+        return n, 0
+    if model.dense_layer_ids:
+        dense = sum(1 for i in model.dense_layer_ids if start <= i < start + n)
+    else:
+        dense = max(0, min(model.num_dense_layers, start + n) - start)
     return dense, n - dense
 
 
