@@ -170,3 +170,21 @@ def test_invalid_json_names_the_file_and_line(tmp_path) -> None:
     path.write_text('{\n  "hidden_size": 4096,\n  oops\n}')
     with pytest.raises(ValueError, match=r"config.json: not valid JSON \(line 3\)"):
         get_model(str(path))
+
+
+def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
+    """Instruct/chat fine-tunes and FP8 exports with the base model's config.json shapes are
+    aliases of its entry; an alias names one entry only."""
+    import yaml
+    from importlib import resources
+
+    catalog = yaml.safe_load(resources.files("simulator").joinpath("catalog", "models.yaml").read_text())
+    owner: dict[str, str] = {}
+    for name, entry in catalog.items():
+        for alias in entry.get("aliases") or ():
+            key = alias.lower()
+            assert key not in owner, f"{alias} is an alias of {owner.get(key)} and {name}"
+            owner[key] = name
+            assert get_model(alias).name == name
+    assert get_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
+    assert get_model("mistralai/Mixtral-8x7B-Instruct-v0.1").name == "mixtral-8x7b"
