@@ -175,8 +175,9 @@ def test_invalid_json_names_the_file_and_line(tmp_path) -> None:
 def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
     """Instruct/chat fine-tunes and FP8 exports with the base model's config.json shapes are
     aliases of its entry; an alias names one entry only."""
-    import yaml
     from importlib import resources
+
+    import yaml
 
     catalog = yaml.safe_load(resources.files("simulator").joinpath("catalog", "models.yaml").read_text())
     owner: dict[str, str] = {}
