@@ -172,3 +172,23 @@ def test_hypothetical_link() -> None:
     assert slow.bandwidth_bytes_per_s == get_link("ib-ndr").bandwidth_bytes_per_s
     with pytest.raises(ValueError, match="bandwidth_gb_s"):
         get_link({"name": "x", "latency_us": 1})
+
+
+def test_device_names_the_drivers_report_resolve_exactly():
+    """`aliases` are the exact names CUDA / ROCm report (as in vLLM's fused_moe config files):
+    each finds its own part, none is shared, and a bare family name is still refused."""
+    from importlib import resources
+
+    import yaml
+
+    catalog = yaml.safe_load(resources.files("simulator").joinpath("catalog", "hardware.yaml").read_text())
+    owner: dict[str, str] = {}
+    for name, entry in catalog.items():
+        for alias in entry.get("aliases") or ():
+            assert alias.lower() not in owner, alias
+            owner[alias.lower()] = name
+            assert get_accelerator(alias).name == name
+    assert get_accelerator("NVIDIA_H100_80GB_HBM3").name == "h100-sxm"
+    assert get_accelerator("NVIDIA A10").name == "a10" and get_accelerator("NVIDIA A10G").name == "a10g"
+    with pytest.raises(ValueError, match="unknown hardware 'h100'; did you mean"):
+        get_accelerator("h100")

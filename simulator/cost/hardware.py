@@ -217,7 +217,7 @@ def _check_renamed(where: str, spec: dict[str, Any]) -> None:
 
 def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Accelerator:
     _check_renamed(where, entry)
-    _check_keys(where, entry, {"name", "placeholder", *ACCEL_NUMERIC, *ACCEL_TEXT})
+    _check_keys(where, entry, {"name", "placeholder", "aliases", *ACCEL_NUMERIC, *ACCEL_TEXT})
     nums = {k: _number(where, entry, k, k in ACCEL_REQUIRED) for k in ACCEL_NUMERIC}
     if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gib"]:
         raise ValueError(f"{where}: bf16_tflops, memory_gib and mem_bw_tbps must be > 0")
@@ -262,13 +262,26 @@ def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Acc
     )
 
 
+def _accel_aliases() -> dict[str, str]:
+    """Alias -> catalog key: the exact device names CUDA / ROCm report for a part (`aliases`
+    in hardware.yaml), never a look-alike."""
+    out: dict[str, str] = {}
+    for key, entry in _catalog("hardware.yaml").items():
+        for alias in entry.get("aliases") or ():
+            out[normalize_name(str(alias))] = key
+    return out
+
+
 def _resolve_accel_name(name: str) -> str:
-    """The catalog key of `name`; an unknown name is refused with the closest names (never
-    mapped to another part: an A10 is not an A10G)."""
+    """The catalog key of `name` or of a device name it lists; an unknown name is refused with
+    the closest names (never mapped to another part: an A10 is not an A10G)."""
     catalog = _catalog("hardware.yaml")
     key = normalize_name(name)
     if key in catalog:
         return key
+    aliases = _accel_aliases()
+    if key in aliases:
+        return aliases[key]
     raise unknown_name_error("hardware", name, catalog)
 
 
