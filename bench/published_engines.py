@@ -63,7 +63,6 @@ VLLM_V0_LONG_CONTEXT = 32 * 1024
 # docs "Tuning Max Batch Size and Max Num Tokens": a context request is scheduled only when its
 # whole prompt fits the step's max_num_tokens). The batch limit is left at kvpd's default:
 # engines are built with their own max_batch_size, which the sources do not state.
-TRTLLM_NO_CHUNKED_PREFILL = True
 TRTLLM_MAX_NUM_TOKENS = 8192
 
 def allreduce_rule(row: Any, engine: str, sc: dict[str, Any], notes: list[str]) -> None:
@@ -143,7 +142,7 @@ def trtllm_defaults(s: dict[str, Any], sc: dict[str, Any], notes: list[str]) -> 
     """TensorRT-LLM's documented scheduler defaults (TRTLLM_* above) for what a source leaves
     unset: whole prompts per step (no chunked prefill) within 8192 tokens."""
     sched = sc["scheduler"]
-    if s.get("enable_chunked_prefill") is None and TRTLLM_NO_CHUNKED_PREFILL:
+    if s.get("enable_chunked_prefill") is None:
         sched["enable_chunked_prefill"] = False
     if not s.get("max_num_batched_tokens"):
         sched["max_num_batched_tokens"] = TRTLLM_MAX_NUM_TOKENS

@@ -49,3 +49,37 @@ def make_request(
         sampling_params=SamplingParams(max_tokens=max_tokens, **sp_kwargs),
         arrival_time=arrival,
     )
+
+
+def hand_over(prefill: EngineCore, decode: EngineCore, out, now: float) -> float:
+    """Step a PD decode engine until it is idle, each KV transfer completing at once (the
+    prefill side released as the decode side receives); returns the end time."""
+    from simulator.core import StepResult
+
+    while True:
+        for r, _ in out.kv_to_receive:
+            prefill.scheduler.release_transferred(r.request_id)
+            decode.scheduler.on_kv_received(r.request_id)
+        decode.scheduler.update(out, StepResult(0.01), now + 0.01)
+        now += 0.01
+        if not decode.has_unfinished_requests():
+            return now
+        out = decode.scheduler.schedule(now)
+
+
+def workload_requests(workload, seed: int, prefix_len: int) -> list[Request]:
+    """Requests from hypothesis workload rows (prompt length, max tokens, prefix family,
+    arrival gap s, n[, priority]): prompts start with one of 4 seeded shared prefixes of
+    `prefix_len` tokens; without a priority column, request i has priority i % 3."""
+    import random
+
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(5) for _ in range(prefix_len)] for _ in range(4)]
+    reqs, t = [], 0.0
+    for i, (plen, max_tokens, fam, gap, n, *prio) in enumerate(workload):
+        t += gap
+        prompt = (prefixes[fam] + [rng.randrange(5) for _ in range(plen)])[:plen]
+        sp = SamplingParams(max_tokens=max_tokens, n=n, stop_token_ids=(4,), seed=i)
+        reqs.append(Request(f"r{i}", prompt_token_ids=prompt, sampling_params=sp, arrival_time=t,
+                            priority=prio[0] if prio else i % 3))
+    return reqs

@@ -18,7 +18,7 @@ from simulator.core import (
     StepResult,
 )
 from simulator.core.capacity import reserved_blocks
-from tests.core_helpers import make_engine, make_request
+from tests.core_helpers import hand_over, make_engine, make_request
 from tests.test_core_properties import TokenExecutor, build, knobs, run, workload
 
 NO_EVICT = "guaranteed_no_evict"
@@ -128,16 +128,7 @@ def test_prefill_worker_reserves_the_prompt_and_decode_worker_the_whole_length()
     out = decode.scheduler.schedule(0.1)
     # a decode worker promises 6 blocks (8 + 16 tokens) each: two of three
     assert [r.request_id for r, _ in out.kv_to_receive] == ["r0", "r1"]
-    now = 0.1
-    while True:
-        for r, _ in out.kv_to_receive:
-            prefill.scheduler.release_transferred(r.request_id)
-            decode.scheduler.on_kv_received(r.request_id)
-        decode.scheduler.update(out, StepResult(0.01), now + 0.01)
-        now += 0.01
-        if not decode.has_unfinished_requests():
-            break
-        out = decode.scheduler.schedule(now)
+    hand_over(prefill, decode, out, 0.1)
     assert decode.scheduler.num_preemptions == 0
     assert all(r.status == RequestStatus.FINISHED_LENGTH for r in reqs)
     assert decode.scheduler.kv_cache_manager.num_free_blocks == 12

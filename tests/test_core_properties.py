@@ -10,15 +10,14 @@ from hypothesis import strategies as st
 
 from simulator.core import (
     CacheConfig,
-    Request,
     RequestStatus,
-    SamplingParams,
     Scheduler,
     SchedulerConfig,
     SchedulerOutput,
     StepResult,
 )
 from simulator.core.decode_burst import burst_segments
+from tests.core_helpers import workload_requests
 
 knobs = st.fixed_dictionaries(
     {
@@ -66,16 +65,7 @@ def build(k, wl, seed):
         policy=k["policy"],
         batching=k["batching"],
     )
-    rng = random.Random(seed)
-    prefixes = [[rng.randrange(5) for _ in range(30)] for _ in range(4)]
-    reqs, t = [], 0.0
-    for i, (plen, max_tokens, fam, gap, n, prio) in enumerate(wl):
-        t += gap
-        prompt = (prefixes[fam] + [rng.randrange(5) for _ in range(plen)])[:plen]
-        sp = SamplingParams(max_tokens=max_tokens, n=n, stop_token_ids=(4,), seed=i)
-        r = Request(f"r{i}", prompt_token_ids=prompt, sampling_params=sp, arrival_time=t, priority=prio)
-        reqs.append(r)
-    return Scheduler(cfg, cache), reqs
+    return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 
 
 class TokenExecutor:

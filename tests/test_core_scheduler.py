@@ -1,5 +1,5 @@
 from simulator.core import IdealExecutor, RequestStatus, StepResult
-from tests.core_helpers import make_engine, make_request
+from tests.core_helpers import hand_over, make_engine, make_request
 
 
 def test_running_first_then_waiting_within_budget_and_seq_cap():
@@ -173,16 +173,7 @@ def test_prefill_and_decode_roles_hand_over_a_request():
     out = decode.scheduler.schedule(0.1)
     # back-pressure: 8 blocks fit two 10-token prompts (3 blocks each), not the third
     assert [r.request_id for r, _ in out.kv_to_receive] == ["r0", "r1"]
-    now = 0.1
-    while True:
-        for r, _ in out.kv_to_receive:  # the transfer completes instantly here
-            prefill.scheduler.release_transferred(r.request_id)
-            decode.scheduler.on_kv_received(r.request_id)
-        decode.scheduler.update(out, StepResult(0.01), now + 0.01)
-        now += 0.01
-        if not decode.has_unfinished_requests():
-            break
-        out = decode.scheduler.schedule(now)
+    hand_over(prefill, decode, out, 0.1)  # the transfers complete instantly here
     assert prefill.scheduler.kv_cache_manager.num_free_blocks == 32
     assert decode.scheduler.kv_cache_manager.num_free_blocks == 8
     assert reqs[0].status == RequestStatus.FINISHED_LENGTH and reqs[0].num_output_tokens == 5

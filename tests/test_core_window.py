@@ -27,6 +27,7 @@ from simulator.core import (
     StepResult,
 )
 from simulator.core.block_pool import NULL_BLOCK_ID
+from tests.core_helpers import workload_requests
 
 knobs = st.fixed_dictionaries(
     {
@@ -74,16 +75,7 @@ def build(k, wl, seed, window=True):
         policy=k["policy"],
         capacity_policy=k["capacity"],
     )
-    rng = random.Random(seed)
-    prefixes = [[rng.randrange(5) for _ in range(50)] for _ in range(4)]
-    reqs, t = [], 0.0
-    for i, (plen, max_tokens, fam, gap, n) in enumerate(wl):
-        t += gap
-        prompt = (prefixes[fam] + [rng.randrange(5) for _ in range(plen)])[:plen]
-        sp = SamplingParams(max_tokens=max_tokens, n=n, stop_token_ids=(4,), seed=i)
-        reqs.append(Request(f"r{i}", prompt_token_ids=prompt, sampling_params=sp, arrival_time=t,
-                            priority=i % 3))
-    return Scheduler(cfg, cache), reqs
+    return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=50)
 
 
 class ShadowBackend:

@@ -149,12 +149,8 @@ def run(args: argparse.Namespace) -> int:
                               report=(clipped := {}))
         load = [f"--max-concurrency {args.max_concurrency}"] if args.max_concurrency else []
         load += ["--arrival burst"] if (args.arrival or {}).get("process") == "burst" else []
-        if llm is not None:
-            kvm = llm.scheduler.kv_cache_manager
-            info = {"num_gpu_blocks": kvm.num_gpu_blocks, "block_size": kvm.block_size,
-                    "sliding_window": kvm.sliding_window, "max_step_tokens": kvm.max_step_tokens}
-        else:
-            info = client.model_info if client is not None else {}
+        info = (llm.scheduler.kv_cache_manager.limits() if llm is not None
+                else client.model_info if client is not None else {})
         if load and info.get("num_gpu_blocks"):
             check_servable(trace, int(info["num_gpu_blocks"]), int(info["block_size"]),
                            " and ".join(load), int(info.get("sliding_window") or 0),

@@ -92,11 +92,9 @@ class EngineLoop:
     def model_info(self) -> dict[str, Any]:
         llm = self.llm
         spec = llm.kv_cache.spec
-        kvm = llm.scheduler.kv_cache_manager
         return {"source": str(llm.loaded.source), "vocab_size": llm.vocab_size,
-                "sliding_window": kvm.sliding_window, "max_step_tokens": kvm.max_step_tokens,
                 "max_model_len": llm.max_model_len, "eos_token_id": llm.eos_token_id,
-                "num_gpu_blocks": llm.kv_cache.num_blocks, "block_size": spec.block_size,
+                **llm.scheduler.kv_cache_manager.limits(),
                 "kv_bytes_per_token": spec.bytes_per_token, "num_layers": spec.num_layers,
                 "dtype": str(spec.dtype).removeprefix("torch."), "device": str(llm.device)}
 

@@ -237,6 +237,7 @@ class SimCluster:
     # ---- PD hand-off ----
     def _on_kv_ready(self, prefill: SimReplica, reqs: list[Request]) -> None:
         now = self.env.now
+        refused = False
         for req in reqs:
             prefill.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
             req.annotations["prefill_replica"] = prefill.name
@@ -244,7 +245,8 @@ class SimCluster:
             self.decode_router.route(req).submit(req)
             if req.is_finished:  # the decode pool refused it: nothing will take the KV
                 prefill.scheduler.release_transferred(req.request_id)
-        if any(req.is_finished for req in reqs):
+                refused = True
+        if refused:
             prefill.wake()
 
     def _on_kv_to_receive(self, decode: SimReplica, items: list[tuple[Request, int]]) -> None:

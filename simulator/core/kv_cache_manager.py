@@ -131,6 +131,12 @@ class KVCacheManager(BlockCopies):
         return blocks_held(num_tokens, self.block_size, self.sliding_window,
                            self.max_step_tokens or num_tokens)
 
+    def limits(self) -> dict[str, int]:
+        """What bounds the blocks one request can hold (`max_blocks_held`): the pool, the block
+        size, the window blocks slide out of (0: none) and the most tokens a step adds."""
+        return {"num_gpu_blocks": self.num_gpu_blocks, "block_size": self.block_size,
+                "sliding_window": self.sliding_window, "max_step_tokens": self.max_step_tokens}
+
     def blocks_to_grow(self, num_tokens: int, held: int, revived: int = 0) -> int:
         """Device blocks a request whose table has `held` entries (`revived` of them prefix
         hits about to leave the free queue) may still take from the free pool before it holds

@@ -74,8 +74,8 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
                 "ffn_size": expert, "dense_ffn_size": _req(cfg, "intermediate_size_mlp", where, fam),
                 "num_shared_experts": 1, "shared_expert_ffn_size": expert,
-                "dense_layer_ids": tuple(i for i in range(L) if i not in moe),
-                "num_dense_layers": sum(1 for i in range(L) if i not in moe)}
+                "dense_layer_ids": (dense := tuple(i for i in range(L) if i not in moe)),
+                "num_dense_layers": len(dense)}
     out: dict[str, Any] = {
         "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
         "ffn_size": _req(cfg, "moe_intermediate_size", where, fam),

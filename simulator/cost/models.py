@@ -102,23 +102,23 @@ class ModelSpec:
         """MLP weights of one dense layer of an MoE model (`num_dense_layers` of them)."""
         return (3 if self.gated_mlp else 2) * self.hidden_size * self.dense_ffn_size
 
-    @cached_property
-    def mlp_matrix_params(self) -> int:
-        """MLP weights of all layers: every routed and shared expert, and the dense MLPs."""
+    def _mlp_params(self, routed: int) -> int:
+        """MLP weights over all layers with `routed` routed experts per MoE layer."""
         if not self.is_moe:
             return self.num_layers * self.expert_matrix_params
-        return (self.num_moe_layers * (self.num_experts * self.expert_matrix_params
+        return (self.num_moe_layers * (routed * self.expert_matrix_params
                                        + self.shared_expert_params)
                 + self.num_dense_layers * self.dense_mlp_params)
 
     @cached_property
+    def mlp_matrix_params(self) -> int:
+        """MLP weights of all layers: every routed and shared expert, and the dense MLPs."""
+        return self._mlp_params(self.num_experts)
+
+    @cached_property
     def active_mlp_params(self) -> int:
         """MLP weights one token touches over all layers (k routed + shared experts)."""
-        if not self.is_moe:
-            return self.num_layers * self.expert_matrix_params
-        return (self.num_moe_layers * (self.experts_per_token * self.expert_matrix_params
-                                       + self.shared_expert_params)
-                + self.num_dense_layers * self.dense_mlp_params)
+        return self._mlp_params(self.experts_per_token)
 
     @cached_property
     def variant_small_params(self) -> int:

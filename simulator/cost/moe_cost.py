@@ -59,6 +59,7 @@ class MoETerms:
     experts_per_rank: float  # routed experts each rank holds (E, or E/ep with EP)
     fixed_bytes: float  # router + shared experts + dense MLPs, read every step
     act_bytes_per_token: float
+    mlp_elementwise_bytes_per_token: float  # activation and top-k sum passes (see moe_terms)
     alltoall_bytes_per_token: float  # EP dispatch + combine (0 without EP)
     alltoall_latency_s: float
     moe_layers: int
@@ -84,11 +85,20 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
                           + (2 * d + n_mats * model.shared_expert_ffn_size / tp
                              if model.shared_expert_ffn_size else 0)) * ab + 2 * d * ab)
            + dense_layers * (2 * d + n_mats * model.dense_ffn_size / tp) * ab)
+    # vLLM's fused MoE runs the activation (`silu_and_mul`: reads 2x, writes 1x the
+    # intermediate of each of a token's k experts on this rank) and the top-k reduction
+    # (`moe_sum`: reads k, writes one hidden state) as kernels of their own between the two
+    # grouped GEMMs (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl),
+    # so, like a dense MLP's SiLU x up, their bytes add to the step, not hide under the GEMMs
+    elementwise = (moe_layers * (k * share * n_mats * f_rank + (k + 1) * d
+                                 + n_mats * model.shared_expert_ffn_size / tp)
+                   + dense_layers * n_mats * model.dense_ffn_size / tp) * ab
     a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if ep > 1 else 0.0
     return MoETerms(
         flops_per_token=flops, expert_bytes=moe_layers * w_expert * wb, experts_per_rank=per_rank,
         fixed_bytes=moe_layers * (router * ab + w_shared * wb) + dense_layers * w_dense * wb,
-        act_bytes_per_token=act, alltoall_bytes_per_token=a2a,
+        act_bytes_per_token=act, mlp_elementwise_bytes_per_token=elementwise,
+        alltoall_bytes_per_token=a2a,
         alltoall_latency_s=moe_layers * 2 * link_latency_s if ep > 1 else 0.0,
         moe_layers=moe_layers, dense_layers=dense_layers)
 

@@ -30,6 +30,7 @@ from simulator.cost.kernels import kernel_profile
 
 QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq", "nvfp4", "mxfp4")
 FP4_METHODS = ("nvfp4", "mxfp4")
+GROUPED_METHODS = ("awq", "gptq")  # weight-only with their own group_size
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 # the weight dtype each method stores, and the dtype its GEMMs compute in ("weight-only":
 # 16-bit activations times dequantized weights)
@@ -59,7 +60,7 @@ class Precision:
     def weight_only(self) -> bool:
         """Weight-only quantization (AWQ, GPTQ, FP4 without FP4 units): fewer bytes,
         dequantized in the GEMM kernel, 16-bit tensor cores."""
-        return self.method in ("awq", "gptq") or (self.method in FP4_METHODS
+        return self.method in GROUPED_METHODS or (self.method in FP4_METHODS
                                                     and self.compute != "fp4")
 
     @property
@@ -73,13 +74,13 @@ class Precision:
         b = dtype_bytes(self.dtype)
         if self.method in FP4_METHODS:
             return b + FP4_SCALE_BYTES[self.method]
-        if self.weight_only:
+        if self.method in GROUPED_METHODS:
             per_group = self.group_size if self.group_size > 0 else 4096  # per channel: ~K
             b += _GROUP_META_BYTES[self.dtype] / per_group
         return b
 
     def label(self) -> str:
-        q = f" {self.method}" + (f" g{self.group_size}" if self.method in ("awq", "gptq") else "") \
+        q = f" {self.method}" + (f" g{self.group_size}" if self.method in GROUPED_METHODS else "") \
             if self.method else ""
         if self.method in FP4_METHODS:
             q += " (W4A4)" if self.compute == "fp4" else " (weight-only, W4A16)"
@@ -89,7 +90,7 @@ class Precision:
         """The `quantization` mapping that resolves back to this precision (None: none)."""
         if self.method is None:
             return None
-        grouped = self.method in ("awq", "gptq")
+        grouped = self.method in GROUPED_METHODS
         return {"method": self.method, **({"group_size": self.group_size} if grouped else {})}
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     if isinstance(group, bool) or not isinstance(group, int) or not (group > 0 or group == -1):
         raise ValueError(f"{pre}quantization.group_size must be a positive integer or -1 "
                          f"(per channel), got {group!r}")
-    weight_only = method in ("awq", "gptq")
+    grouped = method in GROUPED_METHODS  # AWQ/GPTQ: a group size, fp16 activations
     compute = {"fp8": "fp8", "w8a8": "int8"}.get(method or "", "fp32" if dt == "fp32" else "bf16")
     if method in FP4_METHODS and acc.fp4_tflops:
         compute = "fp4"
@@ -192,9 +193,9 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     kv = check_kv_cache_dtype(kv_cache_dtype or "auto", f"{pre}kv_cache_dtype",
                               allow_fp32=dt == "fp32")
     if kv == "auto":  # vLLM: the model's activation dtype (AWQ/GPTQ checkpoints run in fp16)
-        kv = "fp32" if dt == "fp32" else ("fp16" if weight_only or dt == "fp16" else "bf16")
+        kv = "fp32" if dt == "fp32" else ("fp16" if grouped or dt == "fp16" else "bf16")
     if kv == "fp8" and acc.vendor == "apple":
         raise ValueError(f"{pre}{acc.name} cannot hold an fp8 KV cache (no FP8 on Apple GPUs); "
                          "use kv_cache_dtype auto, bf16 or fp16")
-    return Precision(dtype=dt, method=method, group_size=group if weight_only else 0,
+    return Precision(dtype=dt, method=method, group_size=group if grouped else 0,
                      kv_cache_dtype=kv, compute=compute)

@@ -147,7 +147,8 @@ class StageTerms:
             # attention: flops per query-key pair, KV bytes per context token, bytes per new token
             "attn": (L * 4 * hq * hd, L * kv_tok, L * (qo_tok + kv_tok)),
             "elementwise": (L * (10 * d + 4 * n_mats * f),  # nominal FLOPs, reported only
-                            L * (8 * d + n_mats * f + 2 * (hq + hkv) * hd) * ab),
+                            L * (8 * d + 2 * (hq + hkv) * hd) * ab),  # + the MLP's, below
+            "mlp_elementwise": L * n_mats * f * ab,  # SiLU x up: reads 2f, writes f
             "allreduce": (L * 2 * ring * d * ab,
                           L * 2 * (2 * (tp - 1) * self.link.latency_s + self._ar_extra)),
             "layers": L,
@@ -156,6 +157,8 @@ class StageTerms:
         raw["ep_alltoall"] = (0.0, 0.0)
         if m.is_moe or m.is_mla:
             self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
+        ew_flops, ew_bytes = raw["elementwise"]
+        raw["elementwise"] = (ew_flops, ew_bytes + raw.pop("mlp_elementwise"))
         lin = self._linear_costs(s, L, last)
         raw["layer_floor_s"] = self._layer_floor(s, L)
         if last:
@@ -250,32 +253,9 @@ class StageTerms:
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
             raw["experts_per_rank"] = mt.experts_per_rank
             raw["moe_layers"] = moe
-            raw["elementwise"] = self._moe_elementwise(raw["elementwise"], dense, moe, ab)
+            raw["mlp_elementwise"] = mt.mlp_elementwise_bytes_per_token
             if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
                                     n_ar * (2 * (tp - 1) * self.link.latency_s + self._ar_extra))
                 raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
-
-    def _moe_elementwise(self, dense_terms: tuple[float, float], dense: int, moe: int,
-                         ab: float) -> tuple[float, float]:
-        """The elementwise passes of an MoE stage per token (FLOPs, bytes). vLLM's fused MoE
-        runs the activation (`silu_and_mul`: reads 2 x, writes 1 x the intermediate of each of
-        a token's k experts on this rank) and the top-k reduction (`moe_sum`: reads k, writes
-        one hidden state) as kernels of their own between the two grouped GEMMs
-        (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl), so, like a
-        dense MLP's SiLU x up, their bytes add to the step rather than hide under the GEMMs.
-        The dense terms counted one expert's intermediate; this counts the k experts, the
-        shared experts and the dense layers' MLPs."""
-        m, sh = self.model, self.shard
-        d, ep, tp, kx = m.hidden_size, self.ep, self.tp, m.experts_per_token
-        n_mats = 3 if m.gated_mlp else 2
-        L = dense + moe
-        f_rank = m.ffn_size / (1 if ep > 1 else tp)
-        share = 1.0 / ep if ep > 1 else 1.0
-        per_moe = (kx * share * n_mats * f_rank + (kx + 1) * d
-                   + n_mats * m.shared_expert_ffn_size / tp)
-        per_dense = n_mats * m.dense_ffn_size / tp
-        flops, nbytes = dense_terms
-        nbytes += (moe * per_moe + dense * per_dense - L * n_mats * sh.ffn) * ab
-        return flops, nbytes

@@ -53,7 +53,9 @@ class DecodeConnector:
         self.socks = [self.rx.notify]  # the engine loop wakes when a transfer completes
         self.source: dict[str, str] = {}  # request id -> prefill worker (from add_remote)
         self.pending: dict[str, _Pending] = {}
-        self.unneeded: dict[str, float] = {}  # request id -> monotonic s: prompt was all cached
+        # request id -> monotonic s: KV to drop as it completes (a prompt that was all cached
+        # here, or a request refused or aborted before its KV arrived)
+        self.unneeded: dict[str, float] = {}
         self.kv_info: dict[str, dict[str, Any]] = {}
         self.num_received = self.num_lost = 0
         self.landed = self.landed_tokens = 0  # KV written into the pool since `take_landed`
@@ -133,7 +135,7 @@ class DecodeConnector:
                 src = self.source.pop(rid, "") or (st.prefill_worker if st else "")
                 if src:
                     self.rx.ack(src, rid, False, "timeout")
-        for rid, t in list(self.unneeded.items()):  # KV of a fully cached prompt, once it came
+        for rid, t in list(self.unneeded.items()):  # KV nobody will read, once it came
             if self.rx.complete(rid) is not None or now - t > 4 * self.spec.kv_timeout_s:
                 self.rx.drop(rid)
                 del self.unneeded[rid]
