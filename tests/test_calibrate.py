@@ -64,7 +64,7 @@ def contention(params, memory_share: float, compute_share: float, shapes=None) -
 
 def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, model="llama-50m",
                       device="cpu", swap=True, cpu_share=0.5, host_contention=None,
-                      extra_meta=None):
+                      extra_meta=None, linear_sizes=0):
     """A profile whose medians are the cost model's step times under `params` (+ noise)."""
     rng = np.random.default_rng(seed)
     cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=params)
@@ -73,6 +73,13 @@ def synthetic_profile(tmp_path, params=TRUE, noise=0.01, seed=0, shapes=None, mo
         t = cm.step_time(shape)
         wall = t * (1 + noise * rng.standard_normal(3))
         rows.append(ProfileRow(kind, shape, times_s=list(wall), cpu_times_s=list(wall * cpu_share)))
+    if linear_sizes:  # the executor's linears / LM head alone at 1 .. linear_sizes rows
+        from simulator.calibrate.linears import linear_seconds, lm_head_seconds
+
+        for n in range(1, linear_sizes + 1):
+            for kind, t in (("linear", linear_seconds(cm, n)), ("lm_head", lm_head_seconds(cm, n))):
+                shape = BatchShape(num_reqs=n if kind == "lm_head" else 0, num_tokens=n)
+                rows.append(ProfileRow(kind, shape, times_s=[t] * 3, cpu_times_s=[t * cpu_share] * 3))
     if swap:  # 2 GB/s, 50 us latency
         for kind in ("swap_out", "swap_in", "kv_transfer"):
             for n in (1, 16, 256):
@@ -133,6 +140,45 @@ def test_fit_recovers_the_executor_terms(tmp_path):
     assert (loaded.decode_padding, loaded.overlap, loaded.gemm_row_passes_below) == (
         p.decode_padding, p.overlap, 4)
     assert loaded.extra["fit"]["roofline_only"]["mape_held"] == cal.roofline_only["mape_held"]
+
+
+def test_a_slow_blas_size_at_a_step_point_does_not_bend_the_fit(tmp_path):
+    # BLAS jumps: 7-8 rows run as slowly as 15 (x1.3), 9-15 x1.2; the decode step points at 8
+    # requests sit on the bump. Measured against the roofline and refitted with them, the
+    # factors carry the bump and every size, between step points too (5, 12), is priced right.
+    bump = tuple(1.3 if n in (7, 8) else 1.2 if 9 <= n <= 15 else 1.0 for n in range(1, 49))
+    true = dataclasses.replace(TRUE_CPU, linear_token_factors=bump)
+    cal = calibrate(synthetic_profile(tmp_path, params=true, noise=0.0, linear_sizes=48), seed=0)
+    got = cal.params.linear_token_factors
+    assert got[7] > 1.15 * got[4] and got[11] > 1.1 * got[4] and got[11] > 1.1 * got[16]
+    model = ModelSpec.from_hf_config(CFG, name="llama-50m")
+    true_cm = CostModel(model, "cpu", "fp32", params=true)
+    fit_cm = CostModel(model, "cpu", "fp32", params=dataclasses.replace(cal.params, device=None,
+                                                                         model=None))
+    for b in (5, 8, 12, 20):
+        shape = BatchShape.from_lists([1] * b, [400] * b)
+        assert fit_cm.step_time(shape) == pytest.approx(true_cm.step_time(shape), rel=0.01)
+    assert cal.summary()["held_median_abs_err"] < 0.01
+    assert "relative to their median; the step fit ran with them" in cal.format_table()
+
+
+def test_the_idle_wake_cost_is_fitted_and_saved(tmp_path):
+    gaps = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0]
+    wake = {"prompt_tokens": 64, "repeats": 5, "gaps_s": gaps,
+            "median_s": [0.04 + 0.02 * -np.expm1(-g / 0.25) for g in gaps]}
+    path = synthetic_profile(tmp_path, extra_meta={"device_facts": {
+        "type": "cpu", "torch_threads": 1, "cpu_available": 0.5, "idle_wake": wake}})
+    cal = calibrate(path, seed=0)
+    assert cal.params.idle_wake_s == pytest.approx(0.02, rel=0.05)
+    assert cal.params.idle_wake_tau_s == pytest.approx(0.25, rel=0.1)
+    assert "idle wake: +20.0 ms x (1 - exp(-idle / 0.2" in cal.format_table()
+    out = tmp_path / "cpu.yaml"
+    write_calibration(cal, out, plot=False)
+    loaded = CostParams.load(str(out))
+    assert (loaded.idle_wake_s, loaded.idle_wake_tau_s) == (cal.params.idle_wake_s,
+                                                            cal.params.idle_wake_tau_s)
+    assert loaded.wake_extra_s(1.0) == pytest.approx(0.02 * -np.expm1(-4.0), rel=0.05)
+    assert loaded.wake_extra_s(0.0) == 0.0
 
 
 def test_cpu_time_fit_is_scaled_back_to_wall_time_by_the_cpu_share(tmp_path):

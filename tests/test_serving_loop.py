@@ -130,7 +130,8 @@ def test_cost_params_keep_the_loop_terms_and_refuse_bad_values(tmp_path):
 
 
 def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool, handoff_token_s: float = 0.0,
-         handoff_step_s: float = 0.0, serving_loop: bool = True, **land: float):
+         handoff_step_s: float = 0.0, serving_loop: bool = True, rate: float = 0.01,
+         **land: float):
     cal = tmp_path / f"cal-{loop_s}-{handoff_s}-{handoff_token_s}-{handoff_step_s}-{land}.yaml"
     CostParams(step_overhead_s=2e-3, loop_overhead_s=loop_s, kv_handoff_s=handoff_s,
                kv_handoff_token_s=handoff_token_s, kv_handoff_step_s=handoff_step_s,
@@ -139,7 +140,7 @@ def _run(tmp_path, loop_s: float, handoff_s: float, pd: bool, handoff_token_s: f
     sc = {"model": CFG, "dtype": "fp32", "hardware": hw,
           "cache": {"num_gpu_blocks": 256}, "output": {"plots": False},
           "workload": {"synthetic": {
-              "num_requests": 6, "arrival": {"process": "poisson", "rate": 0.01},
+              "num_requests": 6, "arrival": {"process": "poisson", "rate": rate},
               "prompt_len": {"dist": "uniform", "min": 40, "max": 40},
               "output_len": {"dist": "uniform", "min": 10, "max": 10}}}}
     if pd:
@@ -169,6 +170,29 @@ def test_every_simulated_step_carries_the_loop_and_prefill_steps_the_hand_offs(t
     pd_land = _run(tmp_path, 0.0, 0.0, pd=True, kv_land_s=2e-3, kv_land_token_s=1e-4)
     assert pd_land["ttft_s"] == pytest.approx(pd_base["ttft_s"], abs=1e-9)
     assert pd_land["e2e_s"] - pd_base["e2e_s"] == pytest.approx([6e-3] * 6, abs=1e-9)
+
+
+def test_the_first_step_after_an_idle_spell_pays_the_wake_cost(tmp_path):
+    # requests ~100 s apart: each later one finds the replica idle since the previous ended, and
+    # only its prompt step (the first after the spell) pays 20 ms x (1 - exp(-idle / 0.25 s))
+    base = _run(tmp_path, 0.0, 0.0, pd=False)
+    woke = _run(tmp_path, 0.0, 0.0, pd=False, idle_wake_s=0.02, idle_wake_tau_s=0.25)
+    idle = base["arrival_s"].copy()
+    idle[1:] -= base["arrival_s"][:-1] + base["e2e_s"][:-1]
+    assert idle[0] == 0.0 and (idle[1:] > 1.0).all()  # the first arrives at t = 0
+    extra = [CostParams(idle_wake_s=0.02, idle_wake_tau_s=0.25).wake_extra_s(g) for g in idle]
+    assert woke["ttft_s"] - base["ttft_s"] == pytest.approx(extra, abs=1e-9)
+    assert woke["e2e_s"] - base["e2e_s"] == pytest.approx(extra, abs=1e-9)
+    assert woke["tpot_s"] == pytest.approx(base["tpot_s"], abs=1e-12)
+    # back-to-back load never idles long: a burst pays it once, on its first step
+    burst = _run(tmp_path, 0.0, 0.0, pd=False, rate=1e6, idle_wake_s=0.02, idle_wake_tau_s=0.25)
+    burst0 = _run(tmp_path, 0.0, 0.0, pd=False, rate=1e6)
+    assert (burst["e2e_s"] - burst0["e2e_s"]).max() < 1e-3
+    # a spell shorter than tau costs less than one longer, both less than idle_wake_s
+    p = CostParams(idle_wake_s=0.02, idle_wake_tau_s=0.25)
+    assert 0 < p.wake_extra_s(0.05) < p.wake_extra_s(0.5) < 0.02
+    with pytest.raises(ValueError, match="idle_wake_s must be seconds >= 0"):
+        CostParams(idle_wake_s=-1.0)
 
 
 def test_loop_clock_counts_post_step_and_wake_up_work_not_idle_iterations(monkeypatch):

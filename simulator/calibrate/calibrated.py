@@ -70,6 +70,8 @@ def at_speeds(acc: Accelerator, params: CostParams, compute: float,
 
 def overheads_at_speed(params: CostParams, factor: float) -> CostParams:
     """`params` with every fixed overhead (seconds) / `factor`: the overhead side of a
-    device `factor` x as fast (`at_speed`; the peaks are the accelerator's)."""
+    device `factor` x as fast (`at_speed`; the peaks are the accelerator's). The idle-wake
+    time constant is how long idling takes to cost, not work: it stays."""
     return dataclasses.replace(params, **{f: getattr(params, f) / factor
-                                          for f in (*OVERHEAD_FIELDS, *LOOP_FIELDS)})
+                                          for f in (*OVERHEAD_FIELDS, *LOOP_FIELDS)
+                                          if f != "idle_wake_tau_s"})

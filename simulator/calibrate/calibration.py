@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from simulator.calibrate.fresh_shapes import describe_fresh_shapes
+from simulator.calibrate.idle_wake import format_idle_wake
 from simulator.calibrate.loop import format_loop
 from simulator.calibrate.profile_io import STEP_KINDS, Profile
 from simulator.calibrate.serving_speed import format_serving_speed
@@ -78,8 +79,8 @@ class Calibration:
                 lines.append(f"size factors, {label}: none ({r['error']})")
             elif r:
                 lines.append(f"size factors, {label} {r['sizes'][0]}-{r['sizes'][1]}: "
-                             f"{r['min']:.2f}-{r['max']:.2f} (1 at the {len(r['anchors'])} "
-                             "sizes of step points)")
+                             f"{r['min']:.2f}-{r['max']:.2f} (relative to their median; the "
+                             "step fit ran with them)")
         for name, link in self.links.items():
             lines.append(f"link {name}: {link['bandwidth_gb_s']:.3g} GB/s, "
                          f"{link['latency_us']:.0f} us latency (MAPE {link['mape']:.1%})")
@@ -96,6 +97,9 @@ class Calibration:
         loop = self.params.extra.get("serving_loop")
         if loop:
             lines.append(format_loop(loop))
+        wake = self.params.extra.get("idle_wake")
+        if wake:
+            lines.append(format_idle_wake(wake))
         fresh = self.params.extra.get("fresh_shapes")
         if fresh:
             lines.append(describe_fresh_shapes(fresh))

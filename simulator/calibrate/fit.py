@@ -45,6 +45,7 @@ from scipy.optimize import least_squares, nnls
 
 from simulator.calibrate.calibration import Calibration, hardware_spec, kind_stats
 from simulator.calibrate.host_share import fit_host_sharing, host_shares
+from simulator.calibrate.idle_wake import fit_idle_wake
 from simulator.calibrate.linears import fit_size_factors
 from simulator.calibrate.loop import fit_loop, loop_params
 from simulator.calibrate.profile_io import STEP_KINDS, Profile, read_profile
@@ -242,6 +243,12 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
         fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed, free)
     else:
         fitted, _ = fit_with_row_passes(spec, acc, dtype, train_shapes, measured[train], base, seed)
+        # GEMM size effects from the linears timed alone, then the fit again with them in
+        # place, so step points at a slow or fast BLAS size do not bend the fitted terms
+        tables, _ = fit_size_factors(prof, CostModel(spec, acc, dtype, params=fitted))
+        if tables:
+            fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train],
+                                   dataclasses.replace(fitted, **tables), seed)
         # the same fit without the executor terms (plain roofline), for the report only
         roof, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed,
                              free=ROOFLINE_FIELDS)
@@ -279,10 +286,15 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                        **cal.summary(),
                        "per_kind": per_kind, "roofline_only": roofline_only},
                "links": links})
-    # GEMM size effects between the step sizes, from the linears timed alone
-    tables, size_report = fit_size_factors(prof, CostModel(spec, acc, dtype, params=cal.params),
-                                           shapes)
-    cal.params = dataclasses.replace(cal.params, **tables)
+    # the size tables the fit ran with (the roofline-only fit of a small profile: measured
+    # against it, not refitted)
+    if not (cal.params.linear_token_factors or cal.params.lm_head_row_factors):
+        tables, size_report = fit_size_factors(prof, CostModel(spec, acc, dtype, params=cal.params))
+        cal.params = dataclasses.replace(cal.params, **tables)
+    else:
+        size_report = {f: {"sizes": [1, len(t)], "min": min(t), "max": max(t)}
+                       for f in ("linear_token_factors", "lm_head_row_factors")
+                       if (t := getattr(cal.params, f))}
     cal.params.extra["fit"]["size_factors"] = size_report
     contention = prof.meta["device_facts"].get("host_contention")
     if contention:  # CPU profiles: steps timed beside a busy neighbour process
@@ -291,6 +303,15 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                 contention, CostModel(spec, acc, dtype, params=cal.params))
         except ValueError as exc:
             cal.params.extra["host_sharing"] = {"error": str(exc)}
+    wake = prof.meta["device_facts"].get("idle_wake")
+    if wake:  # the first step after an idle spell vs the same step back to back
+        try:
+            fit = fit_idle_wake(wake)
+        except ValueError as exc:
+            fit = {"error": str(exc)}
+        cal.params = dataclasses.replace(cal.params, **{
+            k: fit[k] for k in ("idle_wake_s", "idle_wake_tau_s") if k in fit})
+        cal.params.extra["idle_wake"] = fit
     if prof.meta.get("fresh_shapes"):  # steps of never-run shapes vs repeated ones
         cal.params.extra["fresh_shapes"] = prof.meta["fresh_shapes"]
     probe = prof.meta.get("serving_probe")

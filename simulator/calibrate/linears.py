@@ -1,13 +1,20 @@
 """GEMM size factors from a profile's `linear` and `lm_head` rows (`kvpd calibrate`).
 
-The step fit prices the linears with a roofline: right at the sizes the step grid profiled
-(the anchors), smooth between them, while a BLAS kernel's time jumps with the row count.
-For every profiled size n, r(n) = measured time / the fitted model's time of that
-operator; the factor is r(n) / r interpolated linearly between the neighbouring anchors
-(the nearest anchor outside them). At an anchor the factor is 1, so the step fit and its
-held-back errors are unchanged; between anchors the operator follows the measured curve.
-Sizes the profile did not time get 1. Results: `CostParams.linear_token_factors` (anchors:
-the step points' token counts) and `lm_head_row_factors` (anchors: their request counts).
+The step fit prices the linears with a roofline, smooth in the number of rows, while a BLAS
+kernel's time jumps with the row count (on the CPU executor, 8 rows cost what 16 did, and
+15 rows 30% more than 16). For every profiled size n, r(n) = measured time / the model's
+time of that operator (the model without size factors); the factor is r(n) / the median of
+r over the sizes timed, so the table keeps the measured curve's shape and leaves its level to
+the step fit, which `kvpd calibrate` runs again with the tables in place (the step points at
+a slow or fast size then no longer pull the fitted efficiencies). Sizes the profile did not
+time get 1. Results: `CostParams.linear_token_factors` (by the step's tokens) and
+`lm_head_row_factors` (by its requests).
+
+Before 2026-12-02 the factors were 1 at the step points' sizes (anchors) and the fit was
+not rerun: a full CPU validation run then found served decode batches of 5-16 priced 11-20%
+low, because the 8-request step points (slow in the profile: 8 rows ran as slowly as 16)
+sat 17% above the fitted curve with factor 1 there, and every size interpolated from them
+inherited it (docs/validation-runs.md).
 """
 
 from __future__ import annotations
@@ -38,40 +45,37 @@ def lm_head_seconds(cm: CostModel, requests: int) -> float:
     return _op_seconds(cm, requests, ("lm_head",))
 
 
-def size_factors(sizes: np.ndarray, ratio: np.ndarray, anchors: set[int]) -> tuple[float, ...]:
+def size_factors(sizes: np.ndarray, ratio: np.ndarray) -> tuple[float, ...]:
     """Factors for sizes 1 .. max(sizes) from measured / model `ratio` at `sizes`, relative
-    to `ratio` interpolated between the `anchors` among them; () without such an anchor."""
+    to the median ratio; 1 at sizes not timed; () without sizes."""
     by_size = {int(n): float(r) for n, r in zip(sizes, ratio)}
-    at = sorted(n for n in anchors if n in by_size)
-    if not at:
+    if not by_size:
         return ()
-    at_ratio = np.array([by_size[n] for n in at])
-    return tuple(round(by_size[n] / float(np.interp(n, at, at_ratio)), 4) if n in by_size
-                 else 1.0 for n in range(1, max(by_size) + 1))
+    level = float(np.median(list(by_size.values())))
+    return tuple(round(by_size[n] / level, 4) if n in by_size else 1.0
+                 for n in range(1, max(by_size) + 1))
 
 
-def fit_size_factors(prof: Profile, cm: CostModel, step_shapes: list[BatchShape]
+
+def fit_size_factors(prof: Profile, cm: CostModel
                      ) -> tuple[dict[str, tuple[float, ...]], dict[str, Any]]:
-    """({CostParams field: table}, report) from `prof`'s op rows and the fitted `cm`."""
+    """({CostParams field: table}, report) from `prof`'s op rows and the fitted `cm`, a model
+    without size tables (the timings are compared with the plain roofline)."""
+    if cm.params.linear_token_factors or cm.params.lm_head_row_factors:
+        raise ValueError("size factors are measured against a cost model without size tables")
     tables: dict[str, tuple[float, ...]] = {}
     report: dict[str, Any] = {}
-    cases = (("linear_token_factors", "linear", "num_tokens", linear_seconds,
-              {s.num_tokens for s in step_shapes}),
-             ("lm_head_row_factors", "lm_head", "num_reqs", lm_head_seconds,
-              {s.num_reqs for s in step_shapes}))
-    for field, kind, size_col, model_seconds, anchors in cases:
+    cases = (("linear_token_factors", "linear", "num_tokens", linear_seconds),
+             ("lm_head_row_factors", "lm_head", "num_reqs", lm_head_seconds))
+    for field, kind, size_col, model_seconds in cases:
         m = prof.mask(kind)
         if not m.any():
             continue
         sizes = prof.columns[size_col][m].astype(int)
         measured = prof.columns["median_s"][m].astype(float)
         ratio = measured / np.array([model_seconds(cm, int(n)) for n in sizes])
-        table = size_factors(sizes, ratio, anchors)
-        if not table:
-            report[field] = {"error": f"no {kind} size is a step point's size"}
-            continue
+        table = size_factors(sizes, ratio)
         tables[field] = table
         report[field] = {"sizes": [int(sizes.min()), int(sizes.max())],
-                         "anchors": sorted(int(n) for n in anchors if n in set(sizes.tolist())),
                          "min": min(table), "max": max(table)}
     return tables, report

@@ -70,6 +70,9 @@ class SimReplica:
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
         self.loop_overhead_s = cost_model.params.loop_overhead_s  # host s per step, outside it
         self.pending_host_s = 0.0  # host s of KV landings the next step waits for (`kv_landed`)
+        # idle spells: the next step pays CostParams.wake_extra_s of the spell (None: busy)
+        self._pays_wake = cost_model.params.idle_wake_s > 0
+        self._idle_since: float | None = None
         self.process = env.process(self._run())
 
     # ---- intake (called by routers and the PD link) ----
@@ -239,6 +242,10 @@ class SimReplica:
         if self.pending_host_s:  # KV written into the pool since the last step began
             base[0] += self.pending_host_s
             self.pending_host_s = 0.0
+        if self._idle_since is not None:  # the first step after an idle spell
+            if self._pays_wake:
+                base[0] += cm.params.wake_extra_s(self.env.now - self._idle_since)
+            self._idle_since = None
         if hs is None:
             return base, mem
         self.mem_fraction = mem[0] / base[0] if base[0] > 0 else 0.0
@@ -266,6 +273,8 @@ class SimReplica:
                 n.wake()
 
     def _sleep(self):
+        if self._idle_since is None:  # (a wake-up that finds nothing to do keeps the spell)
+            self._idle_since = self.env.now
         self._wake = self.env.event()
         yield self._wake
 

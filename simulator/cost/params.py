@@ -27,7 +27,7 @@ BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 # Host seconds of a serving engine's loop outside its engine steps (a calibration measures
 # them from the profile's serving probe, simulator/calibrate/loop.py; not fitted).
 LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s",
-               "kv_land_s", "kv_land_token_s")
+               "kv_land_s", "kv_land_token_s", "idle_wake_s", "idle_wake_tau_s")
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
 TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
@@ -138,6 +138,13 @@ class CostParams:
     # this CPU, llama-50m: 0.26-2.2 ms per request of 64-1024 tokens (bench/kv_handoff.py).
     kv_land_s: float = 0.0
     kv_land_token_s: float = 0.0
+    # The first step after a replica sat idle g seconds (nothing to run) takes
+    # idle_wake_s x (1 - exp(-g / idle_wake_tau_s)) longer than the same step run back to back.
+    # 0: none (GPU estimates). Measured by `kvpd profile` (a prompt step after idle gaps of
+    # 0-1 s, realexec/fidelity/profile/idle_wake.py) and fitted by `kvpd calibrate`
+    # (simulator/calibrate/idle_wake.py); this CPU VM, llama-50m: ~+22 ms after 1 s, tau ~0.4 s.
+    idle_wake_s: float = 0.0
+    idle_wake_tau_s: float = 0.0
     # Pipeline micro-batches per step when pp > 1 (0: one per stage, vLLM's virtual engines).
     pp_microbatches: int = 0
     # Provenance: the device and model a calibration fitted these on (None: defaults).
@@ -147,6 +154,13 @@ class CostParams:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept on save/load
 
     FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS + BEHAVIOUR_FIELDS
+
+    def wake_extra_s(self, idle_s: float) -> float:
+        """Seconds the first step after `idle_s` idle seconds takes beyond the same step run
+        back to back: idle_wake_s x (1 - exp(-idle_s / idle_wake_tau_s))."""
+        if self.idle_wake_s <= 0 or idle_s <= 0 or self.idle_wake_tau_s <= 0:
+            return 0.0
+        return self.idle_wake_s * -math.expm1(-idle_s / self.idle_wake_tau_s)
     # Integer parameters a calibration chooses (not part of the least-squares vector).
     INT_FIELDS = ("gemm_row_passes_below", "pp_microbatches")
 

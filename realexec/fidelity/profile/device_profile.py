@@ -16,6 +16,7 @@ from realexec.fidelity.profile.facts import (
     memory_bandwidth_share,
 )
 from realexec.fidelity.profile.fresh_shapes import fresh_shape_check
+from realexec.fidelity.profile.idle_wake import idle_wake
 from realexec.fidelity.profile.profiler import PROFILE_KINDS, ProfileGrid, Profiler, Progress
 from realexec.fidelity.profile.serving_probe import serving_probe
 from simulator.calibrate.fresh_shapes import describe_fresh_shapes
@@ -54,6 +55,8 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
         facts.update(memory_bandwidth_share())
         if "steps" in kinds:  # steps beside a busy neighbour (cluster.host_*_share)
             facts["host_contention"] = host_contention(prof)
+    if "steps" in kinds:  # the first step after an idle spell (CostParams.idle_wake_s)
+        facts["idle_wake"] = idle_wake(prof)
     probe = None
     block_size = prof.llm.kv_cache.block_size
     if serving_requests > 0:
