@@ -37,6 +37,9 @@ def main() -> int:
     p.add_argument("--real-repeats", type=int, default=2)
     p.add_argument("--traces", default="azure,gamma")
     p.add_argument("--modes", default="colocated,pd")
+    p.add_argument("--serving-requests", type=int, default=48,
+                   help="the profile's serving probe, as `kvpd profile` runs it (the serving "
+                   "loop's host time, KV hand-off and landing costs; 0: none)")
     p.add_argument("--profile", type=Path, help="reuse this profile instead of profiling")
     p.add_argument("--accept-noisy", action="store_true", help="validate a fit over 10%% anyway")
     args = p.parse_args()
@@ -59,7 +62,8 @@ def main() -> int:
         t0 = time.perf_counter()
         prof_path = profile_device(args.out / "profile.csv", "llama-50m", "fp32", "cpu",
                                    args.threads, grid_preset("default", repeats=args.repeats),
-                                   seed=0, progress=lambda m: print("  " + m, flush=True))
+                                   seed=0, serving_requests=args.serving_requests,
+                                   progress=lambda m: print("  " + m, flush=True))
         print(f"profile: {time.perf_counter() - t0:.0f} s -> {prof_path}")
     else:
         prof_path = args.profile
