@@ -195,6 +195,28 @@ def test_the_first_step_after_an_idle_spell_pays_the_wake_cost(tmp_path):
         CostParams(idle_wake_s=-1.0)
 
 
+def test_speed_pricing_charges_the_wake_cost_as_the_simulator_does():
+    # a probe's steps: back to back (0.3 ms loop gaps), then one after 0.5 s idle; priced with
+    # the wake cost the simulator adds, the idle step does not read as a slower engine
+    from simulator.calibrate.step_pricing import step_errors, wake_extras
+    from simulator.cost.costmodel import CostModel
+
+    p = CostParams(idle_wake_s=0.02, idle_wake_tau_s=0.25)
+    cm = CostModel(CFG, "cpu", "fp32", params=p)
+    shape = BatchShape.from_lists([8], [0])
+    t = cm.step_time(shape)
+    steps, start = [], 0.0
+    for gap in (0.0, 3e-4, 3e-4, 0.5, 3e-4):
+        start += gap
+        idle = p.wake_extra_s(gap) if gap > 0.002 else 0.0
+        steps.append(TimedStep(start, t + idle, shape))
+        start += t + idle
+    assert list(wake_extras(steps, p).values()) == pytest.approx([p.wake_extra_s(0.5)])
+    assert step_errors(steps, cm)["total"] == pytest.approx(0.0, abs=1e-12)
+    plain = CostModel(CFG, "cpu", "fp32", params=CostParams())
+    assert step_errors(steps, plain)["total"] < -0.01  # without it: "slower than calibrated"
+
+
 def test_loop_clock_counts_post_step_and_wake_up_work_not_idle_iterations(monkeypatch):
     import realexec.serving.engine_proc as engine_proc
 

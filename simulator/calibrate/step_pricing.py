@@ -73,15 +73,35 @@ def priced_total(role_entry: dict[str, Any]) -> float:
     return (role_entry.get("shared") or role_entry["plain"])["total"]
 
 
+IDLE_GAP_S = 0.002  # a step that began this long after the last one ended followed idling
+
+
+def wake_extras(steps: Sequence, params) -> dict[int, float]:
+    """{id(step): seconds} the simulator adds to each step of `steps` (with `t_start`) that
+    followed an idle spell (`CostParams.wake_extra_s` of the time since the previous step
+    ended, when over `IDLE_GAP_S`; the first step's spell is unknown: none)."""
+    if not getattr(params, "idle_wake_s", 0.0):
+        return {}
+    out: dict[int, float] = {}
+    prev_end = None
+    for st in sorted(steps, key=lambda st: st.t_start):
+        if prev_end is not None and st.t_start - prev_end > IDLE_GAP_S:
+            out[id(st)] = params.wake_extra_s(st.t_start - prev_end)
+        prev_end = st.t_end
+    return out
+
+
 def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
     """Total predicted / total measured - 1 (what sets throughput and latency) and the
     median per-step error, over all steps and `by_kind` (`step_kind`: one speed factor
-    cannot correct an error that depends on the batch); None without steps."""
+    cannot correct an error that depends on the batch); None without steps. Steps after an
+    idle spell carry the calibration's wake cost, as the simulator prices them."""
     steps = usable_steps(steps)
     if not steps:
         return None
     real = np.array([s.duration_s for s in steps])
-    pred = np.array([cost_model.step_time(s.shape) for s in steps])
+    wake = wake_extras(steps, cost_model.params) if hasattr(steps[0], "t_start") else {}
+    pred = np.array([cost_model.step_time(s.shape) + wake.get(id(s), 0.0) for s in steps])
     kinds = np.array([step_kind(s.shape) for s in steps])
     by_kind = {k: _summary(pred[kinds == k], real[kinds == k]) for k in sorted(set(kinds))}
     return {**_summary(pred, real), "by_kind": by_kind}
@@ -100,9 +120,12 @@ def pd_step_errors(steps_by_role: dict[str, Sequence], cost_model, memory_share:
     priced: dict[str, list[tuple[Any, float, float]]] = {}
     for role, steps in steps_by_role.items():
         rows = []
-        for st in sorted(usable_steps(steps), key=lambda st: st.t_start):
+        usable = sorted(usable_steps(steps), key=lambda st: st.t_start)
+        wake = wake_extras(usable, cost_model.params)  # host time: streams no memory
+        for st in usable:
             base = cost_model.step_time(st.shape)
-            rows.append((st, base, hs.memory_seconds(st.shape, base) if hs else 0.0))
+            mem = hs.memory_seconds(st.shape, base) if hs else 0.0
+            rows.append((st, base + wake.get(id(st), 0.0), mem))
         priced[role] = rows
     out: dict[str, Any] = {}
     for role, rows in priced.items():
