@@ -1,7 +1,9 @@
-"""Where a `kvpd validate` folder's real colocated steps depart from the cost model: each real
-run's logged steps priced at that run's bracketing speed (`runs/CASE/rateI-speedK.yaml`, the
-calibration the simulated run used), as total predicted / total measured - 1 per step kind,
-and for prompt-only steps by the idle time before them (the engine waiting for requests).
+"""Where a `kvpd validate` folder's real steps depart from the cost model: each real run's
+logged steps priced at that run's bracketing speed (`runs/CASE/rateI-speedK.yaml`, PD
+`rateI-ROLE-speedK.yaml`: the calibration the simulated run used; without host sharing, so
+PD workers' steps that overlapped read slower), with the wake cost of steps after idling, as
+total predicted / total measured - 1 per role and step kind, and for prompt-only steps by the
+idle time before them (the engine waiting for requests).
 
     python bench/diagnostics/served_steps.py VALIDATE_DIR [--calibration FILE]
 
@@ -25,7 +27,7 @@ GAPS_S = (0.0, 0.005, 0.1, 1.0, float("inf"))  # idle before a prompt step: buck
 def main() -> None:
     from realexec.fidelity.validate.steps import logged_steps, real_windows, steps_within
     from simulator.calibrate.calibrated import calibrated_cost_model
-    from simulator.calibrate.step_pricing import step_kind
+    from simulator.calibrate.step_pricing import step_kind, wake_extras
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)
@@ -41,36 +43,37 @@ def main() -> None:
     fixed = cost_model(args.calibration) if args.calibration else None
     cases: dict[str, list] = {}
     for r in data["results"]:
-        if r["mode"] == "colocated":
-            cases.setdefault(r["case"], []).append(r)
+        cases.setdefault(r["case"], []).append(r)
     for case, rates in cases.items():
         logs = logged_steps(vdir / "runs" / f"{case}-steps")
-        kinds: dict[str, list[float]] = {}
-        gaps: dict[int, list[float]] = {}
-        for i, r in enumerate(rates):
-            for k, window in enumerate(real_windows(r, vdir / "runs" / case, i)):
-                cm = fixed or cost_model(vdir / "runs" / case / f"rate{i}-speed{k}.yaml")
-                prev_end = None
-                for s in steps_within(logs, [window])["colocated"]:
-                    if s.duration_s <= 0 or not s.shape.num_tokens:
-                        continue
-                    pred = cm.step_time(s.shape)
-                    tot = kinds.setdefault(step_kind(s.shape), [0.0, 0.0, 0])
-                    tot[0] += pred
-                    tot[1] += s.duration_s
-                    tot[2] += 1
-                    if not s.shape.num_decode_reqs and prev_end is not None:
-                        b = int(np.searchsorted(GAPS_S, s.t_start - prev_end, side="right")) - 1
-                        gaps.setdefault(b, []).append(pred / s.duration_s - 1)
-                    prev_end = s.t_end
-        print(f"{case}: predicted / measured - 1, over the real runs' steps")
-        for kind, (pred, real, n) in sorted(kinds.items()):
-            print(f"  {kind:12s} {n:6d} steps  {pred / real - 1:+7.1%}")
-        for b, errs in sorted(gaps.items()):
-            lo, hi = GAPS_S[b], GAPS_S[b + 1]
-            print(f"  prompt steps after {lo * 1e3:g}-{hi * 1e3:g} ms idle: {len(errs):4d}, "
-                  f"median {np.median(errs):+7.1%}")
-
+        for role in logs:
+            kinds: dict[str, list[float]] = {}
+            gaps: dict[int, list[float]] = {}
+            speed = "speed" if role == "colocated" else f"{role}-speed"
+            for i, r in enumerate(rates):
+                for k, window in enumerate(real_windows(r, vdir / "runs" / case, i)):
+                    cm = fixed or cost_model(vdir / "runs" / case / f"rate{i}-{speed}{k}.yaml")
+                    steps = [s for s in steps_within(logs, [window])[role]
+                             if s.duration_s > 0 and s.shape.num_tokens]
+                    wake = wake_extras(steps, cm.params)
+                    prev_end = None
+                    for s in sorted(steps, key=lambda s: s.t_start):
+                        pred = cm.step_time(s.shape) + wake.get(id(s), 0.0)
+                        tot = kinds.setdefault(step_kind(s.shape), [0.0, 0.0, 0])
+                        tot[0] += pred
+                        tot[1] += s.duration_s
+                        tot[2] += 1
+                        if not s.shape.num_decode_reqs and prev_end is not None:
+                            b = int(np.searchsorted(GAPS_S, s.t_start - prev_end, side="right")) - 1
+                            gaps.setdefault(b, []).append(pred / s.duration_s - 1)
+                        prev_end = s.t_end
+            print(f"{case} ({role}): predicted / measured - 1, over the real runs' steps")
+            for kind, (pred, real, n) in sorted(kinds.items()):
+                print(f"  {kind:12s} {n:6d} steps  {pred / real - 1:+7.1%}")
+            for b, errs in sorted(gaps.items()):
+                lo, hi = GAPS_S[b], GAPS_S[b + 1]
+                print(f"  prompt steps after {lo * 1e3:g}-{hi * 1e3:g} ms idle: {len(errs):4d}, "
+                      f"median {np.median(errs):+7.1%}")
 
 if __name__ == "__main__":
     main()
