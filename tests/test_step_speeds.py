@@ -117,3 +117,23 @@ def test_a_probe_without_recorded_speeds_gets_them_from_the_step_logs(cm):
     # recorded speeds are kept, and PD logs (no colocated engine) are left alone
     assert with_probe_speeds(got, {}, cm) == got
     assert with_probe_speeds(probes, {"prefill": [], "decode": []}, cm) == probes
+
+
+def test_prompt_steps_after_idle_spells_do_not_read_as_a_slower_engine(cm):
+    # every prompt-only step follows 1 s idle and pays the calibrated wake cost; with it in
+    # the pricing the two speeds stay at the calibration's, without it compute reads slow
+    import dataclasses
+
+    woke = CostModel(cm.model, cm.accelerator, cm.dtype,
+                     params=dataclasses.replace(cm.params, idle_wake_s=0.02, idle_wake_tau_s=0.25))
+    steps, t = [], 0.0
+    for shape in serving_like_shapes():
+        gap = 1.0 if shape.num_prefill_reqs and not shape.num_decode_reqs else 3e-4
+        t += gap
+        d = cm.step_time(shape) + (woke.params.wake_extra_s(gap) if gap > 0.01 else 0.0)
+        steps.append(TimedStep(t, d, shape))
+        t += d
+    fit = fit_two_speeds(steps, woke)
+    assert fit["compute"] == pytest.approx(1.0, rel=5e-3)
+    assert fit["memory"] == pytest.approx(1.0, rel=5e-3)
+    assert fit_two_speeds(steps, cm)["compute"] < 0.95

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simulator.calibrate.calibrated import at_speeds
-from simulator.calibrate.step_pricing import usable_steps
+from simulator.calibrate.step_pricing import usable_steps, wake_extras
 from simulator.cost.costmodel import CostModel
 
 Speed = float | dict[str, float]  # one factor, or {"compute": c, "memory": m}
@@ -68,10 +68,17 @@ def fit_two_speeds(steps: Sequence, cost_model: CostModel) -> dict[str, Any] | N
                          for g, ss in groups.items()):
         return None
     shapes = {g: [s.shape for s in ss] for g, ss in groups.items()}
+    # steps after an idle spell carry the wake cost, as the simulator prices them (host
+    # time: it scales with the compute speed, as every fixed overhead does)
+    wake = wake_extras(usable_steps(steps), cost_model.params) \
+        if steps and hasattr(steps[0], "t_start") else {}
+    woke = {g: sum(wake.get(id(s), 0.0) for s in ss) for g, ss in groups.items()}
 
     def priced(x: np.ndarray) -> dict[str, float]:
-        cm = cost_model_at(cost_model, float(np.exp(x[0])), float(np.exp(x[1])))
-        return {g: float(sum(cm.step_time(sh) for sh in shs)) for g, shs in shapes.items()}
+        c = float(np.exp(x[0]))
+        cm = cost_model_at(cost_model, c, float(np.exp(x[1])))
+        return {g: float(sum(cm.step_time(sh) for sh in shs)) + woke[g] / c
+                for g, shs in shapes.items()}
 
     def residuals(x: np.ndarray) -> np.ndarray:
         p = priced(x)
