@@ -24,10 +24,41 @@ import numpy as np
 GAPS_S = (0.0, 0.005, 0.1, 1.0, float("inf"))  # idle before a prompt step: bucket edges (s)
 
 
+def price_run(steps, cm, kinds: dict[str, list], gaps: dict[int, list[float]]) -> None:
+    """Add one real run's `steps` (one role's), priced with `cm` as the simulator prices them
+    (wake cost after idle spells included), to the per-kind totals [predicted s, measured s,
+    steps] of `kinds` and the prompt-only steps' errors by idle bucket (`GAPS_S`) of `gaps`."""
+    from simulator.calibrate.step_pricing import step_kind, wake_extras
+
+    steps = sorted((s for s in steps if s.duration_s > 0 and s.shape.num_tokens),
+                   key=lambda s: s.t_start)
+    wake = wake_extras(steps, cm.params)
+    prev_end = None
+    for s in steps:
+        pred = cm.step_time(s.shape) + wake.get(id(s), 0.0)
+        tot = kinds.setdefault(step_kind(s.shape), [0.0, 0.0, 0])
+        tot[0] += pred
+        tot[1] += s.duration_s
+        tot[2] += 1
+        if not s.shape.num_decode_reqs and prev_end is not None:
+            b = int(np.searchsorted(GAPS_S, s.t_start - prev_end, side="right")) - 1
+            gaps.setdefault(b, []).append(pred / s.duration_s - 1)
+        prev_end = s.t_end
+
+
+def report(title: str, kinds: dict[str, list], gaps: dict[int, list[float]]) -> None:
+    print(f"{title}: predicted / measured - 1, over the real runs' steps")
+    for kind, (pred, real, n) in sorted(kinds.items()):
+        print(f"  {kind:12s} {n:6d} steps  {pred / real - 1:+7.1%}")
+    for b, errs in sorted(gaps.items()):
+        lo, hi = GAPS_S[b], GAPS_S[b + 1]
+        print(f"  prompt steps after {lo * 1e3:g}-{hi * 1e3:g} ms idle: {len(errs):4d}, "
+              f"median {np.median(errs):+7.1%}")
+
+
 def main() -> None:
     from realexec.fidelity.validate.steps import logged_steps, real_windows, steps_within
     from simulator.calibrate.calibrated import calibrated_cost_model
-    from simulator.calibrate.step_pricing import step_kind, wake_extras
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("validate_dir", type=Path)
@@ -45,35 +76,18 @@ def main() -> None:
     for r in data["results"]:
         cases.setdefault(r["case"], []).append(r)
     for case, rates in cases.items():
+        folder = vdir / "runs" / case
         logs = logged_steps(vdir / "runs" / f"{case}-steps")
         for role in logs:
-            kinds: dict[str, list[float]] = {}
+            kinds: dict[str, list] = {}
             gaps: dict[int, list[float]] = {}
             speed = "speed" if role == "colocated" else f"{role}-speed"
             for i, r in enumerate(rates):
-                for k, window in enumerate(real_windows(r, vdir / "runs" / case, i)):
-                    cm = fixed or cost_model(vdir / "runs" / case / f"rate{i}-{speed}{k}.yaml")
-                    steps = [s for s in steps_within(logs, [window])[role]
-                             if s.duration_s > 0 and s.shape.num_tokens]
-                    wake = wake_extras(steps, cm.params)
-                    prev_end = None
-                    for s in sorted(steps, key=lambda s: s.t_start):
-                        pred = cm.step_time(s.shape) + wake.get(id(s), 0.0)
-                        tot = kinds.setdefault(step_kind(s.shape), [0.0, 0.0, 0])
-                        tot[0] += pred
-                        tot[1] += s.duration_s
-                        tot[2] += 1
-                        if not s.shape.num_decode_reqs and prev_end is not None:
-                            b = int(np.searchsorted(GAPS_S, s.t_start - prev_end, side="right")) - 1
-                            gaps.setdefault(b, []).append(pred / s.duration_s - 1)
-                        prev_end = s.t_end
-            print(f"{case} ({role}): predicted / measured - 1, over the real runs' steps")
-            for kind, (pred, real, n) in sorted(kinds.items()):
-                print(f"  {kind:12s} {n:6d} steps  {pred / real - 1:+7.1%}")
-            for b, errs in sorted(gaps.items()):
-                lo, hi = GAPS_S[b], GAPS_S[b + 1]
-                print(f"  prompt steps after {lo * 1e3:g}-{hi * 1e3:g} ms idle: {len(errs):4d}, "
-                      f"median {np.median(errs):+7.1%}")
+                for k, window in enumerate(real_windows(r, folder, i)):
+                    cm = fixed or cost_model(folder / f"rate{i}-{speed}{k}.yaml")
+                    price_run(steps_within(logs, [window])[role], cm, kinds, gaps)
+            report(f"{case} ({role})", kinds, gaps)
+
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from simulator.calibrate.serving_speed import ROLES
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator
 from simulator.cost.models import ModelSpec
-from simulator.cost.params import LOOP_FIELDS, OVERHEAD_FIELDS, CostParams
+from simulator.cost.params import LOOP_FIELDS, LOOP_TIME_CONSTANTS, OVERHEAD_FIELDS, CostParams
 
 # every throughput figure of a device (bandwidths and peaks); latencies of links stay
 SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")
@@ -70,8 +70,8 @@ def at_speeds(acc: Accelerator, params: CostParams, compute: float,
 
 def overheads_at_speed(params: CostParams, factor: float) -> CostParams:
     """`params` with every fixed overhead (seconds) / `factor`: the overhead side of a
-    device `factor` x as fast (`at_speed`; the peaks are the accelerator's). The idle-wake
-    time constant is how long idling takes to cost, not work: it stays."""
+    device `factor` x as fast (`at_speed`; the peaks are the accelerator's). Time constants
+    (`LOOP_TIME_CONSTANTS`) are not work: they stay."""
     return dataclasses.replace(params, **{f: getattr(params, f) / factor
                                           for f in (*OVERHEAD_FIELDS, *LOOP_FIELDS)
-                                          if f != "idle_wake_tau_s"})
+                                          if f not in LOOP_TIME_CONSTANTS})

@@ -239,13 +239,14 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     train = ~held
     train_shapes = [s for s, t in zip(shapes, train) if t]
     roofline_only: dict[str, Any] = {}
+    size_report: dict[str, Any] = {}
     if free == ROOFLINE_FIELDS:
         fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train], base, seed, free)
     else:
         fitted, _ = fit_with_row_passes(spec, acc, dtype, train_shapes, measured[train], base, seed)
         # GEMM size effects from the linears timed alone, then the fit again with them in
         # place, so step points at a slow or fast BLAS size do not bend the fitted terms
-        tables, _ = fit_size_factors(prof, CostModel(spec, acc, dtype, params=fitted))
+        tables, size_report = fit_size_factors(prof, CostModel(spec, acc, dtype, params=fitted))
         if tables:
             fitted, _ = fit_params(spec, acc, dtype, train_shapes, measured[train],
                                    dataclasses.replace(fitted, **tables), seed)
@@ -286,15 +287,9 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
                        **cal.summary(),
                        "per_kind": per_kind, "roofline_only": roofline_only},
                "links": links})
-    # the size tables the fit ran with (the roofline-only fit of a small profile: measured
-    # against it, not refitted)
-    if not (cal.params.linear_token_factors or cal.params.lm_head_row_factors):
+    if not size_report:  # the roofline-only fit of a small profile: measured, not refitted
         tables, size_report = fit_size_factors(prof, CostModel(spec, acc, dtype, params=cal.params))
         cal.params = dataclasses.replace(cal.params, **tables)
-    else:
-        size_report = {f: {"sizes": [1, len(t)], "min": min(t), "max": max(t)}
-                       for f in ("linear_token_factors", "lm_head_row_factors")
-                       if (t := getattr(cal.params, f))}
     cal.params.extra["fit"]["size_factors"] = size_report
     contention = prof.meta["device_facts"].get("host_contention")
     if contention:  # CPU profiles: steps timed beside a busy neighbour process

@@ -4,8 +4,8 @@
 The first step after an idle spell of g seconds took longer than the same step run back to
 back; the extra is fitted as a saturating wake-up cost, extra(g) = idle_wake_s x (1 - exp(-g /
 idle_wake_tau_s)), by least squares over the measured gaps (for each tau of a log grid the
-best idle_wake_s is linear; the pair with the smallest squared error wins). An extra within
-the gap-0 steps' own spread is no effect: both are 0 then.
+best idle_wake_s is linear; the pair with the smallest squared error wins). A wake cost under
+`MIN_EXTRA_FRACTION` of the back-to-back step is no effect: both are 0 then.
 """
 
 from __future__ import annotations

@@ -77,10 +77,11 @@ IDLE_GAP_S = 0.002  # a step that began this long after the last one ended follo
 
 
 def wake_extras(steps: Sequence, params) -> dict[int, float]:
-    """{id(step): seconds} the simulator adds to each step of `steps` (with `t_start`) that
-    followed an idle spell (`CostParams.wake_extra_s` of the time since the previous step
-    ended, when over `IDLE_GAP_S`; the first step's spell is unknown: none)."""
-    if not getattr(params, "idle_wake_s", 0.0):
+    """{id(step): seconds} the simulator adds to each step of `steps` that followed an idle
+    spell (`CostParams.wake_extra_s` of the time since the previous step ended, when over
+    `IDLE_GAP_S`; the first step's spell is unknown: none). Steps without wall-clock starts
+    (`t_start`), or no wake cost: none."""
+    if not params.idle_wake_s or not steps or not hasattr(steps[0], "t_start"):
         return {}
     out: dict[int, float] = {}
     prev_end = None
@@ -100,7 +101,7 @@ def step_errors(steps: Sequence, cost_model) -> dict[str, Any] | None:
     if not steps:
         return None
     real = np.array([s.duration_s for s in steps])
-    wake = wake_extras(steps, cost_model.params) if hasattr(steps[0], "t_start") else {}
+    wake = wake_extras(steps, cost_model.params)
     pred = np.array([cost_model.step_time(s.shape) + wake.get(id(s), 0.0) for s in steps])
     kinds = np.array([step_kind(s.shape) for s in steps])
     by_kind = {k: _summary(pred[kinds == k], real[kinds == k]) for k in sorted(set(kinds))}

@@ -70,8 +70,7 @@ def fit_two_speeds(steps: Sequence, cost_model: CostModel) -> dict[str, Any] | N
     shapes = {g: [s.shape for s in ss] for g, ss in groups.items()}
     # steps after an idle spell carry the wake cost, as the simulator prices them (host
     # time: it scales with the compute speed, as every fixed overhead does)
-    wake = wake_extras(usable_steps(steps), cost_model.params) \
-        if steps and hasattr(steps[0], "t_start") else {}
+    wake = wake_extras(usable_steps(steps), cost_model.params)
     woke = {g: sum(wake.get(id(s), 0.0) for s in ss) for g, ss in groups.items()}
 
     def priced(x: np.ndarray) -> dict[str, float]:

@@ -70,8 +70,8 @@ class SimReplica:
         self.mem_fraction = 0.0  # of the step in progress: memory seconds / step seconds
         self.loop_overhead_s = cost_model.params.loop_overhead_s  # host s per step, outside it
         self.pending_host_s = 0.0  # host s of KV landings the next step waits for (`kv_landed`)
-        # idle spells: the next step pays CostParams.wake_extra_s of the spell (None: busy)
-        self._pays_wake = cost_model.params.idle_wake_s > 0
+        # when the idle spell in progress began (None: busy); the next step pays
+        # CostParams.wake_extra_s of it
         self._idle_since: float | None = None
         self.process = env.process(self._run())
 
@@ -242,9 +242,8 @@ class SimReplica:
         if self.pending_host_s:  # KV written into the pool since the last step began
             base[0] += self.pending_host_s
             self.pending_host_s = 0.0
-        if self._idle_since is not None:  # the first step after an idle spell
-            if self._pays_wake:
-                base[0] += cm.params.wake_extra_s(self.env.now - self._idle_since)
+        if self._idle_since is not None:  # the first step after an idle spell (0 s if none)
+            base[0] += cm.params.wake_extra_s(self.env.now - self._idle_since)
             self._idle_since = None
         if hs is None:
             return base, mem

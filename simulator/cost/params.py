@@ -28,6 +28,8 @@ BEHAVIOUR_FIELDS = ("decode_padding", "overlap")
 # them from the profile's serving probe, simulator/calibrate/loop.py; not fitted).
 LOOP_FIELDS = ("loop_overhead_s", "kv_handoff_step_s", "kv_handoff_s", "kv_handoff_token_s",
                "kv_land_s", "kv_land_token_s", "idle_wake_s", "idle_wake_tau_s")
+# ... of which time constants, not host work: a faster device does not shorten them
+LOOP_TIME_CONSTANTS = ("idle_wake_tau_s",)
 # Per-size factors (tuples of positive floats) that a calibration measures, not fits.
 TABLE_FIELDS = ("linear_token_factors", "lm_head_row_factors")
 
@@ -154,13 +156,6 @@ class CostParams:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept on save/load
 
     FIT_FIELDS = EFFICIENCY_FIELDS + OVERHEAD_FIELDS + BEHAVIOUR_FIELDS
-
-    def wake_extra_s(self, idle_s: float) -> float:
-        """Seconds the first step after `idle_s` idle seconds takes beyond the same step run
-        back to back: idle_wake_s x (1 - exp(-idle_s / idle_wake_tau_s))."""
-        if self.idle_wake_s <= 0 or idle_s <= 0 or self.idle_wake_tau_s <= 0:
-            return 0.0
-        return self.idle_wake_s * -math.expm1(-idle_s / self.idle_wake_tau_s)
     # Integer parameters a calibration chooses (not part of the least-squares vector).
     INT_FIELDS = ("gemm_row_passes_below", "pp_microbatches")
 
@@ -199,6 +194,13 @@ class CostParams:
                     isinstance(x, (int, float)) and not isinstance(x, bool)
                     and math.isfinite(x) and x > 0 for x in v):
                 raise ValueError(f"{where}: {name} must be a list of factors > 0, got {v!r}")
+
+    def wake_extra_s(self, idle_s: float) -> float:
+        """Seconds the first step after `idle_s` idle seconds takes beyond the same step run
+        back to back: idle_wake_s x (1 - exp(-idle_s / idle_wake_tau_s))."""
+        if self.idle_wake_s <= 0 or idle_s <= 0 or self.idle_wake_tau_s <= 0:
+            return 0.0
+        return self.idle_wake_s * -math.expm1(-idle_s / self.idle_wake_tau_s)
 
     @classmethod
     def default_for(cls, accelerator: Any, compute: str = "bf16") -> CostParams:
