@@ -3,8 +3,8 @@
 It runs the shared core's engine step with a cost-model clock: `schedule(now)`,
 a duration from the cost model (plus PCIe time for swap traffic), then
 `update(output, result, end)`. With nothing to do it sleeps on an event (no
-polling). Runs of identical all-decode steps are simulated as one *decode burst*
-(`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
+polling). Runs of all-decode steps, led or not by a step that completes prompts, are
+simulated as one *decode burst* (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
 it at the step in progress, so results equal step-by-step simulation.
 
 Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) slow each
@@ -138,7 +138,7 @@ class SimReplica:
                 self._busy_start = now
             self._busy_end = end
             self.num_steps += result.num_steps
-            self.timeline.record_step(self.name, start, end, out, result.num_steps, sched)
+            self.timeline.record_step(self.name, start, ends, out, sched)
             self._finish(sched.update(out, result, end))
             if self.on_kv_ready is not None:
                 ready = sched.pop_kv_ready()
@@ -156,11 +156,15 @@ class SimReplica:
         the neighbours' state holds) of its work per second: a wake-up re-prices the rest of
         the step in progress."""
         env = self.env
-        segments = segments if segments is not None else iter(((shape, k),))
+        segments = _in_chunks(segments if segments is not None else iter(((shape, k),)))
         base, mem = self._begin_steps(*next(segments))
         if k == 1 and self.host_sharing is None:  # nothing can change its price
             yield env.timeout(base[0])
             return [env.now]
+        if len(base) == 1 and k > 1:  # (a lead step) the decodes after it: priced with it
+            more, more_mem = self._run_times(*next(segments))
+            base.extend(more)
+            mem.extend(more_mem)
         ends: list[float] = []
         work = 1.0  # of step len(ends) still to do
         while len(ends) < len(base):
@@ -180,10 +184,9 @@ class SimReplica:
                 nxt = next(segments, None) if not self._wake.triggered else None
                 if nxt is None:
                     break
-                more = self._run_times(*nxt)  # (past finishes: no host sharing, no memory)
+                more, more_mem = self._run_times(*nxt)
                 base.extend(more)
-                if mem:
-                    mem.extend([0.0] * len(more))
+                mem.extend(more_mem)
                 continue
             if done and plan[done - 1] == now:
                 break  # woken just as a step ended: none in progress
@@ -194,12 +197,14 @@ class SimReplica:
         self._leave_step()
         return ends
 
-    def _run_times(self, shape: BatchShape, n: int) -> list[float]:
-        """Seconds of `n` all-decode steps from `shape`, loop overhead included."""
-        base = self.cost_model.decode_run_times(shape, n)
-        if self.loop_overhead_s:
-            base = base + self.loop_overhead_s  # (elementwise: the same float additions)
-        return base.tolist()
+    def _run_times(self, shape: BatchShape, n: int) -> tuple[list[float], list[float]]:
+        """Seconds alone (loop overhead included) and memory seconds (empty without host
+        sharing) of `n` all-decode steps from `shape`."""
+        run = self.cost_model.decode_run_times(shape, n)
+        hs = self.host_sharing
+        mem = hs.memory_seconds_run(shape, run.tolist()) if hs is not None else []
+        lo = self.loop_overhead_s  # the loop's host time streams no memory
+        return (run + lo if lo else run).tolist(), mem  # (elementwise: the same float additions)
 
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they
@@ -226,9 +231,7 @@ class SimReplica:
         hs = self.host_sharing
         lo = self.loop_overhead_s  # the loop's host time streams no memory
         if k > 1:
-            run = cm.decode_run_times(shape, k)
-            mem = hs.memory_seconds_run(shape, run.tolist()) if hs is not None else []
-            base = (run + lo if lo else run).tolist()  # (elementwise: the same float additions)
+            base, mem = self._run_times(shape, k)
         else:
             base = [cm.decode_step_time(shape) if decode else cm.step_time(shape)]
             if hs is None:
@@ -284,6 +287,24 @@ class SimReplica:
             self.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
         if self.on_finished is not None:
             self.on_finished(self, finished)
+
+
+FIRST_CHUNK_STEPS = 32
+
+
+def _in_chunks(segments: Iterator[tuple[BatchShape, int]],
+               size: int = FIRST_CHUNK_STEPS) -> Iterator[tuple[BatchShape, int]]:
+    """`segments` (runs of all-decode steps of one shape each) cut into runs of at most
+    `size`, then 2 `size`, 4 `size`, ... steps. A burst is priced one run at a time and most are
+    cut by an arrival long before their end; the doubling keeps the timers of a long uncut burst
+    to O(log k). The times are those of the whole run (`BatchShape.advanced` is exact)."""
+    for shape, n in segments:
+        while n > size:
+            yield shape, size
+            shape = shape.advanced(size)
+            n -= size
+            size *= 2
+        yield shape, n
 
 
 def _first_of(env: simpy.Environment, a: simpy.Event, b: simpy.Event) -> simpy.Event:

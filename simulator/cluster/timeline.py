@@ -18,14 +18,24 @@ class Timeline:
         self.rows: list[tuple] = []
         self.link_rows: list[tuple] = []  # (link, time_s, active transfers)
 
-    def record_step(self, replica: str, start: float, end: float, out: SchedulerOutput,
-                    num_steps: int, sched: Scheduler) -> None:
+    def record_step(self, replica: str, start: float, ends: list[float], out: SchedulerOutput,
+                    sched: Scheduler) -> None:
+        """One row for the steps of `out` that ended at `ends` (s): a decode burst is one row
+        at its first step's shape; a burst led by a prompt step is that step's row and one for
+        the decodes after it (queue and KV usage as read before the steps are applied)."""
         if not self.enabled:
             return
         shape = out.shape
-        self.rows.append((replica, start, end, num_steps, shape.num_reqs, shape.num_tokens,
-                          shape.num_prefill_tokens, sched.kv_cache_manager.usage,
-                          len(sched.waiting), len(sched.running)))
+        state = (sched.kv_cache_manager.usage, len(sched.waiting), len(sched.running))
+        if shape.num_prefill_reqs and len(ends) > 1:
+            self.rows.append((replica, start, ends[0], 1, shape.num_reqs, shape.num_tokens,
+                              shape.num_prefill_tokens, *state))
+            start = ends[0]
+            n = shape.num_reqs
+            self.rows.append((replica, start, ends[-1], len(ends) - 1, n, n, 0, *state))
+            return
+        self.rows.append((replica, start, ends[-1], len(ends), shape.num_reqs, shape.num_tokens,
+                          shape.num_prefill_tokens, *state))
 
     def record_link(self, link: str, time_s: float, active: int) -> None:
         if self.enabled:

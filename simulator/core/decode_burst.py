@@ -7,6 +7,11 @@ run of steps (for the cost model's closed-form step times), and `update_burst` a
 steps that ran (`StepResult.step_end_times`) to the requests and their blocks, exactly as
 stepping one by one would, timestamps included.
 
+A burst may *lead* with a step that completes prompts (a colocated core with nothing left
+waiting, every scheduled prompt finishing this step, no sliding window): from step 2 on
+the batch is all-decode, and a prompt of `n` new tokens after `before` decodes exactly as a
+decode whose context before step 1 was `before + n - 1` (its slots, blocks and tokens).
+
 A burst normally ends at the first request to reach `max_tokens`. With
 `Scheduler.burst_past_finishes` (set by a backend when nothing outside the replica looks at
 its state between steps: one replica or a stateless router, no closed loop) and nothing
@@ -50,15 +55,24 @@ def _remaining(out: SchedulerOutput) -> list[int]:
     return rems
 
 
+def _decode_before(out: SchedulerOutput) -> list[int]:
+    """Each request's context before step 1 had step 1 been a decode: `before + n - 1` for
+    `n` new tokens (`before` itself for a decode), noted on `out`."""
+    vb = out.decode_before
+    if vb is None:
+        vb = out.decode_before = out.num_computed_before if not out.shape.num_prefill_reqs else [
+            before + n - 1 for before, n in zip(out.num_computed_before, out.num_new_tokens)]
+    return vb
+
+
 def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> int:
-    """How many consecutive steps of the all-decode batch `out` the core would schedule if no
-    request arrived, no KV landed and no token id stopped a request: bounded by the nearest
-    `max_tokens` (the farthest, past finishes: see the module docstring) and by free blocks.
-    1 means "one step only"."""
+    """How many consecutive steps of the batch `out` (all-decode from step 2 on) the core
+    would schedule if no request arrived, no KV landed and no token id stopped a request:
+    bounded by the nearest `max_tokens` (the farthest, past finishes: see the module
+    docstring) and by free blocks. 1 means "one step only"."""
     if (
         max_steps <= 1
         or not out.reqs
-        or out.shape.num_prefill_reqs
         or len(out.reqs) != len(core.running)
         or out.preempted_req_ids
         or out.blocks_to_swap_in
@@ -68,11 +82,15 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     ):
         return 1
     kvm = core.kv_cache_manager
+    if out.shape.num_prefill_reqs and (
+        core.waiting or core.config.role != "colocated" or kvm.sliding_window or out.shape.window
+    ):
+        return 1  # step 2 could admit a request, or a lead step is not modelled here
     past = (core.burst_past_finishes and not core.waiting and not kvm.sliding_window
             and not out.shape.window)
     rems = out.remaining = _remaining(out)
-    for req, before in zip(out.reqs, out.num_computed_before):
-        if before + 1 != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
+    for req, before, n in zip(out.reqs, out.num_computed_before, out.num_new_tokens):
+        if before + n != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
             return 1  # this step does not sample, or a fork is due
     k = min(max_steps, max(rems) if past else min(rems))
     shape = out.shape
@@ -94,7 +112,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     bs = core.block_size
     free = kvm.num_free_blocks
     # tokens each request's blocks hold beyond step 1's, and the steps it runs at most
-    slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, out.num_computed_before)]
+    slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, _decode_before(out))]
     if len(slack) * (-(-(k - 1) // bs)) <= free:
         return k
 
@@ -119,15 +137,16 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
 
 def burst_segments(out: SchedulerOutput, k: int) -> Iterator[tuple[BatchShape, int]]:
     """The burst of `k` steps from `out` as runs of steps of one batch shape each, lazily:
-    (shape of the run's first step, number of steps). One run unless requests finish before
-    step k; then each run after the first is the requests left after the previous one's."""
+    (shape of the run's first step, number of steps). One run unless step 1 leads with
+    prompts or requests finish before step k; then each run after the first is the requests
+    left after the previous one's, all decoding."""
     rems = _remaining(out)
-    ends = sorted({r for r in rems if r < k})
+    ends = sorted({r for r in rems if r < k} | ({1} if out.shape.num_prefill_reqs else set()))
     if not ends:
         yield out.shape, k
         return
     yield out.shape, ends[0]
-    ctx = [before + 1 for before in out.num_computed_before]  # context at step 1
+    ctx = [before + 1 for before in _decode_before(out)]  # context at step 1, as decodes
     for m, e in enumerate(ends):
         alive = [c for c, r in zip(ctx, rems) if r > e]
         n = len(alive)
@@ -152,7 +171,7 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     times = array("d", times)  # (extends the requests' token-time arrays by copying)
     any_done = False
     cached = kvm.num_cached_blocks
-    alive = list(zip(out.reqs, out.num_computed_before, out.block_ids, steps, rems))
+    alive = list(zip(out.reqs, _decode_before(out), out.block_ids, steps, rems))
     start = 1  # step 1's blocks were allocated by schedule()
     for e in sorted(set(steps)):
         needs: list[tuple[str, int]] = []  # blocks to take, in request order, in one go

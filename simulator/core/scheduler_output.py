@@ -41,6 +41,9 @@ class SchedulerOutput:
     # decode bursts (`simulator.core.decode_burst`): steps until each request reaches
     # max_tokens, noted by `max_decode_burst` for the burst's segments and update to reuse
     remaining: list[int] | None = None
+    # each request's context before step 1 had step 1 been a decode (a prompt that step 1
+    # completes decodes from there on): noted by the first of the burst functions to need it
+    decode_before: list[int] | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:

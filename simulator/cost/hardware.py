@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from simulator.cost.catalog_file import read_catalog
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
 
 GIB = 2**30  # bytes; catalog memory sizes are binary (see hardware.yaml header)
@@ -116,8 +114,7 @@ class Accelerator:
 
 @cache
 def _catalog(filename: str) -> dict[str, dict[str, Any]]:
-    text = resources.files("simulator").joinpath("catalog", filename).read_text()
-    data = yaml.safe_load(text)
+    data = read_catalog(filename)
     if not isinstance(data, dict):
         raise ValueError(f"simulator/catalog/{filename}: expected a mapping of entries")
     return {normalize_name(k): v for k, v in data.items()}

@@ -11,11 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from simulator.cost.catalog_file import read_catalog
 from simulator.cost.hardware import Accelerator
 
 KERNELS_FILE = "simulator/catalog/kernels.yaml"
@@ -97,8 +95,7 @@ class KernelProfile:
 
 @cache
 def _profiles() -> dict[str, KernelProfile]:
-    text = resources.files("simulator").joinpath("catalog", "kernels.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = read_catalog("kernels.yaml")
     return {arch: _profile(arch, entry) for arch, entry in data.items()}
 
 

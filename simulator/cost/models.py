@@ -11,11 +11,9 @@ import json
 import os
 from dataclasses import dataclass
 from functools import cache, cached_property
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from simulator.cost.catalog_file import read_catalog
 from simulator.cost.catalog_match import normalize_name, unknown_name_error
 from simulator.cost.dtypes import dtype_bytes, matrix_weight_bytes, normalize_dtype
 from simulator.cost.hf_config import hf_config_fields
@@ -254,8 +252,7 @@ def _parse_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> Model
 
 @cache
 def _catalog() -> dict[str, dict[str, Any]]:
-    text = resources.files("simulator").joinpath("catalog", "models.yaml").read_text()
-    return {normalize_name(k): v for k, v in yaml.safe_load(text).items()}
+    return {normalize_name(k): v for k, v in read_catalog("models.yaml").items()}
 
 
 @cache
