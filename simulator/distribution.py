@@ -57,10 +57,17 @@ class ExactDistribution:
         if not len(self._values):
             self._values, self._counts = values.copy(), counts.copy()
             return
-        merged, inverse = np.unique(np.concatenate((self._values, values)), return_inverse=True)
-        self._counts = np.bincount(inverse, weights=np.concatenate((self._counts, counts)),
-                                   minlength=len(merged)).astype(np.int64)
-        self._values = merged
+        # both sorted and distinct: add the counts of values already held, insert the others
+        # at their places (linear in the sizes, where a re-sort of both would not be)
+        held = self._values
+        pos = np.searchsorted(held, values)
+        hit = pos < len(held)
+        hit[hit] = held[pos[hit]] == values[hit]
+        self._counts[pos[hit]] += counts[hit]
+        new = ~hit
+        if new.any():
+            self._values = np.insert(held, pos[new], values[new])
+            self._counts = np.insert(self._counts, pos[new], counts[new])
 
     def __len__(self) -> int:
         self._compact()
