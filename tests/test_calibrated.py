@@ -31,3 +31,17 @@ def test_a_calibration_of_another_model_is_refused_by_name(tmp_path):
     path = tiny_calibration(tmp_path / "cal.yaml", model="llama-50m")
     with pytest.raises(ValueError, match="llama-50m"):
         calibrated_cost_model(path, TINY["tiny-llama"], "tiny-llama", "fp32")
+
+
+def test_a_calibration_at_a_measured_speed_prices_at_that_speed(tmp_path):
+    """`kvpd validate` writes the calibrated device at each run's measured speed as peaks x f
+    in `extra.hardware` and overheads / f: every step time / f, as the simulator prices it."""
+    from realexec.fidelity.validate.plan import scaled_hardware
+
+    cfg = TINY["tiny-llama"]
+    params = CostParams.load(str(tiny_calibration(tmp_path / "cal.yaml")), model="tiny-llama")
+    scaled_hardware(params, 1.25, tmp_path / "fast.yaml")
+    base = calibrated_cost_model(params, cfg, "tiny-llama", "fp32")
+    fast = calibrated_cost_model(tmp_path / "fast.yaml", cfg, "tiny-llama", "fp32")
+    for shape in (BatchShape.from_lists([40, 1, 1], [0, 30, 90]), BatchShape.from_lists([1] * 8, [64] * 8)):
+        assert fast.step_time(shape) == pytest.approx(base.step_time(shape) / 1.25, rel=1e-9)
