@@ -152,9 +152,10 @@ class SimReplica:
         step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
         `segments`: the burst as runs of one batch shape each (`burst_segments`, past
         finishing requests: several), each priced only once the previous has run uncut.
-        Sharing a host (`simulator.cost.host_share`), a step progresses at 1 / (its price while
-        the neighbours' state holds) of its work per second: a wake-up re-prices the rest of
-        the step in progress."""
+        Alone on its host the step in progress then ends as planned. Sharing a host
+        (`simulator.cost.host_share`), a step progresses at 1 / (its price while the
+        neighbours' state holds) of its work per second: a wake-up re-prices the rest of the
+        step in progress."""
         env = self.env
         segments = _in_chunks(segments if segments is not None else iter(((shape, k),)))
         base, mem = self._begin_steps(*next(segments))
@@ -190,6 +191,10 @@ class SimReplica:
                 continue
             if done and plan[done - 1] == now:
                 break  # woken just as a step ended: none in progress
+            if self.host_sharing is None:  # nothing re-prices it: it ends as planned
+                ends.append(plan[done])
+                yield env.timeout(plan[done] - now)
+                break
             began = plan[done - 1] if done else seg  # the step in progress began then
             work = (1.0 if done else work) - (now - began) / prices[done]
             base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
