@@ -1,0 +1,60 @@
+"""kvpd's routed-expert time per MoE layer against published `fused_moe` kernel benchmarks
+(vLLM's `benchmarks/kernels/benchmark_moe.py`, SGLang's `tuning_fused_moe_triton.py`: the
+whole `fused_experts` call, i.e. moe_align_block_size, the two grouped GEMMs, the activation
+and the sum, for M tokens on one GPU at the model's TP shard).
+
+kvpd's side is the `moe_experts` op of an all-decode step of M requests (`explain_step`) per
+MoE layer, plus the layer floor's share of those five kernels (`layer_floor.kernel_s` x 5).
+
+    python bench/diagnostics/moe_kernels.py
+
+Every row names its source; none of them is fitted to. Read with care: the A100-PCIe part is
+priced as the catalog's a100-40gb-sxm (same 1,555 GB/s HBM).
+"""
+
+from __future__ import annotations
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.costmodel import CostModel
+
+FUSED_EXPERTS_KERNELS = 5  # moe_align_block_size, w13 GEMM, activation, w2 GEMM, moe_sum
+
+# (label, model, hardware, tp, dtype, {M tokens: measured us}, source)
+ROWS = [
+    ("Mixtral-8x7B bf16, H100 80GB HBM3, TP2 (E=8 N=7168, tuned)", "mixtral-8x7b", "h100-sxm", 2,
+     "bf16", {1: 144.03, 2: 229.28, 4: 351.10, 8: 434.98, 16: 471.49, 32: 487.35, 64: 483.14,
+              128: 491.39, 256: 536.77}, "vLLM PR #24700 (tuned config column)"),
+    ("DeepSeek-V2-Lite shape bf16, A100-SXM4-80GB (E=64 N=1408 top-6, tuned)", "deepseek-v2-lite",
+     "a100-80gb-sxm", 1, "bf16", {1: 183.5, 4: 266.2, 16: 523.3, 64: 677.6, 256: 717.0,
+                                  1024: 929.9}, "vLLM PR #40542 (tuned column)"),
+    ("Qwen3-30B-A3B bf16, A100-PCIE-40GB (E=128 N=768, default config)", "qwen3-30b-a3b",
+     "a100-40gb-sxm", 1, "bf16", {1: 109.21, 2: 159.81, 4: 268.89, 8: 403.13, 16: 611.19,
+                                  32: 808.53, 64: 917.45}, "SGLang PR #6825 (before the PR)"),
+    ("Qwen3-235B-A22B fp8 w8a8, H200, TP8 (E=128 N=192, default config)", "qwen3-235b-a22b",
+     "h200-sxm", 8, "fp8", {1: 31.70, 2: 36.56, 4: 49.67, 8: 66.87, 16: 92.36, 32: 124.99},
+     "SGLang PR #11730 (without the tuned kernel)"),
+]
+
+
+def kvpd_us(cm: CostModel, m: int) -> float:
+    """kvpd's routed-expert microseconds per MoE layer for an all-decode step of `m` requests."""
+    shape = BatchShape.from_lists([1] * m, [64] * m)
+    ops = {op.name: op for op in explain_step(cm, shape).ops}
+    layers = cm.model.num_moe_layers
+    floor = FUSED_EXPERTS_KERNELS * cm.kernels.kernel_s
+    return (ops["moe_experts"].time_s / layers + floor) * 1e6
+
+
+def main() -> None:
+    for label, model, hw, tp, dtype, measured, source in ROWS:
+        cm = CostModel(model, hw, dtype, tp=tp)
+        print(f"{label}\n  source: {source}")
+        print(f"  {'M':>5s} {'measured us':>12s} {'kvpd us':>9s} {'kvpd/meas':>10s}")
+        for m, us in measured.items():
+            got = kvpd_us(cm, m)
+            print(f"  {m:5d} {us:12.1f} {got:9.1f} {got / us:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
