@@ -4,8 +4,9 @@ It runs the shared core's engine step with a cost-model clock: `schedule(now)`,
 a duration from the cost model (plus PCIe time for swap traffic), then
 `update(output, result, end)`. With nothing to do it sleeps on an event (no
 polling). Runs of all-decode steps, led or not by a step that completes prompts, are
-simulated as one *decode burst* (`Scheduler.max_decode_burst`); an arrival or a KV landing during a burst cuts
-it at the step in progress, so results equal step-by-step simulation.
+simulated as one *decode burst* (`Scheduler.max_decode_burst`); an arrival or a KV
+landing during a burst cuts it at the step in progress, so results equal step-by-step
+simulation.
 
 Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) slow each
 other while both are in a step (`simulator.cost.host_share`); a neighbour starting or ending a
@@ -150,8 +151,9 @@ class SimReplica:
         """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
         times (s). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
         step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
-        `segments`: the burst as runs of one batch shape each (`burst_segments`, past
-        finishing requests: several), each priced only once the previous has run uncut.
+        `segments`: the burst as runs of one batch shape each (`burst_segments`: after a lead
+        step, past finishing requests), priced in chunks (`_in_chunks`), each only once the
+        previous has run uncut.
         Alone on its host the step in progress then ends as planned. Sharing a host
         (`simulator.cost.host_share`), a step progresses at 1 / (its price while the
         neighbours' state holds) of its work per second: a wake-up re-prices the rest of the
@@ -162,7 +164,7 @@ class SimReplica:
         if k == 1 and self.host_sharing is None:  # nothing can change its price
             yield env.timeout(base[0])
             return [env.now]
-        if len(base) == 1 and k > 1:  # (a lead step) the decodes after it: priced with it
+        if len(base) == 1 and k > 1:  # a one-step first run (a lead step): price the next too
             more, more_mem = self._run_times(*next(segments))
             base.extend(more)
             mem.extend(more_mem)
