@@ -124,7 +124,10 @@ def test_estimate_explain_names_experts_loaded_and_the_bound():
 
 def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
     """Default kernel floor: seconds per dependent kernel x the kernels of each layer; an MoE
-    layer adds routing and grouped GEMMs, shared experts and MLA add theirs (kernels.yaml)."""
+    layer adds routing and grouped GEMMs, shared experts and MLA add theirs (kernels.yaml),
+    and its fused_experts call costs the measured `grouped_gemm.call_s` in place of its five
+    kernels' share."""
+    from simulator.cost.grouped_gemm import FUSED_EXPERTS_KERNELS
     from simulator.cost.kernels import kernel_profile
     from simulator.cost.moe_cost import stage_layer_split
 
@@ -137,7 +140,10 @@ def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
     n_dense, n_moe = stage_layer_split(m, cm.shard.layers_per_stage, 0)
     base = k.layer_floor_s / k.kernel_s
     want = k.kernel_s * (n_dense * (base + extra["mla"])
-                         + n_moe * (base + extra["mla"] + extra["moe"] + extra["shared_expert"]))
+                         + n_moe * (base + extra["mla"] + extra["moe"] + extra["shared_expert"]
+                                    - FUSED_EXPERTS_KERNELS))
+    want += n_moe * k.grouped_gemm.call_s
+    assert k.grouped_gemm.call_s > FUSED_EXPERTS_KERNELS * k.kernel_s
     assert cm._stages[0]["raw"]["layer_floor_s"] == pytest.approx(want)
     op = next(o for o in cm.explain(_decode(4, 1000)).ops if o.name == "layer_overhead")
     assert op.time_s == pytest.approx(want)

@@ -4,7 +4,8 @@ whole `fused_experts` call, i.e. moe_align_block_size, the two grouped GEMMs, th
 and the sum, for M tokens on one GPU at the model's TP shard).
 
 kvpd's side is the `moe_experts` op of an all-decode step of M requests (`explain_step`) per
-MoE layer, plus the layer floor's share of those five kernels (`layer_floor.kernel_s` x 5).
+MoE layer, plus the call's fixed time (`grouped_gemm.call_s`; without it the layer floor's
+share of those five kernels, `layer_floor.kernel_s` x 5).
 
     python bench/diagnostics/moe_kernels.py
 
@@ -17,8 +18,7 @@ from __future__ import annotations
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.costmodel import CostModel
-
-FUSED_EXPERTS_KERNELS = 5  # moe_align_block_size, w13 GEMM, activation, w2 GEMM, moe_sum
+from simulator.cost.grouped_gemm import FUSED_EXPERTS_KERNELS
 
 # (label, model, hardware, tp, dtype, {M tokens: measured us}, source)
 ROWS = [
@@ -46,8 +46,9 @@ def kvpd_us(cm: CostModel, m: int) -> float:
     shape = BatchShape.from_lists([1] * m, [64] * m)
     ops = {op.name: op for op in explain_step(cm, shape).ops}
     layers = cm.model.num_moe_layers
-    floor = FUSED_EXPERTS_KERNELS * cm.kernels.kernel_s
-    return (ops["moe_experts"].time_s / layers + floor) * 1e6
+    g = cm.kernels.grouped_gemm
+    call = g.call_s if g is not None and g.call_s else FUSED_EXPERTS_KERNELS * cm.kernels.kernel_s
+    return (ops["moe_experts"].time_s / layers + call) * 1e6
 
 
 def main() -> None:

@@ -82,6 +82,14 @@ def _shape_note(lc: Any, rows: float) -> str:
     return f" x shape {f:.3f} ({', '.join(bits)})"
 
 
+def _stream_note(nbytes: float, nbytes_s: float) -> str:
+    """The routed experts' streaming term in an op's memory-efficiency source, if any."""
+    if nbytes_s == nbytes or not nbytes_s:
+        return ""
+    return (f" x {nbytes / nbytes_s:.3f} routed-expert streaming (kernels.yaml "
+            "grouped_gemm.stream_efficiency x K/(K+k_half))")
+
+
 def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float, P: float,
                Pctx: float, Rd: float, Dctx: float) -> list[OpCost]:
     """Operators of one stage for one micro-batch (same arithmetic as `_stage_time`)."""
@@ -97,17 +105,22 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     m_eff, m_src = src["gemm_memory_efficiency"]
     v_eff, v_src = src["gemv_memory_efficiency"]
 
-    def linear(name: str, key: str, fl: float, wb: float, act: float) -> OpCost:
+    def linear(name: str, key: str, fl: float, wb: float, act: float,
+               wb_s: float | None = None) -> OpCost:
+        """`wb_s`: the weight bytes as streaming time counts them (routed experts: slower
+        than `wb`, `StageTerms._expert_stream`)."""
         lc = lin[key]
         rows = 1.0 if gemv else T
         shape = lc.efficiency_factor(rows)
         c_eff = (g_eff * shape, g_src + _shape_note(lc, rows))
+        wt = wb if wb_s is None else wb_s
+        note = _stream_note(wb, wt)
         if not gemv:
-            return _timed(name, T * fl, wb + T * act, lc.seconds(T), (wb + T * act) * gm, ov,
-                          (*c_eff, m_eff, m_src))
+            return _timed(name, T * fl, wb + T * act, lc.seconds(T), (wt + T * act) * gm, ov,
+                          (*c_eff, m_eff * (wb + T * act) / (wt + T * act), m_src + note))
         # T passes, each streaming the weights at the GEMV rate
         return _timed(name, T * fl, T * (wb + act), T * lc.seconds(1),
-                      T * (wb * gv + act * gm), ov, (*c_eff, v_eff, v_src))
+                      T * (wt * gv + act * gm), ov, (*c_eff, v_eff * wb / wt, v_src + note))
 
     fl, wb, act = raw["qkv_proj"]
     lin_f = size_factor(p.linear_token_factors, T)
@@ -140,18 +153,22 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     ops.append(linear("o_proj", "o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]
     name = "moe_experts" if model.is_moe else "mlp"
+    fs = raw.get("expert_stream", 1.0)  # routed experts' streaming seconds / the plain rate's
     if gemv:  # one token reaches k experts (k/ep on each rank with EP) and the router
         k = model.experts_per_token / cm.ep if model.is_moe else 1
-        ops.append(linear(name, "mlp", fl, wb * k + raw["router_bytes"], act))
+        rb = raw["router_bytes"] if model.is_moe else 0.0
+        ops.append(linear(name, "mlp", fl, wb * k + rb, act, wb * k * fs + rb))
     elif model.is_moe:
         E, k = model.num_experts, model.experts_per_token
         # expected distinct experts (of this rank's share) hit by T tokens
         hit = raw.get("experts_per_rank", E) * (1.0 - (1.0 - k / E) ** T)
         nb = wb * hit + raw["router_bytes"] + T * act
+        nb_s = wb * hit * fs + raw["router_bytes"] + T * act
+        note = _stream_note(nb, nb_s)
         lc = lin["mlp"]
         c_eff = (g_eff * lc.efficiency_factor(T), g_src + _shape_note(lc, T))
-        ops.append(_timed(name, T * fl, nb, lc.seconds(T), nb * gm, ov,
-                          (*c_eff, m_eff, m_src)))
+        ops.append(_timed(name, T * fl, nb, lc.seconds(T), nb_s * gm, ov,
+                          (*c_eff, m_eff * nb / nb_s, m_src + note)))
     else:
         ops.append(linear(name, "mlp", fl, wb, act))
     if lin_f != 1.0:  # the linears take the measured size factor, attention does not

@@ -31,6 +31,10 @@ import numpy as np
 from simulator.cost.kernels import GroupedGemm, WeightOnly
 from simulator.cost.linear_cost import TABLE_ROWS, LinearCost
 
+# the kernels of one `fused_experts` call (moe_align_block_size, the w13 GEMM, the activation,
+# the w2 GEMM, moe_sum): `grouped_gemm.call_s` replaces their share of the layer floor
+FUSED_EXPERTS_KERNELS = 5
+
 
 @dataclass(frozen=True)
 class ExpertShape:
@@ -41,6 +45,18 @@ class ExpertShape:
     top_k: int  # experts per token
     num_experts: int  # E (all ranks)
     ep: int  # expert-parallel ranks (1: every rank holds a 1/tp slice of every expert)
+
+
+def expert_stream_factor(gemms: tuple[tuple[float, float], ...], k_half: float,
+                         stream_efficiency: float, weight_stream_efficiency: float) -> float:
+    """Seconds to stream one expert's weights over the seconds at the part's
+    `weight_stream_efficiency`: each GEMM's (N x K) weights at `stream_efficiency` x K / (K +
+    `k_half`) of the bandwidth, the same per-tile pipeline fill its compute pays (short K:
+    the down projection at high TP). Fitted by hand to published fused_moe kernel tables
+    (docs/gpu-runs.md, `bench/diagnostics/moe_kernels.py`)."""
+    total = sum(n * k for n, k in gemms)
+    slowed = sum(n * (k + k_half) for n, k in gemms)  # n k x (k + k_half) / k
+    return weight_stream_efficiency / stream_efficiency * slowed / total
 
 
 def block_m(m: float, lo: int, hi: int) -> int:

@@ -37,6 +37,11 @@ class GroupedGemm:
     block_m: tuple[int, int]  # smallest and largest BLOCK_SIZE_M the kernel picks
     k_half: float  # reduction length of the per-tile pipeline fill (elements of K)
     fp8_speedup: float | None = None  # FP8 (W8A8) kernel speed / BF16 kernel speed, same shape
+    # streaming the experts' weights (memory-bound, decode): None keeps them at the part's
+    # weight_stream_efficiency with no fixed cost (parts without kernel tables)
+    stream_efficiency: float | None = None  # long-K fraction of bandwidth the weights stream at
+    call_s: float = 0.0  # fixed seconds of one fused_experts call (align, 2 GEMMs, act, sum)
+    fp8_k_half: float | None = None  # k_half of the W8A8 (block-quantised) configs
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,16 @@ def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
                                 or not 0 < speedup <= 4):
         raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.fp8_speedup must be a number in "
                          f"(0, 4], got {speedup!r}")
+    stream = g.get("stream_efficiency")
+    call_s, fp8_k_half = g.get("call_s", 0.0), g.get("fp8_k_half")
+    for key, v in (("call_s", call_s), ("fp8_k_half", fp8_k_half)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.{key} must be a number >= 0, "
+                             f"got {v!r}")
     return GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
-                       float(g["k_half"]), None if speedup is None else float(speedup))
+                       float(g["k_half"]), None if speedup is None else float(speedup),
+                       None if stream is None else _frac(f"{arch}.grouped_gemm.stream_efficiency", stream),
+                       float(call_s), None if fp8_k_half is None else float(fp8_k_half))
 
 
 def list_archs() -> list[str]:

@@ -14,7 +14,12 @@ import dataclasses
 from typing import Any
 
 from simulator.cost.dtypes import dtype_bytes
-from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
+from simulator.cost.grouped_gemm import (
+    FUSED_EXPERTS_KERNELS,
+    ExpertShape,
+    MoELinearCost,
+    expert_stream_factor,
+)
 from simulator.cost.linear_cost import LinearCost
 from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
 from simulator.cost.params import CostParams
@@ -107,6 +112,21 @@ class StageTerms:
         rel = g.relative * g.fp8_speedup / (peak_ratio * k.relative(pr.compute))
         return dataclasses.replace(g, relative=min(1.0, rel))
 
+    def _expert_stream(self) -> float:
+        """Seconds to stream the routed experts' weights over those bytes at the part's
+        `weight_stream_efficiency` (`grouped_gemm.expert_stream_factor`; 1 without the part's
+        `grouped_gemm.stream_efficiency`)."""
+        m, k = self.model, self.kernels
+        g = getattr(k, "grouped_gemm", None)
+        if g is None or g.stream_efficiency is None:
+            return 1.0
+        f_rank = m.ffn_size / (1 if self.ep > 1 else self.tp)
+        d = m.hidden_size
+        gemms = ((2 * f_rank if m.gated_mlp else f_rank, d), (d, f_rank))
+        w8a8 = self.precision.compute in ("fp8", "int8") and g.fp8_k_half is not None
+        return expert_stream_factor(gemms, g.fp8_k_half if w8a8 else g.k_half,
+                                    g.stream_efficiency, k.weight_stream_efficiency)
+
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
         the rates into seconds per unit (`fast`) for `step_time`."""
@@ -185,7 +205,8 @@ class StageTerms:
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
-            lin["mlp"].per_row, raw["mlp"][1] * gm, raw["mlp"][2] * gm,
+            lin["mlp"].per_row, raw["mlp"][1] * gm * raw.get("expert_stream", 1.0),
+            raw["mlp"][2] * gm,
             raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
             raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
@@ -200,7 +221,8 @@ class StageTerms:
             # weight seconds of one GEMV pass (one row) of qkv, o, the MLP (the k experts one
             # token routes to, plus the router) and the LM head
             raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
-            (raw["mlp"][1] * (k_rank if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
+            (raw["mlp"][1] * raw.get("expert_stream", 1.0) * (k_rank if E > 1 else 1)
+             + raw["router_bytes"]) * rate["gemv_m"],
             lm[1] * rate["gemv_m"],
             p.linear_token_factors, p.lm_head_row_factors,
             L * p.decode_attn_overhead_s,
@@ -230,7 +252,11 @@ class StageTerms:
         if not (floor and p.device is None and p.layer_overhead_s == floor):
             return L * p.layer_overhead_s
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
-        return k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
+        total = k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
+        g = getattr(k, "grouped_gemm", None)
+        if moe and g is not None and g.call_s:  # the fused_experts call, as measured whole
+            total += moe * (g.call_s - FUSED_EXPERTS_KERNELS * k.kernel_s)
+        return total
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
                        kvb: float, ring: float, rate: dict[str, float]) -> None:
@@ -250,6 +276,7 @@ class StageTerms:
             dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
             mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s)
             raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
+            raw["expert_stream"] = self._expert_stream()
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
             raw["experts_per_rank"] = mt.experts_per_rank
             raw["moe_layers"] = moe
