@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="KV blocks of both backends for scenarios without cache.num_gpu_blocks")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="torch threads per engine (default: the calibration's)")
-    p.add_argument("--serving-probe-requests", type=int, default=32,
+    p.add_argument("--serving-probe-requests", type=int, default=16,
                    help="requests of the serving probe replayed before and after each real run "
                    "to measure the engine's speed (0: none; the calibrated speed then)")
     p.add_argument("--colocated-engine", choices=("process", "inproc"), default="process",

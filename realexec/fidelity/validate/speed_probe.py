@@ -18,23 +18,13 @@ SERVING_PROBE_OUTPUT = (16, 64)  # output tokens, uniform
 
 
 def serving_probe_trace(num_requests: int, context: int, seed: int):
-    """The serving probe's load: `num_requests` requests, prompts uniform in [16, context / 4]
-    tokens, outputs uniform in `SERVING_PROBE_OUTPUT` (capped to fit `context`); the first half
-    (rounded up) Poisson at `SERVING_PROBE_RATE`, the rest all at the instant the first of them
-    would have come. The engines run what a light load forms (single prompts after idle spells,
-    a few decodes) and then batches of up to half the probe, so the speeds read from it hold
-    for the batches a validated load forms: a probe of Poisson arrivals alone decoded 1-4 at a
-    time and read the 2-core VM's PD decode worker 6% fast for batches of 5 and more
-    (docs/validation-runs.md). Fixed by `seed`, so every probe of a validation is the same."""
+    """The serving probe's load: `num_requests` Poisson arrivals at `SERVING_PROBE_RATE`,
+    prompts uniform in [16, context / 4] tokens, outputs uniform in `SERVING_PROBE_OUTPUT`
+    (capped to fit `context`); fixed by `seed`, so every probe of a validation is the same."""
     hi = max(2, context // 4)
     out_lo, out_hi = (min(v, max(1, context - hi)) for v in SERVING_PROBE_OUTPUT)
-    trace = workloads.synthesize({
+    return workloads.synthesize({
         "name": "serving-probe", "num_requests": int(num_requests),
         "arrival": {"process": "poisson", "rate": SERVING_PROBE_RATE},
         "prompt_len": {"dist": "uniform", "min": min(16, hi), "max": hi},
         "output_len": {"dist": "uniform", "min": out_lo, "max": out_hi}}, seed)
-    together = len(trace) - len(trace) // 2  # the first of the requests arriving at once
-    arrival = trace.arrival_s.copy()
-    if together < len(trace):
-        arrival[together:] = arrival[together]
-    return trace.replace(arrival_s=arrival)
