@@ -127,8 +127,7 @@ def test_layer_floor_counts_the_kernels_moe_and_mla_layers_add():
     layer adds routing and grouped GEMMs, shared experts and MLA add theirs (kernels.yaml),
     and its fused_experts call costs the measured `grouped_gemm.call_s` in place of its five
     kernels' share."""
-    from simulator.cost.grouped_gemm import FUSED_EXPERTS_KERNELS
-    from simulator.cost.kernels import kernel_profile
+    from simulator.cost.kernels import FUSED_EXPERTS_KERNELS, kernel_profile
     from simulator.cost.moe_cost import stage_layer_split
 
     k = kernel_profile(get_accelerator("h200-sxm"))

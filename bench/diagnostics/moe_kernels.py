@@ -18,7 +18,7 @@ from __future__ import annotations
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.costmodel import CostModel
-from simulator.cost.grouped_gemm import FUSED_EXPERTS_KERNELS
+from simulator.cost.kernels import FUSED_EXPERTS_KERNELS
 
 # (label, model, hardware, tp, dtype, {M tokens: measured us}, source)
 ROWS = [
@@ -46,8 +46,7 @@ def kvpd_us(cm: CostModel, m: int) -> float:
     shape = BatchShape.from_lists([1] * m, [64] * m)
     ops = {op.name: op for op in explain_step(cm, shape).ops}
     layers = cm.model.num_moe_layers
-    g = cm.kernels.grouped_gemm
-    call = g.call_s if g is not None and g.call_s else FUSED_EXPERTS_KERNELS * cm.kernels.kernel_s
+    call = FUSED_EXPERTS_KERNELS * cm.kernels.kernel_s + cm.kernels.moe_call_extra_s()
     return (ops["moe_experts"].time_s / layers + call) * 1e6
 
 

@@ -156,7 +156,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     fs = raw.get("expert_stream", 1.0)  # routed experts' streaming seconds / the plain rate's
     if gemv:  # one token reaches k experts (k/ep on each rank with EP) and the router
         k = model.experts_per_token / cm.ep if model.is_moe else 1
-        rb = raw["router_bytes"] if model.is_moe else 0.0
+        rb = raw["router_bytes"]  # (0 for a dense model)
         ops.append(linear(name, "mlp", fl, wb * k + rb, act, wb * k * fs + rb))
     elif model.is_moe:
         E, k = model.num_experts, model.experts_per_token

@@ -31,10 +31,6 @@ import numpy as np
 from simulator.cost.kernels import GroupedGemm, WeightOnly
 from simulator.cost.linear_cost import TABLE_ROWS, LinearCost
 
-# the kernels of one `fused_experts` call (moe_align_block_size, the w13 GEMM, the activation,
-# the w2 GEMM, moe_sum): `grouped_gemm.call_s` replaces their share of the layer floor
-FUSED_EXPERTS_KERNELS = 5
-
 
 @dataclass(frozen=True)
 class ExpertShape:

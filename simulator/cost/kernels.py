@@ -17,6 +17,10 @@ from simulator.cost.catalog_file import read_catalog
 from simulator.cost.hardware import Accelerator
 
 KERNELS_FILE = "simulator/catalog/kernels.yaml"
+# the kernels of one `fused_experts` call (moe_align_block_size, the w13 GEMM, the activation,
+# the w2 GEMM, moe_sum): `grouped_gemm.call_s` prices them together, in place of their share
+# of the layer floor
+FUSED_EXPERTS_KERNELS = 5
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,15 @@ class KernelProfile:
         if model.qk_norm:
             n += extra.get("qk_norm", 0)
         return n
+
+    def moe_call_extra_s(self) -> float:
+        """Seconds an MoE layer's floor adds to `kernel_s` x `layer_kernels`: the measured
+        fused_experts call (`grouped_gemm.call_s`) in place of its `FUSED_EXPERTS_KERNELS`
+        kernels' share (0 without a measured call)."""
+        g = self.grouped_gemm
+        if g is None or not g.call_s:
+            return 0.0
+        return g.call_s - FUSED_EXPERTS_KERNELS * self.kernel_s
 
     def source(self, field: str) -> str:
         """Where a default came from: the catalog entry (its comment cites the measurement)."""

@@ -14,12 +14,7 @@ import dataclasses
 from typing import Any
 
 from simulator.cost.dtypes import dtype_bytes
-from simulator.cost.grouped_gemm import (
-    FUSED_EXPERTS_KERNELS,
-    ExpertShape,
-    MoELinearCost,
-    expert_stream_factor,
-)
+from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
 from simulator.cost.linear_cost import LinearCost
 from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
 from simulator.cost.params import CostParams
@@ -86,7 +81,6 @@ class StageTerms:
             up = [(copies * 2 * ffn, d)] if m.gated_mlp else [(copies * ffn, d)]
             return up + [(copies * d, ffn)] if ffn else []
 
-        f_rank = m.ffn_size / (1 if ep > 1 else tp)
         rest = [(moe * m.num_experts, d)]
         if m.shared_expert_ffn_size:
             rest += mats(m.shared_expert_ffn_size / tp, moe)
@@ -95,9 +89,10 @@ class StageTerms:
         rest = [g for g in rest if g[0] > 0]
         grouped = getattr(self.kernels, "grouped_gemm", None)
         if grouped is None or not moe:
+            f_rank = m.ffn_size / (1 if ep > 1 else tp)
             gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
             return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
-        experts = ExpertShape(tuple(mats(f_rank, 1.0)), moe, kx, m.num_experts, ep)
+        experts = ExpertShape(self._expert_gemms(), moe, kx, m.num_experts, ep)
         return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu)
 
     def _grouped_for_compute(self, g: Any) -> Any:
@@ -116,16 +111,21 @@ class StageTerms:
         """Seconds to stream the routed experts' weights over those bytes at the part's
         `weight_stream_efficiency` (`grouped_gemm.expert_stream_factor`; 1 without the part's
         `grouped_gemm.stream_efficiency`)."""
-        m, k = self.model, self.kernels
+        k = self.kernels
         g = getattr(k, "grouped_gemm", None)
         if g is None or g.stream_efficiency is None:
             return 1.0
-        f_rank = m.ffn_size / (1 if self.ep > 1 else self.tp)
-        d = m.hidden_size
-        gemms = ((2 * f_rank if m.gated_mlp else f_rank, d), (d, f_rank))
         w8a8 = self.precision.compute in ("fp8", "int8") and g.fp8_k_half is not None
-        return expert_stream_factor(gemms, g.fp8_k_half if w8a8 else g.k_half,
+        return expert_stream_factor(self._expert_gemms(), g.fp8_k_half if w8a8 else g.k_half,
                                     g.stream_efficiency, k.weight_stream_efficiency)
+
+    def _expert_gemms(self) -> tuple[tuple[float, float], ...]:
+        """(N, K) of one routed expert's GEMMs on a rank: gate/up (fused when gated), down;
+        its width is moe_intermediate / tp (whole with EP)."""
+        m = self.model
+        f_rank = m.ffn_size / (1 if self.ep > 1 else self.tp)
+        up = (2 * f_rank, m.hidden_size) if m.gated_mlp else (f_rank, m.hidden_size)
+        return (up, (m.hidden_size, f_rank))
 
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
@@ -194,6 +194,7 @@ class StageTerms:
         E, kx = m.num_experts, m.experts_per_token
         E_rank = raw.get("experts_per_rank", float(E))
         k_rank = kx / self.ep  # experts one token reaches on one rank (GEMV passes)
+        fs = raw.get("expert_stream", 1.0)  # the routed experts' streaming time factor
         lm = raw.get("lm_head", (0.0, 0.0, 0.0))
         gather = raw.get("gather", (0.0, 0.0))
         send = raw.get("pp_send", (0.0, 0.0))
@@ -205,8 +206,7 @@ class StageTerms:
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
-            lin["mlp"].per_row, raw["mlp"][1] * gm * raw.get("expert_stream", 1.0),
-            raw["mlp"][2] * gm,
+            lin["mlp"].per_row, raw["mlp"][1] * gm * fs, raw["mlp"][2] * gm,
             raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
             raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
@@ -221,8 +221,7 @@ class StageTerms:
             # weight seconds of one GEMV pass (one row) of qkv, o, the MLP (the k experts one
             # token routes to, plus the router) and the LM head
             raw["qkv_proj"][1] * rate["gemv_m"], raw["o_proj"][1] * rate["gemv_m"],
-            (raw["mlp"][1] * raw.get("expert_stream", 1.0) * (k_rank if E > 1 else 1)
-             + raw["router_bytes"]) * rate["gemv_m"],
+            (raw["mlp"][1] * fs * (k_rank if E > 1 else 1) + raw["router_bytes"]) * rate["gemv_m"],
             lm[1] * rate["gemv_m"],
             p.linear_token_factors, p.lm_head_row_factors,
             L * p.decode_attn_overhead_s,
@@ -252,11 +251,8 @@ class StageTerms:
         if not (floor and p.device is None and p.layer_overhead_s == floor):
             return L * p.layer_overhead_s
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
-        total = k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
-        g = getattr(k, "grouped_gemm", None)
-        if moe and g is not None and g.call_s:  # the fused_experts call, as measured whole
-            total += moe * (g.call_s - FUSED_EXPERTS_KERNELS * k.kernel_s)
-        return total
+        return (k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
+                + moe * k.moe_call_extra_s())
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
                        kvb: float, ring: float, rate: dict[str, float]) -> None:
