@@ -95,20 +95,27 @@ def test_explain_names_the_bound_of_typical_steps() -> None:
 
 
 def test_tp_allreduce_is_the_ring_formula() -> None:
-    """Two ring all-reduces of the hidden state per layer:
-    2 (tp-1)/tp x T x d x 2 bytes / (bw x eff) + 2 (tp-1) x latency, each."""
+    """Two all-reduces of the hidden state per layer, each moving 2 (tp-1)/tp x T x d x 2
+    bytes at bw x eff: over NVLink with its fitted per-call time and efficiency
+    (call + (tp-1) x rank), over a link without a fit a ring of 2 (tp-1) x latency."""
     model = get_model("llama-3-70b")
-    link = get_link("nvlink4")
     T = 300
     for tp in (2, 4, 8):
-        cm = CostModel(model, "h100-sxm", tp=tp)
-        op = next(o for o in cm.explain(BatchShape.from_lists([T], [0])).ops
-                  if o.name == "tp_allreduce")
-        msg = T * model.hidden_size * 2
-        per = (2 * (tp - 1) / tp * msg / (link.bandwidth_bytes_per_s * cm.params.comm_efficiency)
-               + 2 * (tp - 1) * link.latency_s)
-        assert op.time_s == pytest.approx(2 * model.num_layers * per, rel=1e-12)
-        assert op.bytes == pytest.approx(2 * model.num_layers * 2 * (tp - 1) / tp * msg)
+        for hw, link_name in (("h100-sxm", "nvlink4"),
+                              ({"base": "h100-sxm", "scale_up_link": "pcie5"}, "pcie5")):
+            link = get_link(link_name)
+            cm = CostModel(model, hw, tp=tp)
+            op = next(o for o in cm.explain(BatchShape.from_lists([T], [0])).ops
+                      if o.name == "tp_allreduce")
+            msg = T * model.hidden_size * 2
+            if link.allreduce_call_s is None:
+                fixed, eff = 2 * (tp - 1) * link.latency_s, cm.params.comm_efficiency
+            else:
+                fixed = link.allreduce_call_s + (tp - 1) * link.allreduce_rank_s
+                eff = link.allreduce_efficiency
+            per = 2 * (tp - 1) / tp * msg / (link.bandwidth_bytes_per_s * eff) + fixed
+            assert op.time_s == pytest.approx(2 * model.num_layers * per, rel=1e-12)
+            assert op.bytes == pytest.approx(2 * model.num_layers * 2 * (tp - 1) / tp * msg)
     assert all(o.name != "tp_allreduce" for o in CostModel(model, "h100-sxm", tp=1)
                .explain(BatchShape.from_lists([T], [0])).ops)
 

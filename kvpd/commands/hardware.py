@@ -67,8 +67,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _link_dict(x) -> dict:
-    return {"name": x.name, "bandwidth_gb_s": x.bandwidth_bytes_per_s / 1e9,
-            "latency_us": x.latency_s * 1e6, "description": x.description}
+    """One link with the field names of the catalog (the all-reduce fit and mesh only where
+    the link has them)."""
+    d = {"name": x.name, "bandwidth_gb_s": x.bandwidth_bytes_per_s / 1e9,
+         "latency_us": x.latency_s * 1e6}
+    if x.allreduce_call_s is not None:
+        d.update(allreduce_call_us=x.allreduce_call_s * 1e6, allreduce_rank_us=x.allreduce_rank_s * 1e6,
+                 allreduce_efficiency=x.allreduce_efficiency)
+    if x.mesh_links:
+        d["mesh_links"] = x.mesh_links
+    d["description"] = x.description
+    return d
 
 
 def _acc_dict(a) -> dict:

@@ -178,8 +178,15 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                       m_eff, m_src))
     if cm.tp > 1:
         per_tok, lat = raw["allreduce"]
+        link = cm.link
         c_eff, c_src = src["comm_efficiency"]
-        ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * lk,
+        if link.allreduce_efficiency is not None:
+            c_eff = link.allreduce_efficiency
+            c_src = (f"simulator/catalog/links.yaml {link.name}.allreduce_* "
+                     f"({link.allreduce_fixed_s(cm.tp) * 1e6:.1f} us per call at tp={cm.tp})")
+        if link.mesh_links:
+            c_src += f"; {min(cm.tp - 1, link.mesh_links)} of {link.mesh_links} mesh links"
+        ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * rate["allreduce"],
                           "communication", efficiency=c_eff, source=c_src))
     if cm.ep > 1:  # MoE dispatch + combine over the EP link
         per_tok, lat = raw["ep_alltoall"]

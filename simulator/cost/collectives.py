@@ -1,15 +1,20 @@
 """Which all-reduce a serving engine runs for tensor parallelism, and what that costs per call.
 
-The cost model prices a TP all-reduce as a ring over the scale-up link (bytes / bandwidth
-plus 2 (tp - 1) hop latencies, simulator/cost/costmodel.py): the one-shot/two-shot kernels of
-vLLM's custom all-reduce (and TensorRT-LLM's AllReduce plugin, SGLang's) come close to that
-for the small messages of serving steps. An engine that calls NCCL instead pays NCCL's fixed
-per-call work on top (proxy/protocol set-up, the extra graph nodes NCCL inserts per call).
+One TP all-reduce of S bytes among tp GPUs over the scale-up link costs
+`link.allreduce_fixed_s(tp)` plus 2 (tp - 1)/tp x S / (group bandwidth x efficiency)
+(`allreduce_seconds`). Links with a fit in `links.yaml` (NVLink, Infinity Fabric) take it from
+published communicator benchmarks of the engines' own kernels (vLLM's custom all-reduce,
+TensorRT-LLM's and SGLang's one-/two-shot kernels, symmetric memory, under CUDA graphs);
+others are a ring of 2 (tp - 1) hops at the cost model's `comm_efficiency`. An engine that
+calls NCCL instead pays NCCL's fixed per-call work on top (proxy/protocol set-up, the extra
+graph nodes NCCL inserts per call).
 
-`ALLREDUCE_EXTRA_S[impl]`: seconds each all-reduce call costs beyond the ring model.
+`ALLREDUCE_EXTRA_S[impl]`: seconds each all-reduce call costs beyond that.
 """
 
 from __future__ import annotations
+
+from simulator.cost.hardware import Link
 
 # vLLM PR #2192 "Custom all reduce kernels" (2023-12-19), its latency table: Llama-70B,
 # A100-80G, TP4, batch 64, 256 in / 256 out (benchmark_latency.py): 16.37 s with NCCL, 14.57 s
@@ -29,3 +34,15 @@ def allreduce_extra_s(impl: str) -> float:
     if impl not in ALLREDUCE_EXTRA_S:
         raise ValueError(f"all-reduce {impl!r} unknown; allowed: {', '.join(ALLREDUCE_IMPLS)}")
     return ALLREDUCE_EXTRA_S[impl]
+
+
+def allreduce_seconds(link: Link, tp: int, nbytes: float, comm_efficiency: float,
+                      impl: str = "custom") -> float:
+    """Seconds of one all-reduce of `nbytes` among `tp` GPUs over `link`, as the cost model
+    prices it (`comm_efficiency` applies where the link has no all-reduce fit)."""
+    if tp <= 1:
+        return 0.0
+    eff = link.allreduce_efficiency or comm_efficiency
+    ring = 2.0 * (tp - 1) / tp
+    return (link.allreduce_fixed_s(tp) + allreduce_extra_s(impl)
+            + ring * nbytes / (link.group_bandwidth(tp) * eff))

@@ -9,10 +9,11 @@ overheads. Per layer and per tensor-parallel rank:
 - `attn_prefill`: causal query-key pairs x 4 x heads x head_dim FLOPs, reading the KV of
   the whole context once; `attn_decode`: each decode reads the KV bytes of its context;
 - `norm_act_rope`: norms, activation, rotary, residual adds (memory bound);
-- `tp_allreduce`: two ring all-reduces of the hidden state per layer over the replica's
-  scale-up link: 2 (tp-1)/tp x bytes / (link bandwidth x efficiency) + 2 (tp-1) x latency,
-  plus the per-call extra of the engine's all-reduce (`allreduce`: custom or nccl,
-  simulator/cost/collectives.py);
+- `tp_allreduce`: two all-reduces of the hidden state per layer over the replica's
+  scale-up link: 2 (tp-1)/tp x bytes / (group bandwidth x efficiency) + a fixed time per
+  call, from the link's fit to published communicator benchmarks where it has one (else a
+  ring's 2 (tp-1) hop latencies), plus the per-call extra of the engine's all-reduce
+  (`allreduce`: custom or nccl): simulator/cost/collectives.py;
 - once per step on the last stage: `lm_head` (logits only for each request's last token,
   as vLLM), `sampling`, `logits_gather`; plus `step_overhead` (per step, per token and
   per request) and `layer_overhead`.

@@ -33,8 +33,11 @@ ACCEL_TEXT = ("description", "vendor", "arch", "scale_up_link", "pcie", "scale_o
 ACCEL_REQUIRED = ("bf16_tflops", "memory_gib", "mem_bw_tbps")
 # field names of earlier versions -> the one name each quantity has now
 RENAMED_FIELDS = {"memory_gb": "memory_gib"}
-LINK_NUMERIC = ("bandwidth_gb_s", "latency_us")
-LINK_REQUIRED = LINK_NUMERIC
+LINK_NUMERIC = ("bandwidth_gb_s", "latency_us", "allreduce_call_us", "allreduce_rank_us",
+                "allreduce_efficiency", "mesh_links")
+LINK_REQUIRED = ("bandwidth_gb_s", "latency_us")
+# a scale-up link's fit of its engines' TP all-reduce: all three fields or none
+ALLREDUCE_FIT = ("allreduce_call_us", "allreduce_rank_us", "allreduce_efficiency")
 LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
 
 
@@ -46,10 +49,32 @@ class Link:
     bandwidth_bytes_per_s: float  # per direction
     latency_s: float
     description: str = ""
+    # the engines' TP all-reduce over this link, fitted to published communicator benchmarks
+    # (None: a ring of 2 (tp - 1) hops of `latency_s`; see `allreduce_fixed_s`)
+    allreduce_call_s: float | None = None  # per call
+    allreduce_rank_s: float = 0.0  # per call and GPU beyond the first
+    allreduce_efficiency: float | None = None  # of the group's bandwidth, for the ring's bytes
+    mesh_links: int | None = None  # a full mesh of this many links per GPU (None: a switch)
 
     def transfer_time(self, num_bytes: float) -> float:
         """Seconds to move `num_bytes` over an idle link (latency + size / bandwidth)."""
         return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+    def allreduce_fixed_s(self, tp: int) -> float:
+        """Seconds one all-reduce among `tp` GPUs costs beyond its bytes: the fitted
+        `allreduce_call_s + (tp - 1) allreduce_rank_s`, or a ring's 2 (tp - 1) hop latencies."""
+        if tp <= 1:
+            return 0.0
+        if self.allreduce_call_s is None:
+            return 2 * (tp - 1) * self.latency_s
+        return self.allreduce_call_s + (tp - 1) * self.allreduce_rank_s
+
+    def group_bandwidth(self, tp: int) -> float:
+        """Bytes/s per direction one GPU of a `tp`-GPU group can send to the others: the whole
+        attachment through a switch, `tp - 1` of the `mesh_links` links of a full mesh."""
+        if self.mesh_links and tp > 1:
+            return self.bandwidth_bytes_per_s * min(tp - 1, self.mesh_links) / self.mesh_links
+        return self.bandwidth_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -173,8 +198,24 @@ def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
     lat = _number(where, entry, "latency_us", True)
     if not bw:
         raise ValueError(f"{where}: bandwidth_gb_s must be > 0")
+    fit = {k: _number(where, entry, k, False) for k in ALLREDUCE_FIT}
+    given = [k for k, v in fit.items() if v is not None]
+    if given and len(given) != len(ALLREDUCE_FIT):
+        missing = [k for k in ALLREDUCE_FIT if k not in given]
+        raise ValueError(f"{where}: an all-reduce fit needs {', '.join(ALLREDUCE_FIT)} together; "
+                         f"missing {', '.join(missing)}")
+    eff = fit["allreduce_efficiency"]
+    if eff is not None and not 0 < eff <= 1:
+        raise ValueError(f"{where}: allreduce_efficiency must be in (0, 1], got {eff}")
+    mesh = _number(where, entry, "mesh_links", False)
+    if mesh is not None and (mesh < 1 or mesh != int(mesh)):
+        raise ValueError(f"{where}: mesh_links must be a positive integer, got {entry['mesh_links']!r}")
+    call = fit["allreduce_call_us"]
     return Link(name=name, bandwidth_bytes_per_s=bw * 1e9, latency_s=lat * 1e-6,
-                description=str(entry.get("description", "")))
+                description=str(entry.get("description", "")),
+                allreduce_call_s=None if call is None else call * 1e-6,
+                allreduce_rank_s=(fit["allreduce_rank_us"] or 0.0) * 1e-6,
+                allreduce_efficiency=eff, mesh_links=None if mesh is None else int(mesh))
 
 
 def get_link(name_or_spec: str | dict[str, Any]) -> Link:

@@ -148,6 +148,9 @@ class StageTerms:
                              * p.attn_compute_efficiency),
             "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
             "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
+            # the TP all-reduce: the link's fitted efficiency over the group's share of it
+            "allreduce": 1.0 / (self.link.group_bandwidth(self.tp)
+                                * (self.link.allreduce_efficiency or p.comm_efficiency)),
             "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
         }
         n_mats = 3 if m.gated_mlp else 2
@@ -170,7 +173,7 @@ class StageTerms:
                             L * (8 * d + 2 * (hq + hkv) * hd) * ab),  # + the MLP's, below
             "mlp_elementwise": L * n_mats * f * ab,  # SiLU x up: reads 2f, writes f
             "allreduce": (L * 2 * ring * d * ab,
-                          L * 2 * (2 * (tp - 1) * self.link.latency_s + self._ar_extra)),
+                          L * 2 * (self.link.allreduce_fixed_s(tp) + self._ar_extra)),
             "layers": L,
         }
         raw["attn_decode"] = raw["attn"][:2]
@@ -210,7 +213,7 @@ class StageTerms:
             raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
             raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
-            raw["allreduce"][0] * lk + raw["ep_alltoall"][0] * rate["ep_link"],
+            raw["allreduce"][0] * rate["allreduce"] + raw["ep_alltoall"][0] * rate["ep_link"],
             raw["allreduce"][1] + raw["ep_alltoall"][1],
             raw["layer_floor_s"],
             head.per_row if head else 0.0, lm[1] * gm, lm[2] * gm,
@@ -280,5 +283,5 @@ class StageTerms:
             if ep > 1:  # the MoE layers' MLP all-reduce becomes the all-to-all
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
-                                    n_ar * (2 * (tp - 1) * self.link.latency_s + self._ar_extra))
+                                    n_ar * (self.link.allreduce_fixed_s(tp) + self._ar_extra))
                 raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)

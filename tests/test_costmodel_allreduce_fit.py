@@ -1,0 +1,83 @@
+"""The TP all-reduce fit: the links' fits against the published communicator tables they were
+fitted to (bench/diagnostics/allreduce.py), the cost model pricing exactly that per call,
+full-mesh bandwidth, the ring model kept for links without a fit, and bad link entries."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.collectives import allreduce_seconds
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_link
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tables():
+    spec = importlib.util.spec_from_file_location(
+        "allreduce_diag", REPO / "bench" / "diagnostics" / "allreduce.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.TABLES[:mod.FITTED]
+
+
+@pytest.mark.parametrize("table", _tables(), ids=lambda t: t[1])
+def test_fit_matches_the_published_tables(table):
+    _, name, _, rows = table
+    link = get_link(name)
+    ratios = [allreduce_seconds(link, tp, nbytes, 0.8) * 1e6 / us for tp, nbytes, us in rows]
+    assert all(0.8 <= r <= 1.3 for r in ratios), ratios
+    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.0, abs=0.05)
+
+
+def test_cost_model_prices_each_call_as_allreduce_seconds():
+    cm = CostModel("llama-3-70b", "h100-sxm", "bf16", tp=4)
+    m = 32  # requests: one hidden state each, 32 x 8192 x 2 bytes per call
+    ops = {op.name: op for op in explain_step(cm, BatchShape.from_lists([1] * m, [512] * m)).ops}
+    calls = 2 * cm.model.num_layers
+    per_call = allreduce_seconds(cm.link, 4, m * cm.model.hidden_size * 2, cm.params.comm_efficiency)
+    assert ops["tp_allreduce"].time_s == pytest.approx(calls * per_call, rel=1e-9)
+    assert ops["tp_allreduce"].efficiency == cm.link.allreduce_efficiency
+    assert "links.yaml nvlink4" in ops["tp_allreduce"].source
+
+
+def test_a_full_mesh_group_uses_tp_minus_one_of_its_links():
+    link = get_link("infinity-fabric-mi300")
+    assert link.mesh_links == 7
+    assert link.group_bandwidth(2) == pytest.approx(link.bandwidth_bytes_per_s / 7)
+    assert link.group_bandwidth(8) == pytest.approx(link.bandwidth_bytes_per_s)
+    big = 64 * 2**20  # bytes-bound: TP2 sends 1 x S over one link, TP8 1.75 x S over seven
+    t2, t8 = (allreduce_seconds(link, tp, big, 0.8) - link.allreduce_fixed_s(tp) for tp in (2, 8))
+    assert t2 / t8 == pytest.approx(1.0 / (1.75 / 7))
+    nv = get_link("nvlink4")  # through a switch every group has the whole attachment
+    assert nv.group_bandwidth(2) == nv.group_bandwidth(8) == nv.bandwidth_bytes_per_s
+
+
+def test_links_without_a_fit_keep_the_ring():
+    link = get_link("pcie5")
+    assert link.allreduce_call_s is None and link.allreduce_efficiency is None
+    assert link.allreduce_fixed_s(4) == pytest.approx(6 * link.latency_s)
+    assert allreduce_seconds(link, 4, 1e6, 0.8) == pytest.approx(
+        6 * link.latency_s + 1.5e6 / (link.bandwidth_bytes_per_s * 0.8))
+    assert allreduce_seconds(link, 1, 1e6, 0.8) == 0.0
+
+
+@pytest.mark.parametrize("spec, match", [
+    ({"base": "nvlink4", "allreduce_efficiency": 1.5}, "allreduce_efficiency must be in"),
+    ({"name": "x", "bandwidth_gb_s": 100, "latency_us": 1, "allreduce_call_us": 5},
+     "missing allreduce_rank_us, allreduce_efficiency"),
+    ({"base": "infinity-fabric-mi300", "mesh_links": 2.5}, "mesh_links must be a positive integer"),
+])
+def test_bad_link_fields_are_refused(spec, match):
+    with pytest.raises(ValueError, match=match):
+        get_link(spec)
+
+
+def test_inline_link_can_scale_the_fit():
+    base, faster = get_link("nvlink4"), get_link({"base": "nvlink4", "allreduce_call_us_scale": 0.5})
+    assert faster.allreduce_call_s == pytest.approx(base.allreduce_call_s / 2)
