@@ -23,7 +23,8 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this checkout's kvpd and the bench's row readers, whichever checkout is installed
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from published_rows import (  # noqa: E402
     SUITE_DIR,

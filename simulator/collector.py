@@ -21,10 +21,12 @@ _OBJECT_COLUMNS = ("request_id", "finish_reason", "replica")
 
 class RequestCollector:
     def __init__(self, num_requests: int, *, keep: bool = False, batch: int = 4096,
-                 expected: int | None = None) -> None:
+                 expected: int | None = None, measured_from: int = 0) -> None:
         """`num_requests`: rows of the trace; `expected`: how many of them this run simulates
-        (all by default)."""
+        (all by default); `measured_from`: the rows before it are warm-up requests, whose
+        gaps stay out of the ITL distribution (their records are kept)."""
         self.num_requests = num_requests
+        self.measured_from = measured_from
         self.expected = num_requests if expected is None else expected
         self.keep = keep
         self.batch = batch
@@ -55,7 +57,9 @@ class RequestCollector:
             self._columns[key][rows] = col
         reason = cols["finish_reason"]
         done = (reason == "stop") | (reason == "length")
-        # (the gaps of completed requests only: an aborted one's are not in the distribution)
+        if self.measured_from:
+            done &= rows >= self.measured_from
+        # (the gaps of completed, measured requests only: an aborted one's are not in it)
         self.itl.add(gaps if done.all() else all_itls(r for r, c in zip(batch, done) if c))
         if self.keep:
             self.kept.extend(batch)

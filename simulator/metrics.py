@@ -171,13 +171,19 @@ def summarize(
     records: dict[str, np.ndarray] | None = None,
     extra: dict | None = None,
     itl: ExactDistribution | None = None,
+    warmup: int = 0,
 ) -> dict:
     """The run summary; keys are a contract (see the README). From `requests`, or (requests
     None) from their `records` and `itl`, the inter-token gaps of the completed ones
-    (`simulator.collector` streams both)."""
+    (`simulator.collector` streams both). `warmup`: the first rows (trace order) are warm-up
+    requests, left out of every figure (`itl` must already leave them out); `requests.warmup`
+    says how many."""
     if requests is None and (records is None or itl is None):
         raise ValueError("summarize needs the requests, or their records and ITL distribution")
     rec = records if records is not None else request_records(requests)
+    if warmup:
+        rec = {k: v[warmup:] for k, v in rec.items()}
+        requests = None if requests is None else list(requests)[warmup:]
     reason = rec["finish_reason"]
     completed = (reason == "stop") | (reason == "length")
     rejected = reason == "rejected"
@@ -207,6 +213,7 @@ def summarize(
             "rejected": int(rejected.sum()),
             "aborted": int(aborted.sum()),
             "preempted": int((rec["preemptions"] > 0).sum()) if n else 0,
+            "warmup": int(warmup),
         },
         "throughput": {
             "output_tokens_per_s": rate(out_tokens),

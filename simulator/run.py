@@ -60,6 +60,11 @@ def build_trace(sc: Scenario, max_model_len: int | None = None) -> workloads.Tra
         trace = workloads.limit_prompt_len(trace, max_model_len, mode=w.over_max_len)
     if len(trace) == 0:
         raise ValueError(f"workload: the trace {trace.name!r} yields no requests after its transforms")
+    if w.warmup_requests >= len(trace):
+        raise ValueError(f"{sc.source or sc.name}: workload.warmup_requests = "
+                         f"{w.warmup_requests} leaves none of the "
+                         f"workload's {len(trace)} requests to measure; allowed: 0 to "
+                         f"{len(trace) - 1}")
     return trace
 
 

@@ -156,6 +156,9 @@ class WorkloadSpec(_Strict):
     arrival: dict[str, Any] | None = None
     # closed loop: at most N requests in the system; one is sent when another ends
     max_concurrency: int | None = Field(None, ge=1, strict=True)
+    # the first N requests (trace order: the first sent) run but are not measured, as a
+    # benchmark harness's warm-up requests (`--warmup-request-count`); no pause after them
+    warmup_requests: int = Field(0, ge=0, strict=True)
 
     @field_validator("window_s")
     @classmethod

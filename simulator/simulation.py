@@ -139,7 +139,8 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
     env = simpy.Environment()
     timeline = Timeline(enabled=sc.output.timeseries)
     collector = RequestCollector(len(trace), keep=keep_requests,
-                                 expected=None if rows is None else len(rows))
+                                 expected=None if rows is None else len(rows),
+                                 measured_from=sc.workload.warmup_requests)
     loop: ClosedLoop | None = None
 
     def on_finished(_replica, finished: list[Request]) -> None:
@@ -215,6 +216,7 @@ def finish_result(sc: Scenario, res: RowsResult, wall: float) -> SimResult:
         records=records,
         extra=extra,
         itl=res.collector.itl,
+        warmup=sc.workload.warmup_requests,
     )
     if res.has_links:
         summary["kv_transfer_s"] = _transfer_stats(records["kv_transfer_s"])

@@ -167,3 +167,11 @@ def test_the_shipped_scenarios_fit_the_default_model(traces_dir):
     azure, gamma = (c.base for c in cases)
     assert (azure.prompt_len + azure.output_len).max() <= 2048 and azure.arrival_s.max() <= 180
     assert len(gamma) == 400
+
+
+def test_a_warmup_is_refused_by_validate(tmp_path):
+    from tests.test_validate import TINY_SCENARIO
+
+    workload = dict(TINY_SCENARIO["workload"], warmup_requests=2)
+    _refused(tmp_path, "workload.warmup_requests: 2: a validation measures every request",
+             workload=workload)

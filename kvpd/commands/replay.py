@@ -17,6 +17,16 @@ def _window(text: str) -> tuple[float, float]:
     return a, b
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or str(value) != text.strip():
+        raise argparse.ArgumentTypeError(f"expects an integer >= 0, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -73,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrency", type=_positive_int, default=None, metavar="N",
                    help="closed loop: at most N requests in flight; the next is sent when one "
                    "finishes (TTFT counts from the send)")
+    p.add_argument("--warmup-requests", type=_non_negative_int, default=0, metavar="N",
+                   help="the first N requests (trace order) run but stay out of the summary, "
+                   "as a benchmark's warm-up requests (scenario key workload.warmup_requests)")
     p.add_argument("--served-model-name", default=None,
                    help="http target: the model name (default: the server's only model)")
     p.add_argument("--timeout-s", type=float, default=600.0,
@@ -113,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
     kind, detail = parse_target(args.target)
     trace = workloads.load_trace(args.trace, args.format)
+    if args.warmup_requests:  # (window and limit set the count; nothing else drops rows)
+        n = len(prepare_trace(trace, window_s=args.window_s, limit=args.limit))
+        if args.warmup_requests >= n:
+            raise UserError(f"--warmup-requests {args.warmup_requests} leaves none of the "
+                            f"{n} requests of {args.trace} to measure; allowed: 0 to {n - 1}")
     client = llm = None
     model = vocab = max_len = None
     try:
@@ -163,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
               f"against {args.target}", flush=True)
         result = replay(trace, args.target, client=client, llm=llm, model=model,
                         vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s,
-                        max_concurrency=args.max_concurrency, clipped=clipped)
+                        max_concurrency=args.max_concurrency,
+                        warmup_requests=args.warmup_requests, clipped=clipped)
     finally:
         if client is not None:
             client.close()

@@ -170,6 +170,10 @@ def _requests(sc, src: str, context: int) -> tuple[workloads.Trace, dict[str, An
                       "(workload.scale_prompt / scale_output) or set workload.over_max_len: clip")
     if len(base) < 2:
         raise _refuse(src, "workload", f"{len(base)} request(s): a validation needs at least 2")
+    if sc.workload.warmup_requests:
+        raise _refuse(src, "workload.warmup_requests", f"{sc.workload.warmup_requests}: a "
+                      "validation measures every request of both backends at each rate; drop "
+                      "the key (it applies to kvpd simulate and kvpd replay)")
     info = {"source": src, "trace": sc.workload.trace and str(sc.resolve(sc.workload.trace)),
             "synthetic": sc.workload.synthetic, "num_requests": len(base),
             "mean_prompt_tokens": float(base.prompt_len.mean()),

@@ -266,8 +266,9 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
 
 
 def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta: dict,
-                     slo: SLO | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """The simulator's summary and per-request columns, plus serving-only columns/sections."""
+                     slo: SLO | None = None, warmup: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+    """The simulator's summary and per-request columns (all requests; the first `warmup`, in
+    trace order, left out of the summary), plus serving-only columns/sections."""
     rec = request_records(reqs)
     ann = [r.annotations for r in reqs]
     rec["kv_transfer_bytes"] = np.array([float(a.get("kv_transfer_bytes") or math.nan) for a in ann])
@@ -287,7 +288,7 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
                         **clipped}}
     peak, hit = extra_stats.get("kv_peak_usage"), extra_stats.get("prefix_hit_rate")
     summary = summarize(reqs, slo=slo, kv_peak_usage=peak or 0.0, prefix_hit_rate=hit or 0.0,
-                        wall_s=wall_s, records=rec, extra=extra)
+                        wall_s=wall_s, records=rec, extra=extra, warmup=warmup)
     # figures the target could not give are null, not 0.0 (a server is measured from outside)
     summary["kv"] = {"peak_usage": None if peak is None else float(peak),
                      "prefix_hit_rate": None if hit is None else float(hit)}
@@ -297,16 +298,21 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, slo: SLO | None = None,
-           max_concurrency: int | None = None,
+           max_concurrency: int | None = None, warmup_requests: int = 0,
            clipped: dict[str, int] | None = None) -> ReplayResult:
     """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
     `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
     `model` name and its `vocab_size`. `max_concurrency`: a closed loop of that many slots
-    (module docstring); None: open loop. `clipped`: `prepare_trace`'s report, carried into
-    the summary's `replay` section."""
+    (module docstring); None: open loop. `warmup_requests`: the first N requests (trace order)
+    run but stay out of the summary. `clipped`: `prepare_trace`'s report, carried into the
+    summary's `replay` section."""
     if max_concurrency is not None and (isinstance(max_concurrency, bool)
                                         or not isinstance(max_concurrency, int) or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
+    if (isinstance(warmup_requests, bool) or not isinstance(warmup_requests, int)
+            or not 0 <= warmup_requests < len(trace)):
+        raise ValueError(f"warmup_requests must be an integer from 0 to {len(trace) - 1} (the "
+                         f"trace has {len(trace)} requests), got {warmup_requests!r}")
     kind, detail = parse_target(target)
     t_start = time.perf_counter()
     if kind == "inproc":
@@ -330,5 +336,5 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
     meta = {"target": target, "trace": trace.name, "num_requests": len(trace), **(clipped or {})}
     if max_concurrency is not None:
         meta["max_concurrency"] = max_concurrency
-    summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo)
+    summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo, warmup_requests)
     return ReplayResult(reqs, summary, rec, wall_s, [list(r.output_token_ids) for r in reqs])

@@ -1,0 +1,83 @@
+"""`workload.warmup_requests` (and `kvpd replay --warmup-requests`): the first N requests run
+but stay out of every summary figure, across one or several processes; bad values are
+refused before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.distribution import ExactDistribution
+from simulator.metrics import all_itls, summarize
+from simulator.run import run_scenario
+from simulator.scenario import scenario_from_dict
+
+
+def _scenario(warmup: int, **extra) -> dict:
+    return {
+        "name": "w", "model": "llama-3-8b", "hardware": "h100-sxm", "seed": 3,
+        "workload": {"synthetic": {"num_requests": 80, "arrival": {"process": "burst"},
+                                   "prompt_len": {"dist": "uniform", "min": 200, "max": 3000},
+                                   "output_len": {"dist": "uniform", "min": 20, "max": 200}},
+                     "max_concurrency": 16, "warmup_requests": warmup},
+        "output": {"plots": False, "timeseries": False},
+        **extra,
+    }
+
+
+def test_warmup_requests_run_but_stay_out_of_the_summary():
+    res = run_scenario(scenario_from_dict(_scenario(16)), keep_requests=True)
+    s, rec, reqs = res.summary, res.records, res.requests
+    assert len(rec["arrival_s"]) == 80  # every request keeps its record
+    assert s["requests"]["warmup"] == 16 and s["requests"]["total"] == 64
+    measured = rec["ttft_s"][16:]
+    assert s["ttft_s"]["mean"] == pytest.approx(float(np.mean(measured)), rel=1e-12)
+    assert s["ttft_s"]["max"] == pytest.approx(float(np.max(measured)), rel=1e-12)
+    assert s["tokens"]["output"] == int(rec["output_tokens"][16:].sum())
+    span = float((rec["arrival_s"] + rec["e2e_s"])[16:].max() - rec["arrival_s"][16:].min())
+    assert s["span_s"] == pytest.approx(span, rel=1e-12)
+    itl = ExactDistribution.of(all_itls(reqs[16:])).stats((50, 90, 99))
+    assert s["itl_s"] == itl
+    # the first wave (16 prompts sent at once) is what the warm-up leaves out
+    full = run_scenario(scenario_from_dict(_scenario(0))).summary
+    assert full["requests"]["warmup"] == 0 and full["requests"]["total"] == 80
+    assert full["ttft_s"]["max"] > s["ttft_s"]["max"]
+
+
+def test_several_processes_give_the_same_summary():
+    def run(processes: int) -> dict:
+        sc = _scenario(10, cluster={"replicas": 2, "router": "round_robin"},
+                       sim={"processes": processes})
+        sc["workload"].pop("max_concurrency")  # an open loop splits
+        sc["workload"]["synthetic"]["arrival"] = {"process": "poisson", "rate": 20}
+        out = run_scenario(scenario_from_dict(sc)).summary
+        return {k: v for k, v in out.items() if k not in ("wall_s", "sim")}
+
+    assert run(1) == run(2)
+
+
+def test_summarize_leaves_out_the_first_rows_as_replay_does():
+    res = run_scenario(scenario_from_dict(_scenario(0)), keep_requests=True)
+    reqs = res.requests
+    a = summarize(reqs, warmup=5)
+    b = summarize(reqs[5:])
+    assert a["requests"].pop("warmup") == 5 and b["requests"].pop("warmup") == 0
+    assert a == b
+
+
+def test_a_warmup_that_leaves_nothing_to_measure_is_refused():
+    with pytest.raises(ValueError, match=r"workload.warmup_requests = 80 leaves none of the "
+                       r"workload's 80 requests to measure; allowed: 0 to 79"):
+        run_scenario(scenario_from_dict(_scenario(80)))
+    with pytest.raises(ValueError, match="warmup_requests"):
+        scenario_from_dict(_scenario(-1))
+
+
+def test_replay_refuses_a_warmup_before_replaying():
+    import workloads
+    from realexec.serving.replay.runner import replay
+
+    trace = workloads.synthesize({"num_requests": 4, "arrival": {"process": "burst"}, "prompt_len": {"dist": "fixed", "value": 8},
+                                  "output_len": {"dist": "fixed", "value": 2}}, seed=0)
+    with pytest.raises(ValueError, match=r"warmup_requests must be an integer from 0 to 3"):
+        replay(trace, "inproc", llm=object(), warmup_requests=4)
