@@ -293,3 +293,20 @@ def test_tensorrt_llm_rows_get_its_documented_scheduler_defaults(rows):
             assert sched["max_num_batched_tokens"] == pe.TRTLLM_MAX_NUM_TOKENS
         elif engine == "lmdeploy-turbomind":
             assert "enable_chunked_prefill" not in sched
+
+
+def test_closed_loop_warmup_as_published_or_one_request_per_stream(rows):
+    """A closed-loop row measures steady state: a published warm-up count passes through (the
+    measured count stays as published), an unpublished request count gets one warm-up request
+    per stream before its 10 measured per stream; burst rows get none."""
+    nim = next(x for x in rows if x.source["id"] == "nim-llm-benchmarking"
+               and x.setup.get("concurrency") == 25)
+    c = pr.to_scenario(nim)
+    w = c.scenario["workload"]
+    assert (w["warmup_requests"], w["synthetic"]["num_requests"]) == (25, 250 + 25)
+    assert any(a.startswith("warm-up not published: 1 per stream = 25") for a in c.assumptions)
+    dyn = next(x for x in rows if x.key.startswith("dynamo-gke-llama31-70b/b200"))
+    w = pr.to_scenario(dyn).scenario["workload"]
+    assert (w["warmup_requests"], w["synthetic"]["num_requests"]) == (10, 330)
+    burst = next(x for x in rows if x.setup.get("arrival", "burst") == "burst")
+    assert "warmup_requests" not in pr.to_scenario(burst).scenario["workload"]
