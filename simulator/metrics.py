@@ -177,7 +177,7 @@ def summarize(
     None) from their `records` and `itl`, the inter-token gaps of the completed ones
     (`simulator.collector` streams both). `warmup`: the first rows (trace order) are warm-up
     requests, left out of every figure (`itl` must already leave them out); `requests.warmup`
-    says how many."""
+    (only then) says how many."""
     if requests is None and (records is None or itl is None):
         raise ValueError("summarize needs the requests, or their records and ITL distribution")
     rec = records if records is not None else request_records(requests)
@@ -213,7 +213,6 @@ def summarize(
             "rejected": int(rejected.sum()),
             "aborted": int(aborted.sum()),
             "preempted": int((rec["preemptions"] > 0).sum()) if n else 0,
-            "warmup": int(warmup),
         },
         "throughput": {
             "output_tokens_per_s": rate(out_tokens),
@@ -237,6 +236,8 @@ def summarize(
         "span_s": span,
         "wall_s": float(wall_s),
     }
+    if warmup:
+        summary["requests"]["warmup"] = int(warmup)
     if extra:
         summary.update(extra)
     return summary

@@ -40,7 +40,7 @@ def test_warmup_requests_run_but_stay_out_of_the_summary():
     assert s["itl_s"] == itl
     # the first wave (16 prompts sent at once) is what the warm-up leaves out
     full = run_scenario(scenario_from_dict(_scenario(0))).summary
-    assert full["requests"]["warmup"] == 0 and full["requests"]["total"] == 80
+    assert "warmup" not in full["requests"] and full["requests"]["total"] == 80
     assert full["ttft_s"]["max"] > s["ttft_s"]["max"]
 
 
@@ -61,7 +61,7 @@ def test_summarize_leaves_out_the_first_rows_as_replay_does():
     reqs = res.requests
     a = summarize(reqs, warmup=5)
     b = summarize(reqs[5:])
-    assert a["requests"].pop("warmup") == 5 and b["requests"].pop("warmup") == 0
+    assert a["requests"].pop("warmup") == 5 and "warmup" not in b["requests"]
     assert a == b
 
 
