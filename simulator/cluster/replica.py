@@ -165,9 +165,7 @@ class SimReplica:
             yield env.timeout(base[0])
             return [env.now]
         if len(base) == 1 and k > 1:  # a one-step first run (a lead step): price the next too
-            more, more_mem = self._run_times(*next(segments))
-            base.extend(more)
-            mem.extend(more_mem)
+            self._price_more(base, mem, next(segments))
         ends: list[float] = []
         work = 1.0  # of step len(ends) still to do
         while len(ends) < len(base):
@@ -187,9 +185,7 @@ class SimReplica:
                 nxt = next(segments, None) if not self._wake.triggered else None
                 if nxt is None:
                     break
-                more, more_mem = self._run_times(*nxt)
-                base.extend(more)
-                mem.extend(more_mem)
+                self._price_more(base, mem, nxt)
                 continue
             if done and plan[done - 1] == now:
                 break  # woken just as a step ended: none in progress
@@ -203,6 +199,12 @@ class SimReplica:
             segments = iter(())
         self._leave_step()
         return ends
+
+    def _price_more(self, base: list[float], mem: list[float], segment: tuple[BatchShape, int]) -> None:
+        """Extend a burst's prices (`base`, `mem`, in place) with the next run of steps."""
+        more, more_mem = self._run_times(*segment)
+        base.extend(more)
+        mem.extend(more_mem)
 
     def _run_times(self, shape: BatchShape, n: int) -> tuple[list[float], list[float]]:
         """Seconds alone (loop overhead included) and memory seconds (empty without host
