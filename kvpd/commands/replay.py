@@ -17,24 +17,21 @@ def _window(text: str) -> tuple[float, float]:
     return a, b
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0 or str(value) != text.strip():
-        raise argparse.ArgumentTypeError(f"expects an integer >= 0, got {text!r}")
-    return value
+def _int_at_least(low: int, what: str):
+    """An argparse type: a whole number >= `low` (`what` names the kind in the error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or str(value) != text.strip():
+            raise argparse.ArgumentTypeError(f"expects {what}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1 or str(value) != text.strip():
-        raise argparse.ArgumentTypeError(f"expects a positive integer, got {text!r}")
-    return value
+_positive_int = _int_at_least(1, "a positive integer")
+_non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def _arrival(text: str) -> dict:
@@ -122,15 +119,22 @@ def run(args: argparse.Namespace) -> int:
 
     import workloads
     from kvpd.cli import UserError
-    from realexec.serving.replay.runner import check_servable, parse_target, prepare_trace, replay
+    from realexec.serving.replay.runner import (
+        check_servable,
+        check_warmup_requests,
+        parse_target,
+        prepare_trace,
+        replay,
+    )
 
     kind, detail = parse_target(args.target)
     trace = workloads.load_trace(args.trace, args.format)
-    if args.warmup_requests:  # (window and limit set the count; nothing else drops rows)
-        n = len(prepare_trace(trace, window_s=args.window_s, limit=args.limit))
-        if args.warmup_requests >= n:
-            raise UserError(f"--warmup-requests {args.warmup_requests} leaves none of the "
-                            f"{n} requests of {args.trace} to measure; allowed: 0 to {n - 1}")
+    if args.warmup_requests:  # before the target starts (window and limit set the count)
+        try:
+            check_warmup_requests(args.warmup_requests,
+                                  len(prepare_trace(trace, window_s=args.window_s, limit=args.limit)))
+        except ValueError as exc:
+            raise UserError(f"--warmup-requests, {args.trace}: {exc}") from None
     client = llm = None
     model = vocab = max_len = None
     try:

@@ -210,10 +210,11 @@ class SimReplica:
         """Seconds alone (loop overhead included) and memory seconds (empty without host
         sharing) of `n` all-decode steps from `shape`."""
         run = self.cost_model.decode_run_times(shape, n)
+        alone = run.tolist()
         hs = self.host_sharing
-        mem = hs.memory_seconds_run(shape, run.tolist()) if hs is not None else []
+        mem = hs.memory_seconds_run(shape, alone) if hs is not None else []
         lo = self.loop_overhead_s  # the loop's host time streams no memory
-        return (run + lo if lo else run).tolist(), mem  # (elementwise: the same float additions)
+        return ((run + lo).tolist() if lo else alone), mem  # (elementwise: the same float additions)
 
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they

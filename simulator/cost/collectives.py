@@ -42,7 +42,6 @@ def allreduce_seconds(link: Link, tp: int, nbytes: float, comm_efficiency: float
     prices it (`comm_efficiency` applies where the link has no all-reduce fit)."""
     if tp <= 1:
         return 0.0
-    eff = link.allreduce_efficiency or comm_efficiency
     ring = 2.0 * (tp - 1) / tp
     return (link.allreduce_fixed_s(tp) + allreduce_extra_s(impl)
-            + ring * nbytes / (link.group_bandwidth(tp) * eff))
+            + ring * nbytes * link.allreduce_seconds_per_byte(tp, comm_efficiency))

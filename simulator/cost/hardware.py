@@ -69,6 +69,11 @@ class Link:
             return 2 * (tp - 1) * self.latency_s
         return self.allreduce_call_s + (tp - 1) * self.allreduce_rank_s
 
+    def allreduce_seconds_per_byte(self, tp: int, comm_efficiency: float) -> float:
+        """Seconds per byte a ring all-reduce among `tp` GPUs moves: the group's bandwidth at
+        the fitted `allreduce_efficiency`, or at `comm_efficiency` without a fit."""
+        return 1.0 / (self.group_bandwidth(tp) * (self.allreduce_efficiency or comm_efficiency))
+
     def group_bandwidth(self, tp: int) -> float:
         """Bytes/s per direction one GPU of a `tp`-GPU group can send to the others: the whole
         attachment through a switch, `tp - 1` of the `mesh_links` links of a full mesh."""

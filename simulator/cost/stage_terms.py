@@ -148,9 +148,7 @@ class StageTerms:
                              * p.attn_compute_efficiency),
             "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
             "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
-            # the TP all-reduce: the link's fitted efficiency over the group's share of it
-            "allreduce": 1.0 / (self.link.group_bandwidth(self.tp)
-                                * (self.link.allreduce_efficiency or p.comm_efficiency)),
+            "allreduce": self.link.allreduce_seconds_per_byte(self.tp, p.comm_efficiency),
             "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
         }
         n_mats = 3 if m.gated_mlp else 2

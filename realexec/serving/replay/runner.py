@@ -295,6 +295,14 @@ def summarize_replay(reqs: list[Request], wall_s: float, extra_stats: dict, meta
     return summary, rec
 
 
+def check_warmup_requests(warmup_requests: Any, num_requests: int) -> None:
+    """ValueError unless `warmup_requests` leaves at least one of `num_requests` to measure."""
+    if (isinstance(warmup_requests, bool) or not isinstance(warmup_requests, int)
+            or not 0 <= warmup_requests < num_requests):
+        raise ValueError(f"warmup_requests must be an integer from 0 to {num_requests - 1} (the "
+                         f"trace has {num_requests} requests), got {warmup_requests!r}")
+
+
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, slo: SLO | None = None,
@@ -309,10 +317,7 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
     if max_concurrency is not None and (isinstance(max_concurrency, bool)
                                         or not isinstance(max_concurrency, int) or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
-    if (isinstance(warmup_requests, bool) or not isinstance(warmup_requests, int)
-            or not 0 <= warmup_requests < len(trace)):
-        raise ValueError(f"warmup_requests must be an integer from 0 to {len(trace) - 1} (the "
-                         f"trace has {len(trace)} requests), got {warmup_requests!r}")
+    check_warmup_requests(warmup_requests, len(trace))
     kind, detail = parse_target(target)
     t_start = time.perf_counter()
     if kind == "inproc":
