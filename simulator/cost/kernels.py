@@ -62,9 +62,15 @@ class KernelProfile:
     attn_decode_efficiency: float
     attn_decode_request_tokens: float
     weight_only: WeightOnly | None
-    layer_floor_s: float = 0.0  # kernels per layer x seconds each beyond their roofline
+    layer_floor_s: float = 0.0  # seconds of a dense layer's kernels beyond their rooflines
     kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
     extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
+    kernels: float = 0.0  # dependent kernels of a dense layer (layer_floor.kernels)
+    # the dense GEMM kernels among them, each at `gemm_kernel_s` in place of `kernel_s` where
+    # the part has GEMM kernel tables (layer_floor.gemm_kernel_s; None: kernel_s)
+    gemm_kernel_s: float | None = None
+    gemm_kernels: int = 0
+    extra_gemm_kernels: tuple[tuple[str, int], ...] = ()
     grouped_gemm: GroupedGemm | None = None  # fused-MoE grouped GEMM terms (None: dense pricing)
     fp4_relative: float | None = None  # FP4 (W4A4) GEMM efficiency / BF16; None: no FP4 kernels
 
@@ -85,8 +91,21 @@ class KernelProfile:
         Qwen3's q/k norms (kernels.yaml layer_floor.extra_kernels lists each)."""
         if not self.kernel_s:
             return 0.0
-        extra = dict(self.extra_kernels)
-        n = self.layer_floor_s / self.kernel_s
+        return self._count(self.kernels, self.extra_kernels, model, moe_layer)
+
+    def layer_gemm_extra_s(self, model: Any, moe_layer: bool) -> float:
+        """Seconds one layer's dense GEMM kernels add to `kernel_s` x `layer_kernels`: each
+        costs `gemm_kernel_s` in its place (0 without GEMM kernel tables). The fused-MoE
+        GEMMs are priced by `grouped_gemm.call_s` instead."""
+        if self.gemm_kernel_s is None:
+            return 0.0
+        n = self._count(self.gemm_kernels, self.extra_gemm_kernels, model, moe_layer)
+        return n * (self.gemm_kernel_s - self.kernel_s)
+
+    @staticmethod
+    def _count(n: float, extras: tuple[tuple[str, int], ...], model: Any, moe_layer: bool) -> float:
+        """A dense layer's `n` kernels plus the `extras` of the layer's variants."""
+        extra = dict(extras)
         if moe_layer:
             n += extra.get("moe", 0)
             if model.shared_expert_ffn_size:
@@ -136,17 +155,38 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         attn_half_keys=float(ap["half_keys"]),
         attn_decode_efficiency=_frac(f"{arch}.attn_decode.efficiency", ad["efficiency"]),
         attn_decode_request_tokens=float(ad["request_tokens"]),
-        layer_floor_s=(float(e["layer_floor"]["kernels"]) * float(e["layer_floor"]["kernel_s"])
-                       if "layer_floor" in e else 0.0),
-        kernel_s=float(e["layer_floor"]["kernel_s"]) if "layer_floor" in e else 0.0,
-        extra_kernels=tuple((str(k), int(v)) for k, v in
-                            (e.get("layer_floor", {}).get("extra_kernels") or {}).items()),
+        **_layer_floor(arch, e.get("layer_floor")),
         grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
         fp4_relative=(_frac(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
                       if g.get("fp4_relative") is not None else None),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def _layer_floor(arch: str, f: dict[str, Any] | None) -> dict[str, Any]:
+    """The KernelProfile fields of `layer_floor` (none: no floor)."""
+    if f is None:
+        return {}
+    kernels, kernel_s = float(f["kernels"]), float(f["kernel_s"])
+    out: dict[str, Any] = {
+        "kernels": kernels, "kernel_s": kernel_s, "layer_floor_s": kernels * kernel_s,
+        "extra_kernels": tuple((str(k), int(v)) for k, v in (f.get("extra_kernels") or {}).items())}
+    if f.get("gemm_kernel_s") is None:
+        return out
+    gemm_s, gemms = f["gemm_kernel_s"], f.get("gemm_kernels")
+    if isinstance(gemm_s, bool) or not isinstance(gemm_s, (int, float)) or gemm_s < 0:
+        raise ValueError(f"{KERNELS_FILE}: {arch}.layer_floor.gemm_kernel_s must be a number "
+                         f">= 0, got {gemm_s!r}")
+    if isinstance(gemms, bool) or not isinstance(gemms, int) or not 0 <= gemms <= kernels:
+        raise ValueError(f"{KERNELS_FILE}: {arch}.layer_floor.gemm_kernels must be a whole "
+                         f"number from 0 to layer_floor.kernels ({kernels:g}) when gemm_kernel_s "
+                         f"is given, got {gemms!r}")
+    out.update(gemm_kernel_s=float(gemm_s), gemm_kernels=gemms,
+               extra_gemm_kernels=tuple((str(k), int(v)) for k, v in
+                                        (f.get("extra_gemm_kernels") or {}).items()),
+               layer_floor_s=(kernels - gemms) * kernel_s + gemms * float(gemm_s))
+    return out
 
 
 def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:

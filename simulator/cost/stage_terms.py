@@ -253,6 +253,7 @@ class StageTerms:
             return L * p.layer_overhead_s
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
         return (k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
+                + dense * k.layer_gemm_extra_s(m, False) + moe * k.layer_gemm_extra_s(m, True)
                 + moe * k.moe_call_extra_s())
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,

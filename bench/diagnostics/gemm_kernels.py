@@ -1,0 +1,144 @@
+"""Dense GEMM kernel time at decode-sized batches (M <= 16 token rows) against published kernel
+tables: kvpd prices a memory-bound GEMM at `layer_floor.gemm_kernel_s` (else `kernel_s`, its
+share of the layer floor) + its weight bytes / (`weight_stream_efficiency` x HBM bandwidth).
+
+The CDNA 3 and CDNA 4 tables are AMD's own tuned kernel times (the fastest kernel the aiter
+tuner found per shape, the same weights every repeat); `kernels.yaml`'s cdna3 / cdna4
+`gemm_kernel_s` and `weight_stream_efficiency` are the least-squares fit t = c + weight bytes
+/ (e x peak) over every row (FP8 / INT8: one byte per weight; the activations and outputs,
+a few percent of the bytes at M <= 16, are left out). The NVIDIA rows are shown as a check,
+not fitted to: kvpd's Hopper and Blackwell figures stay as they are (within 1.01-1.16 of
+them).
+
+    python bench/diagnostics/gemm_kernels.py
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.kernels import kernel_profile
+
+AITER = "ROCm/aiter e4048607a5, aiter/configs/"
+# (label, part, weight bytes per element, source, [(M, N, K, measured us)])
+TABLES = [
+    ("MI300X FP8 block-scale GEMMs (aiter tuned, gfx942, 304 CUs)", "mi300x", 1,
+     AITER + "model_configs/a8w8_blockscale_tuned_gemm_{ds_v3,glm5_1,qwen36_27b,qwen3_vl_235b}.csv, "
+     "rows gfx942 cu_num 304, M <= 16, the fastest per shape",
+     [
+        (1, 512, 6144, 6.23), (1, 2048, 2048, 5.22), (1, 2624, 6144, 11.82),
+        (1, 3072, 1536, 6.62), (1, 3072, 6144, 12.18), (1, 4096, 2048, 6.95),
+        (1, 6144, 256, 3.04), (1, 6144, 1536, 7.38), (1, 6144, 2048, 8.40), (2, 512, 6144, 4.96),
+        (2, 2048, 2048, 4.22), (2, 2624, 6144, 11.82), (2, 3072, 1536, 6.62),
+        (2, 3072, 6144, 12.06), (2, 4096, 512, 3.49), (2, 4096, 2048, 8.22), (2, 6144, 256, 3.01),
+        (2, 6144, 1536, 7.29), (2, 6144, 2048, 8.44), (2, 7168, 2048, 8.10), (4, 512, 6144, 6.07),
+        (4, 2048, 2048, 6.55), (4, 2624, 6144, 11.90), (4, 3072, 1536, 6.69),
+        (4, 3072, 6144, 12.12), (4, 4096, 512, 3.55), (4, 4096, 2048, 8.15), (4, 6144, 256, 3.56),
+        (4, 6144, 1536, 7.54), (4, 6144, 2048, 8.52), (4, 7168, 2048, 8.11), (8, 512, 6144, 4.99),
+        (8, 2048, 2048, 6.08), (8, 2624, 6144, 11.89), (8, 3072, 1536, 6.73),
+        (8, 3072, 6144, 12.33), (8, 4096, 2048, 8.46), (8, 6144, 256, 3.08),
+        (8, 6144, 1536, 7.44), (8, 6144, 2048, 8.57), (8, 7168, 2048, 7.95),
+        (16, 256, 7168, 10.82), (16, 512, 6144, 5.19), (16, 512, 7168, 11.08),
+        (16, 576, 7168, 11.58), (16, 1280, 4096, 14.66), (16, 1536, 7168, 11.54),
+        (16, 2048, 2048, 6.73), (16, 2048, 5120, 17.31), (16, 2112, 7168, 11.93),
+        (16, 2304, 4096, 15.04), (16, 2624, 6144, 11.95), (16, 3072, 1536, 6.77),
+        (16, 3072, 6144, 12.48), (16, 3584, 5120, 17.66), (16, 4096, 512, 3.60),
+        (16, 4096, 1024, 6.24), (16, 4096, 2048, 8.37), (16, 4096, 4096, 15.54),
+        (16, 4096, 5120, 17.74), (16, 4352, 5120, 17.60), (16, 4608, 4096, 15.49),
+        (16, 4608, 7168, 14.21), (16, 5120, 768, 5.13), (16, 5120, 1536, 7.71),
+        (16, 5120, 2176, 11.23), (16, 5120, 3072, 11.75), (16, 5120, 4352, 14.56),
+        (16, 5120, 8704, 28.84), (16, 6144, 256, 3.15), (16, 6144, 1536, 7.37),
+        (16, 6144, 2048, 8.67), (16, 7168, 256, 3.22), (16, 7168, 2048, 8.37),
+        (16, 7168, 2304, 8.89), (16, 7168, 5120, 18.64), (16, 8192, 1536, 7.64),
+        (16, 8192, 5120, 19.17), (16, 8704, 5120, 19.09), (16, 17408, 5120, 27.35),
+     ]),
+    ("MI355X INT8/FP8 row-wise GEMMs (aiter tuned, gfx950, 256 CUs)", "mi355x", 1,
+     AITER + "a8w8_tuned_gemm.csv, rows gfx950 cu_num 256, M <= 16, the fastest per shape",
+     [
+        (1, 100, 5120, 8.75), (1, 200, 5120, 9.02), (1, 800, 5120, 11.55), (1, 1280, 8192, 7.68),
+        (1, 2304, 16384, 28.79), (1, 2560, 8192, 17.47), (1, 4608, 16384, 30.49),
+        (1, 5120, 640, 4.32), (1, 5120, 1280, 6.10), (1, 5120, 3200, 9.81),
+        (1, 5120, 5120, 12.32), (1, 5120, 6400, 14.58), (1, 5120, 25600, 47.14),
+        (1, 6400, 5120, 12.75), (1, 7168, 8192, 19.02), (1, 8192, 1024, 5.72),
+        (1, 8192, 2048, 7.16), (1, 8192, 3584, 11.25), (1, 8192, 7168, 16.94),
+        (1, 8192, 8192, 19.47), (1, 8192, 28672, 59.83), (1, 9216, 16384, 34.12),
+        (1, 10240, 8192, 20.56), (1, 12800, 5120, 14.70), (1, 13312, 16384, 43.98),
+        (1, 16384, 2048, 8.22), (1, 16384, 4096, 15.91), (1, 16384, 6656, 22.40),
+        (1, 16384, 8192, 29.39), (1, 16384, 13312, 39.09), (1, 16384, 26624, 73.98),
+        (1, 26624, 16384, 88.26), (1, 51200, 5120, 50.04), (1, 53248, 16384, 170.12),
+        (1, 57344, 8192, 88.90), (16, 100, 5120, 8.74), (16, 200, 5120, 10.47),
+        (16, 800, 5120, 11.72), (16, 1024, 8192, 8.20), (16, 1280, 8192, 8.90),
+        (16, 2304, 16384, 23.50), (16, 2560, 8192, 14.82), (16, 3584, 8192, 10.69),
+        (16, 4608, 16384, 25.71), (16, 5120, 640, 4.38), (16, 5120, 1280, 6.10),
+        (16, 5120, 3200, 9.13), (16, 5120, 5120, 11.14), (16, 5120, 6400, 14.88),
+        (16, 5120, 25600, 38.76), (16, 6400, 5120, 11.55), (16, 7168, 8192, 15.54),
+        (16, 7424, 8192, 16.17), (16, 8192, 1024, 5.46), (16, 8192, 2048, 7.26),
+        (16, 8192, 3584, 10.65), (16, 8192, 7168, 15.21), (16, 8192, 8192, 17.23),
+        (16, 8192, 28672, 55.95), (16, 9216, 16384, 33.17), (16, 10240, 8192, 18.61),
+        (16, 12800, 5120, 14.26), (16, 13312, 16384, 45.46), (16, 16384, 2048, 8.21),
+        (16, 16384, 4096, 16.22), (16, 16384, 6656, 21.74), (16, 16384, 8192, 29.65),
+        (16, 16384, 13312, 38.68), (16, 16384, 26624, 73.77), (16, 26624, 16384, 86.89),
+        (16, 28672, 8192, 46.94), (16, 51200, 5120, 51.73), (16, 53248, 16384, 180.79),
+        (16, 57344, 8192, 90.92),
+     ]),
+    ("H100 SXM BF16 torch.nn.functional.linear (cuBLAS), M = 1 (not fitted)", "h100-sxm", 2,
+     "vLLM PR #17126 (Llama-3.1-8B N=6144 K=4096: 2.513 TFLOP/s) and PR #49363 (gemma-4-31B "
+     "N=12288 / 43008, K=5376: 2.870 / 3.072 TFLOP/s), benchmarks/kernels/bench_fp8_gemm.py",
+     [(1, 6144, 4096, 20.03), (1, 12288, 5376, 46.03), (1, 43008, 5376, 150.52)]),
+    ("B200 BF16 torch.nn.functional.linear (cuBLAS), M = 1 (not fitted)", "b200", 2,
+     "vLLM PR #18778 (Llama-3.1-8B N=6144 K=4096: 5.910 TFLOP/s), bench_fp8_gemm.py",
+     [(1, 6144, 4096, 8.52)]),
+]
+FITTED = 2  # the first FITTED tables set kernels.yaml's cdna3 / cdna4 figures
+
+
+def weight_mb(row: tuple[int, int, int, float], elem_bytes: int) -> float:
+    _, n, k, _ = row
+    return n * k * elem_bytes / 1e6
+
+
+def fit(rows, elem_bytes: int, peak_tbps: float) -> tuple[float, float]:
+    """Least squares t = c + MB / (e x peak): (c in s, e)."""
+    mb = np.array([weight_mb(r, elem_bytes) for r in rows])
+    t = np.array([r[3] for r in rows])
+    (c, per_mb), *_ = np.linalg.lstsq(np.vstack([np.ones_like(mb), mb]).T, t, rcond=None)
+    return c * 1e-6, 1.0 / per_mb / peak_tbps
+
+
+def kvpd_us(part: str, row, elem_bytes: int) -> float:
+    """kvpd's seconds (us) of one memory-bound GEMM of `row` on `part` (catalog defaults)."""
+    acc = get_accelerator(part)
+    k = kernel_profile(acc)
+    fixed = k.gemm_kernel_s if k.gemm_kernel_s is not None else k.kernel_s
+    return (fixed + weight_mb(row, elem_bytes) * 1e6
+            / (k.weight_stream_efficiency * acc.mem_bw_bytes_per_s)) * 1e6
+
+
+def main() -> None:
+    for i, (label, part, eb, source, rows) in enumerate(TABLES):
+        acc = get_accelerator(part)
+        k = kernel_profile(acc)
+        peak = acc.mem_bw_bytes_per_s / 1e12
+        print(f"{label}\n  source: {source}")
+        ratios = [kvpd_us(part, r, eb) / r[3] for r in rows]
+        if i < FITTED:
+            c, e = fit(rows, eb, peak)
+            print(f"  fit over {len(rows)} GEMMs ({min(weight_mb(r, eb) for r in rows):.1f}-"
+                  f"{max(weight_mb(r, eb) for r in rows):.0f} MB of weights): t = {c * 1e6:.2f} us "
+                  f"+ bytes / ({e:.3f} x {peak:.1f} TB/s)")
+        fixed = k.gemm_kernel_s if k.gemm_kernel_s is not None else k.kernel_s
+        print(f"  kvpd ({k.arch}): {fixed * 1e6:.2f} us + bytes / ({k.weight_stream_efficiency} x "
+              f"{peak:.1f} TB/s); kvpd / measured: median {statistics.median(ratios):.2f}, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f}")
+        if len(rows) <= 6:
+            for r, q in zip(rows, ratios):
+                print(f"    M={r[0]} N={r[1]} K={r[2]}: measured {r[3]:.1f} us, kvpd "
+                      f"{q * r[3]:.1f} us ({q:.2f})")
+        print()
+
+
+if __name__ == "__main__":
+    main()
