@@ -86,6 +86,11 @@ def test_moe_prefill_slower_than_dense_pricing_and_explained():
     ("qwen3-30b-a3b", "h100-sxm", 1, "fp8", 16, 164.64),
     ("qwen3-235b-a22b", "h200-sxm", 8, "fp8", 1, 31.70),  # SGLang PR #11730, default config
     ("qwen3-235b-a22b", "h200-sxm", 8, "fp8", 16, 92.36),
+    # ROCm/aiter qwen3_235b_bf16_tuned_fmoe.csv (MI300X, CK 2-stage, tuned)
+    ("qwen3-235b-a22b", "mi300x", 4, "bf16", 1, 34.06),
+    ("qwen3-235b-a22b", "mi300x", 4, "bf16", 16, 218.24),
+    ("qwen3-235b-a22b", "mi300x", 8, "bf16", 16, 116.72),
+    ("qwen3-235b-a22b", "mi300x", 8, "bf16", 256, 194.35),
 ])
 def test_decode_experts_reproduce_the_published_kernel_times(model, hw, tp, dtype, M, measured_us):
     """Memory-bound routed experts: a fixed time per fused_experts call plus each GEMM's weights

@@ -9,8 +9,10 @@ share of those five kernels, `layer_floor.kernel_s` x 5).
 
     python bench/diagnostics/moe_kernels.py
 
-Every row names its source; none of them is fitted to. Read with care: the A100-PCIe part is
-priced as the catalog's a100-40gb-sxm (same 1,555 GB/s HBM).
+Every row names its source. The NVIDIA tables are the ones `grouped_gemm.stream_efficiency` and
+`call_s` were fitted to; the MI300X ones (AMD's own CK kernels) are a check of the cdna3 entry,
+which has no grouped-GEMM fit (its experts stream at the dense GEMMs' fitted figure). Read with
+care: the A100-PCIe part is priced as the catalog's a100-40gb-sxm (same 1,555 GB/s HBM).
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ ROWS = [
     ("Qwen3-235B-A22B fp8 w8a8, H200, TP8 (E=128 N=192, default config)", "qwen3-235b-a22b",
      "h200-sxm", 8, "fp8", {1: 31.70, 2: 36.56, 4: 49.67, 8: 66.87, 16: 92.36, 32: 124.99},
      "SGLang PR #11730 (without the tuned kernel)"),
+    ("Qwen3-235B-A22B bf16, MI300X, TP4 (E=128 N=384, aiter CK 2-stage, tuned)", "qwen3-235b-a22b",
+     "mi300x", 4, "bf16", {1: 34.06, 2: 52.66, 4: 84.43, 8: 147.94, 16: 218.24, 32: 302.34,
+                           64: 338.29, 128: 351.88, 256: 356.61, 512: 412.15},
+     "ROCm/aiter e4048607a5 aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv, "
+     "cu_num 304, inter_dim 384, column us"),
+    ("Qwen3-235B-A22B bf16, MI300X, TP8 (E=128 N=192, aiter CK 2-stage, tuned)", "qwen3-235b-a22b",
+     "mi300x", 8, "bf16", {1: 32.71, 2: 43.87, 4: 53.37, 8: 82.86, 16: 116.72, 32: 154.69,
+                           64: 171.60, 128: 181.89, 256: 194.35, 512: 234.85},
+     "ROCm/aiter e4048607a5 aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv, "
+     "cu_num 304, inter_dim 192, column us"),
 ]
 
 
