@@ -53,6 +53,13 @@ def test_nvidia_gemv_pricing_stays_within_the_check_tables(table):
         assert 0.9 <= DIAG.kvpd_us(part, r, elem_bytes) / r[3] <= 1.25
 
 
+@pytest.mark.parametrize("row", DIAG.COMPUTE, ids=lambda r: r[1])
+def test_compute_bound_low_precision_gemms_run_at_the_tables_pooled_median(row):
+    _, part, precision, files, pooled = row
+    assert DIAG.kvpd_compute_efficiency(part, precision) == pytest.approx(pooled, abs=0.003)
+    assert min(f[2] for f in files) <= pooled <= max(f[2] for f in files)
+
+
 def _floor_us_per_layer(model: str, hw: str, dtype: str, tp: int) -> float:
     cm = CostModel(model, hw, dtype, tp=tp)
     shape = BatchShape(num_reqs=1, num_tokens=1, num_decode_reqs=1, decode_context_tokens=128,

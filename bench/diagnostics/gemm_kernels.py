@@ -10,6 +10,9 @@ a few percent of the bytes at M <= 16, are left out). The NVIDIA rows are shown 
 not fitted to: kvpd's Hopper and Blackwell figures stay as they are (within 1.01-1.16 of
 them).
 
+The compute-bound end (M >= 4096) is summarised per file in COMPUTE: the FP8 (cdna3) and
+MXFP4 (cdna4) GEMM efficiencies are those tables' pooled medians.
+
     python bench/diagnostics/gemm_kernels.py
 """
 
@@ -94,6 +97,31 @@ TABLES = [
 ]
 FITTED = 2  # the first FITTED tables set kernels.yaml's cdna3 / cdna4 figures
 
+# Compute-bound (large M) GEMMs: the fraction of the part's peak the tuned kernels reach, per
+# file: rows with M >= 4096, N >= 1024, K >= 1024, efficiency 2 M N K / us / peak (too many rows
+# to keep here; the rule reproduces them from the named files). kernels.yaml's `fp8_relative`
+# (cdna3) and `fp4_relative` (cdna4) are the pooled median / the BF16 efficiency.
+# (label, part, precision, [(file, GEMMs, median, p10, p90)], pooled median)
+COMPUTE = [
+    ("MI300X FP8 block-scale GEMMs, M >= 4096 (gfx942, 304 CUs)", "mi300x", "fp8",
+     [(AITER + "model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv", 26, 0.323, 0.268, 0.367),
+      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_glm5_1.csv", 588, 0.332, 0.294, 0.355),
+      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_qwen36_27b.csv", 7722, 0.312, 0.296,
+       0.322),
+      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_qwen3_vl_235b.csv", 3466, 0.308, 0.260,
+       0.325)],
+     0.311),
+    ("MI355X MXFP4 block-scale GEMMs, M >= 4096 (gfx950, 256 CUs)", "mi355x", "fp4",
+     [(AITER + "a4w4_blockscale_tuned_gemm.csv", 278, 0.449, 0.253, 0.549)], 0.449),
+]
+
+
+def kvpd_compute_efficiency(part: str, precision: str) -> float:
+    """kvpd's full-wave GEMM efficiency of `precision` on `part` (fraction of its peak)."""
+    acc = get_accelerator(part)
+    k = kernel_profile(acc)
+    return (acc.matmul_efficiency or k.bf16_efficiency) * k.relative(precision)
+
 
 def weight_mb(row: tuple[int, int, int, float], elem_bytes: int) -> float:
     _, n, k, _ = row
@@ -138,6 +166,11 @@ def main() -> None:
                 print(f"    M={r[0]} N={r[1]} K={r[2]}: measured {r[3]:.1f} us, kvpd "
                       f"{q * r[3]:.1f} us ({q:.2f})")
         print()
+    for label, part, precision, files, pooled in COMPUTE:
+        print(f"{label}")
+        for f, n, med, p10, p90 in files:
+            print(f"  {f}: {n} GEMMs, median {med:.3f} of peak (p10 {p10:.3f}, p90 {p90:.3f})")
+        print(f"  pooled median {pooled:.3f}; kvpd {kvpd_compute_efficiency(part, precision):.3f}\n")
 
 
 if __name__ == "__main__":
