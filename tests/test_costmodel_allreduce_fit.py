@@ -4,9 +4,6 @@ full-mesh bandwidth, the ring model kept for links without a fit, and bad link e
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from simulator.core.batch_shape import BatchShape
@@ -14,15 +11,11 @@ from simulator.cost.breakdown import explain_step
 from simulator.cost.collectives import allreduce_seconds
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_link
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import load_diagnostic
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location(
-        "allreduce_diag", REPO / "bench" / "diagnostics" / "allreduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_diagnostic("allreduce")
     return mod.TABLES[:mod.FITTED]
 
 

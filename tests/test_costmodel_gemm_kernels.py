@@ -6,9 +6,7 @@ floor, and bad `layer_floor` entries are refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -18,19 +16,9 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import _layer_floor, kernel_profile
 from simulator.cost.models import get_model
+from tests.bench_helpers import load_diagnostic
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _diag():
-    spec = importlib.util.spec_from_file_location(
-        "gemm_diag", REPO / "bench" / "diagnostics" / "gemm_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-DIAG = _diag()
+DIAG = load_diagnostic("gemm_kernels")
 
 
 @pytest.mark.parametrize("table", DIAG.TABLES[:DIAG.FITTED], ids=lambda t: t[1])

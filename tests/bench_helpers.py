@@ -1,0 +1,19 @@
+"""Loading a bench script as a module, for tests that check the catalog against the published
+tables the script keeps."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_diagnostic(name: str) -> ModuleType:
+    """`bench/diagnostics/<name>.py` as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"diag_{name}",
+                                                  REPO / "bench" / "diagnostics" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
