@@ -42,10 +42,29 @@ def test_nvidia_gemv_pricing_stays_within_the_check_tables(table):
 
 
 @pytest.mark.parametrize("row", DIAG.COMPUTE, ids=lambda r: r[1])
-def test_compute_bound_low_precision_gemms_run_at_the_tables_pooled_median(row):
-    _, part, precision, files, pooled = row
-    assert DIAG.kvpd_compute_efficiency(part, precision) == pytest.approx(pooled, abs=0.003)
-    assert min(f[2] for f in files) <= pooled <= max(f[2] for f in files)
+def test_compute_bound_gemms_follow_the_tables_short_k_fit(row):
+    e, k = DIAG.fitted_compute(row)
+    kvpd_e, kvpd_k = DIAG.kvpd_compute_efficiency(row[1], row[2])
+    assert kvpd_e == pytest.approx(e, abs=0.003)
+    assert kvpd_k == pytest.approx(k, rel=0.015)
+
+
+def test_short_k_gemms_pay_the_tile_fixed_work_and_explain_says_so():
+    from simulator.cost.linear_cost import LinearCost
+
+    acc = get_accelerator("h100-sxm")
+    k_half = kernel_profile(acc).gemm_k_half
+    args = ([(8192, 1024)], 1, acc.peak_flops("bf16"), 0.8, (128, 128), acc.sm_count)
+    short = LinearCost(*args, k_half=k_half).seconds(4096)
+    assert short / LinearCost(*args).seconds(4096) == pytest.approx((1024 + k_half) / 1024)
+    cm = CostModel("llama-3-70b", "h100-sxm", "bf16", tp=8)  # o_proj: K = 8192 / 8
+    ops = {o.name: o for o in explain_step(cm, BatchShape.from_lists([4096], [0])).ops}
+    assert f"K/(K+{k_half:.0f})" in ops["o_proj"].source
+    fp8 = CostModel("llama-3-70b", "h100-sxm", "fp8", tp=8)  # the same fixed time, more K
+    kh8 = kernel_profile(acc).k_half("fp8", acc.peak_flops("fp8") / acc.peak_flops("bf16"))
+    assert kh8 == pytest.approx(746, rel=0.01)
+    assert f"K/(K+{kh8:.0f})" in {o.name: o for o in explain_step(
+        fp8, BatchShape.from_lists([4096], [0])).ops}["o_proj"].source
 
 
 def _floor_us_per_layer(model: str, hw: str, dtype: str, tp: int) -> float:

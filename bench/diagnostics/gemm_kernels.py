@@ -10,8 +10,9 @@ a few percent of the bytes at M <= 16, are left out). The NVIDIA rows are shown 
 not fitted to: kvpd's Hopper and Blackwell figures stay as they are (within 1.01-1.16 of
 them).
 
-The compute-bound end (M >= 4096) is summarised per file in COMPUTE: the FP8 (cdna3) and
-MXFP4 (cdna4) GEMM efficiencies are those tables' pooled medians.
+The compute-bound end (M >= 4096, COMPUTE): full-wave GEMM efficiency against the reduction
+length K on H800 (DeepGEMM) and MI300X / MI355X (aiter), fitted e x K / (K + k): kernels.yaml's
+`gemm.k_half` and long-K `fp8_relative` / `fp4_relative`.
 
     python bench/diagnostics/gemm_kernels.py
 """
@@ -97,30 +98,87 @@ TABLES = [
 ]
 FITTED = 2  # the first FITTED tables set kernels.yaml's cdna3 / cdna4 figures
 
-# Compute-bound (large M) GEMMs: the fraction of the part's peak the tuned kernels reach, per
-# file: rows with M >= 4096, N >= 1024, K >= 1024, efficiency 2 M N K / us / peak (too many rows
-# to keep here; the rule reproduces them from the named files). kernels.yaml's `fp8_relative`
-# (cdna3) and `fp4_relative` (cdna4) are the pooled median / the BF16 efficiency.
-# (label, part, precision, [(file, GEMMs, median, p10, p90)], pooled median)
+# Compute-bound (large M) GEMMs: the fraction of the part's peak the kernels reach at full
+# waves (efficiency 2 M N K / time / peak / wave utilization of 128 x 128 tiles), against the
+# reduction length K. kernels.yaml's `gemm.k_half` and `fp8_relative` / `fp4_relative` come from
+# the least-squares fit e x K / (K + k) of these rows (`fit_k`); k_half is k at the BF16 rate.
+# The MI300X / MI355X rows are per-K medians of the tuned kernels with M >= 4096, N >= 1024 in
+# the named files (too many to keep here; the rule reproduces them).
+# (label, part, precision, source, [(K, GEMMs, full-wave efficiency)], k fixed or None)
 COMPUTE = [
-    ("MI300X FP8 block-scale GEMMs, M >= 4096 (gfx942, 304 CUs)", "mi300x", "fp8",
-     [(AITER + "model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv", 26, 0.323, 0.268, 0.367),
-      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_glm5_1.csv", 588, 0.332, 0.294, 0.355),
-      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_qwen36_27b.csv", 7722, 0.312, 0.296,
-       0.322),
-      (AITER + "model_configs/a8w8_blockscale_tuned_gemm_qwen3_vl_235b.csv", 3466, 0.308, 0.260,
-       0.325)],
-     0.311),
-    ("MI355X MXFP4 block-scale GEMMs, M >= 4096 (gfx950, 256 CUs)", "mi355x", "fp4",
-     [(AITER + "a4w4_blockscale_tuned_gemm.csv", 278, 0.449, 0.253, 0.549)], 0.449),
+    ("H800 FP8 DeepGEMM, M = 4096 (H100 SXM compute)", "h100-sxm", "fp8",
+     "deepseek-ai/DeepGEMM README (2025-02), 'Normal GEMMs for dense models': N x K = 2112 x "
+     "7168, 24576 x 1536, 32768 x 512, 7168 x 16384, 4096 x 7168, 7168 x 2048 at 1058, 990, 590, "
+     "1358, 1304, 1025 TFLOP/s",
+     [(7168, 1, 0.649), (1536, 1, 0.505), (512, 1, 0.298), (16384, 1, 0.707), (7168, 1, 0.679),
+      (2048, 1, 0.534)], None),
+    ("MI300X FP8 block-scale, M >= 4096 (gfx942, 304 CUs)", "mi300x", "fp8",
+     AITER + "model_configs/a8w8_blockscale_tuned_gemm_{ds_v3,glm5_1,qwen36_27b,qwen3_vl_235b}"
+     ".csv: 11,802 GEMMs",
+     [(256, 101, 0.156), (512, 5, 0.197), (768, 594, 0.250), (1024, 594, 0.263),
+      (1536, 700, 0.295), (2048, 795, 0.317), (2176, 594, 0.321), (2304, 3, 0.390),
+      (3072, 594, 0.322), (4096, 2376, 0.323), (4352, 594, 0.337), (5120, 4752, 0.316),
+      (6144, 196, 0.379), (7168, 10, 0.380), (8704, 594, 0.307)], None),
+    ("MI355X MXFP4 block-scale, M >= 4096 (gfx950, 256 CUs; k from cdna3)", "mi355x", "fp4",
+     AITER + "a4w4_blockscale_tuned_gemm.csv: 292 GEMMs",
+     [(512, 13, 0.158), (768, 1, 0.160), (1024, 6, 0.244), (1280, 5, 0.252), (1536, 12, 0.288),
+      (1792, 1, 0.306), (2048, 12, 0.327), (2304, 5, 0.186), (3072, 8, 0.321), (3328, 1, 0.313),
+      (3584, 5, 0.400), (4096, 24, 0.430), (4608, 1, 0.404), (5120, 16, 0.417),
+      (5376, 3, 0.392), (5632, 1, 0.356), (5888, 1, 0.384), (6144, 12, 0.431),
+      (6400, 5, 0.413), (6656, 4, 0.488), (7168, 23, 0.391), (7680, 1, 0.454),
+      (8192, 44, 0.497), (8704, 1, 0.479), (10240, 1, 0.512), (10752, 1, 0.511),
+      (12288, 4, 0.518), (12544, 1, 0.451), (12800, 1, 0.466), (13312, 4, 0.541),
+      (13824, 1, 0.523), (14336, 4, 0.515), (15360, 1, 0.530), (16384, 45, 0.541),
+      (17920, 1, 0.515), (18432, 4, 0.528), (25600, 4, 0.510), (26624, 4, 0.570),
+      (28672, 4, 0.574), (53248, 4, 0.572), (60672, 1, 0.505), (61696, 1, 0.503),
+      (68096, 1, 0.530)], "k_half"),
 ]
 
 
-def kvpd_compute_efficiency(part: str, precision: str) -> float:
-    """kvpd's full-wave GEMM efficiency of `precision` on `part` (fraction of its peak)."""
+def fit_k(rows, k_of_e=None) -> tuple[float, float]:
+    """Least squares of log(e K / (K + k)) against the rows' log efficiencies, weighted by
+    their GEMM counts: (e, k). `k_of_e`: k as a function of e (fixed k_half at the BF16
+    rate), else k is fitted (a 1-element-of-K grid)."""
+    K = np.array([r[0] for r in rows], dtype=np.float64)
+    w = np.array([r[1] for r in rows], dtype=np.float64)
+    y = np.log([r[2] for r in rows])
+
+    def best_e(k):
+        return float(np.exp(np.sum(w * (y - np.log(K / (K + k)))) / w.sum()))
+
+    def loss(k):
+        e = best_e(k)
+        return float(np.sum(w * (np.log(e * K / (K + k)) - y) ** 2))
+
+    if k_of_e is not None:  # e and k together: iterate to the fixed point
+        e = float(np.exp(y.mean()))
+        for _ in range(50):
+            e = best_e(k_of_e(e))
+        return e, k_of_e(e)
+    k = min(range(1, 4001), key=loss)
+    return best_e(k), float(k)
+
+
+def kvpd_compute_efficiency(part: str, precision: str) -> tuple[float, float]:
+    """kvpd's long-K GEMM efficiency of `precision` on `part` (fraction of its peak) and its
+    k_half in K elements at that precision's rate."""
     acc = get_accelerator(part)
     k = kernel_profile(acc)
-    return (acc.matmul_efficiency or k.bf16_efficiency) * k.relative(precision)
+    ratio = acc.peak_flops(precision) / acc.peak_flops("bf16")
+    return (acc.matmul_efficiency or k.bf16_efficiency) * k.relative(precision), k.k_half(
+        precision, ratio)
+
+
+def fitted_compute(row) -> tuple[float, float]:
+    """`fit_k` of a COMPUTE row (k fixed by the part's k_half where the row says so)."""
+    _, part, precision, _, rows, fixed = row
+    if fixed is None:
+        return fit_k(rows)
+    acc = get_accelerator(part)
+    k = kernel_profile(acc)
+    bf16 = acc.matmul_efficiency or k.bf16_efficiency
+    ratio = acc.peak_flops(precision) / acc.peak_flops("bf16")
+    return fit_k(rows, lambda e: k.gemm_k_half * ratio * e / bf16)
 
 
 def weight_mb(row: tuple[int, int, int, float], elem_bytes: int) -> float:
@@ -166,12 +224,13 @@ def main() -> None:
                 print(f"    M={r[0]} N={r[1]} K={r[2]}: measured {r[3]:.1f} us, kvpd "
                       f"{q * r[3]:.1f} us ({q:.2f})")
         print()
-    for label, part, precision, files, pooled in COMPUTE:
-        print(f"{label}")
-        for f, n, med, p10, p90 in files:
-            print(f"  {f}: {n} GEMMs, median {med:.3f} of peak (p10 {p10:.3f}, p90 {p90:.3f})")
-        print(f"  pooled median {pooled:.3f}; kvpd {kvpd_compute_efficiency(part, precision):.3f}\n")
-
+    for row in COMPUTE:
+        label, part, precision, source, rows, _ = row
+        e, k = fitted_compute(row)
+        ke, kk = kvpd_compute_efficiency(part, precision)
+        print(f"{label}\n  source: {source}\n  fit: {e:.3f} x K / (K + {k:.0f}) over "
+              f"{sum(r[1] for r in rows)} GEMMs at K = {min(r[0] for r in rows)}-"
+              f"{max(r[0] for r in rows)}; kvpd: {ke:.3f} x K / (K + {kk:.0f})\n")
 
 if __name__ == "__main__":
     main()

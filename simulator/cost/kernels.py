@@ -73,6 +73,8 @@ class KernelProfile:
     extra_gemm_kernels: tuple[tuple[str, int], ...] = ()
     grouped_gemm: GroupedGemm | None = None  # fused-MoE grouped GEMM terms (None: dense pricing)
     fp4_relative: float | None = None  # FP4 (W4A4) GEMM efficiency / BF16; None: no FP4 kernels
+    # a dense GEMM's per-tile fixed work in elements of K at the BF16 rate (0: no short-K term)
+    gemm_k_half: float = 0.0
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -84,6 +86,12 @@ class KernelProfile:
                                  "(no FP4 GEMM kernels known for this architecture)")
             return self.fp4_relative
         return 1.0
+
+    def k_half(self, compute: str, peak_ratio: float) -> float:
+        """`gemm_k_half` for `compute` GEMMs: the same fixed time per tile is k_half x (their
+        rate / the BF16 rate) elements of K; `peak_ratio`: the part's peak of `compute` / its
+        BF16 peak."""
+        return self.gemm_k_half * peak_ratio * self.relative(compute)
 
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
@@ -159,9 +167,16 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
         fp4_relative=(_frac(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
                       if g.get("fp4_relative") is not None else None),
+        gemm_k_half=_non_negative(f"{arch}.gemm.k_half", g.get("k_half", 0.0)),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def _non_negative(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ValueError(f"{KERNELS_FILE}: {where} must be a number >= 0, got {v!r}")
+    return float(v)
 
 
 def _layer_floor(arch: str, f: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,15 +21,19 @@ class LinearCost:
     """Seconds of the tensor-core work of a set of GEMMs (one operator, all its layers).
 
     gemms: (N outputs, K inputs) of each GEMM one row goes through; `layers` repeats them.
-    `seconds(rows)` = layers x sum over GEMMs of 2 rows N K / (peak x efficiency x wave
-    utilization(rows, N)) + the dequantization passes of weight-only kernels.
+    `seconds(rows)` = layers x sum over GEMMs of 2 rows N (K + k_half) / (peak x efficiency x
+    wave utilization(rows, N)) + the dequantization passes of weight-only kernels. `k_half`:
+    each output tile's fixed work (pipeline fill, epilogue) in elements of K, so a GEMM of
+    reduction length K runs at K / (K + k_half) of the long-K efficiency (kernels.yaml
+    gemm.k_half).
     """
 
     def __init__(self, gemms: list[tuple[int, int]], layers: int, peak_flops: float,
                  efficiency: float, tile: tuple[int, int] | None, sm_count: int | None,
                  weight_only: WeightOnly | None = None, alu_flops: float | None = None,
-                 table_rows: int = TABLE_ROWS) -> None:
+                 table_rows: int = TABLE_ROWS, k_half: float = 0.0) -> None:
         self.gemms, self.layers = gemms, layers
+        self.k_half = k_half
         self.efficiency = efficiency  # of the peak, at full waves (explain reports it)
         self.rate = 1.0 / (peak_flops * efficiency)  # seconds per FLOP at full waves
         self.tile, self.sm_count = tile, sm_count
@@ -41,9 +45,10 @@ class LinearCost:
             nk = sum(n * k for n, k in gemms)
             self.dequant_s = layers * nk * weight_only.dequant_flops_per_weight / alu_flops
         self.flops_per_row = layers * sum(2.0 * n * k for n, k in gemms)
-        self.per_row = self.flops_per_row * self.rate  # seconds per row at full waves
+        # seconds per row at full waves (the short-K term included)
+        self.per_row = layers * sum(2.0 * n * (k + k_half) for n, k in gemms) * self.rate
         # without shape terms the seconds are linear in the rows: no table
-        self.shaped = bool(tile and sm_count) or weight_only is not None
+        self.shaped = bool(tile and sm_count) or weight_only is not None or k_half > 0
         self.table: list[float] | None = self._table(table_rows) if self.shaped else None
 
     def _table(self, max_rows: int) -> list[float]:
@@ -60,7 +65,7 @@ class LinearCost:
                 u = r * n / (slots * tm * tn)
             else:
                 u = 1.0
-            t += 2.0 * n * k / u
+            t += 2.0 * n * (k + self.k_half) / u
         t *= self.layers * r * self.rate
         if self.weight_only is not None:
             t += np.ceil(r / self.weight_only.rows_per_pass) * self.dequant_s
@@ -75,7 +80,7 @@ class LinearCost:
         for n, k in self.gemms:
             u = (wave_utilization(r, n, self.tile, self.sm_count)
                  if self.tile and self.sm_count else 1.0)
-            t += 2.0 * n * k / u
+            t += 2.0 * n * (k + self.k_half) / u
         t *= self.layers * rows * self.rate
         if self.weight_only is not None:
             t += math.ceil(rows / self.weight_only.rows_per_pass) * self.dequant_s
@@ -91,7 +96,7 @@ class LinearCost:
         return self.compute(rows)
 
     def efficiency_factor(self, rows: float) -> float:
-        """The shape's share of full-wave speed (wave quantization and dequantization):
-        ideal seconds at full waves / seconds."""
+        """The shape's share of full-wave, long-K speed (wave quantization, short K and
+        dequantization): ideal seconds / seconds."""
         t = self.seconds(rows)
         return rows * self.flops_per_row * self.rate / t if t > 0 else 1.0

@@ -41,6 +41,8 @@ class StageTerms:
         sms = acc.sm_count
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
+        bf16_peak = acc.peak_flops("bf16")
+        kh = k.k_half(pr.compute, peak / bf16_peak) if getattr(k, "gemm_k_half", 0.0) else 0.0
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -50,11 +52,11 @@ class StageTerms:
         else:
             qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
         out = {
-            "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu),
-            "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu),
+            "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu, k_half=kh),
+            "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu, k_half=kh),
             "mlp": (self._moe_linear(s, peak, eff, wo, alu) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
-                L, peak, eff, tile, sms, wo, alu)),
+                L, peak, eff, tile, sms, wo, alu, k_half=kh)),
         }
         if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
             pdim = m.embed_proj_dim or d
@@ -63,7 +65,8 @@ class StageTerms:
             bf16_eff = (self.params.gemm_compute_efficiency if pr.compute in ("bf16", "fp32")
                         else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
             out["lm_head"] = LinearCost(gem, 1, ab_peak, bf16_eff, tile, acc.sm_count,
-                                        table_rows=1024)
+                                        table_rows=1024, k_half=getattr(k, "gemm_k_half", 0.0)
+                                        * ab_peak / bf16_peak)
         return out
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
