@@ -49,22 +49,27 @@ def test_compute_bound_gemms_follow_the_tables_short_k_fit(row):
     assert kvpd_k == pytest.approx(k, rel=0.015)
 
 
-def test_short_k_gemms_pay_the_tile_fixed_work_and_explain_says_so():
+def test_short_k_gemms_pay_the_tile_fixed_time_and_explain_says_so():
     from simulator.cost.linear_cost import LinearCost
 
     acc = get_accelerator("h100-sxm")
-    k_half = kernel_profile(acc).gemm_k_half
+    prof = kernel_profile(acc)
+    bf16 = acc.peak_flops("bf16") * acc.matmul_efficiency
+    k_half = prof.k_half(bf16, acc.sm_count)  # the tile time in elements of K at that rate
+    assert k_half == pytest.approx(prof.gemm_tile_fixed_s * bf16 / acc.sm_count / (2 * 128 * 128))
+    assert k_half == pytest.approx(407, rel=0.01)
     args = ([(8192, 1024)], 1, acc.peak_flops("bf16"), 0.8, (128, 128), acc.sm_count)
     short = LinearCost(*args, k_half=k_half).seconds(4096)
     assert short / LinearCost(*args).seconds(4096) == pytest.approx((1024 + k_half) / 1024)
     cm = CostModel("llama-3-70b", "h100-sxm", "bf16", tp=8)  # o_proj: K = 8192 / 8
     ops = {o.name: o for o in explain_step(cm, BatchShape.from_lists([4096], [0])).ops}
     assert f"K/(K+{k_half:.0f})" in ops["o_proj"].source
-    fp8 = CostModel("llama-3-70b", "h100-sxm", "fp8", tp=8)  # the same fixed time, more K
-    kh8 = kernel_profile(acc).k_half("fp8", acc.peak_flops("fp8") / acc.peak_flops("bf16"))
-    assert kh8 == pytest.approx(746, rel=0.01)
-    assert f"K/(K+{kh8:.0f})" in {o.name: o for o in explain_step(
-        fp8, BatchShape.from_lists([4096], [0])).ops}["o_proj"].source
+    # the same time per tile is more K for the faster FP8 loop; an A100's slower SMs cover less
+    fp8 = acc.peak_flops("fp8") * acc.matmul_efficiency * prof.relative("fp8")
+    assert prof.k_half(fp8, acc.sm_count) == pytest.approx(746, rel=0.01)
+    a100 = get_accelerator("a100-80gb-sxm")
+    assert kernel_profile(a100).k_half(a100.peak_flops("bf16") * a100.matmul_efficiency,
+                                       a100.sm_count) == pytest.approx(170, rel=0.02)
 
 
 def _floor_us_per_layer(model: str, hw: str, dtype: str, tp: int) -> float:

@@ -12,7 +12,7 @@ them).
 
 The compute-bound end (M >= 4096, COMPUTE): full-wave GEMM efficiency against the reduction
 length K on H800 (DeepGEMM) and MI300X / MI355X (aiter), fitted e x K / (K + k): kernels.yaml's
-`gemm.k_half` and long-K `fp8_relative` / `fp4_relative`.
+`gemm.tile_fixed_s` (k as a time per tile) and long-K `fp8_relative` / `fp4_relative`.
 
     python bench/diagnostics/gemm_kernels.py
 """
@@ -100,8 +100,9 @@ FITTED = 2  # the first FITTED tables set kernels.yaml's cdna3 / cdna4 figures
 
 # Compute-bound (large M) GEMMs: the fraction of the part's peak the kernels reach at full
 # waves (efficiency 2 M N K / time / peak / wave utilization of 128 x 128 tiles), against the
-# reduction length K. kernels.yaml's `gemm.k_half` and `fp8_relative` / `fp4_relative` come from
-# the least-squares fit e x K / (K + k) of these rows (`fit_k`); k_half is k at the BF16 rate.
+# reduction length K. kernels.yaml's `gemm.tile_fixed_s` (k elements of K at the fit's rate per
+# SM) and `fp8_relative` / `fp4_relative` come from the least-squares fit e x K / (K + k) of these
+# rows (`fit_k`).
 # The MI300X / MI355X rows are per-K medians of the tuned kernels with M >= 4096, N >= 1024 in
 # the named files (too many to keep here; the rule reproduces them).
 # (label, part, precision, source, [(K, GEMMs, full-wave efficiency)], k fixed or None)
@@ -119,7 +120,8 @@ COMPUTE = [
       (1536, 700, 0.295), (2048, 795, 0.317), (2176, 594, 0.321), (2304, 3, 0.390),
       (3072, 594, 0.322), (4096, 2376, 0.323), (4352, 594, 0.337), (5120, 4752, 0.316),
       (6144, 196, 0.379), (7168, 10, 0.380), (8704, 594, 0.307)], None),
-    ("MI355X MXFP4 block-scale, M >= 4096 (gfx950, 256 CUs; k from cdna3)", "mi355x", "fp4",
+    ("MI355X MXFP4 block-scale, M >= 4096 (gfx950, 256 CUs; tile time from cdna3)", "mi355x",
+     "fp4",
      AITER + "a4w4_blockscale_tuned_gemm.csv: 292 GEMMs",
      [(512, 13, 0.158), (768, 1, 0.160), (1024, 6, 0.244), (1280, 5, 0.252), (1536, 12, 0.288),
       (1792, 1, 0.306), (2048, 12, 0.327), (2304, 5, 0.186), (3072, 8, 0.321), (3328, 1, 0.313),
@@ -131,14 +133,14 @@ COMPUTE = [
       (13824, 1, 0.523), (14336, 4, 0.515), (15360, 1, 0.530), (16384, 45, 0.541),
       (17920, 1, 0.515), (18432, 4, 0.528), (25600, 4, 0.510), (26624, 4, 0.570),
       (28672, 4, 0.574), (53248, 4, 0.572), (60672, 1, 0.505), (61696, 1, 0.503),
-      (68096, 1, 0.530)], "k_half"),
+      (68096, 1, 0.530)], "tile_fixed_s"),
 ]
 
 
 def fit_k(rows, k_of_e=None) -> tuple[float, float]:
     """Least squares of log(e K / (K + k)) against the rows' log efficiencies, weighted by
-    their GEMM counts: (e, k). `k_of_e`: k as a function of e (fixed k_half at the BF16
-    rate), else k is fitted (a 1-element-of-K grid)."""
+    their GEMM counts: (e, k). `k_of_e`: k as a function of e (a fixed tile time), else k is
+    fitted (a 1-element-of-K grid)."""
     K = np.array([r[0] for r in rows], dtype=np.float64)
     w = np.array([r[1] for r in rows], dtype=np.float64)
     y = np.log([r[2] for r in rows])
@@ -161,24 +163,21 @@ def fit_k(rows, k_of_e=None) -> tuple[float, float]:
 
 def kvpd_compute_efficiency(part: str, precision: str) -> tuple[float, float]:
     """kvpd's long-K GEMM efficiency of `precision` on `part` (fraction of its peak) and its
-    k_half in K elements at that precision's rate."""
+    k_half (elements of K)."""
     acc = get_accelerator(part)
     k = kernel_profile(acc)
-    ratio = acc.peak_flops(precision) / acc.peak_flops("bf16")
-    return (acc.matmul_efficiency or k.bf16_efficiency) * k.relative(precision), k.k_half(
-        precision, ratio)
+    e = (acc.matmul_efficiency or k.bf16_efficiency) * k.relative(precision)
+    return e, k.k_half(acc.peak_flops(precision) * e, acc.sm_count)
 
 
 def fitted_compute(row) -> tuple[float, float]:
-    """`fit_k` of a COMPUTE row (k fixed by the part's k_half where the row says so)."""
+    """`fit_k` of a COMPUTE row (k from the part's tile time where the row says so)."""
     _, part, precision, _, rows, fixed = row
     if fixed is None:
         return fit_k(rows)
     acc = get_accelerator(part)
     k = kernel_profile(acc)
-    bf16 = acc.matmul_efficiency or k.bf16_efficiency
-    ratio = acc.peak_flops(precision) / acc.peak_flops("bf16")
-    return fit_k(rows, lambda e: k.gemm_k_half * ratio * e / bf16)
+    return fit_k(rows, lambda e: k.k_half(acc.peak_flops(precision) * e, acc.sm_count))
 
 
 def weight_mb(row: tuple[int, int, int, float], elem_bytes: int) -> float:

@@ -73,8 +73,8 @@ class KernelProfile:
     extra_gemm_kernels: tuple[tuple[str, int], ...] = ()
     grouped_gemm: GroupedGemm | None = None  # fused-MoE grouped GEMM terms (None: dense pricing)
     fp4_relative: float | None = None  # FP4 (W4A4) GEMM efficiency / BF16; None: no FP4 kernels
-    # a dense GEMM's per-tile fixed work in elements of K at the BF16 rate (0: no short-K term)
-    gemm_k_half: float = 0.0
+    # a dense GEMM's fixed time per output tile (pipeline fill, epilogue), s (0: no short-K term)
+    gemm_tile_fixed_s: float = 0.0
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -87,11 +87,13 @@ class KernelProfile:
             return self.fp4_relative
         return 1.0
 
-    def k_half(self, compute: str, peak_ratio: float) -> float:
-        """`gemm_k_half` for `compute` GEMMs: the same fixed time per tile is k_half x (their
-        rate / the BF16 rate) elements of K; `peak_ratio`: the part's peak of `compute` / its
-        BF16 peak."""
-        return self.gemm_k_half * peak_ratio * self.relative(compute)
+    def k_half(self, flops_per_s: float, sm_count: int | None) -> float:
+        """The tile fixed time in elements of K of a GEMM running at `flops_per_s` (peak x its
+        long-K efficiency) over `sm_count` SMs: each SM's K loop over a tile does 2 x tile
+        rows x tile cols FLOPs per element of K (0 without the part's SM count)."""
+        if not self.gemm_tile_fixed_s or not sm_count:
+            return 0.0
+        return self.gemm_tile_fixed_s * flops_per_s / sm_count / (2.0 * self.tile[0] * self.tile[1])
 
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
@@ -165,12 +167,20 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         attn_decode_request_tokens=float(ad["request_tokens"]),
         **_layer_floor(arch, e.get("layer_floor")),
         grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
-        fp4_relative=(_frac(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
+        fp4_relative=(_relative(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
                       if g.get("fp4_relative") is not None else None),
-        gemm_k_half=_non_negative(f"{arch}.gemm.k_half", g.get("k_half", 0.0)),
+        gemm_tile_fixed_s=_non_negative(f"{arch}.gemm.tile_fixed_s", g.get("tile_fixed_s", 0.0)),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def _relative(where: str, v: Any) -> float:
+    """An efficiency relative to the BF16 one: in (0, 2] (over 1 where the part's BF16 figure
+    is assumed from another part)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 2:
+        raise ValueError(f"{KERNELS_FILE}: {where} must be a number in (0, 2], got {v!r}")
+    return float(v)
 
 
 def _non_negative(where: str, v: Any) -> float:

@@ -25,7 +25,7 @@ class LinearCost:
     wave utilization(rows, N)) + the dequantization passes of weight-only kernels. `k_half`:
     each output tile's fixed work (pipeline fill, epilogue) in elements of K, so a GEMM of
     reduction length K runs at K / (K + k_half) of the long-K efficiency (kernels.yaml
-    gemm.k_half).
+    gemm.tile_fixed_s, `KernelProfile.k_half`).
     """
 
     def __init__(self, gemms: list[tuple[int, int]], layers: int, peak_flops: float,

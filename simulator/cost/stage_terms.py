@@ -41,8 +41,7 @@ class StageTerms:
         sms = acc.sm_count
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
-        bf16_peak = acc.peak_flops("bf16")
-        kh = k.k_half(pr.compute, peak / bf16_peak) if getattr(k, "gemm_k_half", 0.0) else 0.0
+        kh = k.k_half(peak * eff, sms) if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -64,9 +63,10 @@ class StageTerms:
             ab_peak = acc.peak_flops("fp32" if pr.dtype == "fp32" else "bf16")
             bf16_eff = (self.params.gemm_compute_efficiency if pr.compute in ("bf16", "fp32")
                         else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
-            out["lm_head"] = LinearCost(gem, 1, ab_peak, bf16_eff, tile, acc.sm_count,
-                                        table_rows=1024, k_half=getattr(k, "gemm_k_half", 0.0)
-                                        * ab_peak / bf16_peak)
+            out["lm_head"] = LinearCost(
+                gem, 1, ab_peak, bf16_eff, tile, acc.sm_count, table_rows=1024,
+                k_half=(k.k_half(ab_peak * bf16_eff, sms)
+                        if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0))
         return out
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
