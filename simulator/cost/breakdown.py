@@ -134,7 +134,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         hk = st["half_keys"]
         c = (P + Tp * hk) * fa * ac
         keys = P / Tp if Tp else 0.0
-        note = (f" x keys/(keys+{hk:g}) = {keys / (keys + hk):.3f} at {keys:,.0f} keys/query"
+        note = (f" x keys/(keys+{hk:.0f}) = {keys / (keys + hk):.3f} at {keys:,.0f} keys/query"
                 if hk and keys else "")
         ops.append(_timed("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, c,
                           (Pctx * kv_ctx + Tp * per_new) * am, ov,

@@ -21,6 +21,8 @@ KERNELS_FILE = "simulator/catalog/kernels.yaml"
 # the w2 GEMM, moe_sum): `grouped_gemm.call_s` prices them together, in place of their share
 # of the layer floor
 FUSED_EXPERTS_KERNELS = 5
+# queries per FlashAttention tile (BLOCK_M of FA2/FA3/FA4's head-dim-128 forward kernels)
+ATTN_QUERY_TILE = 128
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class KernelProfile:
     fp4_relative: float | None = None  # FP4 (W4A4) GEMM efficiency / BF16; None: no FP4 kernels
     # a dense GEMM's fixed time per output tile (pipeline fill, epilogue), s (0: no short-K term)
     gemm_tile_fixed_s: float = 0.0
+    # FlashAttention's extra time per query tile for the causal mask's diagonal, s (0: none)
+    attn_causal_tile_s: float = 0.0
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -94,6 +98,15 @@ class KernelProfile:
         if not self.gemm_tile_fixed_s or not sm_count:
             return 0.0
         return self.gemm_tile_fixed_s * flops_per_s / sm_count / (2.0 * self.tile[0] * self.tile[1])
+
+    def causal_keys(self, flops_per_s: float, sm_count: int | None, head_dim: int) -> float:
+        """`attn_causal_tile_s` as extra keys per query of a FlashAttention forward running at
+        `flops_per_s` (peak x efficiency) over `sm_count` SMs: each SM's 128-query tile does
+        4 x head_dim FLOPs per query per key (0 without the part's SM count)."""
+        if not self.attn_causal_tile_s or not sm_count:
+            return 0.0
+        return (self.attn_causal_tile_s * flops_per_s / sm_count
+                / (ATTN_QUERY_TILE * 4.0 * head_dim))
 
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
@@ -163,6 +176,8 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
                                        e["weight_stream_efficiency"]),
         attn_prefill_efficiency=_frac(f"{arch}.attn_prefill.efficiency", ap["efficiency"]),
         attn_half_keys=float(ap["half_keys"]),
+        attn_causal_tile_s=_non_negative(f"{arch}.attn_prefill.causal_tile_s",
+                                         ap.get("causal_tile_s", 0.0)),
         attn_decode_efficiency=_frac(f"{arch}.attn_decode.efficiency", ad["efficiency"]),
         attn_decode_request_tokens=float(ad["request_tokens"]),
         **_layer_floor(arch, e.get("layer_floor")),

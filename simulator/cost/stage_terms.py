@@ -206,6 +206,9 @@ class StageTerms:
         # attention shape terms (0 for parts without a kernel profile): FlashAttention's
         # per-query work as `half_keys` extra keys, decode's per-request KV tokens
         half_keys = getattr(k, "attn_half_keys", 0.0)
+        if getattr(k, "attn_causal_tile_s", 0.0):  # every prefill query is causal: its diagonal
+            a_peak = acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
+            half_keys += k.causal_keys(a_peak * p.attn_compute_efficiency, acc.sm_count, hd)
         req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
