@@ -214,18 +214,16 @@ def _layer_floor(arch: str, f: dict[str, Any] | None) -> dict[str, Any]:
         "extra_kernels": tuple((str(k), int(v)) for k, v in (f.get("extra_kernels") or {}).items())}
     if f.get("gemm_kernel_s") is None:
         return out
-    gemm_s, gemms = f["gemm_kernel_s"], f.get("gemm_kernels")
-    if isinstance(gemm_s, bool) or not isinstance(gemm_s, (int, float)) or gemm_s < 0:
-        raise ValueError(f"{KERNELS_FILE}: {arch}.layer_floor.gemm_kernel_s must be a number "
-                         f">= 0, got {gemm_s!r}")
+    gemm_s = _non_negative(f"{arch}.layer_floor.gemm_kernel_s", f["gemm_kernel_s"])
+    gemms = f.get("gemm_kernels")
     if isinstance(gemms, bool) or not isinstance(gemms, int) or not 0 <= gemms <= kernels:
         raise ValueError(f"{KERNELS_FILE}: {arch}.layer_floor.gemm_kernels must be a whole "
                          f"number from 0 to layer_floor.kernels ({kernels:g}) when gemm_kernel_s "
                          f"is given, got {gemms!r}")
-    out.update(gemm_kernel_s=float(gemm_s), gemm_kernels=gemms,
+    out.update(gemm_kernel_s=gemm_s, gemm_kernels=gemms,
                extra_gemm_kernels=tuple((str(k), int(v)) for k, v in
                                         (f.get("extra_gemm_kernels") or {}).items()),
-               layer_floor_s=(kernels - gemms) * kernel_s + gemms * float(gemm_s))
+               layer_floor_s=(kernels - gemms) * kernel_s + gemms * gemm_s)
     return out
 
 

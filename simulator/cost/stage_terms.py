@@ -41,7 +41,10 @@ class StageTerms:
         sms = acc.sm_count
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
-        kh = k.k_half(peak * eff, sms) if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0
+        def k_half(flops_per_s: float) -> float:  # (0 for parts without a kernel profile)
+            return k.k_half(flops_per_s, sms) if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0
+
+        kh = k_half(peak * eff)
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -65,8 +68,7 @@ class StageTerms:
                         else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
             out["lm_head"] = LinearCost(
                 gem, 1, ab_peak, bf16_eff, tile, acc.sm_count, table_rows=1024,
-                k_half=(k.k_half(ab_peak * bf16_eff, sms)
-                        if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0))
+                k_half=k_half(ab_peak * bf16_eff))
         return out
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
@@ -252,7 +254,8 @@ class StageTerms:
     def _layer_floor(self, s: int, L: int) -> float:
         """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
         the part's default kernel floor, its seconds per dependent kernel x the kernels of each
-        layer (more for MoE, shared-expert, MLA and q/k-norm layers; kernels.yaml)."""
+        layer (more for MoE, shared-expert, MLA and q/k-norm layers; the dense GEMM kernels at
+        `gemm_kernel_s` where the part has one; kernels.yaml)."""
         p, k, m = self.params, self.kernels, self.model
         floor = getattr(k, "layer_floor_s", 0.0)
         if not (floor and p.device is None and p.layer_overhead_s == floor):
