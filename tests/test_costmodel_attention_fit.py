@@ -27,27 +27,29 @@ def _fits(table):
 
 
 def test_catalog_is_the_tables_fit():
-    fa3, fa2, fa4 = DIAG.TABLES
+    fa3, fa2, fa4, mi300x, mi355x = DIAG.TABLES
     _, e, h, _ = _fits(fa3)
     hopper = kernel_profile(get_accelerator("h100-sxm"))
     assert hopper.attn_prefill_efficiency == pytest.approx(e, abs=0.003)
     assert hopper.attn_half_keys == pytest.approx(h, abs=4)
     _, _, _, t = _fits(fa2)  # the same GPU's causal tile time (FA2's causal rows)
     assert hopper.attn_causal_tile_s == pytest.approx(t, abs=0.02e-6)
-    _, e, h, t = _fits(fa4)
-    blackwell = kernel_profile(get_accelerator("b200"))
-    assert blackwell.attn_prefill_efficiency == pytest.approx(e, abs=0.003)
-    assert blackwell.attn_half_keys == pytest.approx(h, abs=2)
-    assert blackwell.attn_causal_tile_s == pytest.approx(t, abs=0.02e-6)
+    for table, part in ((fa4, "b200"), (mi300x, "mi300x"), (mi355x, "mi355x")):
+        _, e, h, t = _fits(table)
+        prof = kernel_profile(get_accelerator(part))
+        assert prof.attn_prefill_efficiency == pytest.approx(e, abs=0.003)
+        assert prof.attn_half_keys == pytest.approx(h, abs=2)
+        assert prof.attn_causal_tile_s == pytest.approx(t, abs=0.02e-6)
 
 
 @pytest.mark.parametrize("table", [t for t in DIAG.TABLES if t[2]], ids=lambda t: t[1])
 def test_kvpd_reproduces_the_kernels_it_models(table):
     _, part, _, _, nc, ca = table
     peak = get_accelerator(part).peak_flops("bf16") / 1e12
-    for causal, rows in ((False, nc), (True, ca)):
-        for S, tflops in rows:
-            assert DIAG.kvpd_efficiency(part, S, causal) * peak == pytest.approx(tflops, rel=0.02)
+    ratios = [DIAG.kvpd_efficiency(part, S, causal) * peak / tflops
+              for causal, rows in ((False, nc), (True, ca)) for S, tflops in rows]
+    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.0, abs=0.05)
+    assert max(abs(r - 1) for r in ratios) <= DIAG.ROW_TOLERANCE[part]
 
 
 def test_prefill_queries_pay_the_causal_diagonal_and_explain_says_so():
