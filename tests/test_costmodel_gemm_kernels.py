@@ -112,3 +112,18 @@ def test_moe_and_mla_layers_count_their_own_dense_gemms():
 def test_bad_layer_floor_entries_are_refused(entry, match):
     with pytest.raises(ValueError, match=match):
         _layer_floor("cdna9", entry)
+
+
+def test_moe_models_dense_gemms_pay_the_short_k_term_too():
+    from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost
+
+    prof = kernel_profile(get_accelerator("h100-sxm"))
+    experts = ExpertShape(((384.0, 4096.0), (4096.0, 192.0)), 10, 8, 128, 1)
+    dense = [(4096.0, 1024.0)]  # e.g. a shared expert's down projection at high TP
+
+    def seconds(k_half):
+        return MoELinearCost(dense, experts, prof.grouped_gemm, 989e12, 0.8,
+                             dense_k_half=k_half).compute(64)
+
+    extra = seconds(400.0) - seconds(0.0)
+    assert extra == pytest.approx(64 * 2 * 4096 * 400 / (989e12 * 0.8), rel=1e-9)

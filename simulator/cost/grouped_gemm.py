@@ -82,7 +82,8 @@ class MoELinearCost(LinearCost):
 
     def __init__(self, dense: list[tuple[float, float]], experts: ExpertShape, grouped: GroupedGemm,
                  peak_flops: float, efficiency: float, weight_only: WeightOnly | None = None,
-                 alu_flops: float | None = None, table_rows: int = TABLE_ROWS) -> None:
+                 alu_flops: float | None = None, table_rows: int = TABLE_ROWS,
+                 dense_k_half: float = 0.0) -> None:
         self.experts, self.grouped = experts, grouped
         copies = experts.moe_layers * experts.top_k / experts.ep  # expert GEMMs per token
         folded = [(n * copies, kk) for n, kk in experts.gemms]
@@ -90,7 +91,8 @@ class MoELinearCost(LinearCost):
         self._pair_s = (experts.moe_layers * sum(2.0 * n * kk * (kk + grouped.k_half) / kk
                                                  for n, kk in experts.gemms)
                         / (peak_flops * efficiency * grouped.relative))
-        self._dense_flops = sum(2.0 * n * kk for n, kk in dense)
+        # the dense GEMMs' FLOPs per row, with their short-K term (KernelProfile.k_half)
+        self._dense_flops = sum(2.0 * n * (kk + dense_k_half) for n, kk in dense)
         super().__init__(dense + folded, 1, peak_flops, efficiency, None, None, weight_only,
                          alu_flops, table_rows)
         if self.table is None:  # LinearCost tables only shaped (tile / weight-only) costs

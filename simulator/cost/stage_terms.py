@@ -56,7 +56,7 @@ class StageTerms:
         out = {
             "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu, k_half=kh),
             "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu, k_half=kh),
-            "mlp": (self._moe_linear(s, peak, eff, wo, alu) if m.is_moe else LinearCost(
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu, kh) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
                 L, peak, eff, tile, sms, wo, alu, k_half=kh)),
         }
@@ -71,13 +71,15 @@ class StageTerms:
                 k_half=k_half(ab_peak * bf16_eff))
         return out
 
-    def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float) -> LinearCost:
+    def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float,
+                    k_half: float = 0.0) -> LinearCost:
         """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
         pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
         part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
         tile padding, short K, a ceiling below dense: simulator/cost/grouped_gemm.py); without
         them (parts with no kernel profile) they are one dense GEMM with the layer counts
-        folded into the output widths."""
+        folded into the output widths. `k_half`: the dense GEMMs' short-K term (the routed
+        experts' is the grouped GEMM's own)."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         d, kx = m.hidden_size, m.experts_per_token
@@ -98,7 +100,8 @@ class StageTerms:
             gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
             return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
         experts = ExpertShape(self._expert_gemms(), moe, kx, m.num_experts, ep)
-        return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu)
+        return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu,
+                             dense_k_half=k_half)
 
     def _grouped_for_compute(self, g: Any) -> Any:
         """The grouped-GEMM terms at this replica's GEMM precision. W8A8 (fp8 / int8) fused-MoE
