@@ -13,8 +13,14 @@ AMD's asm kernels on MI300X and MI355X).
 
 from __future__ import annotations
 
-import numpy as np
+from functools import cache
 
+import numpy as np
+from gemm_kernels import fit_k  # bench/diagnostics is on sys.path as a script
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import ATTN_QUERY_TILE, kernel_profile
 
@@ -106,27 +112,18 @@ TABLES = [
 ROW_TOLERANCE = {"h100-sxm": 0.02, "b200": 0.02, "mi300x": 0.3, "mi355x": 0.55}
 
 
-def _loss(k, e, h, y):
-    return float(np.sum((np.log(e * k / (k + h)) - y) ** 2))
-
-
 def fit_noncausal(rows, peak: float) -> tuple[float, float]:
-    """Least squares of log(e S / (S + h)) over non-causal (S, TFLOP/s) rows: (e, h)."""
-    S = np.array([r[0] for r in rows], dtype=np.float64)
-    y = np.log([r[1] * 1e12 / peak for r in rows])
-
-    def e_of(h):
-        return float(np.exp(np.mean(y - np.log(S / (S + h)))))
-
-    h = min(range(1, 3001), key=lambda h: _loss(S, e_of(h), h, y))
-    return e_of(h), float(h)
+    """Least squares of log(e S / (S + h)) over non-causal (S, TFLOP/s) rows: (e, h)
+    (`gemm_kernels.fit_k`, every row weighted alike)."""
+    return fit_k([(S, 1, tf * 1e12 / peak) for S, tf in rows])
 
 
 def fit_causal_keys(rows, peak: float, e: float, h: float) -> float:
     """Extra keys per query the causal rows need beyond e k / (k + h), k = (S + 1) / 2."""
     k = np.array([(r[0] + 1) / 2 for r in rows], dtype=np.float64)
     y = np.log([r[1] * 1e12 / peak for r in rows])
-    return float(min(range(0, 3001), key=lambda c: _loss(k, e, h + c, y)))
+    return float(min(range(0, 3001),
+                     key=lambda c: float(np.sum((np.log(e * k / (k + h + c)) - y) ** 2))))
 
 
 def tile_seconds(keys: float, e: float, peak: float, sm_count: int) -> float:
@@ -134,15 +131,20 @@ def tile_seconds(keys: float, e: float, peak: float, sm_count: int) -> float:
     return keys * ATTN_QUERY_TILE * 4.0 * HEAD_DIM / (e * peak / sm_count)
 
 
+@cache
+def _cost_model(part: str) -> CostModel:
+    return CostModel("llama-3-8b", part, "bf16")  # a head-dim-128 model
+
+
 def kvpd_efficiency(part: str, S: int, causal: bool) -> float:
-    """kvpd's FlashAttention efficiency for one prompt of S tokens (fraction of BF16 peak)."""
-    acc = get_accelerator(part)
-    k = kernel_profile(acc)
-    e, h = k.attn_prefill_efficiency, k.attn_half_keys
-    keys = (S + 1) / 2 if causal else S
+    """kvpd's FlashAttention efficiency for one prompt of S tokens (fraction of BF16 peak):
+    causal, the cost model's own (the `attn_prefill` op of a one-prompt step); non-causal,
+    which kvpd never prices, the curve of the part's `efficiency` and `half_keys`."""
     if causal:
-        h += k.causal_keys(acc.peak_flops("bf16") * e, acc.sm_count, HEAD_DIM)
-    return e * keys / (keys + h)
+        step = explain_step(_cost_model(part), BatchShape.from_lists([S], [0]))
+        return next(op for op in step.ops if op.name == "attn_prefill").efficiency
+    k = kernel_profile(get_accelerator(part))
+    return k.attn_prefill_efficiency * S / (S + k.attn_half_keys)
 
 
 def main() -> None:

@@ -197,8 +197,7 @@ def kvpd_us(part: str, row, elem_bytes: int) -> float:
     """kvpd's seconds (us) of one memory-bound GEMM of `row` on `part` (catalog defaults)."""
     acc = get_accelerator(part)
     k = kernel_profile(acc)
-    fixed = k.gemm_kernel_s if k.gemm_kernel_s is not None else k.kernel_s
-    return (fixed + weight_mb(row, elem_bytes) * 1e6
+    return (k.dense_gemm_kernel_s + weight_mb(row, elem_bytes) * 1e6
             / (k.weight_stream_efficiency * acc.mem_bw_bytes_per_s)) * 1e6
 
 
@@ -214,7 +213,7 @@ def main() -> None:
             print(f"  fit over {len(rows)} GEMMs ({min(weight_mb(r, eb) for r in rows):.1f}-"
                   f"{max(weight_mb(r, eb) for r in rows):.0f} MB of weights): t = {c * 1e6:.2f} us "
                   f"+ bytes / ({e:.3f} x {peak:.1f} TB/s)")
-        fixed = k.gemm_kernel_s if k.gemm_kernel_s is not None else k.kernel_s
+        fixed = k.dense_gemm_kernel_s
         print(f"  kvpd ({k.arch}): {fixed * 1e6:.2f} us + bytes / ({k.weight_stream_efficiency} x "
               f"{peak:.1f} TB/s); kvpd / measured: median {statistics.median(ratios):.2f}, "
               f"range {min(ratios):.2f}-{max(ratios):.2f}")

@@ -72,7 +72,7 @@ def _shape_note(lc: Any, rows: float) -> str:
     bits = []
     if lc.tile and lc.sm_count:
         bits.append(f"{lc.tile[0]}x{lc.tile[1]} tiles over {lc.sm_count} SMs")
-    if getattr(lc, "k_half", 0.0):
+    if lc.k_half:
         bits.append(f"K/(K+{lc.k_half:.0f})")
     if lc.weight_only is not None:
         bits.append(f"dequantized every {lc.weight_only.rows_per_pass} rows")

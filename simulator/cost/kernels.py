@@ -108,6 +108,17 @@ class KernelProfile:
         return (self.attn_causal_tile_s * flops_per_s / sm_count
                 / (ATTN_QUERY_TILE * 4.0 * head_dim))
 
+    def prefill_half_keys(self, flops_per_s: float, sm_count: int | None, head_dim: int) -> float:
+        """A prefill query's fixed FlashAttention work in keys: `attn_half_keys` plus the
+        causal diagonal's (`causal_keys`; every serving prefill query is causal)."""
+        return self.attn_half_keys + self.causal_keys(flops_per_s, sm_count, head_dim)
+
+    @property
+    def dense_gemm_kernel_s(self) -> float:
+        """One dense GEMM kernel's fixed seconds: `gemm_kernel_s` where the part has GEMM
+        kernel tables, else its share of the layer floor (`kernel_s`)."""
+        return self.kernel_s if self.gemm_kernel_s is None else self.gemm_kernel_s
+
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
         MoE routing and grouped GEMMs (on an MoE layer), shared experts, MLA's projections,
@@ -120,10 +131,8 @@ class KernelProfile:
         """Seconds one layer's dense GEMM kernels add to `kernel_s` x `layer_kernels`: each
         costs `gemm_kernel_s` in its place (0 without GEMM kernel tables). The fused-MoE
         GEMMs are priced by `grouped_gemm.call_s` instead."""
-        if self.gemm_kernel_s is None:
-            return 0.0
         n = self._count(self.gemm_kernels, self.extra_gemm_kernels, model, moe_layer)
-        return n * (self.gemm_kernel_s - self.kernel_s)
+        return n * (self.dense_gemm_kernel_s - self.kernel_s)
 
     @staticmethod
     def _count(n: float, extras: tuple[tuple[str, int], ...], model: Any, moe_layer: bool) -> float:
@@ -266,6 +275,12 @@ class NoKernels:
 
     arch: str = ""
     weight_only: None = None
+
+    def k_half(self, flops_per_s: float, sm_count: int | None) -> float:
+        return 0.0
+
+    def prefill_half_keys(self, flops_per_s: float, sm_count: int | None, head_dim: int) -> float:
+        return 0.0
 
 
 NO_KERNELS = NoKernels()

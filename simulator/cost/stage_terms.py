@@ -41,10 +41,7 @@ class StageTerms:
         sms = acc.sm_count
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
-        def k_half(flops_per_s: float) -> float:  # (0 for parts without a kernel profile)
-            return k.k_half(flops_per_s, sms) if getattr(k, "gemm_tile_fixed_s", 0.0) else 0.0
-
-        kh = k_half(peak * eff)
+        kh = k.k_half(peak * eff, sms)  # (0 for parts without a kernel profile)
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -68,7 +65,7 @@ class StageTerms:
                         else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
             out["lm_head"] = LinearCost(
                 gem, 1, ab_peak, bf16_eff, tile, acc.sm_count, table_rows=1024,
-                k_half=k_half(ab_peak * bf16_eff))
+                k_half=k.k_half(ab_peak * bf16_eff, sms))
         return out
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float,
@@ -209,11 +206,10 @@ class StageTerms:
         send = raw.get("pp_send", (0.0, 0.0))
         head = lin.get("lm_head")
         # attention shape terms (0 for parts without a kernel profile): FlashAttention's
-        # per-query work as `half_keys` extra keys, decode's per-request KV tokens
-        half_keys = getattr(k, "attn_half_keys", 0.0)
-        if getattr(k, "attn_causal_tile_s", 0.0):  # every prefill query is causal: its diagonal
-            a_peak = acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
-            half_keys += k.causal_keys(a_peak * p.attn_compute_efficiency, acc.sm_count, hd)
+        # per-query work (the causal diagonal's included) as `half_keys` extra keys, decode's
+        # per-request KV tokens
+        a_peak = acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
+        half_keys = k.prefill_half_keys(a_peak * p.attn_compute_efficiency, acc.sm_count, hd)
         req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
