@@ -91,6 +91,9 @@ def test_moe_prefill_slower_than_dense_pricing_and_explained():
     ("qwen3-235b-a22b", "mi300x", 4, "bf16", 16, 218.24),
     ("qwen3-235b-a22b", "mi300x", 8, "bf16", 16, 116.72),
     ("qwen3-235b-a22b", "mi300x", 8, "bf16", 256, 194.35),
+    # ROCm/aiter a8w8_blockscale_tuned_fmoe_ds_v3.csv (MI355X, CK 2-stage, shared expert fused)
+    ("deepseek-v3", "mi355x", 4, "fp8", 16, 211.27),
+    ("deepseek-v3", "mi355x", 4, "fp8", 256, 515.70),
 ])
 def test_decode_experts_reproduce_the_published_kernel_times(model, hw, tp, dtype, M, measured_us):
     """Memory-bound routed experts: a fixed time per fused_experts call plus each GEMM's weights
@@ -103,3 +106,21 @@ def test_decode_experts_reproduce_the_published_kernel_times(model, hw, tp, dtyp
     ops = {o.name: o for o in cm.explain(BatchShape.from_lists([1] * M, [64] * M)).ops}
     per_layer = ops["moe_experts"].time_s / cm.model.num_moe_layers + cm.kernels.grouped_gemm.call_s
     assert per_layer * 1e6 == pytest.approx(measured_us, rel=0.12)
+
+
+def test_cdna_compute_bound_experts_follow_amds_tables():
+    """From COMPUTE_BOUND_M tokens on, each CDNA arch's grouped_gemm.relative is the fit of its
+    own BF16 fused-MoE tables (aiter CK kernels): the geometric mean of kvpd / measured is 1
+    there, and no row is off by more than 15%."""
+    import math
+    import statistics
+
+    from tests.bench_helpers import load_diagnostic
+
+    diag = load_diagnostic("moe_kernels")
+    for part in ("mi300x", "mi355x"):
+        relative, ratios = diag.fit_relative(part)
+        assert kernel_profile(get_accelerator(part)).grouped_gemm.relative == pytest.approx(
+            relative, abs=0.005)
+        assert math.exp(statistics.fmean(math.log(r) for r in ratios)) == pytest.approx(1, abs=0.01)
+        assert all(0.85 <= r <= 1.15 for r in ratios), (part, ratios)

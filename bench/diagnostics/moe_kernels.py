@@ -10,17 +10,23 @@ share of those five kernels, `layer_floor.kernel_s` x 5).
     python bench/diagnostics/moe_kernels.py
 
 Every row names its source. The NVIDIA tables are the ones `grouped_gemm.stream_efficiency` and
-`call_s` were fitted to; the MI300X ones (AMD's own CK kernels) are a check of the cdna3 entry,
-which has no grouped-GEMM fit (its experts stream at the dense GEMMs' fitted figure). Read with
-care: the A100-PCIe part is priced as the catalog's a100-40gb-sxm (same 1,555 GB/s HBM).
+`call_s` were fitted to. AMD's own CK kernels (aiter's tuned fused-MoE tables) set the CDNA
+entries: cdna3's `stream_efficiency` and `call_s` from the MI300X rows up to 512 tokens, and
+each CDNA arch's `relative` (the compute-bound rate) from its rows from `COMPUTE_BOUND_M` tokens
+on (`fit_relative`). Read with care: the A100-PCIe part is priced as the catalog's a100-40gb-sxm
+(same 1,555 GB/s HBM).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.costmodel import CostModel
-from simulator.cost.kernels import FUSED_EXPERTS_KERNELS
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.kernels import FUSED_EXPERTS_KERNELS, kernel_profile
 
 # (label, model, hardware, tp, dtype, {M tokens: measured us}, source)
 ROWS = [
@@ -42,15 +48,40 @@ ROWS = [
      "SGLang PR #11730 (without the tuned kernel)"),
     ("Qwen3-235B-A22B bf16, MI300X, TP4 (E=128 N=384, aiter CK 2-stage, tuned)", "qwen3-235b-a22b",
      "mi300x", 4, "bf16", {1: 34.06, 2: 52.66, 4: 84.43, 8: 147.94, 16: 218.24, 32: 302.34,
-                           64: 338.29, 128: 351.88, 256: 356.61, 512: 412.15},
+                           64: 338.29, 128: 351.88, 256: 356.61, 512: 412.15, 1024: 525.16,
+                           2048: 719.66, 4096: 1277.81, 8192: 2220.84, 16384: 4216.91,
+                           32768: 7767.44},
      "ROCm/aiter e4048607a5 aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv, "
      "cu_num 304, inter_dim 384, column us"),
     ("Qwen3-235B-A22B bf16, MI300X, TP8 (E=128 N=192, aiter CK 2-stage, tuned)", "qwen3-235b-a22b",
      "mi300x", 8, "bf16", {1: 32.71, 2: 43.87, 4: 53.37, 8: 82.86, 16: 116.72, 32: 154.69,
-                           64: 171.60, 128: 181.89, 256: 194.35, 512: 234.85},
+                           64: 171.60, 128: 181.89, 256: 194.35, 512: 234.85, 1024: 300.73,
+                           2048: 475.13, 4096: 810.57, 8192: 1497.06, 16384: 2874.94,
+                           32768: 5610.76},
      "ROCm/aiter e4048607a5 aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv, "
      "cu_num 304, inter_dim 192, column us"),
+    ("Qwen3-235B-A22B bf16, MI355X, TP4 (E=128 N=384, aiter CK 2-stage, tuned)", "qwen3-235b-a22b",
+     "mi355x", 4, "bf16", {1: 34.90, 2: 44.94, 4: 55.21, 8: 92.50, 16: 140.70, 32: 196.10,
+                           64: 211.06, 128: 214.75, 256: 220.75, 512: 234.71, 1024: 292.03,
+                           2048: 424.92, 4096: 657.42, 8192: 1190.52, 16384: 2245.70,
+                           32768: 4061.06},
+     "ROCm/aiter e4048607a5 aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv, "
+     "cu_num 256 (gfx950), inter_dim 384, column us"),
+    # a check, not fitted: the shared expert runs inside AMD's call as a 257th expert (top-9);
+    # kvpd's moe_experts op holds it as a dense GEMM (and the 3 dense layers' MLPs, spread over
+    # the 58 MoE layers here: ~1 us per layer at decode, ~2% at 8,192 tokens)
+    ("DeepSeek-V3 fp8 block-scale, MI355X, TP4 (E=256+1 shared, N=512, aiter CK 2-stage, tuned)",
+     "deepseek-v3", "mi355x", 4, "fp8", {1: 56.84, 2: 62.72, 4: 78.65, 8: 128.17, 16: 211.27,
+                                          32: 328.35, 64: 418.70, 128: 472.00, 256: 515.70,
+                                          512: 540.50, 1024: 673.68, 2048: 873.59,
+                                          4096: 1294.01, 8192: 2305.85},
+     "ROCm/aiter e4048607a5 aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_ds_v3.csv, "
+     "cu_num 256 (gfx950), inter_dim 512, column us (its inter_dim 256 rows repeat one time "
+     "from 1,024 tokens on and are left out)"),
 ]
+# From this many tokens on the fused experts are compute-bound in every table above: the CDNA
+# grouped_gemm `relative` (kernels.yaml) is fitted to these rows of AMD's own tables
+COMPUTE_BOUND_M = 2048
 
 
 def kvpd_us(cm: CostModel, m: int) -> float:
@@ -62,6 +93,21 @@ def kvpd_us(cm: CostModel, m: int) -> float:
     return (ops["moe_experts"].time_s / layers + call) * 1e6
 
 
+def fit_relative(part: str) -> tuple[float, list[float]]:
+    """The `grouped_gemm.relative` of `part`'s arch that makes kvpd's compute-bound expert time
+    match its BF16 tables (the rows of `part` from COMPUTE_BOUND_M tokens on) in geometric mean:
+    the catalog's value x that mean of kvpd / measured (the time there is the grouped GEMM's
+    compute, inversely proportional to `relative`), and those ratios at the catalog value."""
+    ratios = []
+    for _, model, hw, tp, dtype, measured, _ in ROWS:
+        if hw != part or dtype != "bf16":  # (relative is the BF16 kernel's; fp8_speedup scales it)
+            continue
+        cm = CostModel(model, hw, dtype, tp=tp)
+        ratios += [kvpd_us(cm, m) / us for m, us in measured.items() if m >= COMPUTE_BOUND_M]
+    relative = kernel_profile(get_accelerator(part)).grouped_gemm.relative
+    return relative * math.exp(statistics.fmean(math.log(r) for r in ratios)), ratios
+
+
 def main() -> None:
     for label, model, hw, tp, dtype, measured, source in ROWS:
         cm = CostModel(model, hw, dtype, tp=tp)
@@ -70,6 +116,12 @@ def main() -> None:
         for m, us in measured.items():
             got = kvpd_us(cm, m)
             print(f"  {m:5d} {us:12.1f} {got:9.1f} {got / us:10.2f}")
+    for part in ("mi300x", "mi355x"):
+        rel, ratios = fit_relative(part)
+        print(f"{part}: from {COMPUTE_BOUND_M} tokens on, kvpd / measured "
+              f"{min(ratios):.2f}-{max(ratios):.2f} (geometric mean "
+              f"{math.exp(statistics.fmean(math.log(r) for r in ratios)):.3f}): the fitted "
+              f"grouped_gemm.relative is {rel:.3f}")
 
 
 if __name__ == "__main__":
