@@ -3,6 +3,9 @@ expert, BLOCK_SIZE_M padding, short-K pipeline fill, a ceiling below dense GEMMs
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 
 from simulator.core.batch_shape import BatchShape
@@ -11,6 +14,7 @@ from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, block_m, pad
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import GroupedGemm, kernel_profile
 from simulator.cost.params import CostParams
+from tests.bench_helpers import load_diagnostic
 
 G = GroupedGemm(relative=0.73, block_m=(16, 128), k_half=128.0)
 
@@ -112,11 +116,6 @@ def test_cdna_compute_bound_experts_follow_amds_tables():
     """From COMPUTE_BOUND_M tokens on, each CDNA arch's grouped_gemm.relative is the fit of its
     own BF16 fused-MoE tables (aiter CK kernels): the geometric mean of kvpd / measured is 1
     there, and no row is off by more than 15%."""
-    import math
-    import statistics
-
-    from tests.bench_helpers import load_diagnostic
-
     diag = load_diagnostic("moe_kernels")
     for part in ("mi300x", "mi355x"):
         relative, ratios = diag.fit_relative(part)
