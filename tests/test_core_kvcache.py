@@ -49,20 +49,18 @@ def test_prefix_hit_after_free_and_full_hit_rule():
     assert kvm.get_computed_blocks(d)[1] == 0
 
 
-def test_hit_blocks_carry_the_same_tokens_and_collisions_are_refused(monkeypatch):
+def test_hit_blocks_carry_the_same_tokens_and_collisions_are_refused():
     kvm = KVCacheManager(num_gpu_blocks=8, block_size=2)
     a = _req("a", [1, 2, 3, 4, 5])
     kvm.allocate_slots(a, 5)
     kvm.free(a)
-    import simulator.core.block_hash as bh
+    from simulator.core.block_hash import hash_token_block
 
-    monkeypatch.setattr(bh, "hash_token_block", lambda parent, tokens: 42 if parent is None else hash((parent, 0)))
     b = _req("b", [9, 9, 3, 4, 5])
-    b.block_hashes.clear()
-    # force a fake hash-equal first block with different tokens
+    # a block registered under b's first-block hash but holding other tokens: a hash collision
     kvm.block_pool.cached_hash_to_block.clear()
     blk = kvm.block_pool.get_new_blocks(1)[0]
-    kvm.block_pool.cache_block(blk, 42, (1, 2))
+    kvm.block_pool.cache_block(blk, hash_token_block(None, (9, 9)), (1, 2))
     hits, n = kvm.get_computed_blocks(b)
     assert n == 0 and kvm.num_collisions == 1
 

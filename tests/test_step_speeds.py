@@ -34,10 +34,10 @@ def serving_like_shapes(seed: int = 0) -> list[BatchShape]:
     for _ in range(40):
         n = int(rng.integers(1, 16))
         shapes.append(BatchShape.from_lists([int(rng.integers(16, 256))] + [1] * n,
-                                            [0] + list(rng.integers(16, 900, n))))
+                                            [0] + rng.integers(16, 900, n).tolist()))
     for _ in range(120):
         n = int(rng.integers(1, 32))
-        shapes.append(BatchShape.from_lists([1] * n, list(rng.integers(16, 1500, n))))
+        shapes.append(BatchShape.from_lists([1] * n, rng.integers(16, 1500, n).tolist()))
     return shapes
 
 

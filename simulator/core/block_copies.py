@@ -7,12 +7,42 @@ charges their link time), or None when nothing changed.
 
 from __future__ import annotations
 
-from simulator.core.block_pool import NULL_BLOCK
+from collections import deque
+
+from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
 from simulator.core.request import Request
 
 
 class BlockCopies:
-    """Fork and swap of a `KVCacheManager` (see the module docstring)."""
+    """Fork and swap of a `KVCacheManager` (see the module docstring). The manager's state
+    and methods it uses are declared here (set and defined by `KVCacheManager`), so the
+    compiled core lays them out once."""
+
+    block_size: int
+    block_pool: BlockPool
+    sliding_window: int
+    req_to_blocks: dict[str, list[KVCacheBlock]]
+    req_to_block_ids: dict[str, list[int]]
+    num_cached_blocks: dict[str, int]
+    num_skipped_blocks: dict[str, int]
+    free_cpu_blocks: deque[int]
+    req_to_cpu_blocks: dict[str, list[int]]
+    cpu_skipped_blocks: dict[str, int]
+    num_swapped_out_blocks: int
+    num_swapped_in_blocks: int
+
+    def free(self, request: Request, preempted: bool = False) -> None:
+        raise NotImplementedError  # KVCacheManager.free
+
+    def _free_slid_out(self, rid: str, blocks: list[KVCacheBlock], num_computed: int) -> None:
+        raise NotImplementedError  # KVCacheManager._free_slid_out
+
+    @staticmethod
+    def _no_blocks_cached(request: Request) -> int:
+        raise NotImplementedError  # KVCacheManager._no_blocks_cached
+
+    def _note_usage(self) -> None:
+        raise NotImplementedError  # KVCacheManager._note_usage
 
     def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
         """Give `child` the parent's computed blocks: full blocks are shared; a partial last

@@ -80,6 +80,7 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
             hashes.append(parent)
     else:
         trace_ids = request.prompt_hash_ids
+        assert trace_ids is not None  # (not length-only, no token ids: trace hashes)
         tb = request.hash_block_size
         for i in range(have, num_blocks):
             first = (i * block_size) // tb

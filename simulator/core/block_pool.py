@@ -14,7 +14,9 @@ a hash (no caller of the core does) searches the queue for it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
+from typing import cast
 
 _BLOCK_ID = attrgetter("block_id")
 
@@ -105,19 +107,20 @@ class BlockPool:
         if not num_blocks:
             return out, out_ids
         queue, head = self._queue, self._head
-        if not self._num_holes:
-            popped = queue[head:head + num_blocks]
+        popped: list[KVCacheBlock]
+        if not self._num_holes:  # (no hole: no None among them)
+            popped = cast("list[KVCacheBlock]", queue[head:head + num_blocks])
             ids = self._queue_ids[head:head + num_blocks]
             head += num_blocks
         else:
             popped, ids = [], []
             queue_ids = self._queue_ids
             while len(popped) < num_blocks:
-                block = queue[head]
-                if block is None:
+                entry = queue[head]
+                if entry is None:
                     self._num_holes -= 1
                 else:
-                    popped.append(block)
+                    popped.append(entry)
                     ids.append(queue_ids[head])
                 head += 1
         if head > self.compact_after and 2 * head > len(queue):  # drop the taken prefix
@@ -138,13 +141,14 @@ class BlockPool:
         return popped, ids
 
     def _evict(self, block: KVCacheBlock) -> None:
-        if self.cached_hash_to_block.get(block.block_hash) is block:
-            del self.cached_hash_to_block[block.block_hash]
+        h = block.block_hash
+        if h is not None and self.cached_hash_to_block.get(h) is block:
+            del self.cached_hash_to_block[h]
         block.block_hash = None
         block.token_ids = None
         self.num_evictions += 1
 
-    def touch(self, blocks: list[KVCacheBlock]) -> None:
+    def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Take a reference on cached blocks (prefix hits or sharing), reviving free ones."""
         queue = self._queue
         for block in blocks:

@@ -42,8 +42,10 @@ class BurstCore(Protocol):
     kv_cache_manager: KVCacheManager
     block_size: int
     running: list[Request]
-    waiting: Sized
     burst_past_finishes: bool
+
+    @property
+    def waiting(self) -> Sized: ...
 
 
 def _remaining(out: SchedulerOutput) -> list[int]:

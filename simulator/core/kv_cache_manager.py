@@ -18,7 +18,9 @@ executor copies tensors and the simulator charges link time.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from simulator.core.block_copies import BlockCopies
 from simulator.core.block_hash import extend_block_hashes, is_length_only
@@ -213,12 +215,12 @@ class KVCacheManager(BlockCopies):
             run = run + 1 if block is not None else 0
             if run >= need or run == i + 1:
                 best = i + 1
-        real = min(need, best)
-        return [NULL_BLOCK] * (best - real) + found[best - real:best], best * bs
+        real = min(need, best)  # (the last `real` of the best run: none is None)
+        return [NULL_BLOCK] * (best - real) + cast("list[KVCacheBlock]", found[best - real:best]), best * bs
 
     # ---- allocation ----
     def can_allocate(
-        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVCacheBlock] = ()
+        self, request: Request, num_new_tokens: int, new_computed_blocks: Sequence[KVCacheBlock] = ()
     ) -> bool:
         blocks = self.req_to_blocks.get(request.request_id)
         have = (len(blocks) if blocks else 0) + len(new_computed_blocks)
@@ -231,7 +233,7 @@ class KVCacheManager(BlockCopies):
         self,
         request: Request,
         num_new_tokens: int,
-        new_computed_blocks: list[KVCacheBlock] = (),
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
         cache: bool = True,
     ) -> bool:
         """Make room for `num_new_tokens` after the request's computed tokens (plus the
@@ -380,6 +382,7 @@ class KVCacheManager(BlockCopies):
         self.num_cached_blocks.pop(rid, None)
         skipped = self.num_skipped_blocks.pop(rid, 0)
         if blocks:
+            assert ids is not None  # (popped with the blocks)
             if skipped:
                 self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
             else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -52,7 +53,7 @@ class SamplingParams:
     n: int = 1
     max_tokens: int = 16
     min_tokens: int = 0
-    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids: Sequence[int] = ()  # kept as a tuple of ints (__post_init__)
     ignore_eos: bool = False
     # log-probabilities to return per output token: None = none; k >= 0 = the sampled token's
     # and the k most likely tokens' (vLLM's `logprobs`: of the raw model output, before

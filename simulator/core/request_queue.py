@@ -52,7 +52,9 @@ class PriorityQueue:
         heapq.heappush(self._heap, (req.priority, req.arrival_time, next(self._seq), req))
         self._live += 1
 
-    prepend = add  # a preempted request keeps its (priority, arrival) rank
+    def prepend(self, req: Request) -> None:
+        """A preempted request comes back: it keeps its (priority, arrival) rank."""
+        self.add(req)
 
     def _clean(self) -> None:
         heap = self._heap

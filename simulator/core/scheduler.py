@@ -15,6 +15,7 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
+from simulator.core.block_pool import KVCacheBlock
 from simulator.core.capacity import blocks_to_completion, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.decode_burst import max_decode_burst, update_burst
@@ -233,10 +234,12 @@ class Scheduler(PDHandoff, ParallelSampling):
                 if need > kvm.num_free_blocks:
                     break
                 mapping = kvm.swap_in(req)
+                assert mapping is not None  # (the blocks it needs are free: checked above)
                 req.is_swapped = False
                 out.blocks_to_swap_in.extend(mapping)
                 out.swap_in_bytes += len(mapping) * kvm.block_bytes
-                hits, num_hit = [], 0
+                hits: list[KVCacheBlock] = []
+                num_hit = 0
             else:
                 # an unforked parent must compute >= 1 prompt token before its fork point
                 fork_limit = (req.num_prompt_tokens - 2 if req.sampling_params.n > 1
