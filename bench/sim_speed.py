@@ -17,6 +17,9 @@ Peak memory is ru_maxrss: of the child, and with (d)'s worker processes the larg
 Vidur, measured on this kind of machine: ~190 simulated requests per wall second.
 
     python bench/sim_speed.py [--cases abcdef] [--ab 3] [--base REV] [--json]
+
+With `KVPD_NATIVE=1` (after `kvpd native build`) this checkout's runs use the core compiled
+with mypyc; the printout says which core ran.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def _scenario(case: str) -> dict:
 def _child(case: str, conn) -> None:
     sys.path.insert(0, str(REPO))
     import workloads
+    from simulator import native
     from simulator import run as run_mod
     from simulator.scenario import scenario_from_dict
 
@@ -101,6 +105,7 @@ def _child(case: str, conn) -> None:
         "steps": s["sim"]["num_steps"], "ttft_p50_ms": s["ttft_s"]["p50"] * 1e3,
         "tpot_p50_ms": s["tpot_s"]["p50"] * 1e3, "simulated_s": s["sim"]["simulated_s"],
         "busy": max(s["replica_busy_fraction"].values()),
+        "native": native.active(),
     })
 
 
@@ -125,6 +130,9 @@ def cases(which: str, rows: dict) -> None:
         print(f"{LABELS[case]:34s} {r['requests']:9d} {r['wall_s']:8.2f} {r['cpu_s']:7.2f} "
               f"{peak:>8s} {r['req_per_s']:11.0f} {r['req_per_s'] / 190:8.1f} {r['steps']:9d} "
               f"{r['ttft_p50_ms']:12.1f} {r['tpot_p50_ms']:12.2f} {r['busy']:5.2f}", flush=True)
+    native_cases = [c for c, r in rows.items() if r.get("native")]
+    print("core: " + (f"native (KVPD_NATIVE=1, `kvpd native build`) in {''.join(native_cases)}"
+                      if native_cases else "pure Python"))
     print("targets: (a) < 10 s; (b) < 60 s and < 2048 MB; (d) < 60 s and < 2048 MB "
           "(peak: the run's process + its largest worker)")
 
@@ -152,8 +160,12 @@ def ab(n: int, base_rev: str, rows: dict) -> None:
                                      capture_output=True, text=True, check=True)
                 wall, cpu, _ = out.stdout.split()
                 times[name].append((float(wall), float(cpu)))
+        sys.path.insert(0, str(REPO))
+        from simulator import native
+
         print(f"\n(e) Azure conv 19,366 requests, 1x H100: {base_rev} vs this checkout, "
-              f"alternating, {n} runs each")
+              f"alternating, {n} runs each; this checkout's core: "
+              f"{'native (KVPD_NATIVE=1)' if native.wanted() else 'pure Python'}")
         for i, (b, w) in enumerate(zip(times["base"], times["new"])):
             print(f"  run {i + 1}: base wall {b[0]:6.2f} s cpu {b[1]:6.2f} s | new wall {w[0]:6.2f} s "
                   f"cpu {w[1]:6.2f} s | ratio wall {b[0] / w[0]:5.2f} cpu {b[1] / w[1]:5.2f}")

@@ -16,6 +16,7 @@ import sys
 COMMAND_MODULES: list[str] = [
     "kvpd.commands.simulate",
     "kvpd.commands.version",
+    "kvpd.commands.native",
     "kvpd.commands.trace",
     "kvpd.commands.estimate",
     "kvpd.commands.hardware",
