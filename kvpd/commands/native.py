@@ -7,10 +7,10 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "native", help="compile the shared core with mypyc (about 1.5x faster simulations)",
+        "native", help="compile the shared core with mypyc (about 1.6x faster simulations)",
         description="Compile simulator/core with mypyc into a cache folder; with KVPD_NATIVE=1 "
                     "kvpd loads it whenever it matches the sources (same results, about "
-                    "1.5x faster simulations). Needs a C compiler and mypy: pip install -e \".[native]\".")
+                    "1.6x faster simulations). Needs a C compiler and mypy: pip install -e \".[native]\".")
     p.add_argument("action", choices=("build", "status", "clean"))
     p.set_defaults(func=run)
 

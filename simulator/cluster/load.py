@@ -12,18 +12,19 @@ are measured from when it was sent, as benchmark clients measure them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import simpy
 
 from simulator.core.request import Request
+from simulator.core.scheduler import Scheduler
 
 
 class ClosedLoop:
     """Sends `requests` (in order) through `submit`, never more than `max_concurrency` at once;
     call `on_finished` with every finished request."""
 
-    def __init__(self, env: simpy.Environment, requests: list[Request],
+    def __init__(self, env: simpy.Environment, requests: Iterable[Request],
                  submit: Callable[[Request], None], max_concurrency: int) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -59,7 +60,8 @@ class ClosedLoop:
             self.submit(req)
 
 
-def open_loop(env: simpy.Environment, requests: list[Request], submit: Callable[[Request], None]):
+def open_loop(env: simpy.Environment, requests: Iterable[Request],
+              submit: Callable[[Request], None]):
     """Sends each request at its arrival time (a SimPy process body)."""
     for req in requests:
         delay = req.arrival_time - env.now
@@ -69,7 +71,7 @@ def open_loop(env: simpy.Environment, requests: list[Request], submit: Callable[
 
 
 def check_servable(source: str, keys: list[str], requests: list[Request],
-                   pools: list[tuple[str, object]]) -> None:
+                   pools: list[tuple[str, Scheduler]]) -> None:
     """Refuse a benchmark-style load (`keys`, "key = value") some of whose requests no replica
     could ever serve: each (role, scheduler) in `pools` gives its `rejection_reason` (longer than
     max_model_len, or - under either capacity policy - a prompt + max_tokens past the whole KV
