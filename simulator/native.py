@@ -37,7 +37,7 @@ PACKAGE = Path(__file__).resolve().parent  # simulator/
 MODULES = tuple(f"simulator.core.{m}" for m in (
     "batch_shape", "block_copies", "block_hash", "block_pool", "capacity", "config",
     "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "request",
-    "request_queue", "scheduler", "scheduler_output")) + (
+    "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
     "simulator.cluster.replica", "simulator.cluster.load")
 
 

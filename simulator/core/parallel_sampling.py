@@ -11,28 +11,15 @@ import dataclasses
 from mypy_extensions import trait
 
 from simulator.core.capacity import blocks_to_completion, max_kv_tokens, reserved_blocks
-from simulator.core.config import SchedulerConfig
-from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.request import Request, RequestStatus
-from simulator.core.request_queue import FCFSQueue, PriorityQueue
+from simulator.core.scheduler_state import SchedulerState
 
 RUNNING = RequestStatus.RUNNING
 
 
 @trait
-class ParallelSampling:
-    """Forking of parallel-sampling children in a `Scheduler` (see the module docstring). A
-    trait, as `PDHandoff`: the scheduler state it reads is declared here."""
-
-    config: SchedulerConfig
-    kv_cache_manager: KVCacheManager
-    block_size: int
-    running: list[Request]
-    waiting: FCFSQueue | PriorityQueue
-    waiting_for_kv: dict[str, Request]
-    requests: dict[str, Request]
-    _pending_copies: list[tuple[int, int]]
-    _no_evict: bool
+class ParallelSampling(SchedulerState):
+    """Forking of parallel-sampling children in a `Scheduler` (see the module docstring)."""
 
     def _make_children(self, parent: Request) -> list[Request]:
         sp = parent.sampling_params

@@ -9,31 +9,16 @@ from __future__ import annotations
 from mypy_extensions import trait
 
 from simulator.core.capacity import promise
-from simulator.core.config import SchedulerConfig
-from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.request import Request, RequestStatus
-from simulator.core.request_queue import FCFSQueue, PriorityQueue
 from simulator.core.scheduler_output import SchedulerOutput
+from simulator.core.scheduler_state import SchedulerState
 
 RUNNING = RequestStatus.RUNNING
 
 
 @trait
-class PDHandoff:
-    """Prefill/decode hand-off of a `Scheduler` (see the module docstring). A trait (a mixin
-    the compiled core can mix in): the scheduler state it reads is declared here and set by
-    `Scheduler.__init__`."""
-
-    config: SchedulerConfig
-    kv_cache_manager: KVCacheManager
-    running: list[Request]
-    waiting: FCFSQueue | PriorityQueue
-    waiting_for_kv: dict[str, Request]
-    transferring: dict[str, Request]
-    requests: dict[str, Request]
-    finished_req_ids: list[str]
-    _kv_ready: list[Request]
-    _no_evict: bool
+class PDHandoff(SchedulerState):
+    """Prefill/decode hand-off of a `Scheduler` (see the module docstring)."""
 
     def _admit_remote(self, req: Request, out: SchedulerOutput, reserved: int = 0) -> bool:
         """Decode role: allocate blocks for a request whose KV comes from a prefill worker
