@@ -2,12 +2,11 @@
 
 `simulator/core/` (and the simulator's step loop) is plain typed Python; mypyc compiles the
 modules in `MODULES` as they are into C extensions that run the same code about 1.6x faster
-on a whole simulation, with identical results. The build goes to a cache
-folder named after what it depends on (the modules' bytes and this Python), never beside
-the sources: an edited core simply stops matching and the pure-Python
-modules load again, so a stale build can never shadow a change. `install()` (run when
-`simulator` is imported) puts a finder first on `sys.meta_path` that serves those modules
-from a matching build when `KVPD_NATIVE=1`.
+on a whole simulation, with identical results. A build goes to a cache folder named after
+what it depends on (the modules' bytes and this Python), never beside the sources: an edited
+module stops matching and the pure-Python modules load again, so a stale build can never
+shadow a change. `install()` (run when `simulator` is imported) puts a finder first on
+`sys.meta_path` that serves those modules from a matching build when `KVPD_NATIVE=1`.
 
 Opt-in: the compiled core checks its annotations, so a caller passing a numpy integer where
 it says `int`, or a list where it says `tuple`, gets a TypeError where Python would have
@@ -39,13 +38,13 @@ MODULES = tuple(f"simulator.core.{m}" for m in (
     "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "request",
     "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
     "simulator.cluster.replica", "simulator.cluster.load")
+ENV = "KVPD_NATIVE"  # "1": load a matching build
+BUILD_TIMEOUT_S = 900
 
 
 def source(module: str) -> Path:
     """The .py file of a dotted module name under `simulator`."""
     return PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
-ENV = "KVPD_NATIVE"  # "1": load a matching build
-BUILD_TIMEOUT_S = 900
 
 
 def cache_root() -> Path:
@@ -87,7 +86,7 @@ def _find_build() -> Path | None:
 
 
 class _Finder:
-    """Serves `simulator.core.<module>` (and mypyc's shared runtime module) from a build."""
+    """Serves the modules of `MODULES` (and mypyc's shared runtime module) from a build."""
 
     def __init__(self, folder: Path) -> None:
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
