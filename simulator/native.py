@@ -40,6 +40,12 @@ MODULES = tuple(f"simulator.core.{m}" for m in (
     "simulator.cluster.replica", "simulator.cluster.load")
 ENV = "KVPD_NATIVE"  # "1": load a matching build
 BUILD_TIMEOUT_S = 900
+SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX"))  # this interpreter's extension modules
+
+
+def _asked() -> bool:
+    """Whether this environment asks for the native core (KVPD_NATIVE=1)."""
+    return os.environ.get(ENV, "0") == "1"
 
 
 def source(module: str) -> Path:
@@ -60,7 +66,7 @@ def _mypyc_version() -> str | None:
         from importlib.metadata import version
 
         return version("mypy")
-    except Exception:  # not installed: nothing can be built, no build can match
+    except Exception:  # not installed: nothing can be built
         return None
 
 
@@ -68,7 +74,7 @@ def build_key() -> str:
     """What a build depends on: the compiled modules' bytes and this interpreter."""
     h = hashlib.sha256()
     h.update(sys.version.encode())
-    h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    h.update(SUFFIX.encode())
     for name in MODULES:
         h.update(name.encode())
         h.update(source(name).read_bytes())
@@ -89,10 +95,9 @@ class _Finder:
     """Serves the modules of `MODULES` (and mypyc's shared runtime module) from a build."""
 
     def __init__(self, folder: Path) -> None:
-        suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        self.paths = {m: folder / f"{m}{suffix}" for m in MODULES}
-        for lib in folder.glob(f"*__mypyc{suffix}"):
-            self.paths[lib.name[:-len(suffix)]] = lib
+        self.paths = {m: folder / f"{m}{SUFFIX}" for m in MODULES}
+        for lib in folder.glob(f"*__mypyc{SUFFIX}"):
+            self.paths[lib.name[:-len(SUFFIX)]] = lib
         self.folder = folder
 
     def find_spec(self, fullname: str, path: object = None,
@@ -114,7 +119,7 @@ def install() -> Path | None:
     global _installed
     if _installed is not None:
         return _installed.folder
-    if os.environ.get(ENV, "0") != "1":
+    if not _asked():
         return None
     if any(m in sys.modules for m in MODULES):
         return None  # the pure modules are already loaded: mixing the two would not work
@@ -128,14 +133,13 @@ def install() -> Path | None:
 
 def wanted() -> bool:
     """Whether a process started now with this environment would load a native build."""
-    return os.environ.get(ENV, "0") == "1" and _find_build() is not None
+    return _asked() and _find_build() is not None
 
 
 def active() -> bool:
     """Whether the core was loaded from a native build."""
     mod = sys.modules.get("simulator.core.scheduler")
-    return mod is not None and str(getattr(mod, "__file__", "")).endswith(
-        str(sysconfig.get_config_var("EXT_SUFFIX")))
+    return mod is not None and str(getattr(mod, "__file__", "")).endswith(SUFFIX)
 
 
 def build(*, quiet: bool = False) -> Path:
@@ -156,16 +160,14 @@ def build(*, quiet: bool = False) -> Path:
                         ignore=shutil.ignore_patterns("__pycache__", "*.so", "catalog"))
         (Path(tmp) / "mypy.ini").write_text(
             "[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n")
-        paths = [str(Path(*m.split(".")).with_suffix(".py")) for m in MODULES]
-        cmd = [sys.executable, "-m", "mypyc", *paths]
+        rel = {m: source(m).relative_to(PACKAGE.parent) for m in MODULES}  # (as in the copy)
+        cmd = [sys.executable, "-m", "mypyc", *(str(p) for p in rel.values())]
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
                              timeout=BUILD_TIMEOUT_S)
         if res.returncode != 0:
             tail = "\n".join((res.stdout + res.stderr).splitlines()[-30:])
             raise RuntimeError(f"mypyc failed (exit status {res.returncode}):\n{tail}")
-        suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        built = {m: Path(tmp, *m.split(".")).with_name(m.rsplit(".", 1)[1] + suffix)
-                 for m in MODULES}
+        built = {m: (Path(tmp) / p).with_suffix(SUFFIX) for m, p in rel.items()}
         missing = [m for m, p in built.items() if not p.is_file()]
         if missing:
             raise RuntimeError(f"mypyc produced no module for {', '.join(missing)}")
@@ -173,8 +175,8 @@ def build(*, quiet: bool = False) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for m, p in built.items():
-            shutil.copy2(p, staging / f"{m}{suffix}")
-        for p in Path(tmp).glob(f"*__mypyc{suffix}"):
+            shutil.copy2(p, staging / f"{m}{SUFFIX}")
+        for p in Path(tmp).glob(f"*__mypyc{SUFFIX}"):
             shutil.copy2(p, staging / p.name)
         (staging / "COMPLETE").write_text(f"mypy {version}\n")
         shutil.rmtree(folder, ignore_errors=True)
@@ -200,6 +202,6 @@ def status() -> str:
     if folder is None:
         return ("native core: not built for these sources (pure Python; "
                 "`kvpd native build` compiles it)")
-    if os.environ.get(ENV, "0") != "1":
+    if not _asked():
         return f"native core: built ({folder}); not in use: set KVPD_NATIVE=1"
     return f"native core: {'in use' if active() else 'built'} ({folder})"
