@@ -32,15 +32,18 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent  # simulator/
 # the compiled modules: every module of the core but `engine` (a loop over an executor
 # protocol, where the time is the executor's), and the simulator's loop: a replica's steps,
-# the load generator
+# the load generator, and the all-decode prices they ask for most
 MODULES = tuple(f"simulator.core.{m}" for m in (
     "batch_shape", "block_copies", "block_hash", "block_pool", "capacity", "config",
     "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "request",
     "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
-    "simulator.cluster.replica", "simulator.cluster.load")
+    "simulator.cluster.replica", "simulator.cluster.load", "simulator.cost.decode_steps")
 ENV = "KVPD_NATIVE"  # "1": load a matching build
 BUILD_TIMEOUT_S = 900
 SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX"))  # this interpreter's extension modules
+# no fused multiply-adds: the compiled floats round as the interpreter's do, so both cores
+# give bit-identical times on every platform (FMA is baseline on arm64)
+CFLAGS = "-ffp-contract=off"
 
 
 def _asked() -> bool:
@@ -71,10 +74,11 @@ def _mypyc_version() -> str | None:
 
 
 def build_key() -> str:
-    """What a build depends on: the compiled modules' bytes and this interpreter."""
+    """What a build depends on: the compiled modules' bytes, this interpreter and the C flags."""
     h = hashlib.sha256()
     h.update(sys.version.encode())
     h.update(SUFFIX.encode())
+    h.update(CFLAGS.encode())
     for name in MODULES:
         h.update(name.encode())
         h.update(source(name).read_bytes())
@@ -162,8 +166,9 @@ def build(*, quiet: bool = False) -> Path:
             "[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n")
         rel = {m: source(m).relative_to(PACKAGE.parent) for m in MODULES}  # (as in the copy)
         cmd = [sys.executable, "-m", "mypyc", *(str(p) for p in rel.values())]
+        cflags = f"{os.environ.get('CFLAGS', '')} {CFLAGS}".strip()
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
-                             timeout=BUILD_TIMEOUT_S)
+                             timeout=BUILD_TIMEOUT_S, env={**os.environ, "CFLAGS": cflags})
         if res.returncode != 0:
             tail = "\n".join((res.stdout + res.stderr).splitlines()[-30:])
             raise RuntimeError(f"mypyc failed (exit status {res.returncode}):\n{tail}")

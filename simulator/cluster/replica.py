@@ -209,12 +209,14 @@ class SimReplica:
     def _run_times(self, shape: BatchShape, n: int) -> tuple[list[float], list[float]]:
         """Seconds alone (loop overhead included) and memory seconds (empty without host
         sharing) of `n` all-decode steps from `shape`."""
-        run = self.cost_model.decode_run_times(shape, n)
-        alone = run.tolist()
-        hs = self.host_sharing
-        mem = hs.memory_seconds_run(shape, alone) if hs is not None else []
+        cm = self.cost_model
         lo = self.loop_overhead_s  # the loop's host time streams no memory
-        return ((run + lo).tolist() if lo else alone), mem  # (elementwise: the same float additions)
+        hs = self.host_sharing
+        if hs is None:
+            return cm.decode_run_list(shape, n, lo), []
+        alone = cm.decode_run_list(shape, n)
+        # (elementwise: the same float additions as decode_run_list's)
+        return ([t + lo for t in alone] if lo else alone), hs.memory_seconds_run(shape, alone)
 
     def _handoff_s(self, out) -> float:
         """Host seconds a prefill replica spends handing off the prompts `out` completes (they

@@ -1,17 +1,15 @@
-"""The slow, explainable side of `CostModel`: per-operator breakdowns (`explain_step`) and the
-vectorised all-decode run (`decode_run_times`). Both agree with `CostModel.step_time`
-(tests/test_costmodel*.py check it)."""
+"""The slow, explainable side of `CostModel`: per-operator breakdowns (`explain_step`), which
+agree with `CostModel.step_time` (tests/test_costmodel*.py check it)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-import numpy as np
-
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.models import ModelSpec
 from simulator.cost.op_cost import OpCost, StepBreakdown
 from simulator.cost.params import CostParams
+from simulator.cost.stage_coefs import StageCoefs
 
 
 class CostModel(Protocol):
@@ -30,6 +28,7 @@ class CostModel(Protocol):
     _padding: float
     _slide: float  # share of layers that slide
     _window: int
+    _decode_terms: dict[tuple[int, int, int], Any]  # `decode_steps.DecodeTerms` per shape
 
     def _windowed(self, shape: BatchShape) -> bool: ...
     def efficiency_sources(self) -> dict[str, tuple[float, str]]: ...
@@ -39,7 +38,7 @@ class CostModel(Protocol):
     def num_microbatches(self, shape: BatchShape) -> int: ...
     def describe(self) -> dict[str, Any]: ...
     @staticmethod
-    def _stage_time(fast: tuple, T: float, R: float, Tp: float, P: float, Pctx: float,
+    def _stage_time(fast: StageCoefs, T: float, R: float, Tp: float, P: float, Pctx: float,
                     Rd: float, Dctx: float) -> float: ...
 
 
@@ -284,86 +283,3 @@ def host_overhead_s(cm: CostModel, shape: BatchShape) -> float:
     p = cm.params
     return (p.step_overhead_s + shape.num_tokens * p.token_overhead_s
             + shape.num_reqs * p.request_overhead_s)
-
-
-def decode_run_times(cm: CostModel, shape: BatchShape, num_steps: int) -> np.ndarray:
-    """Durations (s) of `num_steps` all-decode steps whose contexts grow by one per step.
-    Element j is computed with exactly the arithmetic of `decode_step_time(shape.advanced(j))`,
-    so a burst and the same steps one at a time give bit-identical times."""
-    if shape.num_prefill_reqs:
-        raise ValueError("decode_run_times needs an all-decode batch "
-                         f"(this one has {shape.num_prefill_reqs} prefill requests)")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
-        raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
-    if num_steps == 0 or shape.num_tokens <= 0:
-        return np.zeros(num_steps)
-    # the contexts grow by one per decode per step; the padding to the longest stays constant
-    # (integer-valued float64s below 2**53: exactly the integers' values)
-    D = np.arange(num_steps, dtype=np.float64)
-    D *= shape.num_decode_reqs
-    D += shape.decode_context_tokens
-    win = None
-    if cm._slide and cm._windowed(shape):  # below the window they grow, at it they do not
-        j = np.arange(num_steps, dtype=np.int64)
-        Dw = shape.decode_window_tokens + j * shape.num_decodes_below_window
-        win = (Dw.astype(np.float64), shape.max_decode_context + j)
-    return _decode_times(cm, shape, D, np.maximum, np.minimum, win)
-
-
-def decode_step_time(cm: CostModel, shape: BatchShape) -> float:
-    """Seconds of one all-decode step: `decode_run_times(cm, shape, 1)[0]` without numpy (it
-    may differ from `CostModel.step_time` in the last bits)."""
-    win = None
-    if cm._slide and cm._windowed(shape):
-        win = (float(shape.decode_window_tokens), shape.max_decode_context)
-    return _decode_times(cm, shape, float(shape.decode_context_tokens), max, min, win)
-
-
-def _decode_times(cm: CostModel, shape: BatchShape, D, vmax, vmin, win=None):
-    """Step seconds of the all-decode `shape` at summed decode contexts `D` (a float, or an
-    array of them: elementwise the same float operations); `win`: (window-capped sums,
-    longest contexts) for a model with sliding layers."""
-    key = (shape.num_tokens, shape.num_reqs, shape.num_decode_reqs)
-    fixed = cm._decode_fixed.get(key)
-    if fixed is None:
-        fixed = cm._decode_fixed[key] = _decode_fixed(cm, shape)
-    mb, rests, host = fixed
-    pad = shape.num_decode_reqs * shape.max_decode_context - shape.decode_context_tokens
-    padding = cm._padding
-    ctx = D + padding * pad if padding and pad > 0 else D
-    if win is not None:  # sliding layers read the window-capped contexts
-        Dw, longest = win
-        Dw = Dw + padding * (shape.num_decode_reqs * vmin(longest, cm._window) - Dw)
-        ctx = ctx + cm._slide * (Dw - ctx)
-    if mb != 1:
-        ctx = ctx / mb
-    ov = 1.0 - cm.params.overlap
-    Rd = shape.num_decode_reqs / mb
-    stage_times = []
-    for st, rest in zip(cm._stages, rests):
-        fast = st["fast"]
-        ac, akv, aqd = fast.dac, fast.dakv, fast.aqd  # MLA: the absorbed decode form
-        # the stage without its decode-attention term, then the growing attention term
-        c, m = ctx * ac, ctx * akv + Rd * aqd
-        stage_times.append(rest + (vmax(c, m) + ov * vmin(c, m) if ov else vmax(c, m)))
-    total = stage_times[0]
-    if cm.pp > 1:
-        for t in stage_times[1:]:
-            total = total + t
-        longest = stage_times[0]
-        for t in stage_times[1:]:
-            longest = vmax(longest, t)
-        total = total + (mb - 1) * longest
-    return total + host
-
-
-def _decode_fixed(cm: CostModel, shape: BatchShape) -> tuple[int, list[float], float]:
-    """What `_decode_times` needs of an all-decode shape besides its contexts (a function of
-    its token, request and decode counts only, memoised on them): micro-batches, each stage's
-    seconds without its decode-attention term, and the host overhead (s)."""
-    T = shape.num_tokens
-    mb = cm.num_microbatches(shape)
-    R, Rd = shape.num_reqs / mb, shape.num_decode_reqs / mb
-    rests = [cm._stage_time(st["fast"], T / mb, R, 0.0, 0.0, 0.0, Rd, 0.0) - Rd * st["fast"].aqd
-             for st in cm._stages]
-    return mb, rests, host_overhead_s(cm, shape)

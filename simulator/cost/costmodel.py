@@ -53,8 +53,14 @@ from typing import Any
 import numpy as np
 
 from simulator.core.batch_shape import BatchShape
-from simulator.cost.breakdown import decode_run_times, decode_step_time, explain_step
+from simulator.cost.breakdown import explain_step
 from simulator.cost.collectives import allreduce_extra_s
+from simulator.cost.decode_steps import (
+    DecodeTerms,
+    decode_run_list,
+    decode_run_times,
+    decode_step_time,
+)
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.models import ModelSpec, get_model
@@ -102,8 +108,8 @@ class CostModel(StageTerms):
             ep_link if isinstance(ep_link, Link) else get_link(ep_link))
         self._stages = [self._stage_coefs(s) for s in range(pp)]
         self._fast = self._stages[0]["fast"]
-        # all-decode steps' terms fixed by (tokens, requests, decodes): `breakdown._decode_fixed`
-        self._decode_fixed: dict[tuple[int, int, int], tuple[int, list[float], float]] = {}
+        # all-decode steps' terms fixed by (tokens, requests, decodes): `decode_steps.decode_terms`
+        self._decode_terms: dict[tuple[int, int, int], DecodeTerms] = {}
         p = self.params
         self._step_ovh, self._tok_ovh = p.step_overhead_s, p.token_overhead_s
         self._req_ovh = p.request_overhead_s
@@ -258,6 +264,12 @@ class CostModel(StageTerms):
         (element k equals `decode_step_time(shape.advanced(k))` bit for bit, and
         `step_time(shape.advanced(k))` but for the last bits)."""
         return decode_run_times(self, shape, num_steps)
+
+    def decode_run_list(self, shape: BatchShape, num_steps: int,
+                        extra_s: float = 0.0) -> list[float]:
+        """`decode_run_times` as a list, `extra_s` added to each element when not 0 (the
+        simulator's form: a loop, not numpy, where `decode_steps` is compiled)."""
+        return decode_run_list(self, shape, num_steps, extra_s)
 
     def decode_step_time(self, shape: BatchShape) -> float:
         """Seconds of one all-decode step, with the arithmetic of `decode_run_times`."""

@@ -67,7 +67,7 @@ class HostSharing:
 
     def memory_seconds_run(self, shape, alone_s: list[float]) -> list[float]:
         """Memory seconds of a decode burst of len(alone_s) steps from `shape`."""
-        slow = self.reference.decode_run_times(shape, len(alone_s)).tolist()
+        slow = self.reference.decode_run_list(shape, len(alone_s))
         return [memory_seconds(a, c, REFERENCE_SHARE) for a, c in zip(alone_s, slow)]
 
     def price(self, alone_s: float, memory_s: float, neighbour_fraction: float | None) -> float:
