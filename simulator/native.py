@@ -1,7 +1,7 @@
 """The shared core compiled to C with mypyc (`kvpd native build`), used when its sources match.
 
 `simulator/core/` (and the simulator's step loop) is plain typed Python; mypyc compiles the
-modules in `MODULES` as they are into C extensions that run the same code about 1.6x faster
+modules in `MODULES` as they are into C extensions that run the same code about 2x faster
 on a whole simulation, with identical results. A build goes to a cache folder named after
 what it depends on (the modules' bytes and this Python), never beside the sources: an edited
 module stops matching and the pure-Python modules load again, so a stale build can never
