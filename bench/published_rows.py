@@ -280,8 +280,8 @@ def to_scenario(row: Row) -> Converted:
             "name": row.id,
             "num_requests": n + warmup,
             "arrival": {"process": "burst"},
-            "prompt_len": {"dist": "fixed", "value": int(s["input_len"])},
-            "output_len": {"dist": "fixed", "value": int(s["output_len"])},
+            "prompt_len": _lengths(row, s, "input_len", notes),
+            "output_len": _lengths(row, s, "output_len", notes),
         }},
         "output": {"plots": False, "timeseries": False},
     }
@@ -318,6 +318,20 @@ def to_scenario(row: Row) -> Converted:
         del sc["cache"]
     notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
     return Converted(row, sc, notes)
+
+
+def _lengths(row: Row, s: dict[str, Any], key: str, notes: list[str]) -> dict[str, Any]:
+    """A length distribution: `key` tokens fixed, or with `random_range_ratio` r (the
+    random-dataset harnesses' --random-range-ratio) uniform on the integers int(r x L)..L,
+    as InferenceX's benchmark_serving.py samples them."""
+    n = int(s[key])
+    r = s.get("random_range_ratio")
+    if r is None:
+        return {"dist": "fixed", "value": n}
+    if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 1:
+        raise ValueError(f"{row.key}: setup.random_range_ratio must be in (0, 1], got {r!r}")
+    notes.append(f"{key} uniform on {int(n * r)}..{n} (random_range_ratio {r})")
+    return {"dist": "uniform", "min": int(n * r), "max": n}
 
 
 def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:

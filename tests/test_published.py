@@ -91,7 +91,12 @@ def test_every_row_converts(rows):
         sc = c.scenario
         syn = sc["workload"]["synthetic"]
         assert syn["arrival"] == {"process": "burst"}
-        assert syn["prompt_len"]["value"] == int(r.setup["input_len"])
+        if r.setup.get("random_range_ratio"):  # uniform lengths, as the harness samples them
+            assert syn["prompt_len"]["max"] == int(r.setup["input_len"])
+            assert syn["output_len"]["min"] == int(
+                r.setup["output_len"] * r.setup["random_range_ratio"])
+        else:
+            assert syn["prompt_len"]["value"] == int(r.setup["input_len"])
         assert syn["num_requests"] >= 1
         if r.setup.get("arrival") == "closed_loop":
             assert sc["workload"]["max_concurrency"] == int(r.setup["concurrency"])
@@ -310,3 +315,19 @@ def test_closed_loop_warmup_as_published_or_one_request_per_stream(rows):
     assert (w["warmup_requests"], w["synthetic"]["num_requests"]) == (10, 330)
     burst = next(x for x in rows if x.setup.get("arrival", "burst") == "burst")
     assert "warmup_requests" not in pr.to_scenario(burst).scenario["workload"]
+
+
+def test_random_range_ratio_gives_the_harness_uniform_lengths(rows):
+    """A source that samples lengths uniformly (--random-range-ratio r) gets kvpd's uniform
+    distribution on int(r x L)..L for both lengths; a ratio outside (0, 1] is refused naming it."""
+    row = next(x for x in rows if x.source["id"] == "inferencex-dsr1-h200-sglang")
+    c = pr.to_scenario(row)
+    syn = c.scenario["workload"]["synthetic"]
+    assert syn["prompt_len"] == {"dist": "uniform", "min": 819, "max": 1024}
+    assert syn["output_len"] == {"dist": "uniform", "min": 819, "max": 1024}
+    assert any("uniform on 819..1024" in a for a in c.assumptions)
+    assert "warmup_requests" not in c.scenario["workload"]  # the harness's warm-up ran before
+    bad = pr.Row(row.source, row.id, row.where, {**row.setup, "random_range_ratio": 1.5},
+                 row.metric, row.file)
+    with pytest.raises(ValueError, match="random_range_ratio must be in"):
+        pr.to_scenario(bad)
