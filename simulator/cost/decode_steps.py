@@ -10,6 +10,7 @@ give bit-identical seconds (tests/test_decode_steps.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 COMPILED = not __file__.endswith(".py")  # mypyc builds an extension module
 
 
+@dataclass
 class DecodeTerms:
     """What an all-decode step costs besides its contexts, fixed by its token, request and
     decode counts: `mb` micro-batches; per stage the seconds without the decode-attention term
@@ -30,19 +32,19 @@ class DecodeTerms:
     token read, s per decode request); `host` s; `ov` = 1 - overlap; and the cost model's
     decode padding, sliding share and window (tokens)."""
 
-    def __init__(self, num_decodes: int, mb: int, rests: list[float],
-                 attn: list[tuple[float, float, float]], host: float, ov: float,
-                 padding: float, slide: float, window: int) -> None:
-        self.num_decodes = num_decodes
-        self.mb = mb
-        self.Rd = num_decodes / mb  # decodes per micro-batch
-        self.rests = rests
-        self.attn = attn
-        self.host = host
-        self.ov = ov
-        self.padding = padding
-        self.slide = slide
-        self.window = window
+    num_decodes: int
+    mb: int
+    rests: list[float]
+    attn: list[tuple[float, float, float]]
+    host: float
+    ov: float
+    padding: float
+    slide: float
+    window: int
+    Rd: float = field(init=False)  # decodes per micro-batch
+
+    def __post_init__(self) -> None:
+        self.Rd = self.num_decodes / self.mb
 
     def step(self, D: float, pad: int, win: tuple[float, int] | None = None) -> float:
         """Seconds of a step whose decodes' contexts sum to `D` tokens, `pad` tokens short of
