@@ -78,6 +78,23 @@ ROWS = [
      "ROCm/aiter e4048607a5 aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_ds_v3.csv, "
      "cu_num 256 (gfx950), inter_dim 512, column us (its inter_dim 256 rows repeat one time "
      "from 1,024 tokens on and are left out)"),
+    # a check of an engine era, not fitted: vLLM's block-FP8 fused MoE of February 2025 (the
+    # Triton kernel with that time's configs, and the first DeepGEMM integration), the kernels
+    # of the dstack DeepSeek-R1 rows' vLLM 0.7.3. kvpd (a current kernel's rates; its
+    # moe_experts also holds the shared expert, which benchmark_moe leaves out) comes out
+    # 0.2-0.6x these times: the engine's age, not the model, is the dstack gap
+    ("DeepSeek-V3 fp8 block-scale, H100, TP1 (E=256 N=4096, Triton, Feb 2025)", "deepseek-v3",
+     "h100-sxm", 1, "fp8", {512: 13017.54, 1024: 13322.31, 1536: 13777.98, 2048: 19839.38},
+     "vLLM PR #13932 (H100 results, Triton column, TP1)"),
+    ("DeepSeek-V3 fp8 block-scale, H100, TP1 (E=256 N=4096, DeepGEMM, Feb 2025)", "deepseek-v3",
+     "h100-sxm", 1, "fp8", {512: 7017.80, 1024: 7850.04, 1536: 8691.74, 2048: 9545.87},
+     "vLLM PR #13932 (H100 results, DeepGEMM column, TP1)"),
+    ("DeepSeek-V3 fp8 block-scale, H100, TP8 (E=256 N=512, Triton, Feb 2025)", "deepseek-v3",
+     "h100-sxm", 8, "fp8", {512: 1810.36, 1024: 1892.75, 1536: 1988.70, 2048: 2818.65},
+     "vLLM PR #13932 (H100 results, Triton column, TP8)"),
+    ("DeepSeek-V3 fp8 block-scale, H100, TP8 (E=256 N=512, DeepGEMM, Feb 2025)", "deepseek-v3",
+     "h100-sxm", 8, "fp8", {512: 2331.06, 1024: 2886.08, 1536: 3423.49, 2048: 3974.65},
+     "vLLM PR #13932 (H100 results, DeepGEMM column, TP8)"),
 ]
 # From this many tokens on the fused experts are compute-bound in every table above: the CDNA
 # grouped_gemm `relative` (kernels.yaml) is fitted to these rows of AMD's own tables
