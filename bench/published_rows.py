@@ -3,9 +3,10 @@ turn each row into the kvpd scenario a user could have written from the publishe
 
 A source file holds `source` (id, title, url, date, kind, engine, engine_version, harness),
 `setup` (what every row shares, as published) and `rows` (id, where, setup, metric). A row's
-setup is the source setup updated by the row's own. The converter's rules (names, the
-engines' documented capacity policies, request counts a source leaves out) live here, once,
-not per row; `assumptions` records every rule a row needed.
+setup is the source setup updated by the row's own. The converter's rules (names, request
+counts a source leaves out) live here, once, not per row; each scenario names its engine
+(`engine:`), whose documented defaults `simulator.engines` fills in, as for any user's
+scenario; `assumptions` records every rule a row needed.
 """
 
 from __future__ import annotations
@@ -15,13 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from published_engines import (
-    CAPACITY_POLICY,
-    TRTLLM_FP8_KV,
-    allreduce_rule,
-    trtllm_defaults,
-    vllm_defaults,
-)
+
+from simulator.engines import apply_engine
 
 SUITE_DIR = Path(__file__).resolve().parent / "published"
 
@@ -251,7 +247,6 @@ def to_scenario(row: Row) -> Converted:
     burst or closed-loop load of fixed lengths)."""
     s, notes = row.setup, []
     engine = row.source.get("engine_backend") or row.source["engine"]
-    policy = _lookup(CAPACITY_POLICY, engine, "engine", row)
     dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
     arrival = s.get("arrival", "burst")
     if arrival not in ("burst", "closed_loop"):
@@ -266,6 +261,8 @@ def to_scenario(row: Row) -> Converted:
         notes.append(f"warm-up not published: {CLOSED_LOOP_WARMUP_PER_STREAM} per stream = "
                      f"{warmup} unmeasured requests first (steady state; see published_rows.py)")
     warmup = int(warmup or 0)
+    # the offline LLM class when the harness is vLLM's benchmark_throughput.py
+    offline = not closed and "benchmark_throughput" in str(row.source.get("harness", ""))
     sc: dict[str, Any] = {
         "name": f"{row.source['id']}--{row.id}",
         "description": f"{row.source['title']} | {row.where}",
@@ -273,8 +270,10 @@ def to_scenario(row: Row) -> Converted:
         "model": _lookup(MODEL_NAMES, s["model"], "model", row),
         "dtype": dtype,
         "hardware": _lookup(HARDWARE_NAMES, s["hardware"], "hardware", row),
+        "engine": {"name": engine, "version": str(row.source.get("engine_version")),
+                   "entry_point": "offline" if offline else "server"},
         "cluster": {"tp": int(s["tp"]), "pp": int(s.get("pp") or 1)},
-        "scheduler": {"capacity_policy": policy},
+        "scheduler": {},
         "cache": {},
         "workload": {"synthetic": {
             "name": row.id,
@@ -289,10 +288,6 @@ def to_scenario(row: Row) -> Converted:
         sc["quantization"] = quant
     if s.get("kv_cache_dtype"):
         sc["cache"]["kv_cache_dtype"] = s["kv_cache_dtype"]
-    elif engine in TRTLLM_FP8_KV and dtype == "fp8":
-        sc["cache"]["kv_cache_dtype"] = "fp8"
-        notes.append("kv_cache_dtype not published: TensorRT-LLM runs ModelOpt FP8 checkpoints "
-                     "with their FP8 KV cache (kv_cache_quant_algo FP8)")
     if s.get("block_size"):
         sc["cache"]["block_size"] = int(s["block_size"])
     if s.get("gpu_memory_utilization"):
@@ -303,20 +298,23 @@ def to_scenario(row: Row) -> Converted:
         sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
     if s.get("max_num_batched_tokens") and not s.get("pd"):
         sc["scheduler"]["max_num_batched_tokens"] = int(s["max_num_batched_tokens"])
-    if engine == "vllm" and not s.get("pd"):
-        vllm_defaults(row, s, sc, closed, notes)
-    if engine == "tensorrt-llm" and not s.get("pd"):
-        trtllm_defaults(s, sc, notes)
+    if s.get("max_model_len"):
+        sc["scheduler"]["max_model_len"] = int(s["max_model_len"])
+    if s.get("enable_chunked_prefill") is not None:
+        sc["scheduler"]["enable_chunked_prefill"] = bool(s["enable_chunked_prefill"])
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
     if closed:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
     if warmup:
         sc["workload"]["warmup_requests"] = warmup
-    allreduce_rule(row, engine, sc, notes)
-    if not sc["cache"]:
-        del sc["cache"]
-    notes.append(f"capacity_policy {policy}: the documented policy of {engine}")
+    try:  # the engine's documented defaults (simulator.engines) for all the source leaves unset
+        notes += apply_engine(sc, row.key)
+    except ValueError as exc:
+        raise ValueError(f"{row.key}: no rule maps the published engine: {exc}") from None
+    for section in ("cache", "scheduler"):
+        if not sc[section]:
+            del sc[section]
     return Converted(row, sc, notes)
 
 

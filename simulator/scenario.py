@@ -17,6 +17,7 @@ slot frees) and its TTFT, queueing and E2E count from that send). `scheduler.cap
 
 from __future__ import annotations
 
+import copy
 import difflib
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.engines import apply_engine
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
 
@@ -195,6 +197,20 @@ class WorkloadSpec(_Strict):
         return keys
 
 
+class EngineSpec(_Strict):
+    """The serving engine a scenario stands for: its documented defaults fill every key the
+    scenario leaves out (`simulator.engines`)."""
+
+    name: Literal["vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind"]
+    version: str | None = None  # e.g. "0.11.0" (vLLM's defaults and all-reduce change with it)
+    entry_point: Literal["server", "offline"] = "server"  # OpenAI server, or the LLM class
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v):
+        return None if v is None else str(v)
+
+
 class SLOSpec(_Strict):
     ttft_s: float | None = Field(None, gt=0)
     tpot_s: float | None = Field(None, gt=0)
@@ -222,6 +238,7 @@ class Scenario(_Strict):
     dtype: str = "bf16"  # weights: fp32, bf16, fp16, fp8, int8, int4
     quantization: QuantizationSpec | None = None
     hardware: Spec = "h100-sxm"
+    engine: EngineSpec | None = None  # its documented defaults fill the keys left out
     cluster: ClusterSpec = ClusterSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     cache: CacheSpec = CacheSpec()
@@ -299,6 +316,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_dir: str = ".") -> Scenario:
     if not isinstance(data, dict):
         raise ValueError(f"{source}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    if data.get("engine") is not None:  # the engine's documented defaults, for keys left out
+        data = copy.deepcopy(data)
+        apply_engine(data, source)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import published  # noqa: E402
-import published_engines as pe  # noqa: E402
 import published_rows as pr  # noqa: E402
 
+from simulator import engines  # noqa: E402
 from simulator.scenario import Scenario, load_scenario  # noqa: E402
 
 # Scenario keys the converter writes that issue 30's other branches add (30-core, 30-cost).
@@ -225,7 +225,7 @@ def test_published_batched_token_budget_reaches_the_scheduler(rows):
     r2 = next(x for x in rows if _is_moe(x) and not x.setup.get("max_num_batched_tokens"))
     c = pr.to_scenario(r2)  # unpublished: the engine's documented default, said in the notes
     assert c.scenario["scheduler"].get("max_num_batched_tokens") in (2048, 8192, 16384, 32768, None)
-    assert any(a.startswith("scheduler limits not published") for a in c.assumptions)
+    assert any(a.startswith("scheduler limits: ") for a in c.assumptions)
 
 
 def _with(r, source=None, **setup):
@@ -295,7 +295,7 @@ def test_tensorrt_llm_rows_get_its_documented_scheduler_defaults(rows):
         engine = r.source.get("engine_backend") or r.source["engine"]
         if engine == "tensorrt-llm":
             assert sched["enable_chunked_prefill"] is False
-            assert sched["max_num_batched_tokens"] == pe.TRTLLM_MAX_NUM_TOKENS
+            assert sched["max_num_batched_tokens"] == engines.TRTLLM_MAX_NUM_TOKENS
         elif engine == "lmdeploy-turbomind":
             assert "enable_chunked_prefill" not in sched
 

@@ -1,0 +1,209 @@
+"""Serving engines' documented defaults, for the scenario key `engine:`.
+
+    engine: {name: tensorrt-llm}
+    engine: {name: vllm, version: "0.11.0", entry_point: server}
+
+A scenario that names the engine it stands for gets that engine's documented behaviour for
+every key it leaves out: the admission policy (`scheduler.capacity_policy`), the TP
+all-reduce (`cluster.allreduce`), the KV-cache dtype of FP8 checkpoints
+(`cache.kv_cache_dtype`) and the scheduler's limits by version, GPU and entry point
+(`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`). A key the
+scenario sets always wins. `apply_engine` fills the raw mapping before validation and returns
+one line per rule it used, with where the engine documents it. The published-results suite
+(bench/published_rows.py) writes its scenarios this way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
+ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
+
+# The engines' documented admission policies (what runs when KV blocks run out):
+# - TensorRT-LLM: CapacitySchedulerPolicy default GUARANTEED_NO_EVICT (a request is admitted
+#   only when its whole length fits; running requests are never evicted).
+# - vLLM, SGLang: allocate blocks as tokens arrive and preempt (recompute; SGLang "retracts")
+#   when they run out.
+# - LMDeploy TurboMind: SequenceManager::Materialize preempts "victims" when blocks run out
+#   (src/turbomind/models/llama/SequenceManager.cc, v0.1.0).
+CAPACITY_POLICY = {
+    "tensorrt-llm": "guaranteed_no_evict",
+    "vllm": "max_utilization",
+    "sglang": "max_utilization",
+    "lmdeploy-turbomind": "max_utilization",
+}
+
+# The TP all-reduce an engine calls (cluster.allreduce; per-call costs in
+# simulator/cost/collectives.py), by engine and version:
+# - vLLM: NCCL until its custom all-reduce kernels (PR #2192, merged 2023-12, first released
+#   in v0.2.7); custom from then on for single-node TP (NCCL stays the fallback across nodes).
+# - TensorRT-LLM (and NIM's TRT-LLM profiles): its own AllReduce plugin (custom kernels).
+# - SGLang: its custom all-reduce kernels (sgl-kernel).
+# - LMDeploy TurboMind v0.1: NCCL (src/turbomind/utils/nccl_utils.cc, ncclAllReduce per call;
+#   custom all-reduce came to TurboMind in v0.4+).
+VLLM_CUSTOM_ALLREDUCE_FROM = (0, 2, 7)
+ALLREDUCE_BY_ENGINE = {"tensorrt-llm": "custom", "lmdeploy-turbomind": "nccl", "sglang": "custom"}
+
+# KV-cache dtype an engine uses when a scenario does not set it:
+# - TensorRT-LLM (and NIM's TRT-LLM profiles) run NVIDIA ModelOpt FP8 checkpoints, whose
+#   hf_quant_config.json carries "kv_cache_quant_algo": "FP8"; the engine takes the checkpoint's
+#   KV quantization (TensorRT-LLM docs, "Quantization": pre-quantized ModelOpt checkpoints run
+#   as exported). So FP8 weights on TensorRT-LLM mean an FP8 KV cache.
+# - vLLM: kv_cache_dtype "auto" = the model's 16-bit dtype (kvpd's own default, nothing to add).
+FP8_KV_ENGINES = {"tensorrt-llm"}
+
+# vLLM's scheduler defaults (engine code, by version, GPU and entry point):
+# - V1 engine (default from v0.8.0): vllm/engine/arg_utils.py `_set_default_args_v1` (later
+#   Platform.get_batch_defaults; tests/engine/test_arg_utils.py test_defaults_with_usage_context):
+#   GPUs with >= 70 GiB that are not A100: max_num_seqs 1024, max_num_batched_tokens 16384 for
+#   the LLM class (offline benchmark_throughput.py) and 8192 for the OpenAI server; other GPUs:
+#   256 and 8192 / 2048. Chunked prefill always on.
+# - V0 engine (before v0.8.0): max_num_seqs 256; chunked prefill switched on by itself only for
+#   max_model_len > 32K; without it a step holds whole prompts, max_num_batched_tokens =
+#   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7).
+VLLM_V1_FROM = (0, 8)
+VLLM_V1_BIG_GPU_GIB = 70
+VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
+    (True, True): (1024, 16384), (True, False): (1024, 8192),
+    (False, True): (256, 8192), (False, False): (256, 2048),
+}
+VLLM_V0_MAX_NUM_SEQS = 256
+VLLM_V0_LONG_CONTEXT = 32 * 1024
+
+# TensorRT-LLM's scheduler defaults (LLM API reference, TorchLlmArgs / TrtLlmArgs:
+# enable_chunked_prefill "Defaults to False", max_num_tokens 8192; docs "Tuning Max Batch Size
+# and Max Num Tokens": a context request is scheduled only when its whole prompt fits the step's
+# max_num_tokens). The batch limit is left at kvpd's default: engines are built with their own
+# max_batch_size.
+TRTLLM_MAX_NUM_TOKENS = 8192
+
+
+def version3(text: Any) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a version text (the lowest listed); None when it has none."""
+    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.(\d+)", str(text))]
+    return min(found) if found else None  # type: ignore[return-value]
+
+
+def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
+    """Fill the raw scenario mapping `data` (in place) with the documented defaults of the
+    engine its `engine` key names, for every key it leaves out; returns the rules used. A
+    mapping without `engine` is left alone. ValueError names a bad `engine` key."""
+    spec = data.get("engine")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: engine must be a mapping such as {{name: vllm, version: "
+                         f"'0.11.0'}}, got {spec!r}")
+    name = spec.get("name")
+    if name not in ENGINES:
+        raise ValueError(f"{where}: engine.name {name!r} unknown; kvpd knows: {', '.join(ENGINES)}")
+    entry = spec.get("entry_point", "server")
+    if entry not in ENTRY_POINTS:
+        raise ValueError(f"{where}: engine.entry_point {entry!r} unknown; allowed: "
+                         f"{', '.join(ENTRY_POINTS)}")
+    version = spec.get("version")
+    label = f"{name} {version}" if version else name
+    notes: list[str] = []
+    scheduler = _section(data, "scheduler", where)
+    cluster = _section(data, "cluster", where)
+    cache = _section(data, "cache", where)
+    if "capacity_policy" not in scheduler:
+        scheduler["capacity_policy"] = CAPACITY_POLICY[name]
+        notes.append(f"capacity_policy {CAPACITY_POLICY[name]}: the documented policy of {name}")
+    if name in FP8_KV_ENGINES and data.get("dtype") == "fp8" and "kv_cache_dtype" not in cache:
+        cache["kv_cache_dtype"] = "fp8"
+        notes.append("kv_cache_dtype fp8: TensorRT-LLM runs ModelOpt FP8 checkpoints with their "
+                     "FP8 KV cache (kv_cache_quant_algo FP8)")
+    if "pd" not in cluster:  # (the limits are per engine; a PD scenario's pools share them)
+        if name == "vllm":
+            notes += _vllm_limits(data, scheduler, version, entry == "offline")
+        elif name == "tensorrt-llm":
+            notes += _trtllm_limits(scheduler)
+    notes += _allreduce(cluster, name, version, label)
+    return notes
+
+
+def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    sec = data.setdefault(key, {})
+    if not isinstance(sec, dict):
+        raise ValueError(f"{where}: {key} must be a mapping, got {sec!r}")
+    return sec
+
+
+def _allreduce(cluster: dict[str, Any], name: str, version: Any, label: str) -> list[str]:
+    """cluster.allreduce by the engine's documented all-reduce, where some TP > 1."""
+    pools = [p for p in (cluster.get("pd") or {}).values() if isinstance(p, dict)]
+    if max([int(cluster.get("tp", 1))] + [int(p.get("tp", 1)) for p in pools]) <= 1:
+        return []
+    notes = []
+    if name == "vllm":
+        v = version3(version)
+        if v is None:
+            notes.append("vLLM version not given: its custom all-reduce assumed")
+            impl = "custom"
+        else:
+            impl = "custom" if v >= VLLM_CUSTOM_ALLREDUCE_FROM else "nccl"
+    else:
+        impl = ALLREDUCE_BY_ENGINE[name]
+    if "allreduce" in cluster:
+        return notes
+    if impl != "custom":
+        cluster["allreduce"] = impl
+    return notes + [f"cluster.allreduce {impl}: the TP all-reduce of {label}"]
+
+
+def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
+                 offline: bool) -> list[str]:
+    """vLLM's scheduler defaults (VLLM_V1_DEFAULTS, V0 above) for the limits not set."""
+    from simulator.cost.hardware import get_accelerator
+    from simulator.cost.models import get_model
+
+    if "max_num_seqs" in sched and "max_num_batched_tokens" in sched:
+        return []
+    v3 = version3(version)
+    if v3 is None:
+        return ["vLLM version not given: kvpd's scheduler defaults"]
+    out: dict[str, Any] = {}
+    notes = []
+    if v3[:2] >= VLLM_V1_FROM:
+        acc = get_accelerator(data.get("hardware", "h100-sxm"))
+        big = acc.memory_bytes >= VLLM_V1_BIG_GPU_GIB * 2**30 and "a100" not in acc.name
+        seqs, tokens = VLLM_V1_DEFAULTS[(big, offline)]
+        what = (f"vLLM V1 defaults ({'>= 70 GiB, not A100' if big else 'smaller GPU or A100'}, "
+                f"{'LLM class' if offline else 'OpenAI server'})")
+    else:
+        seqs = VLLM_V0_MAX_NUM_SEQS
+        max_len = int(sched.get("max_model_len")
+                      or get_model(data.get("model", "llama-3-8b")).max_position_embeddings)
+        if max_len > VLLM_V0_LONG_CONTEXT:
+            notes.append("vLLM V0 with long context: chunked prefill on, token budget left at "
+                         "kvpd's default")
+            tokens = None
+        else:
+            if "enable_chunked_prefill" not in sched:
+                out["enable_chunked_prefill"] = False
+            tokens = max(max_len, 2048)
+        what = f"vLLM V0 defaults (max_model_len {max_len})"
+    if "max_num_seqs" not in sched:
+        out["max_num_seqs"] = seqs
+    if tokens and "max_num_batched_tokens" not in sched:
+        out["max_num_batched_tokens"] = tokens
+    sched.update(out)
+    return notes + [f"scheduler limits: {what}: max_num_seqs {sched.get('max_num_seqs')}, "
+                    f"max_num_batched_tokens {sched.get('max_num_batched_tokens', 'kvpd default')}"
+                    + (", no chunked prefill" if sched.get("enable_chunked_prefill") is False
+                       else "")]
+
+
+def _trtllm_limits(sched: dict[str, Any]) -> list[str]:
+    """TensorRT-LLM's scheduler defaults (TRTLLM_* above) for the limits not set: whole
+    prompts per step (no chunked prefill) within 8192 tokens."""
+    if "enable_chunked_prefill" not in sched:
+        sched["enable_chunked_prefill"] = False
+    if "max_num_batched_tokens" not in sched:
+        sched["max_num_batched_tokens"] = TRTLLM_MAX_NUM_TOKENS
+    return ["scheduler limits: TensorRT-LLM defaults, max_num_tokens "
+            f"{sched['max_num_batched_tokens']}, chunked prefill "
+            f"{'off' if sched.get('enable_chunked_prefill') is False else 'on'}"]

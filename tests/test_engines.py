@@ -1,0 +1,108 @@
+"""`engine:` in a scenario: the engine's documented defaults fill the keys left out
+(`simulator.engines`), a key the scenario sets wins, and a bad engine is refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator import engines
+from simulator.run import run_scenario
+from simulator.scenario import scenario_from_dict
+
+
+def _resolve(engine: dict, **data):
+    return scenario_from_dict({"model": "llama-3-70b", "hardware": "h100-sxm", "engine": engine,
+                               **data}, "s.yaml")
+
+
+def test_tensorrt_llm_never_evicts_takes_whole_prompts_and_an_fp8_cache_for_fp8_weights():
+    sc = _resolve({"name": "tensorrt-llm"}, dtype="fp8", cluster={"tp": 4})
+    assert sc.scheduler.capacity_policy == "guaranteed_no_evict"
+    assert sc.scheduler.enable_chunked_prefill is False
+    assert sc.scheduler.max_num_batched_tokens == engines.TRTLLM_MAX_NUM_TOKENS
+    assert sc.cache.kv_cache_dtype == "fp8" and sc.cluster.allreduce == "custom"
+    assert _resolve({"name": "tensorrt-llm"}).cache.kv_cache_dtype == "auto"  # bf16 weights
+
+
+def test_a_key_the_scenario_sets_wins():
+    sc = _resolve({"name": "tensorrt-llm"}, dtype="fp8", cache={"kv_cache_dtype": "bf16"},
+                  scheduler={"capacity_policy": "max_utilization", "max_num_batched_tokens": 4096,
+                             "enable_chunked_prefill": True})
+    assert (sc.scheduler.capacity_policy, sc.scheduler.max_num_batched_tokens) == (
+        "max_utilization", 4096)
+    assert sc.scheduler.enable_chunked_prefill is True and sc.cache.kv_cache_dtype == "bf16"
+    sc = _resolve({"name": "lmdeploy-turbomind"}, cluster={"tp": 4, "allreduce": "custom"})
+    assert sc.cluster.allreduce == "custom"
+
+
+@pytest.mark.parametrize("engine, hardware, want", [
+    ({"name": "vllm", "version": "0.11.0"}, "h200-sxm", (1024, 8192, True)),
+    ({"name": "vllm", "version": "0.11.0", "entry_point": "offline"}, "h200-sxm", (1024, 16384, True)),
+    ({"name": "vllm", "version": "0.11.0"}, "a100-80gb-sxm", (256, 2048, True)),
+    ({"name": "vllm", "version": "0.8.3"}, "l4", (256, 2048, True)),  # 24 GiB
+    ({"name": "vllm", "version": "0.7.3"}, "h100-sxm", (256, 8192, False)),  # V0, 8K context
+    ({"name": "vllm"}, "h100-sxm", (256, 8192, True)),  # no version: kvpd's defaults
+])
+def test_vllm_limits_by_version_gpu_and_entry_point(engine, hardware, want):
+    sc = scenario_from_dict({"model": "llama-3-8b", "hardware": hardware, "engine": engine})
+    s = sc.scheduler
+    assert (s.max_num_seqs, s.max_num_batched_tokens, s.enable_chunked_prefill) == want
+    assert s.capacity_policy == "max_utilization"
+
+
+def test_vllm_v0_budget_follows_max_model_len_and_long_context_keeps_chunking():
+    sc = scenario_from_dict({"model": "llama-3-8b", "engine": {"name": "vllm", "version": "0.6.6"},
+                             "scheduler": {"max_model_len": 4096}})
+    assert (sc.scheduler.max_num_batched_tokens, sc.scheduler.enable_chunked_prefill) == (4096, False)
+    data = {"model": "llama-3.1-8b", "engine": {"name": "vllm", "version": "0.6.6"}}
+    notes = engines.apply_engine(data)
+    assert data["scheduler"]["max_num_seqs"] == 256 and "enable_chunked_prefill" not in data["scheduler"]
+    assert any("long context" in n for n in notes)
+
+
+def test_tp_allreduce_by_engine_and_version():
+    def allreduce(engine, tp):
+        return _resolve(engine, cluster={"tp": tp}).cluster.allreduce
+    assert allreduce({"name": "vllm", "version": "0.2.6"}, 4) == "nccl"
+    assert allreduce({"name": "vllm", "version": "0.2.7"}, 4) == "custom"
+    assert allreduce({"name": "lmdeploy-turbomind"}, 2) == "nccl"
+    assert allreduce({"name": "sglang"}, 8) == "custom"
+    data = {"engine": {"name": "lmdeploy-turbomind"}, "cluster": {"tp": 1}}
+    engines.apply_engine(data)
+    assert "allreduce" not in data["cluster"]  # a TP1 replica calls no all-reduce
+
+
+def test_pd_pools_keep_the_scenario_wide_limits_and_a_second_pass_changes_nothing():
+    data = {"engine": {"name": "vllm", "version": "0.11.0"}, "hardware": "h100-sxm",
+            "cluster": {"pd": {"prefill": {"tp": 2}, "decode": {"tp": 2}}}}
+    engines.apply_engine(data)
+    assert data["scheduler"] == {"capacity_policy": "max_utilization"}  # no V1 limits for PD
+    snapshot = json.dumps(data, sort_keys=True)
+    engines.apply_engine(data)  # (a resolved scenario validated again, e.g. in a worker)
+    assert json.dumps(data, sort_keys=True) == snapshot
+
+
+@pytest.mark.parametrize("engine, match", [
+    ({"name": "tgi"}, "engine.name 'tgi' unknown; kvpd knows: vllm, sglang, tensorrt-llm"),
+    ({"name": "vllm", "entry_point": "batch"}, "engine.entry_point 'batch' unknown"),
+    ("vllm", "engine must be a mapping"),
+])
+def test_a_bad_engine_is_refused_naming_the_file_and_key(engine, match):
+    with pytest.raises(ValueError, match=match) as exc:
+        scenario_from_dict({"engine": engine}, "plan.yaml")
+    assert str(exc.value).startswith("plan.yaml")
+
+
+def test_the_run_records_the_resolved_scenario(tmp_path):
+    sc = scenario_from_dict({
+        "model": "llama-3-8b", "engine": {"name": "tensorrt-llm"},
+        "workload": {"synthetic": {"num_requests": 20, "arrival": {"process": "burst"},
+                                   "prompt_len": {"dist": "fixed", "value": 256},
+                                   "output_len": {"dist": "fixed", "value": 16}}},
+        "output": {"plots": False, "timeseries": False}})
+    run_scenario(sc).write(tmp_path)
+    written = json.loads((tmp_path / "scenario.json").read_text())
+    assert written["engine"]["name"] == "tensorrt-llm"
+    assert written["scheduler"]["capacity_policy"] == "guaranteed_no_evict"
