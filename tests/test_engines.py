@@ -106,3 +106,15 @@ def test_the_run_records_the_resolved_scenario(tmp_path):
     written = json.loads((tmp_path / "scenario.json").read_text())
     assert written["engine"]["name"] == "tensorrt-llm"
     assert written["scheduler"]["capacity_policy"] == "guaranteed_no_evict"
+
+
+def test_a_sweep_over_engines_gets_each_engines_defaults():
+    from simulator.plan.keys import build_scenario
+
+    base = {"model": "llama-3-8b", "engine": {"name": "vllm", "version": "0.11.0"}}
+    points = {e: build_scenario(base, {"engine.name": e}, "sweep.yaml", ".").scheduler
+              for e in ("vllm", "tensorrt-llm")}
+    assert points["vllm"].capacity_policy == "max_utilization"
+    assert points["vllm"].max_num_seqs == 1024  # V1 on an 80 GB H100, the OpenAI server
+    assert points["tensorrt-llm"].capacity_policy == "guaranteed_no_evict"
+    assert points["tensorrt-llm"].enable_chunked_prefill is False
