@@ -248,10 +248,16 @@ class Scenario(_Strict):
     sim: SimSpec = SimSpec()
     base_dir: str = Field(".", exclude=True)  # folder that relative paths start from
     source: str = Field("<scenario>", exclude=True)  # the file (or label) it was read from
+    # what `engine` filled in, one rule each (`simulator.engines.apply_engine`)
+    engine_notes: list[str] = Field(default_factory=list, exclude=True)
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+# set by the loader, not by a scenario file: left out of key listings and hints
+INTERNAL_FIELDS = ("base_dir", "source", "engine_notes")
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -266,7 +272,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
         cur = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
         if cur is None:
             return []
-    return sorted(getattr(cur, "model_fields", {}))
+    return sorted(k for k in getattr(cur, "model_fields", {}) if k not in INTERNAL_FIELDS)
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:
@@ -316,15 +322,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_dir: str = ".") -> Scenario:
     if not isinstance(data, dict):
         raise ValueError(f"{source}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    notes: list[str] = []
     if data.get("engine") is not None:  # the engine's documented defaults, for keys left out
         data = copy.deepcopy(data)
-        apply_engine(data, source)
+        notes = apply_engine(data, source)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ValueError(format_validation_error(exc, source)) from None
     scenario.base_dir = base_dir
     scenario.source = source
+    scenario.engine_notes = notes
     return scenario
 
 
@@ -346,7 +354,7 @@ def scenario_keys(model: type[BaseModel] = Scenario, prefix: str = "") -> list[s
     """Every settable key path (for sweeps and error hints)."""
     keys = []
     for name, field in model.model_fields.items():
-        if name in ("base_dir", "source"):
+        if name in INTERNAL_FIELDS:
             continue
         path = f"{prefix}{name}"
         keys.append(path)

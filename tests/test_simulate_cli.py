@@ -118,3 +118,14 @@ def test_errors_name_scenario_file_key_and_value(tmp_path, capsys, patch, files,
         assert word in err, (word, err)
     assert "--skip-invalid" not in err  # a flag kvpd simulate does not have
     assert not (tmp_path / "o").exists()  # refused before anything ran
+
+
+def test_the_engine_key_says_what_it_filled_in(tmp_path, capsys):
+    p = _write(tmp_path, SMALL)
+    assert main(["simulate", str(p), "--out", str(tmp_path / "o"), "--no-plots",
+                 "--set", "engine.name=tensorrt-llm"]) == 0
+    out = capsys.readouterr().out
+    assert "engine tensorrt-llm: capacity_policy guaranteed_no_evict" in out
+    assert "engine tensorrt-llm: scheduler limits: TensorRT-LLM defaults" in out
+    saved = json.loads((tmp_path / "o" / "scenario.json").read_text())
+    assert saved["scheduler"]["capacity_policy"] == "guaranteed_no_evict"

@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([r.summary for r in results] if args.compare else results[0].summary,
                          indent=2))
         return 0
+    for name, sc in zip(names, scenarios):
+        for note in sc.engine_notes:  # what the scenario's `engine` filled in
+            print(f"{name}: engine {sc.engine.name}: {note}")
     print(summary_table([r.summary for r in results], names))
     for name, r in zip(names, results):
         files = [Path(f).name for f in r.extra["written"]]
