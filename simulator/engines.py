@@ -6,8 +6,9 @@
 A scenario that names the engine it stands for gets that engine's documented behaviour for
 every key it leaves out: the admission policy (`scheduler.capacity_policy`), the TP
 all-reduce (`cluster.allreduce`), the KV-cache dtype of FP8 checkpoints
-(`cache.kv_cache_dtype`) and the scheduler's limits by version, GPU and entry point
-(`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`). A key the
+(`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
+(`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`) and whether
+prompts share steps with decodes (`scheduler.mixed_batches`). A key the
 scenario sets always wins. `apply_engine` fills the raw mapping before validation and returns
 one line per rule it used, with where the engine documents it. The published-results suite
 (bench/published_rows.py) writes its scenarios this way.
@@ -62,7 +63,9 @@ FP8_KV_ENGINES = {"tensorrt-llm"}
 #   256 and 8192 / 2048. Chunked prefill always on.
 # - V0 engine (before v0.8.0): max_num_seqs 256; chunked prefill switched on by itself only for
 #   max_model_len > 32K; without it a step holds whole prompts, max_num_batched_tokens =
-#   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7).
+#   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7), and prompts run in steps
+#   of their own: V0's Scheduler._schedule_default schedules prefills first and, when any are
+#   scheduled, no decodes in that step (scheduler.mixed_batches false).
 VLLM_V1_FROM = (0, 8)
 VLLM_V1_BIG_GPU_GIB = 70
 VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
@@ -71,6 +74,11 @@ VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_b
 }
 VLLM_V0_MAX_NUM_SEQS = 256
 VLLM_V0_LONG_CONTEXT = 32 * 1024
+
+# SGLang runs a prefill batch whenever one can be formed (Scheduler.get_next_batch_to_run:
+# get_new_batch_prefill first), the running decode batch only when none can, and mixes them
+# only with --enable-mixed-chunk (server_args.py: enable_mixed_chunk False):
+# scheduler.mixed_batches false.
 
 # TensorRT-LLM's scheduler defaults (LLM API reference, TorchLlmArgs / TrtLlmArgs:
 # enable_chunked_prefill "Defaults to False", max_num_tokens 8192; docs "Tuning Max Batch Size
@@ -121,6 +129,10 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
             notes += _vllm_limits(data, scheduler, version, entry == "offline")
         elif name == "tensorrt-llm":
             notes += _trtllm_limits(scheduler)
+        elif name == "sglang" and "mixed_batches" not in scheduler:
+            scheduler["mixed_batches"] = False
+            notes.append("mixed_batches false: SGLang runs prefill batches of their own first, "
+                         "decodes waiting (--enable-mixed-chunk off by default)")
     notes += _allreduce(cluster, name, version, label)
     return notes
 
@@ -184,6 +196,8 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
         else:
             if "enable_chunked_prefill" not in sched:
                 out["enable_chunked_prefill"] = False
+            if "mixed_batches" not in sched:  # V0 schedules prefills first, on their own
+                out["mixed_batches"] = False
             tokens = max(max_len, 2048)
         what = f"vLLM V0 defaults (max_model_len {max_len})"
     if "max_num_seqs" not in sched:
@@ -194,6 +208,8 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
     return notes + [f"scheduler limits: {what}: max_num_seqs {sched.get('max_num_seqs')}, "
                     f"max_num_batched_tokens {sched.get('max_num_batched_tokens', 'kvpd default')}"
                     + (", no chunked prefill" if sched.get("enable_chunked_prefill") is False
+                       else "")
+                    + (", prefill steps of their own" if sched.get("mixed_batches") is False
                        else "")]
 
 

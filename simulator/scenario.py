@@ -99,6 +99,10 @@ class SchedulerSpec(_Strict):
     # "guaranteed_no_evict": reserve prompt + max_tokens at admission, never preempt
     # (TensorRT-LLM's default). See simulator/core/capacity.py.
     capacity_policy: Literal["max_utilization", "guaranteed_no_evict"] = "max_utilization"
+    # True: a step holds prompt tokens and decodes together (vLLM V1, TensorRT-LLM); False:
+    # prompts run in steps of their own, first, while decodes wait (SGLang's default, vLLM V0
+    # without chunked prefill). See simulator/core/config.py.
+    mixed_batches: bool = True
 
 
 class CacheSpec(_Strict):

@@ -32,6 +32,7 @@ knobs = st.fixed_dictionaries(
         "policy": st.sampled_from(["fcfs", "priority"]),
         "batching": st.sampled_from(["continuous", "continuous", "static"]),
         "caching": st.booleans(),
+        "mixed": st.booleans(),
     }
 )
 workload = st.lists(
@@ -64,6 +65,7 @@ def build(k, wl, seed):
         preemption_mode="swap" if k["swap"] and k["num_cpu_blocks"] else "recompute",
         policy=k["policy"],
         batching=k["batching"],
+        mixed_batches=k["mixed"],
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 
@@ -104,6 +106,11 @@ def run(sched, reqs, executor, max_burst=1, check=True):
             assert out.shape.num_tokens <= cfg.max_num_batched_tokens
             assert len(out.reqs) <= cfg.max_num_seqs or any("_" in r.request_id for r in out.reqs)
             assert all(b.ref_cnt >= 0 for b in kvm.block_pool.blocks if b is not None)
+            if not cfg.mixed_batches:  # running decodes wait while prompts (or resumes) run
+                new = set(out.new_req_ids)
+                kinds = {n > 1 or r.num_output_tokens == 0 or r.request_id in new
+                         for r, n in zip(out.reqs, out.num_new_tokens)}
+                assert len(kinds) <= 1, (out.num_new_tokens, [r.num_output_tokens for r in out.reqs])
             bs = kvm.block_size
             for r, ids, before, q in zip(out.reqs, out.block_ids, out.num_computed_before, out.num_new_tokens):
                 assert len(ids) * bs >= before + q

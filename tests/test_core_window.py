@@ -44,6 +44,7 @@ knobs = st.fixed_dictionaries(
         "policy": st.sampled_from(["fcfs", "priority"]),
         "caching": st.booleans(),
         "capacity": st.sampled_from(["max_utilization", "max_utilization", "guaranteed_no_evict"]),
+        "mixed": st.sampled_from([True, True, False]),
     }
 )
 workload = st.lists(
@@ -75,6 +76,7 @@ def build(k, wl, seed, window=True):
         preemption_mode="swap" if k["swap"] and k["num_cpu_blocks"] else "recompute",
         policy=k["policy"],
         capacity_policy=k["capacity"],
+        mixed_batches=k.get("mixed", True),
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=50)
 

@@ -50,6 +50,7 @@ def test_vllm_limits_by_version_gpu_and_entry_point(engine, hardware, want):
     s = sc.scheduler
     assert (s.max_num_seqs, s.max_num_batched_tokens, s.enable_chunked_prefill) == want
     assert s.capacity_policy == "max_utilization"
+    assert s.mixed_batches is want[2]  # V0 without chunking runs prompts in steps of their own
 
 
 def test_vllm_v0_budget_follows_max_model_len_and_long_context_keeps_chunking():
@@ -69,6 +70,8 @@ def test_tp_allreduce_by_engine_and_version():
     assert allreduce({"name": "vllm", "version": "0.2.7"}, 4) == "custom"
     assert allreduce({"name": "lmdeploy-turbomind"}, 2) == "nccl"
     assert allreduce({"name": "sglang"}, 8) == "custom"
+    assert _resolve({"name": "sglang"}).scheduler.mixed_batches is False  # prefill batches first
+    assert _resolve({"name": "sglang"}, scheduler={"mixed_batches": True}).scheduler.mixed_batches
     data = {"engine": {"name": "lmdeploy-turbomind"}, "cluster": {"tp": 1}}
     engines.apply_engine(data)
     assert "allreduce" not in data["cluster"]  # a TP1 replica calls no all-reduce

@@ -57,6 +57,20 @@ def test_tiny_token_budget_chunks_and_mixes(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_prompt_steps_of_their_own(name):
+    """mixed_batches=False (SGLang's schedule): prompts, chunked in a small budget and
+    arriving while others decode, run in steps without decodes; output is unchanged."""
+    prompts = random_prompts(5, [3, 9, 22, 40, 7, 1])
+    params = [_greedy(6 + i) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=128, block_size=4, max_num_batched_tokens=16,
+              max_num_seqs=3, mixed_batches=False, record_steps=True)
+    _check(name, llm, prompts, params)
+    shapes = [s.shape for s in llm.runner.steps]
+    assert not any(s.num_prefill_reqs and s.num_decode_reqs for s in shapes)
+    assert any(s.num_decode_reqs for s in shapes) and any(s.num_prefill_reqs for s in shapes)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_shared_prefixes_and_full_prompt_hits(name):
     bs = 4
     (base,) = random_prompts(3, [21])

@@ -141,3 +141,18 @@ def test_sliding_window_admits_more_long_requests_at_once():
         assert res.summary["requests"]["finished"] == 24
         batch[window] = max(res.timeline.columns()["batch_size"])
     assert batch[4096] >= 2 * batch[None]
+
+
+def test_prompt_steps_of_their_own_pause_decodes_and_keep_bursts_exact():
+    """scheduler.mixed_batches false (SGLang, vLLM V0): decodes wait while prompts run, so
+    TPOT rises against mixed steps; decode bursts still equal step by step."""
+    patch = {"cache": {"num_gpu_blocks": 400}, "scheduler": {"max_model_len": 3000}}
+    mixed = sim(patch)
+    separate = sim(merged(patch, {"scheduler": {"mixed_batches": False}}))
+    step = sim(merged(patch, {"scheduler": {"mixed_batches": False},
+                              "sim": {"max_decode_burst": 1}}))
+    assert separate.summary["requests"]["finished"] == 200
+    assert separate.summary["tpot_s"]["mean"] > mixed.summary["tpot_s"]["mean"]
+    assert step.summary["sim"]["num_steps"] == separate.summary["sim"]["num_steps"]
+    for a, b in zip(separate.requests, step.requests):
+        assert list(a.token_times) == list(b.token_times)  # bit for bit

@@ -93,6 +93,8 @@ class LLM:
     "decode" for a PD worker's scheduler. `capacity_policy`: "max_utilization" (admit while
     blocks are free, preempt when they run out) or "guaranteed_no_evict" (reserve each
     request's whole length at admission, never preempt; `simulator.core.capacity`).
+    `mixed_batches` False: prompts run in steps of their own, first, while decodes wait
+    (SGLang's default; `SchedulerConfig`).
     Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
@@ -123,6 +125,7 @@ class LLM:
         record_steps: bool = False,
         role: str = "colocated",
         capacity_policy: str = "max_utilization",
+        mixed_batches: bool = True,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -150,6 +153,7 @@ class LLM:
             batching=batching,
             role=role,
             capacity_policy=capacity_policy,
+            mixed_batches=mixed_batches,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

@@ -201,7 +201,7 @@ class SimCluster:
             max_model_len=max_model_len, enable_chunked_prefill=s.enable_chunked_prefill,
             long_prefill_token_threshold=s.long_prefill_token_threshold,
             preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching, role=role,
-            capacity_policy=s.capacity_policy,
+            capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

@@ -67,6 +67,10 @@ class SchedulerConfig:
     (TensorRT-LLM's default: admit a request only when the blocks of its whole length,
     prompt + max_tokens, fit in the free blocks not already promised to admitted requests;
     never preempts, so `preemption_mode` has no effect). See `Scheduler`.
+    mixed_batches: True (vLLM V1, TensorRT-LLM, LMDeploy): a step holds prompt tokens and
+    decodes together. False (SGLang's default, vLLM V0 without chunked prefill): a colocated
+    step runs prompts or decodes, never both; prompts first, whenever a chunk is pending or a
+    waiting request can be admitted, while the running decodes wait.
     """
 
     max_num_seqs: int = 256
@@ -79,6 +83,7 @@ class SchedulerConfig:
     batching: str = "continuous"
     role: str = "colocated"
     capacity_policy: str = "max_utilization"
+    mixed_batches: bool = True
 
     def __post_init__(self) -> None:
         _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)

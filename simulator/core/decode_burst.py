@@ -101,6 +101,8 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     if kvm.sliding_window:
         if kvm.max_step_tokens < k:
             k = kvm.max_step_tokens  # a burst's blocks stay within max_blocks_held
+        if core.waiting and not core.config.mixed_batches:
+            return 1  # a slid-out block may let a whole prompt in (`Scheduler._admit_waiting`)
         if core.waiting and len(core.running) < core.config.max_num_seqs:
             # a block sliding out could admit a waiting request: end before one does
             # (step j frees once (before + j - window + 1) // bs passes the freed ones)

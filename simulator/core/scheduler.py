@@ -146,6 +146,12 @@ class Scheduler(PDHandoff, ParallelSampling):
         out.blocks_to_copy, self._pending_copies = self._pending_copies, []
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
+        separate = not cfg.mixed_batches and cfg.role == "colocated"
+        if separate and self._prefill_pending():
+            # prompts in a step of their own; only if none can run do the decodes step
+            self._schedule_prompts(out, budget, threshold, now)
+            if out.reqs or out.preempted_req_ids:
+                return out
 
         # 1. running requests: decodes and unfinished prompt chunks
         running = self.running
@@ -189,30 +195,80 @@ class Scheduler(PDHandoff, ParallelSampling):
                 num_new = self._cap_prefill(req, num_new, threshold)
             if num_new > budget:
                 num_new = budget
-            scheduled = True
-            while not kvm.allocate_slots(req, num_new):
-                if self._no_evict:
-                    raise RuntimeError(
-                        f"guaranteed_no_evict: request {req.request_id!r} found no block "
-                        "although its whole length was reserved at admission"
-                    )
-                victim = self._pick_victim()
-                budget += self._preempt(victim, out)
-                if victim is req:
-                    scheduled = False
-                    break
-            if scheduled:
-                out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
-                budget -= num_new
+            budget += self._allocate_or_preempt(req, num_new, out)
             # running[:i] are exactly the requests scheduled so far (victims left both)
             i = len(out.reqs)
             n_running = len(running)
         if nd:
             self._fold_decodes(out, running[i - nd:i], dctx, maxd)
 
-        # 2. waiting requests (none while preempting, none mid-batch when static)
+        # 2. waiting requests (none while preempting, none mid-batch when static, none into
+        # a decode step when prompts run in steps of their own)
+        if not separate:
+            self._admit_waiting(out, budget, threshold, now)
+        return out
+
+    def _prefill_pending(self) -> bool:
+        """Whether a prompt could run: a request waits, or a running one has prompt tokens
+        left (`_prompt_work`)."""
+        return bool(self.waiting) or any(_prompt_work(req) for req in self.running)
+
+    def _schedule_prompts(self, out: SchedulerOutput, budget: int, threshold: int,
+                          now: float) -> None:
+        """A step of prompt work only (`SchedulerConfig.mixed_batches` False): the running
+        requests' pending prompt chunks, then waiting requests admitted into what is left."""
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            num_new = _prompt_work(req)
+            if not num_new or req.status != RUNNING:  # a decode, or preempted just now
+                continue
+            if num_new > 1:
+                num_new = self._cap_prefill(req, num_new, threshold)
+            num_new = min(num_new, budget)
+            budget += self._allocate_or_preempt(req, num_new, out)
+        # blocks the running prompts may still take to finish: no admission may take them
+        promised = sum(self._blocks_to_hold(req) for req in self.running if _prompt_work(req))
+        self._admit_waiting(out, budget, threshold, now, promised)
+
+    def _blocks_to_hold(self, req: Request) -> int:
+        """Blocks `req` may still take before its last token: the most it holds at once
+        (`KVCacheManager.max_blocks_held`) beyond those it holds now."""
+        kvm = self.kv_cache_manager
+        rid = req.request_id
+        held = len(kvm.req_to_block_ids.get(rid, ())) - kvm.num_skipped_blocks.get(rid, 0)
+        return max(0, kvm.max_blocks_held(req.num_tokens) - held)
+
+    def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> int:
+        """Schedule `num_new` tokens of running `req` into `out`, preempting victims until its
+        blocks fit (or it is the victim); returns the change in the step's token budget."""
+        kvm = self.kv_cache_manager
+        delta = 0
+        while not kvm.allocate_slots(req, num_new):
+            if self._no_evict:
+                raise RuntimeError(
+                    f"guaranteed_no_evict: request {req.request_id!r} found no block "
+                    "although its whole length was reserved at admission"
+                )
+            victim = self._pick_victim()
+            delta += self._preempt(victim, out)
+            if victim is req:
+                return delta
+        out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
+        return delta - num_new
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
+                       now: float, promised: int = -1) -> None:
+        """Admit waiting requests into `out` within `budget` tokens (none while preempting,
+        none mid-batch when static). `promised` >= 0 (prompts in steps of their own): a
+        request is admitted only when its whole prompt fits the free blocks beyond the
+        `promised` ones, which the running prompts still need, as an engine that runs prompt
+        batches first reserves them (else its decodes could never run)."""
+        cfg = self.config
+        kvm = self.kv_cache_manager
+        running = self.running
         if out.preempted_req_ids or (cfg.batching == "static" and running):
-            return out
+            return
         waiting = self.waiting
         no_evict = self._no_evict
         reserved = 0
@@ -254,9 +310,14 @@ class Scheduler(PDHandoff, ParallelSampling):
                     num_new = budget
                 if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
                     break  # its whole length does not fit what is not yet promised
+                if promised >= 0 and (kvm.max_blocks_held(req.num_tokens) - len(hits)
+                                      > kvm.num_free_blocks - promised):
+                    break  # its whole prompt does not fit beyond the running prompts' rest
             if not kvm.allocate_slots(req, num_new, hits):
                 break
             waiting.pop()
+            if promised >= 0:
+                promised += self._blocks_to_hold(req)
             if no_evict:
                 reserved += blocks_to_completion(kvm, req, cfg.role)
             req.num_computed_tokens += num_hit
@@ -269,7 +330,6 @@ class Scheduler(PDHandoff, ParallelSampling):
             out.new_req_ids.append(req.request_id)
             out.add(req, num_new, kvm.req_to_block_ids[req.request_id])
             budget -= num_new
-        return out
 
     def _fold_decodes(self, out: SchedulerOutput, decodes: list[Request], dctx: int, maxd: int) -> None:
         """Add `decodes` (fast-path decodes whose contexts before and block tables `out`
@@ -402,3 +462,10 @@ class Scheduler(PDHandoff, ParallelSampling):
             "num_free_blocks": kvm.num_free_blocks,
             "num_preemptions": self.num_preemptions,
         }
+
+
+def _prompt_work(req: Request) -> int:
+    """Tokens a running request still has to compute before it decodes: its prompt's (or a
+    recompute's) rest, 0 for a decode (one token after it has sampled before)."""
+    n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+    return n if n > 1 or (n == 1 and req.num_output_tokens == 0) else 0
