@@ -175,3 +175,22 @@ def test_a_warmup_is_refused_by_validate(tmp_path):
     workload = dict(TINY_SCENARIO["workload"], warmup_requests=2)
     _refused(tmp_path, "workload.warmup_requests: 2: a validation measures every request",
              workload=workload)
+
+
+def test_the_admission_and_batching_policies_reach_both_backends(tmp_path):
+    """A validated scenario's `scheduler.capacity_policy` and `mixed_batches` (e.g. set by
+    `engine: sglang`) go to the real engine's `LLM` and to the simulated mirror alike."""
+    from realexec import LLM
+    from realexec.fidelity.validate.source import _knobs
+
+    sc = scenario_from_dict({"engine": {"name": "sglang"}, "model": "llama-3-8b",
+                             "scheduler": {"capacity_policy": "guaranteed_no_evict"}})
+    knobs = _knobs(sc, "s.yaml", TINY_HF_CONFIG, "fp32", 256, 64)
+    assert (knobs.capacity_policy, knobs.mixed_batches) == ("guaranteed_no_evict", False)
+    mirror = scenario_from_dict(scenario_dict(TINY_HF_CONFIG, "fp32", tmp_path / "cal.yaml",
+                                              CostParams(), knobs, "colocated", tmp_path / "t.csv"))
+    assert (mirror.scheduler.capacity_policy, mirror.scheduler.mixed_batches) == (
+        "guaranteed_no_evict", False)
+    kw = {k: v for k, v in knobs.to_dict().items() if k != "max_model_len"}
+    cfg = LLM(TINY_HF_CONFIG, dtype="fp32", device="cpu", **kw).engine.scheduler.config
+    assert (cfg.capacity_policy, cfg.mixed_batches) == ("guaranteed_no_evict", False)

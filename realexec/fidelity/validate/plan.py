@@ -39,6 +39,8 @@ class RunKnobs:
     preemption_mode: str = "recompute"
     policy: str = "fcfs"
     batching: str = "continuous"
+    capacity_policy: str = "max_utilization"
+    mixed_batches: bool = True
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,7 +79,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
         hw["serving_loop"] = False
     sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
                                             "enable_chunked_prefill", "long_prefill_token_threshold",
-                                            "preemption_mode", "policy", "batching")}
+                                            "preemption_mode", "policy", "batching",
+                                            "capacity_policy", "mixed_batches")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {

@@ -126,6 +126,7 @@ def _knobs(sc, src: str, model_config: dict[str, Any], dtype: str, context: int,
                     long_prefill_token_threshold=s.long_prefill_token_threshold,
                     enable_prefix_caching=c.enable_prefix_caching,
                     preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching,
+                    capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
                     max_model_len=context)
 
 
