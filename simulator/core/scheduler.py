@@ -310,8 +310,10 @@ class Scheduler(PDHandoff, ParallelSampling):
                     num_new = budget
                 if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
                     break  # its whole length does not fit what is not yet promised
-                if promised >= 0 and (kvm.max_blocks_held(req.num_tokens) - len(hits)
-                                      > kvm.num_free_blocks - promised):
+                if promised >= 0 and (
+                        kvm.max_blocks_held(req.num_tokens) - len(hits)
+                        + sum(1 for b in hits if b.ref_cnt == 0)  # hits revived from the free
+                        > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
             if not kvm.allocate_slots(req, num_new, hits):
                 break
