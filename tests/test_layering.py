@@ -15,7 +15,9 @@ PACKAGES = ("kvpd", "simulator", "realexec", "workloads")
 ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("workloads", ()),
     ("simulator.core", ()),
-    ("simulator.scenario", ("simulator.cost", "simulator.yaml_file", "workloads")),
+    ("simulator.scenario", ("simulator.cost", "simulator.engines", "simulator.yaml_file",
+                            "workloads")),
+    ("simulator.engines", ("simulator.cost",)),
     ("simulator.yaml_file", ()),
     ("simulator.cost", ("simulator.core",)),
     ("simulator.calibrate", ("simulator.core", "simulator.cost")),
