@@ -149,6 +149,8 @@ def _allreduce(cluster: dict[str, Any], name: str, version: Any, label: str) -> 
     pools = [p for p in (cluster.get("pd") or {}).values() if isinstance(p, dict)]
     if max([int(cluster.get("tp", 1))] + [int(p.get("tp", 1)) for p in pools]) <= 1:
         return []
+    if "allreduce" in cluster:  # the scenario's own
+        return []
     notes = []
     if name == "vllm":
         v = version3(version)
@@ -159,8 +161,6 @@ def _allreduce(cluster: dict[str, Any], name: str, version: Any, label: str) -> 
             impl = "custom" if v >= VLLM_CUSTOM_ALLREDUCE_FROM else "nccl"
     else:
         impl = ALLREDUCE_BY_ENGINE[name]
-    if "allreduce" in cluster:
-        return notes
     if impl != "custom":
         cluster["allreduce"] = impl
     return notes + [f"cluster.allreduce {impl}: the TP all-reduce of {label}"]

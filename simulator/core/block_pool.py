@@ -45,6 +45,11 @@ NULL_BLOCK = KVCacheBlock(NULL_BLOCK_ID)
 NULL_BLOCK.ref_cnt = 1
 
 
+def num_revived(hits: Sequence[KVCacheBlock]) -> int:
+    """Prefix-hit blocks that nobody holds: taking them takes them out of the free queue."""
+    return sum(1 for b in hits if b.ref_cnt == 0)
+
+
 class BlockPool:
     """The device block pool shared by all requests of one replica."""
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from simulator.core.block_pool import KVCacheBlock
+from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.request import Request, RequestStatus
 
@@ -58,8 +58,7 @@ def blocks_to_completion(kvm: KVCacheManager, req: Request, role: str, num_hits:
 def promise(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock], role: str) -> int:
     """Free blocks that admitting `req` with prefix hits `hits` commits: its whole length less
     the hits and the blocks it holds, plus each hit revived from the free queue."""
-    revived = sum(1 for b in hits if b.ref_cnt == 0)
-    return blocks_to_completion(kvm, req, role, len(hits), revived)
+    return blocks_to_completion(kvm, req, role, len(hits), num_revived(hits))
 
 
 def reserved_blocks(kvm: KVCacheManager, running: Iterable[Request],

@@ -24,7 +24,7 @@ from typing import cast
 
 from simulator.core.block_copies import BlockCopies
 from simulator.core.block_hash import extend_block_hashes, is_length_only
-from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock
+from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock, num_revived
 from simulator.core.request import Request
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
@@ -226,8 +226,7 @@ class KVCacheManager(BlockCopies):
         have = (len(blocks) if blocks else 0) + len(new_computed_blocks)
         num_tokens = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
         need = -(-(num_tokens + num_new_tokens) // self.block_size) - have
-        reviving = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
-        return need <= self.block_pool.num_free_blocks - reviving
+        return need <= self.block_pool.num_free_blocks - num_revived(new_computed_blocks)
 
     def allocate_slots(
         self,
@@ -256,7 +255,7 @@ class KVCacheManager(BlockCopies):
         need = -(-num_total // bs) - len(blocks) - num_hit
         if need > 0 or num_hit:
             pool = self.block_pool
-            reviving = sum(1 for b in new_computed_blocks if b.ref_cnt == 0) if num_hit else 0
+            reviving = num_revived(new_computed_blocks) if num_hit else 0
             if need > pool.num_free_blocks - reviving:
                 return False
             ids = self.req_to_block_ids[rid]

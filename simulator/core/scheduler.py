@@ -15,7 +15,7 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
-from simulator.core.block_pool import KVCacheBlock
+from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.capacity import blocks_to_completion, promise, reserved_blocks
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.decode_burst import max_decode_burst, update_burst
@@ -232,12 +232,10 @@ class Scheduler(PDHandoff, ParallelSampling):
         self._admit_waiting(out, budget, threshold, now, promised)
 
     def _blocks_to_hold(self, req: Request) -> int:
-        """Blocks `req` may still take before its last token: the most it holds at once
-        (`KVCacheManager.max_blocks_held`) beyond those it holds now."""
+        """Blocks `req` may still take from the free pool before its last token so far
+        (`KVCacheManager.blocks_to_grow`)."""
         kvm = self.kv_cache_manager
-        rid = req.request_id
-        held = len(kvm.req_to_block_ids.get(rid, ())) - kvm.num_skipped_blocks.get(rid, 0)
-        return max(0, kvm.max_blocks_held(req.num_tokens) - held)
+        return kvm.blocks_to_grow(req.num_tokens, len(kvm.req_to_blocks.get(req.request_id) or ()))
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> int:
         """Schedule `num_new` tokens of running `req` into `out`, preempting victims until its
@@ -310,10 +308,8 @@ class Scheduler(PDHandoff, ParallelSampling):
                     num_new = budget
                 if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
                     break  # its whole length does not fit what is not yet promised
-                if promised >= 0 and (
-                        kvm.max_blocks_held(req.num_tokens) - len(hits)
-                        + sum(1 for b in hits if b.ref_cnt == 0)  # hits revived from the free
-                        > kvm.num_free_blocks - promised):
+                if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
+                                      > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
             if not kvm.allocate_slots(req, num_new, hits):
                 break
@@ -469,5 +465,5 @@ class Scheduler(PDHandoff, ParallelSampling):
 def _prompt_work(req: Request) -> int:
     """Tokens a running request still has to compute before it decodes: its prompt's (or a
     recompute's) rest, 0 for a decode (one token after it has sampled before)."""
-    n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+    n = req.num_tokens - req.num_computed_tokens
     return n if n > 1 or (n == 1 and req.num_output_tokens == 0) else 0
