@@ -126,8 +126,9 @@ class QuantizationSpec(_Strict):
     """How the weights were quantized (with `dtype`: fp8 -> fp8, int8 -> w8a8 or gptq, int4
     -> awq or gptq)."""
 
-    method: str | None = None  # fp8, w8a8, awq, gptq (default: by dtype)
+    method: str | None = None  # fp8, w8a8, awq, gptq, nvfp4, mxfp4 (default: by dtype)
     group_size: int | None = None  # weights per group (awq/gptq; default 128, -1 per channel)
+    scope: str | None = None  # all (default) or experts: the routed MoE experts only
 
     @field_validator("method")
     @classmethod
@@ -136,9 +137,16 @@ class QuantizationSpec(_Strict):
 
         return None if v is None else check_method(v, "quantization.method")
 
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, v):
+        from simulator.cost.precision import check_scope
+
+        return None if v is None else check_scope(v, "quantization.scope")
+
     def to_dict(self) -> dict[str, Any] | None:
-        out = {k: v for k, v in (("method", self.method), ("group_size", self.group_size))
-               if v is not None}
+        out = {k: v for k, v in (("method", self.method), ("group_size", self.group_size),
+                                 ("scope", self.scope)) if v is not None}
         return out or None
 
 

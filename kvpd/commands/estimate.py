@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "int4 weights)")
     p.add_argument("--group-size", type=int, default=None,
                    help="weights per quantization group of awq/gptq (default 128; -1 per channel)")
+    p.add_argument("--quantization-scope", default=None, metavar="SCOPE",
+                   help="matrices the quantization covers: all (default) or experts (the routed "
+                        "MoE experts only, the rest 16-bit: gpt-oss's MXFP4 release)")
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto, bf16, fp16 or fp8 (default auto: the 16-bit activation dtype)")
     p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
@@ -103,10 +106,12 @@ def run(args: argparse.Namespace) -> int:
     params = (CostParams.load(args.params, device=acc.name, model=model.name)
               if args.params else None)
     quant = None
-    if args.quantization or args.group_size is not None:
+    if args.quantization or args.group_size is not None or args.quantization_scope:
         quant = {"method": args.quantization} if args.quantization else {}
         if args.group_size is not None:
             quant["group_size"] = args.group_size
+        if args.quantization_scope:
+            quant["scope"] = args.quantization_scope
     cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
                    kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,

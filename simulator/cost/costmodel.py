@@ -68,7 +68,7 @@ from simulator.cost.moe_cost import expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
-from simulator.cost.precision import Precision, resolve
+from simulator.cost.precision import Precision, check_model_scope, resolve
 from simulator.cost.stage_coefs import StageCoefs
 from simulator.cost.stage_terms import StageTerms
 
@@ -87,6 +87,7 @@ class CostModel(StageTerms):
                             else get_accelerator(accelerator))
         # refuses a precision the part cannot run, naming what it supports
         self.precision: Precision = resolve(self.accelerator, dtype, quantization, kv_cache_dtype)
+        check_model_scope(self.precision, self.model)
         self.dtype = self.precision.dtype
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)

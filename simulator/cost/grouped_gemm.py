@@ -83,7 +83,11 @@ class MoELinearCost(LinearCost):
     def __init__(self, dense: list[tuple[float, float]], experts: ExpertShape, grouped: GroupedGemm,
                  peak_flops: float, efficiency: float, weight_only: WeightOnly | None = None,
                  alu_flops: float | None = None, table_rows: int = TABLE_ROWS,
-                 dense_k_half: float = 0.0) -> None:
+                 dense_k_half: float = 0.0, dense_rate: float | None = None,
+                 dense_dequant: bool = True) -> None:
+        """`dense_rate`: seconds per FLOP of the dense GEMMs when they run in another precision
+        than the experts (quantization scope `experts`; default the experts' rate);
+        `dense_dequant`: whether the dense GEMMs' weights pay the weight-only dequantization."""
         self.experts, self.grouped = experts, grouped
         copies = experts.moe_layers * experts.top_k / experts.ep  # expert GEMMs per token
         folded = [(n * copies, kk) for n, kk in experts.gemms]
@@ -93,11 +97,14 @@ class MoELinearCost(LinearCost):
                         / (peak_flops * efficiency * grouped.relative))
         # the dense GEMMs' FLOPs per row, with their short-K term (KernelProfile.k_half)
         self._dense_flops = sum(2.0 * n * (kk + dense_k_half) for n, kk in dense)
+        self._dense_rate = 1.0 / (peak_flops * efficiency) if dense_rate is None else dense_rate
         super().__init__(dense + folded, 1, peak_flops, efficiency, None, None, weight_only,
                          alu_flops, table_rows)
-        if self.table is None:  # LinearCost tables only shaped (tile / weight-only) costs
-            self.shaped = True
-            self.table = self._table(table_rows)
+        self.per_row += self._dense_flops * (self._dense_rate - self.rate)
+        if weight_only is not None and not dense_dequant:
+            self.dequant_s *= sum(n * k for n, k in folded) / sum(n * k for n, k in dense + folded)
+        self.shaped = True  # (LinearCost tables only shaped costs; this one always is)
+        self.table = self._table(table_rows)
 
     def _table(self, max_rows: int) -> list[float]:
         r = np.arange(1, max_rows + 1, dtype=np.float64)
@@ -108,7 +115,7 @@ class MoELinearCost(LinearCost):
         lo, hi = g.block_m
         bm = np.where(m < lo, lo, np.clip(2.0 ** np.floor(np.log2(np.maximum(m, 1.0))), lo, hi))
         padded = np.maximum(hit * bm, pairs + hit * bm / 2.0)
-        t = r * self._dense_flops * self.rate + padded * self._pair_s
+        t = r * self._dense_flops * self._dense_rate + padded * self._pair_s
         if self.weight_only is not None:
             t += np.ceil(r / self.weight_only.rows_per_pass) * self.dequant_s
         return [0.0, *t.tolist()]
@@ -120,7 +127,7 @@ class MoELinearCost(LinearCost):
     def compute(self, rows: float) -> float:
         if rows <= 0:
             return 0.0
-        t = (rows * self._dense_flops * self.rate
+        t = (rows * self._dense_flops * self._dense_rate
              + padded_rows(rows, self.experts, self.grouped) * self._pair_s)
         if self.weight_only is not None:
             t += math.ceil(rows / self.weight_only.rows_per_pass) * self.dequant_s

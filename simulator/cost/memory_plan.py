@@ -17,7 +17,7 @@ from simulator.cost.hardware import Accelerator, get_accelerator
 from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import stage_layer_split
 from simulator.cost.parallel import ShardPlan, shard_model
-from simulator.cost.precision import resolve
+from simulator.cost.precision import Precision, check_model_scope, resolve
 
 GB = 1e9
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
@@ -84,6 +84,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
     prec = resolve(acc, dtype, quantization, kv_cache_dtype)
+    check_model_scope(prec, model)
     dt, kv_dt = prec.dtype, prec.kv_cache_dtype
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
@@ -91,7 +92,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     sh = shard_model(model, tp, pp, ep)
     budget = gpu_memory_utilization * acc.memory_bytes
-    weights = max(sh.stage_weight_bytes(model, dt, prec.matrix_weight_bytes))
+    weights = max(stage_weight_bytes(model, sh, prec))
     experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
              + (f", ep={ep}" if ep > 1 else "") + " "
@@ -129,13 +130,30 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts)
 
 
-def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, matrix_bytes: float) -> float:
-    """Bytes of routed-expert weights on the fullest GPU: every expert's 1/tp column slice
-    (ep = 1), or num_experts/ep whole experts (ep = tp), over its stage's MoE layers;
-    `matrix_bytes` per weight (the precision's, with its quantization groups)."""
+def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
+    """Weight bytes on one GPU of each PP stage under `prec`: with quantization scope
+    `experts`, the routed experts at the method's bytes and every other matrix in 16 bits."""
+    if prec.scope == "all":
+        return sh.stage_weight_bytes(model, prec.dtype, prec.matrix_weight_bytes)
+    dense = prec.dense
+    extra = prec.matrix_weight_bytes - dense.matrix_weight_bytes  # per routed-expert weight
+    return [b + n * extra for b, n in zip(
+        sh.stage_weight_bytes(model, dense.dtype, dense.matrix_weight_bytes),
+        routed_expert_params_per_gpu(model, sh), strict=True)]
+
+
+def routed_expert_params_per_gpu(model: ModelSpec, sh: ShardPlan) -> list[float]:
+    """Routed-expert weights on one GPU of each PP stage: every expert's 1/tp column slice
+    (ep = 1), or num_experts/ep whole experts (ep = tp), over the stage's MoE layers."""
     if not model.is_moe:
-        return 0.0
-    moe = max(stage_layer_split(model, sh.layers_per_stage, s)[1] for s in range(sh.pp))
+        return [0.0] * sh.pp
     per_expert = (3 if model.gated_mlp else 2) * model.hidden_size * sh.ffn
     experts = model.num_experts / sh.ep if sh.ep > 1 else model.num_experts
-    return moe * experts * per_expert * matrix_bytes
+    return [stage_layer_split(model, sh.layers_per_stage, s)[1] * experts * per_expert
+            for s in range(sh.pp)]
+
+
+def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, matrix_bytes: float) -> float:
+    """Bytes of routed-expert weights on the fullest GPU, `matrix_bytes` per weight (the
+    precision's, with its quantization groups)."""
+    return max(routed_expert_params_per_gpu(model, sh)) * matrix_bytes

@@ -67,8 +67,12 @@ class MoETerms:
 
 
 def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers: int,
-              wb: float, ab: float, link_latency_s: float) -> MoETerms:
-    """The MLP terms of a stage with `dense_layers` dense and `moe_layers` MoE layers."""
+              wb: float, ab: float, link_latency_s: float,
+              dense_wb: float | None = None) -> MoETerms:
+    """The MLP terms of a stage with `dense_layers` dense and `moe_layers` MoE layers: routed
+    experts at `wb` bytes per weight, shared experts and dense MLPs at `dense_wb` (default
+    `wb`; 16-bit when the quantization covers the experts only), the router at `ab`."""
+    dwb = wb if dense_wb is None else dense_wb
     d, k, E = model.hidden_size, model.experts_per_token, model.num_experts
     n_mats = 3 if model.gated_mlp else 2
     if ep > 1:  # whole experts, E/ep of them per rank; 1/ep of the token-expert pairs
@@ -96,7 +100,7 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
     a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if ep > 1 else 0.0
     return MoETerms(
         flops_per_token=flops, expert_bytes=moe_layers * w_expert * wb, experts_per_rank=per_rank,
-        fixed_bytes=moe_layers * (router * ab + w_shared * wb) + dense_layers * w_dense * wb,
+        fixed_bytes=moe_layers * (router * ab + w_shared * dwb) + dense_layers * w_dense * dwb,
         act_bytes_per_token=act, mlp_elementwise_bytes_per_token=elementwise,
         alltoall_bytes_per_token=a2a,
         alltoall_latency_s=moe_layers * 2 * link_latency_s if ep > 1 else 0.0,

@@ -15,6 +15,12 @@ The knobs map to vLLM's: `dtype` (activations), `quantization` (the checkpoint's
     mxfp4                 scales in the MMA); weight-only      only kernel (W4A16), as vLLM's
                           (W4A16) on parts without FP4 units   Marlin FP4 path on Hopper/Ampere
 
+`quantization.scope` says which matrices the method covers: `all` (every decoder-layer matrix:
+vLLM's FP8, AWQ and GPTQ checkpoints) or `experts` (the routed MoE experts only, as gpt-oss's
+MXFP4 release: its quantization_config's modules_to_not_convert keeps attention, router,
+embeddings and LM head in BF16); what the scope leaves out is stored and multiplied in the
+activations' 16 bits. The LM head is 16-bit in every scope.
+
 A precision the part cannot run, or a method with no cost model, is refused by `resolve`
 naming the part and what it supports.
 """
@@ -32,6 +38,7 @@ QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq", "nvfp4", "mxfp4")
 FP4_METHODS = ("nvfp4", "mxfp4")
 GROUPED_METHODS = ("awq", "gptq")  # weight-only with their own group_size
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+SCOPES = ("all", "experts")  # which matrices `quantization.method` covers
 # the weight dtype each method stores, and the dtype its GEMMs compute in ("weight-only":
 # 16-bit activations times dequantized weights)
 _METHOD_WEIGHTS = {"fp8": ("fp8",), "w8a8": ("int8",), "awq": ("int4",), "gptq": ("int4", "int8"),
@@ -55,6 +62,7 @@ class Precision:
     group_size: int  # weights per quantization group (weight-only methods; -1: per channel)
     kv_cache_dtype: str  # bf16, fp16, fp8 or fp32
     compute: str  # what the GEMMs multiply in: fp32, bf16, fp8, fp4, int8
+    scope: str = "all"  # the matrices `method` covers: all, or the routed MoE experts only
 
     @property
     def weight_only(self) -> bool:
@@ -79,23 +87,36 @@ class Precision:
             b += _GROUP_META_BYTES[self.dtype] / per_group
         return b
 
+    @property
+    def dense(self) -> Precision:
+        """The precision of the matrices the scope leaves out (attention, dense MLPs, shared
+        experts, router): this one for scope `all`, else unquantized in the activations' dtype."""
+        if self.scope == "all":
+            return self
+        act = "fp32" if self.dtype == "fp32" else "bf16"
+        return Precision(dtype=act, method=None, group_size=0, kv_cache_dtype=self.kv_cache_dtype,
+                         compute=act)
+
     def label(self) -> str:
         q = f" {self.method}" + (f" g{self.group_size}" if self.method in GROUPED_METHODS else "") \
             if self.method else ""
         if self.method in FP4_METHODS:
             q += " (W4A4)" if self.compute == "fp4" else " (weight-only, W4A16)"
-        return f"{self.dtype}{q} weights, {self.kv_cache_dtype} KV cache"
+        where = " on the routed experts (the rest 16-bit)" if self.scope == "experts" else ""
+        return f"{self.dtype}{q} weights{where}, {self.kv_cache_dtype} KV cache"
 
     def quantization(self) -> dict[str, Any] | None:
         """The `quantization` mapping that resolves back to this precision (None: none)."""
         if self.method is None:
             return None
         grouped = self.method in GROUPED_METHODS
-        return {"method": self.method, **({"group_size": self.group_size} if grouped else {})}
+        return {"method": self.method, **({"group_size": self.group_size} if grouped else {}),
+                **({"scope": self.scope} if self.scope != "all" else {})}
 
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "quantization": self.method, "group_size": self.group_size,
-                "kv_cache_dtype": self.kv_cache_dtype, "compute": self.compute}
+                "kv_cache_dtype": self.kv_cache_dtype, "compute": self.compute,
+                "scope": self.scope}
 
 
 def check_method(method: Any, where: str = "quantization.method") -> str:
@@ -104,6 +125,15 @@ def check_method(method: Any, where: str = "quantization.method") -> str:
     if key not in QUANT_METHODS:
         raise ValueError(f"{where}: kvpd has no cost model for quantization method {method!r}; "
                          f"it models: {', '.join(QUANT_METHODS)}")
+    return key
+
+
+def check_scope(scope: Any, where: str = "quantization.scope") -> str:
+    """`scope` if it is one kvpd models, else ValueError listing them."""
+    key = str(scope).strip().lower()
+    if key not in SCOPES:
+        raise ValueError(f"{where}: {scope!r} is not a quantization scope; expected one of "
+                         f"{', '.join(SCOPES)} (experts: the routed MoE experts only)")
     return key
 
 
@@ -148,11 +178,14 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     if isinstance(q, str):
         q = {"method": q}
     if q is not None and not isinstance(q, dict):
-        raise ValueError(f"{pre}quantization must be a mapping {{method, group_size}}, got {q!r}")
+        raise ValueError(f"{pre}quantization must be a mapping {{method, group_size, scope}}, "
+                         f"got {q!r}")
     q = dict(q or {})
-    bad = sorted(set(q) - {"method", "group_size"})
+    bad = sorted(set(q) - {"method", "group_size", "scope"})
     if bad:
-        raise ValueError(f"{pre}quantization: unknown key(s) {bad}; allowed: method, group_size")
+        raise ValueError(f"{pre}quantization: unknown key(s) {bad}; allowed: method, group_size, "
+                         "scope")
+    scope = check_scope(q.get("scope") or "all", f"{pre}quantization.scope")
     method = q.get("method")
     if method is not None:
         method = check_method(method, f"{pre}quantization.method")
@@ -197,5 +230,15 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
     if kv == "fp8" and acc.vendor == "apple":
         raise ValueError(f"{pre}{acc.name} cannot hold an fp8 KV cache (no FP8 on Apple GPUs); "
                          "use kv_cache_dtype auto, bf16 or fp16")
+    if scope != "all" and method is None:
+        raise ValueError(f"{pre}quantization.scope {scope!r} needs a quantized dtype "
+                         f"(fp8, int8, int4, fp4), not {dt!r}")
     return Precision(dtype=dt, method=method, group_size=group if grouped else 0,
-                     kv_cache_dtype=kv, compute=compute)
+                     kv_cache_dtype=kv, compute=compute, scope=scope)
+
+
+def check_model_scope(prec: Precision, model: Any) -> None:
+    """ValueError when `prec` quantizes the experts only of a model that has none."""
+    if prec.scope == "experts" and not model.is_moe:
+        raise ValueError(f"quantization.scope experts: {model.name} is not a mixture of experts "
+                         "(no routed experts to quantize); use scope all")

@@ -42,6 +42,14 @@ class StageTerms:
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
         kh = k.k_half(peak * eff, sms)  # (0 for parts without a kernel profile)
+        # the matrices outside the quantization scope (attention, dense MLPs, router), in the
+        # activations' 16 bits for scope `experts` (else the same as the experts)
+        dp = pr.dense
+        d_peak = acc.peak_flops(dp.compute)
+        d_eff = (eff if dp.compute == pr.compute
+                 else CostParams.default_for(acc, dp.compute).gemm_compute_efficiency)
+        d_wo = k.weight_only if dp.weight_only else None
+        d_kh = k.k_half(d_peak * d_eff, sms)
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -51,9 +59,10 @@ class StageTerms:
         else:
             qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
         out = {
-            "qkv_proj": LinearCost(qkv, L, peak, eff, tile, sms, wo, alu, k_half=kh),
-            "o_proj": LinearCost(o, L, peak, eff, tile, sms, wo, alu, k_half=kh),
-            "mlp": (self._moe_linear(s, peak, eff, wo, alu, kh) if m.is_moe else LinearCost(
+            "qkv_proj": LinearCost(qkv, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
+            "o_proj": LinearCost(o, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu, d_kh, 1.0 / (d_peak * d_eff),
+                                     d_wo is not None) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
                 L, peak, eff, tile, sms, wo, alu, k_half=kh)),
         }
@@ -69,14 +78,16 @@ class StageTerms:
         return out
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float,
-                    k_half: float = 0.0) -> LinearCost:
+                    k_half: float = 0.0, dense_rate: float | None = None,
+                    dense_dequant: bool = True) -> LinearCost:
         """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
         pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
         part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
         tile padding, short K, a ceiling below dense: simulator/cost/grouped_gemm.py); without
         them (parts with no kernel profile) they are one dense GEMM with the layer counts
         folded into the output widths. `k_half`: the dense GEMMs' short-K term (the routed
-        experts' is the grouped GEMM's own)."""
+        experts' is the grouped GEMM's own); `dense_rate` / `dense_dequant`: their seconds per
+        FLOP and whether they dequantize, when the quantization scope leaves them out."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         d, kx = m.hidden_size, m.experts_per_token
@@ -98,7 +109,8 @@ class StageTerms:
             return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
         experts = ExpertShape(self._expert_gemms(), moe, kx, m.num_experts, ep)
         return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu,
-                             dense_k_half=k_half)
+                             dense_k_half=k_half, dense_rate=dense_rate,
+                             dense_dequant=dense_dequant)
 
     def _grouped_for_compute(self, g: Any) -> Any:
         """The grouped-GEMM terms at this replica's GEMM precision. W8A8 (fp8 / int8) fused-MoE
@@ -141,6 +153,7 @@ class StageTerms:
         d, hd = m.hidden_size, m.head_dim
         hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
         wb = pr.matrix_weight_bytes
+        dwb = pr.dense.matrix_weight_bytes  # outside the quantization scope (attention, ...)
         ab = pr.activation_bytes  # activations, norms, embeddings
         kvb = dtype_bytes(pr.kv_cache_dtype)
         bw = acc.mem_bw_bytes_per_s
@@ -163,8 +176,8 @@ class StageTerms:
         ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves 2 (tp-1)/tp of the message
         raw = {
             # (flops per token, weight bytes, activation bytes per token), L layers
-            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * wb, L * (d + (hq + 2 * hkv) * hd) * ab),
-            "o_proj": (L * 2 * w_o, L * w_o * wb, L * (hq * hd + d) * ab),
+            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * dwb, L * (d + (hq + 2 * hkv) * hd) * ab),
+            "o_proj": (L * 2 * w_o, L * w_o * dwb, L * (hq * hd + d) * ab),
             "mlp": (L * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
                     L * w_e * wb,  # per expert touched
                     L * (m.experts_per_token * (2 * d + n_mats * f) * ab
@@ -272,15 +285,17 @@ class StageTerms:
         if m.is_mla:
             t = mla_terms(m, tp)
             h = m.num_heads / tp
-            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * wb, L * t.qkv_act_bytes_per_token * ab)
-            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * wb, L * (h * m.v_head_dim + m.hidden_size) * ab)
+            dwb = self.precision.dense.matrix_weight_bytes  # (the scope's outside)
+            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * dwb, L * t.qkv_act_bytes_per_token * ab)
+            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * dwb, L * (h * m.v_head_dim + m.hidden_size) * ab)
             kv_tok = t.kv_elems_per_token * kvb
             qo_tok = h * (m.head_dim + m.v_head_dim) * ab
             raw["attn"] = (L * t.prefill_flops_per_pair, L * kv_tok, L * (qo_tok + kv_tok))
             raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
         if m.is_moe:
             dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
-            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s)
+            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s,
+                           dense_wb=self.precision.dense.matrix_weight_bytes)
             raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
             raw["expert_stream"] = self._expert_stream()
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs

@@ -1,0 +1,141 @@
+"""`quantization.scope`: a checkpoint that quantizes its routed MoE experts only (gpt-oss's
+MXFP4 release) keeps attention, router, shared experts, dense MLPs and embeddings in 16 bits,
+in the memory plan and in every step's bytes and GEMMs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvpd.cli import main
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.memory_plan import plan_memory
+from simulator.cost.models import get_model
+from simulator.cost.precision import resolve
+from simulator.scenario import scenario_from_dict
+
+CATALOG = Path(__file__).resolve().parents[1] / "simulator" / "catalog"
+MXFP4_BYTES = 0.5 + 1 / 32  # E2M1 weights plus one E8M0 scale per 32 (the OCP MX spec)
+EXPERTS = {"method": "mxfp4", "scope": "experts"}
+
+
+def decode(batch: int, ctx: int) -> BatchShape:
+    return BatchShape.from_lists([1] * batch, [ctx] * batch)
+
+
+def op(cm: CostModel, shape: BatchShape, name: str):
+    return next(o for o in explain_step(cm, shape).ops if o.name == name)
+
+
+def routed_expert_params(name: str) -> int:
+    """Routed-expert weights of a catalog MoE, from its config.json fields in the catalog file
+    alone (gate, up, down per expert)."""
+    c = yaml.safe_load((CATALOG / "models.yaml").read_text())[name]["config"]
+    return (c["num_hidden_layers"] * c["num_local_experts"] * 3 * c["hidden_size"]
+            * c["intermediate_size"])
+
+
+def test_the_memory_plan_stores_only_the_routed_experts_in_mxfp4() -> None:
+    """gpt-oss-120b on one H100: its weights are the routed experts at MXFP4 bytes and every
+    other parameter at 2 bytes (~65 GB, the release checkpoint's size), not all at MXFP4."""
+    m = get_model("gpt-oss-120b")
+    experts = routed_expert_params("gpt-oss-120b")
+    want = (m.num_params - experts) * 2 + experts * MXFP4_BYTES
+    plan = plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization=EXPERTS)
+    assert plan.weight_bytes_per_gpu == pytest.approx(want, rel=1e-12)
+    assert 64e9 < plan.weight_bytes_per_gpu < 66e9
+    every = plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization={"method": "mxfp4"})
+    assert every.weight_bytes_per_gpu < plan.weight_bytes_per_gpu
+    assert plan.num_gpu_blocks < every.num_gpu_blocks  # 16-bit attention leaves less KV room
+    # the routed experts' own share is the same in both scopes
+    assert plan.expert_weight_bytes_per_gpu == every.expert_weight_bytes_per_gpu
+
+
+def test_attention_weights_stream_at_16_bits_and_the_experts_at_mxfp4() -> None:
+    """At decode, the QKV/O projections read 2 bytes per weight under scope `experts`
+    (MXFP4's bytes under scope `all`); the routed experts read the same bytes either way; the
+    step is slower by the difference."""
+    m = get_model("gpt-oss-120b")
+    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization={"method": "mxfp4"})
+    scoped = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EXPERTS)
+    shape = decode(1, 2048)
+    w_qkv = m.num_layers * m.hidden_size * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
+    extra = op(scoped, shape, "qkv_proj").bytes - op(every, shape, "qkv_proj").bytes
+    assert extra == pytest.approx(w_qkv * (2 - MXFP4_BYTES), rel=1e-9)
+    assert op(scoped, shape, "moe_experts").bytes == op(every, shape, "moe_experts").bytes
+    assert scoped.step_time(shape) > every.step_time(shape)
+
+
+def test_16_bit_attention_pays_no_dequantization_at_prefill() -> None:
+    """Weight-only (W4A16) GEMMs pay a dequantization pass per row block; outside the scope
+    the projections are plain BF16 GEMMs, so a long prefill's attention projections cost less
+    compute than under scope `all`, and the experts' compute is unchanged."""
+    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization={"method": "mxfp4"})
+    scoped = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EXPERTS)
+    shape = BatchShape.from_lists([8192], [0])
+    assert op(scoped, shape, "qkv_proj").compute_s < op(every, shape, "qkv_proj").compute_s
+    assert op(scoped, shape, "moe_experts").compute_s == pytest.approx(
+        op(every, shape, "moe_experts").compute_s, rel=0.02)
+
+
+def test_on_fp4_tensor_cores_the_rest_runs_at_the_bf16_rate() -> None:
+    """On B200 the experts run W4A4 on the FP4 units; the projections outside the scope run
+    at the BF16 peak, so a compute-bound prefill's QKV takes longer than under scope `all`."""
+    every = CostModel("gpt-oss-120b", "b200", "fp4", quantization={"method": "mxfp4"})
+    scoped = CostModel("gpt-oss-120b", "b200", "fp4", quantization=EXPERTS)
+    assert scoped.precision.compute == "fp4" and scoped.precision.dense.compute == "bf16"
+    shape = BatchShape.from_lists([8192], [0])
+    ratio = op(scoped, shape, "qkv_proj").compute_s / op(every, shape, "qkv_proj").compute_s
+    acc = get_accelerator("b200")
+    assert ratio > 0.5 * acc.peak_flops("fp4") / acc.peak_flops("bf16")
+
+
+def test_scope_all_is_the_default_and_prices_as_before() -> None:
+    assert resolve(get_accelerator("h100-sxm"), "fp8").scope == "all"
+    plain = CostModel("qwen3-30b-a3b", "h100-sxm", "fp8")
+    named = CostModel("qwen3-30b-a3b", "h100-sxm", "fp8",
+                      quantization={"method": "fp8", "scope": "all"})
+    for shape in (decode(32, 1024), BatchShape.from_lists([4096], [0])):
+        assert named.step_time(shape) == plain.step_time(shape)
+
+
+@pytest.mark.parametrize("quant, dtype, model, message", [
+    ({"method": "mxfp4", "scope": "attention"}, "fp4", "gpt-oss-20b",
+     "'attention' is not a quantization scope; expected one of all, experts"),
+    ({"scope": "experts"}, "bf16", "gpt-oss-20b", "needs a quantized dtype"),
+    ({"method": "fp8", "scope": "experts"}, "fp8", "llama-3-8b",
+     "llama-3-8b is not a mixture of experts"),
+])
+def test_a_scope_kvpd_cannot_apply_is_refused(quant, dtype, model, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        CostModel(model, "h100-sxm", dtype, quantization=quant)
+    with pytest.raises(ValueError, match=message):
+        plan_memory(model, "h100-sxm", dtype=dtype, quantization=quant)
+
+
+def test_the_scenario_key_and_the_estimate_flag(capsys) -> None:
+    sc = scenario_from_dict({"model": "gpt-oss-20b", "hardware": "h100-sxm", "dtype": "fp4",
+                             "quantization": EXPERTS})
+    assert sc.quantization.to_dict() == EXPERTS
+    with pytest.raises(ValueError, match="quantization.scope"):
+        scenario_from_dict({"model": "gpt-oss-20b", "hardware": "h100-sxm", "dtype": "fp4",
+                            "quantization": {"method": "mxfp4", "scope": "layers"}})
+    times = {}
+    for scope in ("all", "experts"):
+        rc = main(["estimate", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--dtype",
+                   "fp4", "--quantization", "mxfp4", "--quantization-scope", scope,
+                   "--decode", "8x1024", "--json"])
+        assert rc == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["memory_plan"]["quantization"] == "mxfp4"
+        times[scope] = data["step_time_s"]
+    assert times["experts"] > times["all"]  # 16-bit attention weights to stream
+    assert main(["estimate", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--dtype", "fp4",
+                 "--quantization-scope", "experts", "--decode", "8x1024"]) == 0
+    assert "on the routed experts (the rest 16-bit)" in capsys.readouterr().out
