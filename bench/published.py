@@ -46,6 +46,7 @@ class Outcome:
     error: float | None = None
     skipped: str | None = None
     assumptions: tuple[str, ...] = ()
+    moe: bool = False  # the row's model is a mixture of experts (issue 34's rows)
 
 
 def write_scenario(scenario: dict, out_dir: Path, row: Row, notes: list[str]) -> Path:
@@ -75,7 +76,10 @@ def run_row(row: Row, out_dir: Path) -> Outcome:
         pred = predicted_value(row, result.summary)
     except (ValueError, RuntimeError) as exc:
         return Outcome(row, skipped="run failed: " + " ".join(str(exc).split())[:300])
-    return Outcome(row, pred, signed_error(pred, float(row.metric["value"])), None, tuple(conv.assumptions))
+    from simulator.cost.models import get_model
+
+    return Outcome(row, pred, signed_error(pred, float(row.metric["value"])), None,
+                   tuple(conv.assumptions), get_model(sc.model).is_moe)
 
 
 def summarize(outcomes: list[Outcome]) -> dict:
@@ -85,10 +89,17 @@ def summarize(outcomes: list[Outcome]) -> dict:
     for o in ran:
         by_source.setdefault(o.row.source["id"], []).append(abs(o.error))
     worst = max(ran, key=lambda o: abs(o.error), default=None)
+    by_kind: dict[str, tuple[float, int, int]] = {}  # median |error|, rows, rows beyond +-30%
+    for kind, moe in (("dense", False), ("MoE", True)):
+        errs = [abs(o.error) for o in ran if o.moe == moe]
+        if errs:
+            by_kind[kind] = (statistics.median(errs), len(errs),
+                             sum(e > TARGET_WORST for e in errs))
     return {
         "ran": len(ran),
         "skipped": len(outcomes) - len(ran),
         "median_abs_by_source": {k: statistics.median(v) for k, v in sorted(by_source.items())},
+        "median_abs_by_kind": by_kind,
         "median_abs": statistics.median([abs(o.error) for o in ran]) if ran else None,
         "worst": worst,
     }
@@ -112,6 +123,9 @@ def print_table(outcomes: list[Outcome], stats: dict) -> None:
     for src, med in stats["median_abs_by_source"].items():
         n = sum(1 for o in outcomes if o.error is not None and o.row.source["id"] == src)
         print(f"median |error| {src:40s} {med:6.1%}  ({n} rows)")
+    for kind, (med, n, beyond) in stats["median_abs_by_kind"].items():
+        print(f"median |error| {kind + ' models':40s} {med:6.1%}  ({n} rows, {beyond} beyond "
+              f"+-{TARGET_WORST:.0%})")
     if stats["median_abs"] is not None:
         w = stats["worst"]
         print(f"median |error| {'overall':40s} {stats['median_abs']:6.1%}  (target <= {TARGET_MEDIAN:.0%})")

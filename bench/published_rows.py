@@ -53,6 +53,11 @@ MODEL_NAMES = {
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "openai/gpt-oss-20b": "gpt-oss-20b",
+    # Dense Qwen3 releases (the hub ids of kvpd's catalog entries).
+    "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
 }
 
 # Published accelerator names -> kvpd catalog names. "H100 80G": NIM's support matrix
@@ -84,6 +89,10 @@ PRECISIONS = {
     "fp16": ("fp16", None),
     "bf16": ("bf16", None),
     "fp8": ("fp8", {"method": "fp8"}),
+    # OCP MX FP4 on the routed experts only, the rest BF16: gpt-oss's release checkpoints
+    # (config.json quantization_config: quant_method mxfp4, modules_to_not_convert: the
+    # attention, router, embeddings and LM head)
+    "mxfp4-experts": ("fp4", {"method": "mxfp4", "scope": "experts"}),
 }
 
 # Request counts a source leaves out: the harness's own default.
