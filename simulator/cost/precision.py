@@ -119,22 +119,25 @@ class Precision:
                 "scope": self.scope}
 
 
+def _one_of(value: Any, allowed: tuple[str, ...], refusal: str) -> str:
+    """`value` lower-cased when it is one of `allowed`, else ValueError(`refusal`)."""
+    key = str(value).strip().lower()
+    if key not in allowed:
+        raise ValueError(refusal)
+    return key
+
+
 def check_method(method: Any, where: str = "quantization.method") -> str:
     """`method` if kvpd has a cost model for it, else ValueError listing the ones it has."""
-    key = str(method).strip().lower()
-    if key not in QUANT_METHODS:
-        raise ValueError(f"{where}: kvpd has no cost model for quantization method {method!r}; "
-                         f"it models: {', '.join(QUANT_METHODS)}")
-    return key
+    return _one_of(method, QUANT_METHODS,
+                   f"{where}: kvpd has no cost model for quantization method {method!r}; "
+                   f"it models: {', '.join(QUANT_METHODS)}")
 
 
 def check_scope(scope: Any, where: str = "quantization.scope") -> str:
     """`scope` if it is one kvpd models, else ValueError listing them."""
-    key = str(scope).strip().lower()
-    if key not in SCOPES:
-        raise ValueError(f"{where}: {scope!r} is not a quantization scope; expected one of "
-                         f"{', '.join(SCOPES)} (experts: the routed MoE experts only)")
-    return key
+    return _one_of(scope, SCOPES, f"{where}: {scope!r} is not a quantization scope; expected one "
+                                  f"of {', '.join(SCOPES)} (experts: the routed MoE experts only)")
 
 
 def check_kv_cache_dtype(value: Any, where: str = "cache.kv_cache_dtype",
