@@ -61,12 +61,17 @@ def write_scenario(scenario: dict, out_dir: Path, row: Row, notes: list[str]) ->
     return path
 
 
-def run_row(row: Row, out_dir: Path) -> Outcome:
+def run_row(row: Row, out_dir: Path, overrides: list[str] | None = None) -> Outcome:
+    """Simulate `row`'s scenario; `overrides` (`--set KEY=VALUE`, as `kvpd simulate`) change
+    every row's scenario, a what-if the written scenario records as a rule."""
     from simulator.run import run_scenario
-    from simulator.scenario import load_scenario
+    from simulator.scenario import apply_overrides, load_scenario
 
     try:
         conv = to_scenario(row)
+        if overrides:
+            apply_overrides(conv.scenario, overrides)
+            conv.assumptions.extend(f"what-if --set {o} (not the published setup)" for o in overrides)
         path = write_scenario(conv.scenario, out_dir, row, conv.assumptions)
         sc = load_scenario(path)
     except (ValueError, KeyError, FileNotFoundError) as exc:
@@ -139,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row", action="append", default=[], help="only rows whose id contains this")
     ap.add_argument("--out", default="out/published", help="folder for the per-row scenarios")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="what-if: override a key of every row's scenario, as kvpd simulate "
+                         "--set (e.g. hardware='{base: h100-sxm, bf16_tflops_scale: 0.5}')")
     args = ap.parse_args(argv)
     rows = load_suite(args.suite)
     known = sorted({r.source["id"] for r in rows})
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         ap.error("no row matches the filters")
     out_dir = Path(args.out)
-    outcomes = [run_row(r, out_dir) for r in rows]
+    outcomes = [run_row(r, out_dir, args.overrides) for r in rows]
     stats = summarize(outcomes)
     print_table(outcomes, stats)
     print(f"scenarios written under {out_dir}/")

@@ -174,7 +174,7 @@ def test_run_row_end_to_end(rows, tmp_path):
     out = published.run_row(r, tmp_path)
     if _runnable_here(pr.to_scenario(r).scenario):
         assert out.skipped is None, out.skipped
-        assert out.predicted > 0
+        assert out.predicted > 0 and not out.moe
         assert out.error == pytest.approx(pr.signed_error(out.predicted, 3.53))
     else:
         assert out.predicted is None
@@ -282,7 +282,7 @@ def test_moe_row_runs_end_to_end(rows, tmp_path):
     r = next(x for x in rows if x.key == "gpustack-qwen3-235b-h100/baseline-tp8-bf16-2000-100-total_throughput")
     out = published.run_row(r, tmp_path)
     assert out.skipped is None, out.skipped
-    assert out.predicted > 0
+    assert out.predicted > 0 and out.moe
     assert out.error == pytest.approx(pr.signed_error(out.predicted, 23858.69))
 
 
@@ -331,3 +331,30 @@ def test_random_range_ratio_gives_the_harness_uniform_lengths(rows):
                  row.metric, row.file)
     with pytest.raises(ValueError, match="random_range_ratio must be in"):
         pr.to_scenario(bad)
+
+
+def test_a_what_if_override_reaches_every_row_and_is_recorded(rows, tmp_path):
+    """`--set` changes the written scenario (and says so in its rules) and the prediction: a
+    half-speed tensor core lengthens a prefill-bound row, the published value stays the same."""
+    r = next(x for x in rows if x.key == "gpustack-qwen3-14b-h100/baseline-tp1-bf16-2000-100-total_throughput")
+    base = published.run_row(r, tmp_path / "base")
+    what = "hardware={base: h100-sxm, bf16_tflops_scale: 0.5}"
+    half = published.run_row(r, tmp_path / "half", [what])
+    assert base.skipped is None and half.skipped is None, (base.skipped, half.skipped)
+    assert half.predicted < 0.8 * base.predicted
+    assert any(what in a for a in half.assumptions)
+    written = (tmp_path / "half" / r.source["id"] / f"{r.id}.yaml").read_text()
+    assert f"# rule: what-if --set {what}" in written
+    assert yaml.safe_load(written)["hardware"] == {"base": "h100-sxm", "bf16_tflops_scale": 0.5}
+
+
+def test_summary_splits_dense_and_moe_rows(rows):
+    """The bench prints the median |error| and the rows beyond +-30% of dense and MoE models
+    apart (issue 34's target is on the MoE rows)."""
+    dense = next(x for x in rows if x.source["id"] == "lmdeploy-a100-fp16")
+    moe = next(x for x in rows if x.source["id"] == "gpustack-qwen3-235b-h100")
+    outs = [published.Outcome(dense, 1.0, 0.05), published.Outcome(dense, 1.0, -0.40),
+            published.Outcome(dense, 1.0, 0.10), published.Outcome(moe, 1.0, 0.5, moe=True)]
+    kinds = published.summarize(outs)["median_abs_by_kind"]
+    assert kinds["dense"] == (pytest.approx(0.10), 3, 1)
+    assert kinds["MoE"] == (pytest.approx(0.5), 1, 1)
