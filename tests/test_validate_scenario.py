@@ -139,6 +139,10 @@ def test_scenarios_the_real_engine_cannot_run_are_refused_naming_the_key(tmp_pat
     _refused(tmp_path, r"cluster.pd.decode.hardware: 'a100-80gb' is not the calibrated device",
              cluster={"pd": {"decode": {"hardware": "a100-80gb"}}})
     _refused(tmp_path, "dtype: 'bf16', but the calibration was profiled in 'fp32'", dtype="bf16")
+    _refused(tmp_path, r"quantization: \{'method': 'fp8'\}: the real engine runs the "
+             "calibration's unquantized fp32 weights", quantization={"method": "fp8"})
+    _refused(tmp_path, "cache.kv_cache_dtype: 'fp8': the real engine keeps its KV cache in the "
+             "model's fp32", cache={"kv_cache_dtype": "fp8"})
     _refused(tmp_path, "cluster.tp: 2: the real engine runs no tensor or pipeline parallelism",
              cluster={"tp": 2})
     _refused(tmp_path, "cluster.replicas: 2", cluster={"replicas": 2})

@@ -11,7 +11,8 @@ itself: `hardware` (the calibrated device: absent, or naming it), `dtype` and `m
 (`--rates`/`--fractions` replace `workload.target_rate`/`rate_scale`).
 
 Refused, naming the file, key and reason: a model the real engine cannot build (a catalog
-entry with no config), a device or dtype other than the calibration's, tensor or pipeline
+entry with no config), a device or dtype other than the calibration's, quantized weights or
+a KV-cache dtype other than the model's, tensor or pipeline
 parallelism, more than one colocated replica or more than one prefill and one decode worker,
 requests longer than the model's context.
 """
@@ -105,6 +106,19 @@ def _check_hardware(spec: Any, key: str, src: str, params: CostParams) -> None:
         spec = f"a calibration of {other.model!r} on {other.device!r}"
     raise _refuse(src, key, f"{spec!r} is not the calibrated device {params.device!r}: the real "
                   "runs happen on this machine; drop the key (the calibration is used) or name it")
+
+
+def _check_precision(raw: dict[str, Any], src: str, dtype: str) -> None:
+    """Refuses quantized weights and a KV-cache dtype other than the model's: the real engine
+    runs the calibration's unquantized `dtype` weights and keeps its KV cache in that dtype,
+    so the simulator would be validated on a precision nothing ran."""
+    if raw.get("quantization"):
+        raise _refuse(src, "quantization", f"{raw['quantization']!r}: the real engine runs the "
+                      f"calibration's unquantized {dtype} weights; leave quantization out")
+    kv = ((raw.get("cache") or {}).get("kv_cache_dtype"))
+    if kv is not None and str(kv).strip().lower() not in ("auto", dtype):
+        raise _refuse(src, "cache.kv_cache_dtype", f"{kv!r}: the real engine keeps its KV cache "
+                      f"in the model's {dtype}; use auto or {dtype}")
 
 
 def _knobs(sc, src: str, model_config: dict[str, Any], dtype: str, context: int,
@@ -207,6 +221,7 @@ def load_cases(paths: list[Path], params: CostParams, *, overrides: list[str] = 
         if "dtype" in raw and raw["dtype"] != cal_dtype:
             raise _refuse(src, "dtype", f"{raw['dtype']!r}, but the calibration was profiled in "
                           f"{cal_dtype!r}")
+        _check_precision(raw, src, cal_dtype)
         _check_hardware(raw.get("hardware"), "hardware", src, params)
         pd = (raw.get("cluster") or {}).get("pd") or {}
         for role in ("prefill", "decode"):
