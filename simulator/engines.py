@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
 
@@ -180,7 +182,7 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
     out: dict[str, Any] = {}
     notes = []
     if v3[:2] >= VLLM_V1_FROM:
-        acc = get_accelerator(data.get("hardware", "h100-sxm"))
+        acc = get_accelerator(data.get("hardware", DEFAULT_HARDWARE))
         big = acc.memory_bytes >= VLLM_V1_BIG_GPU_GIB * 2**30 and "a100" not in acc.name
         seqs, tokens = VLLM_V1_DEFAULTS[(big, offline)]
         what = (f"vLLM V1 defaults ({'>= 70 GiB, not A100' if big else 'smaller GPU or A100'}, "
@@ -188,7 +190,7 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
     else:
         seqs = VLLM_V0_MAX_NUM_SEQS
         max_len = int(sched.get("max_model_len")
-                      or get_model(data.get("model", "llama-3-8b")).max_position_embeddings)
+                      or get_model(data.get("model", DEFAULT_MODEL)).max_position_embeddings)
         if max_len > VLLM_V0_LONG_CONTEXT:
             notes.append("vLLM V0 with long context: chunked prefill on, token budget left at "
                          "kvpd's default")

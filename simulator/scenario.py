@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
@@ -246,10 +247,10 @@ class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
     seed: int = 0
-    model: Spec = "llama-3-8b"
+    model: Spec = DEFAULT_MODEL
     dtype: str = "bf16"  # weights: fp32, bf16, fp16, fp8, int8, int4
     quantization: QuantizationSpec | None = None
-    hardware: Spec = "h100-sxm"
+    hardware: Spec = DEFAULT_HARDWARE
     engine: EngineSpec | None = None  # its documented defaults fill the keys left out
     cluster: ClusterSpec = ClusterSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
