@@ -23,6 +23,7 @@ from simulator.scenario import scenario_from_dict
 CATALOG = Path(__file__).resolve().parents[1] / "simulator" / "catalog"
 MXFP4_BYTES = 0.5 + 1 / 32  # E2M1 weights plus one E8M0 scale per 32 (the OCP MX spec)
 EXPERTS = {"method": "mxfp4", "scope": "experts"}
+EVERY = {"method": "mxfp4", "scope": "all"}
 
 
 def decode(batch: int, ctx: int) -> BatchShape:
@@ -50,7 +51,7 @@ def test_the_memory_plan_stores_only_the_routed_experts_in_mxfp4() -> None:
     plan = plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization=EXPERTS)
     assert plan.weight_bytes_per_gpu == pytest.approx(want, rel=1e-12)
     assert 64e9 < plan.weight_bytes_per_gpu < 66e9
-    every = plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization={"method": "mxfp4"})
+    every = plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization=EVERY)
     assert every.weight_bytes_per_gpu < plan.weight_bytes_per_gpu
     assert plan.num_gpu_blocks < every.num_gpu_blocks  # 16-bit attention leaves less KV room
     # the routed experts' own share is the same in both scopes
@@ -62,7 +63,7 @@ def test_attention_weights_stream_at_16_bits_and_the_experts_at_mxfp4() -> None:
     (MXFP4's bytes under scope `all`); the routed experts read the same bytes either way; the
     step is slower by the difference."""
     m = get_model("gpt-oss-120b")
-    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization={"method": "mxfp4"})
+    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EVERY)
     scoped = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EXPERTS)
     shape = decode(1, 2048)
     w_qkv = m.num_layers * m.hidden_size * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
@@ -76,7 +77,7 @@ def test_16_bit_attention_pays_no_dequantization_at_prefill() -> None:
     """Weight-only (W4A16) GEMMs pay a dequantization pass per row block; outside the scope
     the projections are plain BF16 GEMMs, so a long prefill's attention projections cost less
     compute than under scope `all`, and the experts' compute is unchanged."""
-    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization={"method": "mxfp4"})
+    every = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EVERY)
     scoped = CostModel("gpt-oss-120b", "h100-sxm", "fp4", quantization=EXPERTS)
     shape = BatchShape.from_lists([8192], [0])
     assert op(scoped, shape, "qkv_proj").compute_s < op(every, shape, "qkv_proj").compute_s
@@ -87,7 +88,7 @@ def test_16_bit_attention_pays_no_dequantization_at_prefill() -> None:
 def test_on_fp4_tensor_cores_the_rest_runs_at_the_bf16_rate() -> None:
     """On B200 the experts run W4A4 on the FP4 units; the projections outside the scope run
     at the BF16 peak, so a compute-bound prefill's QKV takes longer than under scope `all`."""
-    every = CostModel("gpt-oss-120b", "b200", "fp4", quantization={"method": "mxfp4"})
+    every = CostModel("gpt-oss-120b", "b200", "fp4", quantization=EVERY)
     scoped = CostModel("gpt-oss-120b", "b200", "fp4", quantization=EXPERTS)
     assert scoped.precision.compute == "fp4" and scoped.precision.dense.compute == "bf16"
     shape = BatchShape.from_lists([8192], [0])
@@ -139,3 +140,51 @@ def test_the_scenario_key_and_the_estimate_flag(capsys) -> None:
     assert main(["estimate", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--dtype", "fp4",
                  "--quantization-scope", "experts", "--decode", "8x1024"]) == 0
     assert "on the routed experts (the rest 16-bit)" in capsys.readouterr().out
+
+
+def test_a_catalog_release_is_priced_as_stored_unless_the_scenario_says_otherwise() -> None:
+    """gpt-oss's catalog entry carries its config.json quantization_config (MXFP4, attention
+    left out): `dtype: fp4` alone prices the release (MXFP4 on the routed experts, not the
+    vendor's default NVFP4 on every matrix); a method or scope the scenario names wins; BF16
+    weights are BF16."""
+    m = get_model("gpt-oss-120b")
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope) == ("mxfp4", "experts")
+    plain = CostModel("gpt-oss-120b", "h100-sxm", "fp4")
+    assert (plain.precision.method, plain.precision.scope) == ("mxfp4", "experts")
+    assert plain.step_time(decode(4, 1024)) == CostModel(
+        "gpt-oss-120b", "h100-sxm", "fp4", quantization=EXPERTS).step_time(decode(4, 1024))
+    assert plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4").weight_bytes_per_gpu == \
+        plan_memory("gpt-oss-120b", "h100-sxm", dtype="fp4", quantization=EXPERTS).weight_bytes_per_gpu
+    assert CostModel("gpt-oss-120b", "h100-sxm", "fp4",
+                     quantization={"scope": "all"}).precision.scope == "all"
+    named = CostModel("gpt-oss-120b", "h100-sxm", "nvfp4").precision
+    assert (named.method, named.scope) == ("nvfp4", "all")  # another format: not the release
+    assert CostModel("gpt-oss-120b", "h100-sxm", "bf16").precision.method is None
+    # dense catalog models and MoEs released in 16 bits keep the vendor's default
+    assert CostModel("llama-3-8b", "h100-sxm", "fp4").precision.method == "nvfp4"
+    assert CostModel("qwen3-30b-a3b", "h100-sxm", "fp4").precision.scope == "all"
+
+
+@pytest.mark.parametrize("skipped, scope", [
+    (["model.layers.*.self_attn", "model.layers.*.mlp.router", "lm_head"], "experts"),
+    (["lm_head"], "all"),
+    ([], "all"),
+])
+def test_a_config_json_quantization_config_gives_the_checkpoint_scope(skipped, scope) -> None:
+    """A user's config.json: `quantization_config.quant_method` names the method and
+    `modules_to_not_convert` naming the attention makes an MoE's scope `experts`."""
+    cfg = yaml.safe_load((CATALOG / "models.yaml").read_text())["gpt-oss-20b"]["config"]
+    cfg = {**cfg, "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": skipped}}
+    m = get_model(cfg)
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope) == ("mxfp4", scope)
+    assert CostModel(cfg, "h100-sxm", "fp4").precision.scope == scope
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes"}  # no cost model: as stored
+    assert get_model(cfg).checkpoint_quant_method == ""
+
+
+def test_model_show_names_the_checkpoint_quantization(capsys) -> None:
+    assert main(["model", "show", "gpt-oss-20b", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["checkpoint_quantization"] == {"method": "mxfp4", "scope": "experts"}
+    assert main(["model", "show", "llama-3-8b"]) == 0
+    assert "checkpoint_quantization  none in its config" in capsys.readouterr().out

@@ -33,6 +33,11 @@ def model_dict(m) -> dict:
         "flops_per_token": m.flops_per_token,
         "weight_bytes": {dt: m.weight_bytes(dt) for dt in DTYPES},
         "kv_bytes_per_token": {dt: m.kv_bytes_per_token(dt) for dt in ("fp32", "bf16", "fp8")},
+        # the released checkpoint's quantization (config.json quantization_config), which the
+        # cost model applies when a scenario's weights are in its dtype and say nothing else
+        "checkpoint_quantization": ({"method": m.checkpoint_quant_method,
+                                     "scope": m.checkpoint_quant_scope}
+                                    if m.checkpoint_quant_method else None),
     }
 
 
@@ -57,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2))
         return 0
     for k, v in d.items():
-        if isinstance(v, dict):
+        if k == "checkpoint_quantization":
+            v = (f"{v['method']}" + (" on the routed experts (the rest 16-bit)"
+                                     if v["scope"] == "experts" else "") if v else "none in its config")
+        elif isinstance(v, dict):
             v = ", ".join(f"{dt} {b / 1e9:.2f} GB" if k == "weight_bytes" else f"{dt} {b:,.0f} B"
                           for dt, b in v.items())
         elif isinstance(v, int) and not isinstance(v, bool) and v > 10**6:

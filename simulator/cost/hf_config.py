@@ -57,6 +57,28 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
     return value
 
 
+# config.json quant_method -> kvpd quantization method (others: priced as stored unquantized)
+CHECKPOINT_METHODS = {"mxfp4": "mxfp4", "fp8": "fp8", "awq": "awq", "gptq": "gptq"}
+# modules_to_not_convert entries that name the attention: left out, the scope is the experts
+_ATTENTION_MODULES = ("self_attn", "attention", "attn")
+
+
+def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, str]:
+    """`checkpoint_quant_method` / `_scope` from config.json's `quantization_config`: the
+    method when kvpd models it, and scope `experts` when an MoE leaves its attention out
+    (`modules_to_not_convert`, as gpt-oss's MXFP4 release does), else `all`."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict):
+        return {}
+    method = CHECKPOINT_METHODS.get(str(q.get("quant_method", "")).strip().lower())
+    if method is None:
+        return {}
+    skipped = [str(m) for m in q.get("modules_to_not_convert") or ()]
+    experts_only = is_moe and any(a in m for m in skipped for a in _ATTENTION_MODULES)
+    return {"checkpoint_quant_method": method,
+            "checkpoint_quant_scope": "experts" if experts_only else "all"}
+
+
 def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[str, Any]:
     """`ModelSpec` field values of a Hugging Face config.json mapping; ValueError naming
     `where` and the field for a missing or bad one."""
@@ -111,6 +133,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
             or bool(cfg.get("use_qk_norm", False)), **variant)
+    spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "
                          f"num_attention_heads={spec['num_heads']}")

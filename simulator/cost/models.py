@@ -61,6 +61,9 @@ class ModelSpec:
     # ---- sliding-window attention (0 = none) ----
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
     num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
+    # ---- how the checkpoint is stored (config.json quantization_config; "" = not quantized) ----
+    checkpoint_quant_method: str = ""  # a kvpd method (fp8, mxfp4, ...) the release uses
+    checkpoint_quant_scope: str = ""  # all, or experts (the rest left out of the quantization)
 
     # ---- per-layer parameter counts (elements) ----
     @property

@@ -240,6 +240,28 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
                      kv_cache_dtype=kv, compute=compute, scope=scope)
 
 
+# the weight dtype each checkpoint method stores (for the checkpoint defaults below)
+_CHECKPOINT_DTYPE = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "awq": "int4", "gptq": "int4"}
+
+
+def checkpoint_defaults(model: Any, dtype: str,
+                        quantization: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+    """`quantization` with the model's released checkpoint filling what it leaves out: when the
+    weights are stored in the checkpoint's dtype (gpt-oss: fp4), its method (mxfp4, not the
+    vendor's default fp4 format) unless `dtype` names one, and its scope (experts) for that
+    method. Anything the scenario says wins; other dtypes are left as they are."""
+    method = getattr(model, "checkpoint_quant_method", "")
+    if not method or normalize_dtype(dtype) != _CHECKPOINT_DTYPE.get(method):
+        return quantization
+    q = {"method": quantization} if isinstance(quantization, str) else dict(quantization or {})
+    if q.get("method") is None:
+        named = str(dtype).strip().lower()
+        q["method"] = named if named in FP4_METHODS else method
+    if q.get("scope") is None and str(q["method"]).strip().lower() == method:
+        q["scope"] = model.checkpoint_quant_scope or "all"
+    return q
+
+
 def check_model_scope(prec: Precision, model: Any) -> None:
     """ValueError when `prec` quantizes the experts only of a model that has none."""
     if prec.scope == "experts" and not model.is_moe:
