@@ -188,3 +188,15 @@ def test_model_show_names_the_checkpoint_quantization(capsys) -> None:
     assert data["checkpoint_quantization"] == {"method": "mxfp4", "scope": "experts"}
     assert main(["model", "show", "llama-3-8b"]) == 0
     assert "checkpoint_quantization  none in its config" in capsys.readouterr().out
+
+
+def test_estimate_says_when_the_checkpoint_chose_the_precision(capsys) -> None:
+    base = ["estimate", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--decode", "4x512"]
+    assert main([*base, "--dtype", "fp4", "--json"]) == 0
+    prec = json.loads(capsys.readouterr().out)["precision"]
+    assert prec["from_checkpoint"] and (prec["quantization"], prec["scope"]) == ("mxfp4", "experts")
+    assert main([*base, "--dtype", "fp4", "--quantization", "mxfp4",
+                 "--quantization-scope", "experts", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["precision"]["from_checkpoint"]
+    assert main([*base, "--dtype", "fp4"]) == 0
+    assert "precision     as released: mxfp4 on the routed experts" in capsys.readouterr().out
