@@ -129,3 +129,14 @@ def test_the_engine_key_says_what_it_filled_in(tmp_path, capsys):
     assert "engine tensorrt-llm: scheduler limits: TensorRT-LLM defaults" in out
     saved = json.loads((tmp_path / "o" / "scenario.json").read_text())
     assert saved["scheduler"]["capacity_policy"] == "guaranteed_no_evict"
+
+
+def test_a_precision_the_released_checkpoint_chose_is_said(tmp_path, capsys):
+    """gpt-oss at `dtype: fp4` runs its release (MXFP4 experts, the rest BF16), and the run says
+    so; a scenario that names its quantization hears nothing."""
+    data = merged(SMALL, {"model": "gpt-oss-20b", "dtype": "fp4"})
+    assert main(["simulate", str(_write(tmp_path, data)), "--out", str(tmp_path / "a")]) == 0
+    assert "quantization as released: mxfp4 on the routed experts" in capsys.readouterr().out
+    data["quantization"] = {"method": "mxfp4", "scope": "all"}
+    assert main(["simulate", str(_write(tmp_path, data, "b.yaml")), "--out", str(tmp_path / "b")]) == 0
+    assert "as released" not in capsys.readouterr().out

@@ -5,9 +5,27 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 SKIP_HINT = "--set workload.options.skip_invalid=true drops them"
+
+if TYPE_CHECKING:
+    from simulator.scenario import Scenario
+
+
+def checkpoint_note(sc: Scenario) -> str | None:
+    """What the model's released checkpoint filled into the scenario's quantization (its
+    config.json quantization_config), or None."""
+    from simulator.cost.precision import checkpoint_defaults
+    from simulator.run import scenario_model
+
+    given = sc.quantization.to_dict() if sc.quantization else None
+    filled = checkpoint_defaults(scenario_model(sc), sc.dtype, given)
+    if filled == given or not isinstance(filled, dict):
+        return None
+    where = "the routed experts" if filled.get("scope") == "experts" else "every matrix"
+    return (f"quantization as released: {filled['method']} on {where} (the model's config.json "
+            "quantization_config); set quantization.method/scope to override")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -126,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
     for name, sc in zip(names, scenarios):
         for note in sc.engine_notes:  # what the scenario's `engine` filled in
             print(f"{name}: engine {sc.engine.name}: {note}")
+        note = checkpoint_note(sc)
+        if note:
+            print(f"{name}: {note}")
     print(summary_table([r.summary for r in results], names))
     for name, r in zip(names, results):
         files = [Path(f).name for f in r.extra["written"]]
