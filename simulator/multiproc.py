@@ -19,7 +19,6 @@ import time
 import numpy as np
 
 from simulator.collector import RequestCollector
-from simulator.cost.models import get_model
 from simulator.progress import ProgressBar
 from simulator.scenario import Scenario
 from simulator.simulation import RowsResult, finish_result, simulate_rows
@@ -40,11 +39,6 @@ def split_refusal(sc: Scenario) -> str | None:
     if sc.workload.max_concurrency is not None:
         return "workload.max_concurrency counts the requests in flight across all replicas"
     return None
-
-
-def model_of(sc: Scenario):
-    return get_model(sc.model if not isinstance(sc.model, str) or not sc.model.endswith(".json")
-                     else str(sc.resolve(sc.model)))
 
 
 class _SharedCount:
@@ -71,7 +65,7 @@ class _SharedCount:
 def _child(sc: Scenario, trace, rows, names, keep: bool, counter, conn) -> None:
     try:
         sink = _SharedCount(counter) if counter is not None else None
-        res = simulate_rows(sc, model_of(sc), trace, rows, progress=sink, keep_requests=keep,
+        res = simulate_rows(sc, sc.model_spec(), trace, rows, progress=sink, keep_requests=keep,
                             replica_names=names)
         res.cluster = None  # simpy state does not cross processes
         res.collector.rows_only(np.asarray(rows, dtype=np.int64))

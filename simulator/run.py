@@ -8,7 +8,6 @@ import sys
 import time
 
 import workloads
-from simulator.cost.models import ModelSpec, get_model
 from simulator.progress import ProgressBar
 from simulator.scenario import Scenario
 from simulator.simulation import (  # noqa: F401  (re-exported: the run's public pieces)
@@ -68,13 +67,6 @@ def build_trace(sc: Scenario, max_model_len: int | None = None) -> workloads.Tra
     return trace
 
 
-def scenario_model(sc: Scenario) -> ModelSpec:
-    """The model `sc` runs: a catalog name or config dict, or a config.json path relative to the
-    scenario file."""
-    return get_model(sc.model if not isinstance(sc.model, str) or not sc.model.endswith(".json")
-                     else str(sc.resolve(sc.model)))
-
-
 def run_scenario(sc: Scenario, *, progress: bool | None = None,
                  keep_requests: bool | None = None) -> SimResult:
     """Simulate `sc`. `progress`, `keep_requests`: override `sim.progress`, `sim.keep_requests`.
@@ -83,7 +75,7 @@ def run_scenario(sc: Scenario, *, progress: bool | None = None,
     keep = sc.sim.keep_requests if keep_requests is None else keep_requests
     show = sc.sim.progress if progress is None else progress
     t0 = time.perf_counter()
-    model = scenario_model(sc)
+    model = sc.model_spec()
     max_model_len = sc.scheduler.max_model_len or model.max_position_embeddings
     trace = build_trace(sc, max_model_len)
     if sc.sim.processes > 1:

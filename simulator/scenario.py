@@ -268,6 +268,14 @@ class Scenario(_Strict):
         p = Path(path).expanduser()
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    def model_spec(self) -> Any:
+        """The `ModelSpec` this scenario runs: a catalog name or config dict, or a config.json
+        path relative to the scenario file."""
+        from simulator.cost.models import get_model
+
+        m = self.model
+        return get_model(str(self.resolve(m)) if isinstance(m, str) and m.endswith(".json") else m)
+
 
 # set by the loader, not by a scenario file: left out of key listings and hints
 INTERNAL_FIELDS = ("base_dir", "source", "engine_notes")

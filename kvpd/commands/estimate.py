@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.cost.memory_plan import plan_memory
     from simulator.cost.models import get_model
     from simulator.cost.params import CostParams
-    from simulator.cost.precision import checkpoint_defaults
+    from simulator.cost.precision import checkpoint_note
 
     if not args.prefill and not args.decode:
         raise ValueError("give --prefill N, --decode BxC, or both")
@@ -138,9 +138,8 @@ def run(args: argparse.Namespace) -> int:
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
     out["precision"] = cm.precision.to_dict()
-    # what the model's released checkpoint filled in (config.json quantization_config)
-    filled = checkpoint_defaults(model, args.dtype, quant)
-    out["precision"]["from_checkpoint"] = filled != quant
+    note = checkpoint_note(model, args.dtype, quant)  # what the released checkpoint filled in
+    out["precision"]["from_checkpoint"] = note is not None
     out["efficiencies"] = {k: {"value": v, "source": src}
                            for k, (v, src) in cm.efficiency_sources().items()}
     if args.explain:
@@ -165,11 +164,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"memory        {plan.weight_bytes_per_gpu / 1e9:.1f} GB weights/GPU, KV pool "
           f"{plan.kv_pool_bytes / 1e9:.1f} GB = {plan.num_gpu_blocks} blocks "
           f"({plan.max_num_tokens:,} tokens)")
-    if out["precision"]["from_checkpoint"]:
-        print(f"precision     as released: {cm.precision.method} on "
-              + ("the routed experts" if cm.precision.scope == "experts" else "every matrix")
-              + " (the model's config.json quantization_config); --quantization and "
-              "--quantization-scope override it")
+    if note:
+        print(f"precision     {note}; --quantization and --quantization-scope override it")
     if not out["fits_kv_pool"]:
         print(f"warning: this batch needs {kv_tokens:,} KV tokens; the pool holds "
               f"{plan.max_num_tokens:,}")

@@ -5,28 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 SKIP_HINT = "--set workload.options.skip_invalid=true drops them"
-
-if TYPE_CHECKING:
-    from simulator.scenario import Scenario
-
-
-def checkpoint_note(sc: Scenario) -> str | None:
-    """What the model's released checkpoint filled into the scenario's quantization (its
-    config.json quantization_config), or None."""
-    from simulator.cost.precision import checkpoint_defaults
-    from simulator.run import scenario_model
-
-    given = sc.quantization.to_dict() if sc.quantization else None
-    filled = checkpoint_defaults(scenario_model(sc), sc.dtype, given)
-    if filled == given or not isinstance(filled, dict):
-        return None
-    where = "the routed experts" if filled.get("scope") == "experts" else "every matrix"
-    return (f"quantization as released: {filled['method']} on {where} (the model's config.json "
-            "quantization_config); set quantization.method/scope to override")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -109,6 +90,7 @@ def _simulate(path: str, sc: Any, progress: bool) -> Any:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from simulator.cost.precision import checkpoint_note
     from simulator.report import summary_table
 
     overrides = list(args.overrides)
@@ -144,9 +126,10 @@ def run(args: argparse.Namespace) -> int:
     for name, sc in zip(names, scenarios):
         for note in sc.engine_notes:  # what the scenario's `engine` filled in
             print(f"{name}: engine {sc.engine.name}: {note}")
-        note = checkpoint_note(sc)
+        given = sc.quantization.to_dict() if sc.quantization else None
+        note = checkpoint_note(sc.model_spec(), sc.dtype, given)
         if note:
-            print(f"{name}: {note}")
+            print(f"{name}: quantization {note}; set quantization.method/scope to override")
     print(summary_table([r.summary for r in results], names))
     for name, r in zip(names, results):
         files = [Path(f).name for f in r.extra["written"]]

@@ -68,7 +68,7 @@ from simulator.cost.moe_cost import expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
-from simulator.cost.precision import Precision, check_model_scope, checkpoint_defaults, resolve
+from simulator.cost.precision import Precision, resolve
 from simulator.cost.stage_coefs import StageCoefs
 from simulator.cost.stage_terms import StageTerms
 
@@ -86,9 +86,8 @@ class CostModel(StageTerms):
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
         # refuses a precision the part cannot run, naming what it supports
-        quantization = checkpoint_defaults(self.model, dtype, quantization)  # as released
-        self.precision: Precision = resolve(self.accelerator, dtype, quantization, kv_cache_dtype)
-        check_model_scope(self.precision, self.model)
+        self.precision: Precision = resolve(self.accelerator, dtype, quantization, kv_cache_dtype,
+                                            model=self.model)  # as released unless said
         self.dtype = self.precision.dtype
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)

@@ -59,8 +59,6 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
 
 # config.json quant_method -> kvpd quantization method (others: priced as stored unquantized)
 CHECKPOINT_METHODS = {"mxfp4": "mxfp4", "fp8": "fp8", "awq": "awq", "gptq": "gptq"}
-# modules_to_not_convert entries that name the attention: left out, the scope is the experts
-_ATTENTION_MODULES = ("self_attn", "attention", "attn")
 
 
 def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, str]:
@@ -74,7 +72,8 @@ def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, str]
     if method is None:
         return {}
     skipped = [str(m) for m in q.get("modules_to_not_convert") or ()]
-    experts_only = is_moe and any(a in m for m in skipped for a in _ATTENTION_MODULES)
+    # (self_attn, attn, attention: the attention is left out)
+    experts_only = is_moe and any("attn" in m or "attention" in m for m in skipped)
     return {"checkpoint_quant_method": method,
             "checkpoint_quant_scope": "experts" if experts_only else "all"}
 

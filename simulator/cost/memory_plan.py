@@ -17,7 +17,7 @@ from simulator.cost.hardware import Accelerator, get_accelerator
 from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import stage_layer_split
 from simulator.cost.parallel import ShardPlan, shard_model
-from simulator.cost.precision import Precision, check_model_scope, checkpoint_defaults, resolve
+from simulator.cost.precision import Precision, resolve
 
 GB = 1e9
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
@@ -83,8 +83,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     naming the model, hardware, TP/PP and the shortfall in GB."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
-    prec = resolve(acc, dtype, checkpoint_defaults(model, dtype, quantization), kv_cache_dtype)
-    check_model_scope(prec, model)
+    prec = resolve(acc, dtype, quantization, kv_cache_dtype, model=model)
     dt, kv_dt = prec.dtype, prec.kv_cache_dtype
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")

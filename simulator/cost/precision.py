@@ -172,9 +172,18 @@ def supported(acc: Accelerator) -> list[str]:
 
 
 def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] | str | None = None,
-            kv_cache_dtype: str | None = None, where: str = "") -> Precision:
+            kv_cache_dtype: str | None = None, where: str = "", model: Any = None) -> Precision:
     """The `Precision` of weights `dtype` quantized by `quantization` on `acc`, or ValueError
-    naming the part and what it supports when it cannot run it."""
+    naming the part and what it supports when it cannot run it. With `model`, its released
+    checkpoint fills what `quantization` leaves out (`checkpoint_defaults`) and a scope the
+    model cannot have is refused."""
+    if model is not None:
+        prec = resolve(acc, dtype, checkpoint_defaults(model, dtype, quantization),
+                       kv_cache_dtype, where)
+        if prec.scope == "experts" and not model.is_moe:
+            raise ValueError(f"quantization.scope experts: {model.name} is not a mixture of "
+                             "experts (no routed experts to quantize); use scope all")
+        return prec
     pre = f"{where}: " if where else ""
     dt = normalize_dtype(dtype)
     q = quantization
@@ -244,6 +253,18 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
 _CHECKPOINT_DTYPE = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "awq": "int4", "gptq": "int4"}
 
 
+def checkpoint_note(model: Any, dtype: str,
+                    quantization: dict[str, Any] | str | None) -> str | None:
+    """What the model's released checkpoint fills into `quantization` (`checkpoint_defaults`),
+    as a sentence, or None when it fills nothing."""
+    filled = checkpoint_defaults(model, dtype, quantization)
+    if filled == quantization or not isinstance(filled, dict):
+        return None
+    where = "the routed experts" if filled.get("scope") == "experts" else "every matrix"
+    return (f"as released: {filled['method']} on {where} (the model's config.json "
+            "quantization_config)")
+
+
 def checkpoint_defaults(model: Any, dtype: str,
                         quantization: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
     """`quantization` with the model's released checkpoint filling what it leaves out: when the
@@ -260,10 +281,3 @@ def checkpoint_defaults(model: Any, dtype: str,
     if q.get("scope") is None and str(q["method"]).strip().lower() == method:
         q["scope"] = model.checkpoint_quant_scope or "all"
     return q
-
-
-def check_model_scope(prec: Precision, model: Any) -> None:
-    """ValueError when `prec` quantizes the experts only of a model that has none."""
-    if prec.scope == "experts" and not model.is_moe:
-        raise ValueError(f"quantization.scope experts: {model.name} is not a mixture of experts "
-                         "(no routed experts to quantize); use scope all")

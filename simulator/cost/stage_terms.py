@@ -45,9 +45,7 @@ class StageTerms:
         # the matrices outside the quantization scope (attention, dense MLPs, router), in the
         # activations' 16 bits for scope `experts` (else the same as the experts)
         dp = pr.dense
-        d_peak = acc.peak_flops(dp.compute)
-        d_eff = (eff if dp.compute == pr.compute
-                 else CostParams.default_for(acc, dp.compute).gemm_compute_efficiency)
+        d_peak, d_eff = self._gemm_rate(dp.compute)
         d_wo = k.weight_only if dp.weight_only else None
         d_kh = k.k_half(d_peak * d_eff, sms)
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
@@ -69,13 +67,20 @@ class StageTerms:
         if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
             pdim = m.embed_proj_dim or d
             gem = [(sh.vocab, pdim)] + ([(pdim, d)] if pdim != d else [])
-            ab_peak = acc.peak_flops("fp32" if pr.dtype == "fp32" else "bf16")
-            bf16_eff = (self.params.gemm_compute_efficiency if pr.compute in ("bf16", "fp32")
-                        else CostParams.default_for(acc, "bf16").gemm_compute_efficiency)
+            ab_peak, bf16_eff = self._gemm_rate("fp32" if pr.dtype == "fp32" else "bf16")
             out["lm_head"] = LinearCost(
                 gem, 1, ab_peak, bf16_eff, tile, acc.sm_count, table_rows=1024,
                 k_half=k.k_half(ab_peak * bf16_eff, sms))
         return out
+
+    def _gemm_rate(self, compute: str) -> tuple[float, float]:
+        """(peak FLOP/s, efficiency) of GEMMs multiplying in `compute`: this replica's own
+        efficiency for its precision's compute dtype, the part's default for another (the
+        16-bit LM head, the matrices a quantization scope leaves out)."""
+        acc = self.accelerator
+        eff = (self.params.gemm_compute_efficiency if compute == self.precision.compute
+               else CostParams.default_for(acc, compute).gemm_compute_efficiency)
+        return acc.peak_flops(compute), eff
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float,
                     k_half: float = 0.0, dense_rate: float | None = None,
