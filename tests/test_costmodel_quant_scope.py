@@ -106,6 +106,29 @@ def test_scope_all_is_the_default_and_prices_as_before() -> None:
         assert named.step_time(shape) == plain.step_time(shape)
 
 
+def test_without_grouped_gemm_terms_the_rest_still_runs_outside_the_scope() -> None:
+    """A part with no kernel profile prices an MoE MLP as plain GEMMs: under scope `experts`
+    the routed experts run at the FP8 rate and the shared experts and the dense first layer's
+    MLP at the 16-bit rate, so the MLP takes exactly their FLOPs x (BF16 - FP8 seconds per
+    FLOP) longer than under scope `all`."""
+    hw = {"base": "m3-max", "fp8_tflops": 28.6}  # a hypothetical Apple part with FP8 units
+    m = get_model("deepseek-v2-lite")
+    every = CostModel(m.name, hw, "fp8", quantization={"method": "fp8", "scope": "all"})
+    scoped = CostModel(m.name, hw, "fp8", quantization={"method": "fp8", "scope": "experts"})
+    d = m.hidden_size
+    dense_layers = m.num_layers - m.num_moe_layers
+    rest = (m.num_moe_layers * 3 * d * m.shared_expert_ffn_size + m.num_experts * d * m.num_moe_layers
+            + dense_layers * 3 * d * m.dense_ffn_size)
+    acc, eff = scoped.accelerator, scoped.params.gemm_compute_efficiency
+    bf16_eff = CostModel(m.name, hw, "bf16").params.gemm_compute_efficiency
+    per_flop = 1 / (acc.peak_flops("bf16") * bf16_eff) - 1 / (acc.peak_flops("fp8") * eff)
+    rows = 512
+    lin = lambda cm: cm._stages[0]["linear"]["mlp"]  # noqa: E731
+    assert lin(scoped).seconds(rows) - lin(every).seconds(rows) == pytest.approx(
+        rows * 2 * rest * per_flop, rel=1e-9)
+    assert lin(scoped).flops_per_row == lin(every).flops_per_row
+
+
 @pytest.mark.parametrize("quant, dtype, model, message", [
     ({"method": "mxfp4", "scope": "attention"}, "fp4", "gpt-oss-20b",
      "'attention' is not a quantization scope; expected one of all, experts"),

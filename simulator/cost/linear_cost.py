@@ -100,3 +100,34 @@ class LinearCost:
         dequantization): ideal seconds / seconds."""
         t = self.seconds(rows)
         return rows * self.flops_per_row * self.rate / t if t > 0 else 1.0
+
+
+class SummedLinearCost:
+    """GEMMs of one operator that run at different rates, one after another: the routed
+    experts and the matrices a quantization scope leaves out (shared experts, dense layers'
+    MLPs) on parts without grouped-GEMM terms. Seconds and FLOPs add; `efficiency` and the
+    shape factor are against the first part's rate, so the slower part reads as a loss."""
+
+    def __init__(self, parts: list[LinearCost]) -> None:
+        if not parts:
+            raise ValueError("SummedLinearCost needs at least one LinearCost")
+        self.parts = parts
+        first = parts[0]
+        self.efficiency, self.rate = first.efficiency, first.rate
+        self.weight_only = next((p.weight_only for p in parts if p.weight_only), None)
+        self.flops_per_row = sum(p.flops_per_row for p in parts)
+        self.per_row = sum(p.per_row for p in parts)
+        self.shaped = any(p.shaped for p in parts)
+
+    def compute(self, rows: float) -> float:
+        """Seconds of `rows` rows: the parts' seconds added."""
+        return sum(p.compute(rows) for p in self.parts)
+
+    def seconds(self, rows: float) -> float:
+        """The parts' `seconds(rows)` added (each from its own table)."""
+        return sum(p.seconds(rows) for p in self.parts)
+
+    def efficiency_factor(self, rows: float) -> float:
+        """Ideal seconds at the first part's full-wave rate / seconds."""
+        t = self.seconds(rows)
+        return rows * self.flops_per_row * self.rate / t if t > 0 else 1.0

@@ -15,7 +15,7 @@ from typing import Any
 
 from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
-from simulator.cost.linear_cost import LinearCost
+from simulator.cost.linear_cost import LinearCost, SummedLinearCost
 from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
 from simulator.cost.params import CostParams
 from simulator.cost.stage_coefs import StageCoefs
@@ -84,7 +84,7 @@ class StageTerms:
 
     def _moe_linear(self, s: int, peak: float, eff: float, wo: Any, alu: float,
                     k_half: float = 0.0, dense_rate: float | None = None,
-                    dense_dequant: bool = True) -> LinearCost:
+                    dense_dequant: bool = True) -> LinearCost | SummedLinearCost:
         """The MLP of an MoE stage per token on one rank: its k routed experts (1/ep of the
         pairs with EP), shared experts, router, and the dense first layers' MLPs. With the
         part's `grouped_gemm` terms the routed experts run as a grouped GEMM (rows per expert,
@@ -110,8 +110,19 @@ class StageTerms:
         grouped = getattr(self.kernels, "grouped_gemm", None)
         if grouped is None or not moe:
             f_rank = m.ffn_size / (1 if ep > 1 else tp)
-            gemms = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0] + rest
-            return LinearCost(gemms, 1, peak, eff, None, None, wo, alu)
+            routed = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0]
+            same = dense_rate is None or (dense_rate == 1.0 / (peak * eff)
+                                          and dense_dequant == (wo is not None))
+            if same or not rest:
+                return LinearCost(routed + rest, 1, peak, eff, None, None, wo, alu)
+            # the matrices outside the quantization scope at their own rate (no dequantization
+            # unless they are quantized too)
+            out_of_scope = LinearCost(rest, 1, 1.0 / dense_rate, 1.0, None, None,
+                                      wo if dense_dequant else None, alu)
+            if not routed:  # a pipeline stage of dense layers only
+                return out_of_scope
+            return SummedLinearCost([LinearCost(routed, 1, peak, eff, None, None, wo, alu),
+                                     out_of_scope])
         experts = ExpertShape(self._expert_gemms(), moe, kx, m.num_experts, ep)
         return MoELinearCost(rest, experts, self._grouped_for_compute(grouped), peak, eff, wo, alu,
                              dense_k_half=k_half, dense_rate=dense_rate,
