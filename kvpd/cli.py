@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Order is the order shown by `kvpd --help`.
@@ -59,12 +60,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe raises here, inside the handler below
+        return rc
     except (UserError, ValueError, FileNotFoundError) as exc:
         print(f"kvpd {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left (`kvpd hardware list | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 141  # 128 + SIGPIPE, as a shell reports a process the pipe closed on
 
 
 if __name__ == "__main__":

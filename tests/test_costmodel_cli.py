@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,14 @@ def test_estimate_counts_a_sliding_window_request_s_blocks_as_the_core_does():
     assert held(16001, 1) == blocks_held(16001, 16, 4096, 1) * 16 == (256 + 1) * 16
     assert held(100, 1) == 100
     assert kv_tokens_held(get_model("llama-3-8b"), 16)(16001, 1) == 16001
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`kvpd model list | head -1`: the pipe closes before kvpd has written; kvpd stops
+    quietly with 141 (128 + SIGPIPE) instead of printing a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvpd.cli", "model", "list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
