@@ -270,8 +270,10 @@ def to_scenario(row: Row) -> Converted:
         notes.append(f"warm-up not published: {CLOSED_LOOP_WARMUP_PER_STREAM} per stream = "
                      f"{warmup} unmeasured requests first (steady state; see published_rows.py)")
     warmup = int(warmup or 0)
-    # the offline LLM class when the harness is vLLM's benchmark_throughput.py
-    offline = not closed and "benchmark_throughput" in str(row.source.get("harness", ""))
+    # the offline entry point when the harness is vLLM's benchmark_throughput.py (the LLM
+    # class) or `trtllm-bench throughput` (which sizes its own limits: simulator.trtllm_bench)
+    harness = str(row.source.get("harness", ""))
+    offline = not closed and ("benchmark_throughput" in harness or "trtllm-bench" in harness)
     sc: dict[str, Any] = {
         "name": f"{row.source['id']}--{row.id}",
         "description": f"{row.source['title']} | {row.where}",

@@ -130,7 +130,7 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         if name == "vllm":
             notes += _vllm_limits(data, scheduler, version, entry == "offline")
         elif name == "tensorrt-llm":
-            notes += _trtllm_limits(scheduler)
+            notes += _trtllm_limits(scheduler, entry == "offline")
         elif name == "sglang" and "mixed_batches" not in scheduler:
             scheduler["mixed_batches"] = False
             notes.append("mixed_batches false: SGLang runs prefill batches of their own first, "
@@ -215,13 +215,17 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                        else "")]
 
 
-def _trtllm_limits(sched: dict[str, Any]) -> list[str]:
+def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:
     """TensorRT-LLM's scheduler defaults (TRTLLM_* above) for the limits not set: whole
-    prompts per step (no chunked prefill) within 8192 tokens."""
+    prompts per step (no chunked prefill) within 8192 tokens. Offline (`trtllm-bench
+    throughput`) the tool sizes the limits from the dataset instead: filled once the workload
+    is known (`simulator.trtllm_bench.fill_limits`)."""
     if "enable_chunked_prefill" not in sched:
         sched["enable_chunked_prefill"] = False
+    chunked = f"chunked prefill {'off' if sched.get('enable_chunked_prefill') is False else 'on'}"
+    if offline:
+        return [f"scheduler: trtllm-bench throughput, {chunked}"]
     if "max_num_batched_tokens" not in sched:
         sched["max_num_batched_tokens"] = TRTLLM_MAX_NUM_TOKENS
     return ["scheduler limits: TensorRT-LLM defaults, max_num_tokens "
-            f"{sched['max_num_batched_tokens']}, chunked prefill "
-            f"{'off' if sched.get('enable_chunked_prefill') is False else 'on'}"]
+            f"{sched['max_num_batched_tokens']}, {chunked}"]

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
+from simulator.trtllm_bench import fill_limits
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
 
@@ -353,6 +354,8 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
         raise ValueError(format_validation_error(exc, source)) from None
     scenario.base_dir = base_dir
     scenario.source = source
+    if notes:  # limits an engine sizes from the workload itself (trtllm-bench)
+        notes += fill_limits(scenario)
     scenario.engine_notes = notes
     return scenario
 
