@@ -53,7 +53,10 @@ ALLREDUCE_BY_ENGINE = {"tensorrt-llm": "custom", "lmdeploy-turbomind": "nccl", "
 # - TensorRT-LLM (and NIM's TRT-LLM profiles) run NVIDIA ModelOpt FP8 checkpoints, whose
 #   hf_quant_config.json carries "kv_cache_quant_algo": "FP8"; the engine takes the checkpoint's
 #   KV quantization (TensorRT-LLM docs, "Quantization": pre-quantized ModelOpt checkpoints run
-#   as exported). So FP8 weights on TensorRT-LLM mean an FP8 KV cache.
+#   as exported). So FP8 weights on TensorRT-LLM mean an FP8 KV cache. NVFP4 too: ModelOpt's
+#   NVFP4 exports carry the same FP8 KV quantization, and trtllm-bench forces it for both
+#   ("If the quantization is NVFP4 or FP8, force the KV cache dtype to FP8": bench/build/
+#   build.py; bench/benchmark/utils/general.py maps FP8 and NVFP4 to an "fp8" KV cache).
 # - vLLM: kv_cache_dtype "auto" = the model's 16-bit dtype (kvpd's own default, nothing to add).
 FP8_KV_ENGINES = {"tensorrt-llm"}
 
@@ -122,10 +125,12 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
     if "capacity_policy" not in scheduler:
         scheduler["capacity_policy"] = CAPACITY_POLICY[name]
         notes.append(f"capacity_policy {CAPACITY_POLICY[name]}: the documented policy of {name}")
-    if name in FP8_KV_ENGINES and data.get("dtype") == "fp8" and "kv_cache_dtype" not in cache:
-        cache["kv_cache_dtype"] = "fp8"
-        notes.append("kv_cache_dtype fp8: TensorRT-LLM runs ModelOpt FP8 checkpoints with their "
-                     "FP8 KV cache (kv_cache_quant_algo FP8)")
+    if name in FP8_KV_ENGINES and "kv_cache_dtype" not in cache:
+        weights = _modelopt_weights(data)
+        if weights:
+            cache["kv_cache_dtype"] = "fp8"
+            notes.append(f"kv_cache_dtype fp8: TensorRT-LLM runs ModelOpt {weights} checkpoints "
+                         "with their FP8 KV cache (kv_cache_quant_algo FP8)")
     if "pd" not in cluster:  # (the limits are per engine; a PD scenario's pools share them)
         if name == "vllm":
             notes += _vllm_limits(data, scheduler, version, entry == "offline")
@@ -137,6 +142,28 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
                          "decodes waiting (--enable-mixed-chunk off by default)")
     notes += _allreduce(cluster, name, version, label)
     return notes
+
+
+def _modelopt_weights(data: dict[str, Any]) -> str | None:
+    """"FP8" or "NVFP4" when the raw scenario's weights are one of ModelOpt's FP8 / NVFP4
+    exports (FP4 weights are NVFP4 unless a method or the model's own checkpoint says
+    otherwise); None for any other precision, or when the model cannot be read here."""
+    dtype = data.get("dtype")
+    if dtype == "fp8":
+        return "FP8"
+    if dtype != "fp4":
+        return None
+    q = data.get("quantization")
+    method = q.get("method") if isinstance(q, dict) else q
+    if method:
+        return "NVFP4" if method == "nvfp4" else None
+    from simulator.cost.models import get_model
+
+    try:  # a release in MXFP4 (gpt-oss) is not a ModelOpt export
+        released = get_model(data.get("model", DEFAULT_MODEL)).checkpoint_quant_method
+    except (ValueError, OSError):
+        return None
+    return "NVFP4" if released in ("", "nvfp4") else None
 
 
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:

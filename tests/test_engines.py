@@ -26,6 +26,20 @@ def test_tensorrt_llm_never_evicts_takes_whole_prompts_and_an_fp8_cache_for_fp8_
     assert _resolve({"name": "tensorrt-llm"}).cache.kv_cache_dtype == "auto"  # bf16 weights
 
 
+@pytest.mark.parametrize("model, quantization, want", [
+    ("llama-3.1-8b", None, "fp8"),  # FP4 weights default to NVFP4: a ModelOpt export
+    ("llama-3.1-8b", {"method": "nvfp4"}, "fp8"),
+    ("llama-3.1-8b", {"method": "mxfp4"}, "auto"),
+    ("gpt-oss-120b", None, "auto"),  # released in MXFP4, not a ModelOpt export
+])
+def test_tensorrt_llm_nvfp4_checkpoints_carry_an_fp8_cache(model, quantization, want):
+    extra = {"quantization": quantization} if quantization else {}
+    sc = scenario_from_dict({"model": model, "hardware": "b200", "dtype": "fp4",
+                             "engine": {"name": "tensorrt-llm"}, **extra}, "s.yaml")
+    assert sc.cache.kv_cache_dtype == want
+    assert any("NVFP4" in n for n in sc.engine_notes) == (want == "fp8")
+
+
 def test_a_key_the_scenario_sets_wins():
     sc = _resolve({"name": "tensorrt-llm"}, dtype="fp8", cache={"kv_cache_dtype": "bf16"},
                   scheduler={"capacity_policy": "max_utilization", "max_num_batched_tokens": 4096,
