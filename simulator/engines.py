@@ -92,6 +92,14 @@ VLLM_V0_LONG_CONTEXT = 32 * 1024
 # max_batch_size.
 TRTLLM_MAX_NUM_TOKENS = 8192
 
+# LMDeploy TurboMind before v0.1.0a2 ran a new request's prompt but its last token in a
+# context pass and that last token in the following decode pass, which samples the first
+# token (src/turbomind/models/llama/LlamaBatch.cc at v0.0.14 `contextDecode`: input_length
+# - 1; at v0.1.0a1 `ContextDecode`: "skip last input token (will process with decoder
+# later)"); "Unify prefill & decode passes" (#775) ended it before v0.1.0a2:
+# scheduler.first_token_from_decode.
+TURBOMIND_UNIFIED_PASS_FROM = "0.1.0a2"
+
 
 def version3(text: Any) -> tuple[int, int, int] | None:
     """(major, minor, patch) of a version text (the lowest listed); None when it has none."""
@@ -140,8 +148,26 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
             scheduler["mixed_batches"] = False
             notes.append("mixed_batches false: SGLang runs prefill batches of their own first, "
                          "decodes waiting (--enable-mixed-chunk off by default)")
+    if name == "lmdeploy-turbomind" and "first_token_from_decode" not in scheduler:
+        notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
     return notes
+
+
+def _turbomind_first_token(sched: dict[str, Any], version: Any) -> list[str]:
+    """scheduler.first_token_from_decode for TurboMind versions before its unified pass."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(str(version).lstrip("v"))
+    except InvalidVersion:
+        return [f"LMDeploy version {version!r} not read: the first token from the prefill "
+                "step (TurboMind v0.1.0a2 on)"] if version else []
+    if v >= Version(TURBOMIND_UNIFIED_PASS_FROM):
+        return []
+    sched["first_token_from_decode"] = True
+    return [f"first_token_from_decode: TurboMind {version} runs the prompt's last token in the "
+            "next decode pass, which samples the first token (unified from v0.1.0a2)"]
 
 
 def _modelopt_weights(data: dict[str, Any]) -> str | None:

@@ -105,6 +105,9 @@ class SchedulerSpec(_Strict):
     # prompts run in steps of their own, first, while decodes wait (SGLang's default, vLLM V0
     # without chunked prefill). See simulator/core/config.py.
     mixed_batches: bool = True
+    # the prompt's last token runs in the next step, as a decode that samples the first token
+    # (LMDeploy TurboMind before v0.1.0a2; SchedulerConfig.first_token_from_decode)
+    first_token_from_decode: bool = False
 
 
 class CacheSpec(_Strict):

@@ -33,6 +33,7 @@ knobs = st.fixed_dictionaries(
         "batching": st.sampled_from(["continuous", "continuous", "static"]),
         "caching": st.booleans(),
         "mixed": st.booleans(),
+        "first_token": st.sampled_from([False, False, True]),
     }
 )
 workload = st.lists(
@@ -66,6 +67,7 @@ def build(k, wl, seed):
         policy=k["policy"],
         batching=k["batching"],
         mixed_batches=k["mixed"],
+        first_token_from_decode=k["first_token"],
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 
@@ -111,6 +113,10 @@ def run(sched, reqs, executor, max_burst=1, check=True):
                 kinds = {n > 1 or r.num_output_tokens == 0 or r.request_id in new
                          for r, n in zip(out.reqs, out.num_new_tokens)}
                 assert len(kinds) <= 1, (out.num_new_tokens, [r.num_output_tokens for r in out.reqs])
+            if cfg.first_token_from_decode:  # a token is sampled only by a one-token pass
+                assert all(q == 1 for r, before, q in zip(out.reqs, out.num_computed_before,
+                                                        out.num_new_tokens)
+                           if before + q == r.num_tokens), out.num_new_tokens
             bs = kvm.block_size
             for r, ids, before, q in zip(out.reqs, out.block_ids, out.num_computed_before, out.num_new_tokens):
                 assert len(ids) * bs >= before + q

@@ -71,6 +71,31 @@ def test_prompt_steps_of_their_own(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_first_token_from_a_decode_pass(name):
+    """first_token_from_decode (TurboMind before v0.1.0a2): every prompt's last token runs in
+    a later one-token pass that samples the first token, chunked prompts and a shared prefix
+    included; output is unchanged."""
+    prompts = random_prompts(6, [2, 9, 22, 40, 7, 1])
+    prompts.append(prompts[2][:12] + [3, 4])  # a prefix hit on the third prompt's blocks
+    params = [_greedy(5 + i) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=128, block_size=4, max_num_batched_tokens=16,
+              max_num_seqs=4, enable_prefix_caching=True, first_token_from_decode=True)
+    sampling_passes = []  # new tokens of every scheduled request whose pass samples
+    execute = llm.runner.execute
+
+    def recording(out):
+        sampling_passes.extend(n for r, before, n in zip(out.reqs, out.num_computed_before,
+                                                         out.num_new_tokens)
+                               if before + n == r.num_tokens)
+        return execute(out)
+
+    llm.runner.execute = recording
+    outs = _check(name, llm, prompts, params)
+    assert len(sampling_passes) == sum(len(o.token_ids) for o in outs)
+    assert set(sampling_passes) == {1}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_shared_prefixes_and_full_prompt_hits(name):
     bs = 4
     (base,) = random_prompts(3, [21])

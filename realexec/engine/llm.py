@@ -94,7 +94,9 @@ class LLM:
     blocks are free, preempt when they run out) or "guaranteed_no_evict" (reserve each
     request's whole length at admission, never preempt; `simulator.core.capacity`).
     `mixed_batches` False: prompts run in steps of their own, first, while decodes wait
-    (SGLang's default; `SchedulerConfig`).
+    (SGLang's default; `SchedulerConfig`). `first_token_from_decode`: the prompt's last token
+    runs in the next step, as a decode that samples the first token (LMDeploy TurboMind
+    before v0.1.0a2; `SchedulerConfig`).
     Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
@@ -126,6 +128,7 @@ class LLM:
         role: str = "colocated",
         capacity_policy: str = "max_utilization",
         mixed_batches: bool = True,
+        first_token_from_decode: bool = False,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -154,6 +157,7 @@ class LLM:
             role=role,
             capacity_policy=capacity_policy,
             mixed_batches=mixed_batches,
+            first_token_from_decode=first_token_from_decode,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

@@ -202,6 +202,7 @@ class SimCluster:
             long_prefill_token_threshold=s.long_prefill_token_threshold,
             preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching, role=role,
             capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
+            first_token_from_decode=s.first_token_from_decode,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

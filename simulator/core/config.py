@@ -71,6 +71,10 @@ class SchedulerConfig:
     decodes together. False (SGLang's default, vLLM V0 without chunked prefill): a colocated
     step runs prompts or decodes, never both; prompts first, whenever a chunk is pending or a
     waiting request can be admitted, while the running decodes wait.
+    first_token_from_decode: True (LMDeploy TurboMind before v0.1.0a2): a prompt's prefill
+    stops one token short and its last token runs in the next step as a decode, which samples
+    the first output token, so the first token costs a prefill plus a decode pass. False
+    (everyone else): the step that computes the prompt's last token samples it.
     """
 
     max_num_seqs: int = 256
@@ -84,6 +88,7 @@ class SchedulerConfig:
     role: str = "colocated"
     capacity_policy: str = "max_utilization"
     mixed_batches: bool = True
+    first_token_from_decode: bool = False
 
     def __post_init__(self) -> None:
         _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)

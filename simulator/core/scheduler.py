@@ -343,8 +343,16 @@ class Scheduler(PDHandoff, ParallelSampling):
                 shape.add_window_decode(before + 1)
 
     def _cap_prefill(self, req: Request, num_new: int, threshold: int, computed: int | None = None) -> int:
+        """`num_new` (> 1) prompt tokens of `req` after `computed`, capped by the per-step
+        threshold, a parallel-sampling fork point and, with `first_token_from_decode`, one
+        token short of the end (that last token runs as a decode)."""
         if threshold and num_new > threshold:
             num_new = threshold
+        if self.config.first_token_from_decode:
+            computed = req.num_computed_tokens if computed is None else computed
+            short = req.num_tokens - 1 - computed
+            if 0 < short < num_new:
+                num_new = short
         if req.sampling_params.n > 1 and not req.num_forked and req.parent_request_id is None:
             computed = req.num_computed_tokens if computed is None else computed
             fork_point = req.num_prompt_tokens - 1

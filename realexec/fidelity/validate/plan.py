@@ -41,6 +41,7 @@ class RunKnobs:
     batching: str = "continuous"
     capacity_policy: str = "max_utilization"
     mixed_batches: bool = True
+    first_token_from_decode: bool = False
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,7 +81,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
     sched = {k: getattr(knobs, k) for k in ("max_num_seqs", "max_num_batched_tokens",
                                             "enable_chunked_prefill", "long_prefill_token_threshold",
                                             "preemption_mode", "policy", "batching",
-                                            "capacity_policy", "mixed_batches")}
+                                            "capacity_policy", "mixed_batches",
+                                            "first_token_from_decode")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {
