@@ -40,22 +40,25 @@ TUNED_WEIGHT_BYTES = {("bf16", None): 2.0, ("fp16", None): 2.0, ("fp8", "fp8"): 
 HARDWARE_ONLY_KEYS = ("calibration", "serving_speed", "serving_loop")  # not the part's own
 
 
+# (below this raw value, round up to a multiple of) for each rule, and the floor
+BATCH_STEPS, BATCH_FLOOR = ((256, 32), (1024, 128), (math.inf, 256)), 64
+TOKEN_STEPS, TOKEN_FLOOR = ((4096, 256), (8192, 512), (math.inf, 1024)), 2048
+
+
+def _round_up(raw: float, steps: tuple[tuple[float, int], ...], floor: int) -> int:
+    """`raw` rounded up to the multiple of its band's step, at least `floor`."""
+    step = next(s for below, s in steps if raw < below)
+    return max(floor, step * math.ceil(raw / step))
+
+
 def round_batch(raw: float) -> int:
     """Step 2's rounding of the raw batch size."""
-    if raw < 256:
-        return max(64, 32 * math.ceil(raw / 32))
-    if raw < 1024:
-        return 128 * math.ceil(raw / 128)
-    return 256 * math.ceil(raw / 256)
+    return _round_up(raw, BATCH_STEPS, BATCH_FLOOR)
 
 
 def round_tokens(raw: float) -> int:
     """Step 3's rounding of the raw token budget."""
-    if raw < 4096:
-        return max(2048, 256 * math.ceil(raw / 256))
-    if raw < 8192:
-        return 512 * math.ceil(raw / 512)
-    return 1024 * math.ceil(raw / 1024)
+    return _round_up(raw, TOKEN_STEPS, TOKEN_FLOOR)
 
 
 def kv_requests(model: Any, memory_gib: float, tp: int, pp: int, weight_bytes: float,
