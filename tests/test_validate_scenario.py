@@ -188,13 +188,15 @@ def test_the_admission_and_batching_policies_reach_both_backends(tmp_path):
     from realexec.fidelity.validate.source import _knobs
 
     sc = scenario_from_dict({"engine": {"name": "sglang"}, "model": "llama-3-8b",
-                             "scheduler": {"capacity_policy": "guaranteed_no_evict"}})
+                             "scheduler": {"capacity_policy": "guaranteed_no_evict",
+                                           "first_token_from_decode": True}})
     knobs = _knobs(sc, "s.yaml", TINY_HF_CONFIG, "fp32", 256, 64)
-    assert (knobs.capacity_policy, knobs.mixed_batches) == ("guaranteed_no_evict", False)
+    want = ("guaranteed_no_evict", False, True)
+    assert (knobs.capacity_policy, knobs.mixed_batches, knobs.first_token_from_decode) == want
     mirror = scenario_from_dict(scenario_dict(TINY_HF_CONFIG, "fp32", tmp_path / "cal.yaml",
                                               CostParams(), knobs, "colocated", tmp_path / "t.csv"))
-    assert (mirror.scheduler.capacity_policy, mirror.scheduler.mixed_batches) == (
-        "guaranteed_no_evict", False)
+    m = mirror.scheduler
+    assert (m.capacity_policy, m.mixed_batches, m.first_token_from_decode) == want
     kw = {k: v for k, v in knobs.to_dict().items() if k != "max_model_len"}
     cfg = LLM(TINY_HF_CONFIG, dtype="fp32", device="cpu", **kw).engine.scheduler.config
-    assert (cfg.capacity_policy, cfg.mixed_batches) == ("guaranteed_no_evict", False)
+    assert (cfg.capacity_policy, cfg.mixed_batches, cfg.first_token_from_decode) == want
