@@ -303,6 +303,8 @@ def to_scenario(row: Row) -> Converted:
         sc["cache"]["block_size"] = int(s["block_size"])
     if s.get("gpu_memory_utilization"):
         sc["cache"]["gpu_memory_utilization"] = float(s["gpu_memory_utilization"])
+    if s.get("free_gpu_memory_fraction"):  # TensorRT-LLM's --kv_cache_free_gpu_mem_fraction
+        sc["cache"]["free_gpu_memory_fraction"] = float(s["free_gpu_memory_fraction"])
     if s.get("pd"):
         sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
     if s.get("max_batch"):

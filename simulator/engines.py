@@ -60,6 +60,15 @@ ALLREDUCE_BY_ENGINE = {"tensorrt-llm": "custom", "lmdeploy-turbomind": "nccl", "
 # - vLLM: kv_cache_dtype "auto" = the model's 16-bit dtype (kvpd's own default, nothing to add).
 FP8_KV_ENGINES = {"tensorrt-llm"}
 
+# How much memory the KV cache gets: vLLM (gpu_memory_utilization 0.9) and SGLang
+# (mem_fraction_static) take a fraction of all memory for weights, activations and KV (kvpd's
+# default). TensorRT-LLM gives the KV cache a fraction of the memory free after the weights and
+# activations (KvCacheConfig.free_gpu_memory_fraction, default 0.9), which a scenario can say
+# (cache.free_gpu_memory_fraction). The preset does not set it: with kvpd's activation estimate
+# (vLLM's, not TensorRT-LLM's runtime buffers) it gives NIM's Llama-3.3-70B FP8 TP2 KV room
+# for 94 requests of 5,500 tokens (the vLLM-style plan: 85), and the concurrency-100 TTFT comes
+# out 3.5 s where NIM measured 8.0 s (the vLLM-style plan: 8.4 s) (docs/gpu-runs.md, session 45).
+
 # vLLM's scheduler defaults (engine code, by version, GPU and entry point):
 # - V1 engine (default from v0.8.0): vllm/engine/arg_utils.py `_set_default_args_v1` (later
 #   Platform.get_batch_defaults; tests/engine/test_arg_utils.py test_defaults_with_usage_context):

@@ -115,6 +115,8 @@ class CacheSpec(_Strict):
     # auto (the 16-bit activation dtype, whatever the weights: vLLM's "auto"), bf16, fp16, fp8
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # TensorRT-LLM's KV sizing instead: this fraction of what weights and activations leave
+    free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     num_gpu_blocks: int | None = Field(None, ge=1)  # overrides the memory plan
     swap_space_gb: float = Field(0.0, ge=0)  # host pool per replica, GB
     enable_prefix_caching: bool = True
@@ -125,6 +127,14 @@ class CacheSpec(_Strict):
         from simulator.cost.precision import check_kv_cache_dtype
 
         return check_kv_cache_dtype(v, "cache.kv_cache_dtype")
+
+    @model_validator(mode="after")
+    def _one_memory_rule(self):
+        if self.free_gpu_memory_fraction is not None and "gpu_memory_utilization" in self.model_fields_set:
+            raise ValueError("give one of gpu_memory_utilization (vLLM: a fraction of all memory "
+                             "for weights, activations and KV) and free_gpu_memory_fraction "
+                             "(TensorRT-LLM: a fraction of what weights and activations leave)")
+        return self
 
 
 class QuantizationSpec(_Strict):

@@ -114,3 +114,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_estimate_sizes_the_kv_as_tensorrt_llm_on_request(capsys) -> None:
+    """--free-gpu-memory-fraction: the plan's KV pool is that share of what the weights and
+    activation reserve leave; it cannot be given with --gpu-memory-utilization."""
+    args = ("estimate", "--model", "llama-3.3-70b", "--hardware", "h100-sxm", "--dtype", "fp8",
+            "--decode", "8x1024", "--json")
+    rc, out, _ = run_cli(capsys, *args, "--free-gpu-memory-fraction", "0.9")
+    plan = json.loads(out)["memory_plan"]
+    assert rc == 0 and plan["free_gpu_memory_fraction"] == 0.9
+    left = plan["memory_bytes"] - plan["weight_bytes_per_gpu"] - plan["activation_reserve_bytes"]
+    assert plan["kv_pool_bytes"] == pytest.approx(0.9 * left, rel=1e-12)
+    with pytest.raises(SystemExit):
+        main([*args, "--free-gpu-memory-fraction", "0.9", "--gpu-memory-utilization", "0.8"])

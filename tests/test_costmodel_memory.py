@@ -77,3 +77,39 @@ def test_no_room_for_kv_is_an_error_too() -> None:
 def test_bad_plan_arguments(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         plan_memory("llama-3-8b", "h100-sxm", **{"block_size": 16, **kwargs})
+
+
+def test_tensorrt_llm_sizing_gives_the_kv_a_share_of_what_is_left() -> None:
+    """free_gpu_memory_fraction F (TensorRT-LLM's KvCacheConfig): KV pool = F x (memory -
+    weights - activation reserve), gpu_memory_utilization unused; weights may use all memory."""
+    from simulator.cost.memory_plan import plan_memory
+
+    vllm = plan_memory("llama-3.3-70b", "h100-sxm", "fp8", tp=2, kv_cache_dtype="fp8")
+    trt = plan_memory("llama-3.3-70b", "h100-sxm", "fp8", tp=2, kv_cache_dtype="fp8",
+                      free_gpu_memory_fraction=0.9, gpu_memory_utilization=0.5)
+    left = trt.memory_bytes - trt.weight_bytes_per_gpu - trt.activation_reserve_bytes
+    assert trt.kv_pool_bytes == pytest.approx(0.9 * left, rel=1e-12)
+    assert vllm.kv_pool_bytes == pytest.approx(
+        0.9 * vllm.memory_bytes - vllm.weight_bytes_per_gpu - vllm.activation_reserve_bytes, rel=1e-12)
+    assert trt.num_gpu_blocks == int(trt.kv_pool_bytes // trt.kv_bytes_per_block)
+    assert trt.to_dict()["free_gpu_memory_fraction"] == 0.9
+    # 70B FP8 on one H100 (72.7 GB of weights, 3.2 GB of reserve): vLLM's rule leaves 0.9 x
+    # 85.9 GB - 75.8 GB = 1.5 GB of KV, TensorRT-LLM's 0.9 x (85.9 GB - 75.8 GB) = 9.1 GB
+    tight = plan_memory("llama-3.3-70b", "h100-sxm", "fp8", kv_cache_dtype="fp8")
+    one = plan_memory("llama-3.3-70b", "h100-sxm", "fp8", kv_cache_dtype="fp8",
+                      free_gpu_memory_fraction=0.9)
+    assert 1.4e9 < tight.kv_pool_bytes < 1.6e9 and 9.0e9 < one.kv_pool_bytes < 9.1e9
+    with pytest.raises(ValueError, match=r"free_gpu_memory_fraction must be in \(0, 1\]"):
+        plan_memory("llama-3.1-8b", "h100-sxm", free_gpu_memory_fraction=1.5)
+
+
+def test_a_scenario_gives_one_memory_rule() -> None:
+    from simulator.scenario import scenario_from_dict
+
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm"}
+    sc = scenario_from_dict({**base, "cache": {"free_gpu_memory_fraction": 0.8}})
+    assert sc.cache.free_gpu_memory_fraction == 0.8
+    with pytest.raises(ValueError, match="give one of gpu_memory_utilization .* and "
+                                         "free_gpu_memory_fraction"):
+        scenario_from_dict({**base, "cache": {"free_gpu_memory_fraction": 0.8,
+                                              "gpu_memory_utilization": 0.9}}, "s.yaml")

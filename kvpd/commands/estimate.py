@@ -46,7 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
     p.add_argument("--decode", metavar="BxC", help="B decodes after C context tokens each")
     p.add_argument("--params", metavar="YAML", help="calibrated CostParams file")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    mem = p.add_mutually_exclusive_group()
+    mem.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                     help="share of each GPU's memory for weights, activations and KV (vLLM; "
+                          "default 0.9)")
+    mem.add_argument("--free-gpu-memory-fraction", type=float, default=None, metavar="F",
+                     help="instead: the KV cache gets F of the memory the weights and "
+                          "activations leave (TensorRT-LLM's KvCacheConfig; its default 0.9)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -117,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                    kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
-                       kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
+                       kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
+                       free_gpu_memory_fraction=args.free_gpu_memory_fraction)
     shape = BatchShape(window=model.sliding_window)  # sliding layers: capped at the window
     kv_tokens = 0
     held = kv_tokens_held(model, plan.block_size)

@@ -39,7 +39,7 @@ class MemoryPlan:
     block_size: int  # tokens per KV block
     gpu_memory_utilization: float
     memory_bytes: int  # one GPU's memory
-    budget_bytes: float  # gpu_memory_utilization x memory_bytes
+    budget_bytes: float  # gpu_memory_utilization x memory_bytes (all of it: free_gpu_memory_fraction)
     weight_bytes_per_gpu: float  # largest over the PP stages
     activation_reserve_bytes: float
     kv_pool_bytes: float  # per GPU
@@ -47,6 +47,9 @@ class MemoryPlan:
     num_gpu_blocks: int
     ep: int = 1
     expert_weight_bytes_per_gpu: float = 0.0  # routed experts' share of weight_bytes_per_gpu
+    # TensorRT-LLM's sizing: the KV pool is this fraction of the memory left after weights and
+    # activations (None: vLLM's, gpu_memory_utilization of all memory for all of it)
+    free_gpu_memory_fraction: float | None = None
 
     @property
     def max_num_tokens(self) -> int:
@@ -78,9 +81,15 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 activation_reserve_bytes: float | None = None, *,
                 kv_cache_dtype: str | None = None,
                 max_num_batched_tokens: int = 8192,
-                quantization: dict[str, Any] | str | None = None, ep: int = 1) -> MemoryPlan:
+                quantization: dict[str, Any] | str | None = None, ep: int = 1,
+                free_gpu_memory_fraction: float | None = None) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
-    naming the model, hardware, TP/PP and the shortfall in GB."""
+    naming the model, hardware, TP/PP and the shortfall in GB.
+
+    The KV pool is vLLM's `gpu_memory_utilization` x memory - weights - activation reserve,
+    or, with `free_gpu_memory_fraction` (TensorRT-LLM's KvCacheConfig; its default 0.9), that
+    fraction of memory - weights - activation reserve (then `gpu_memory_utilization` is not
+    used)."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
     prec = resolve(acc, dtype, quantization, kv_cache_dtype, model=model)
@@ -89,8 +98,14 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    free_fraction = free_gpu_memory_fraction
+    if free_fraction is not None and not 0 < free_fraction <= 1:
+        raise ValueError(f"free_gpu_memory_fraction must be in (0, 1], got {free_fraction}")
     sh = shard_model(model, tp, pp, ep)
-    budget = gpu_memory_utilization * acc.memory_bytes
+    budget = (acc.memory_bytes if free_fraction is not None
+              else gpu_memory_utilization * acc.memory_bytes)
+    limit = ("the whole memory" if free_fraction is not None
+             else f"gpu_memory_utilization={gpu_memory_utilization} x {acc.memory_bytes / GB:.1f} GB")
     weights = max(stage_weight_bytes(model, sh, prec))
     experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
@@ -99,8 +114,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     if weights > budget:
         raise ValueError(
             f"weights do not fit: {where} needs {weights / GB:.1f} GB of weights per GPU but "
-            f"gpu_memory_utilization={gpu_memory_utilization} x {acc.memory_bytes / GB:.1f} GB "
-            f"allows {budget / GB:.1f} GB; short by {(weights - budget) / GB:.1f} GB. "
+            f"{limit} allows {budget / GB:.1f} GB; short by {(weights - budget) / GB:.1f} GB. "
             "Raise tp/pp, use a smaller dtype, or larger hardware.")
     if activation_reserve_bytes is None:
         reserve = default_activation_reserve(model, tp, dt, max_num_batched_tokens)
@@ -109,6 +123,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
             raise ValueError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}")
         reserve = float(activation_reserve_bytes)
     pool = budget - weights - reserve
+    if free_fraction is not None:
+        pool *= free_fraction
     if model.is_mla:  # the latent + rope key, replicated on every TP rank (as vLLM)
         kv_per_block = (block_size * max(sh.layers_per_stage)
                         * (model.kv_lora_rank + model.qk_rope_head_dim) * dtype_bytes(kv_dt))
@@ -126,7 +142,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
-        num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts)
+        num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts,
+        free_gpu_memory_fraction=free_fraction)
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
