@@ -282,7 +282,10 @@ class Scheduler(PDHandoff, ParallelSampling):
                 continue
             if req.is_swapped:
                 # a resumed request may continue in chunks, whatever the chunking knob
-                num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+                num_new = req.num_tokens - req.num_computed_tokens
+                if num_new > 1 and cfg.first_token_from_decode:
+                    num_new -= 1  # its last token runs as a decode
+                num_new = min(num_new, budget)
                 need = kvm.blocks_needed(req.num_computed_tokens + num_new) \
                     - kvm.cpu_skipped_blocks.get(req.request_id, 0)  # slid out: not restored
                 if need > kvm.num_free_blocks:
