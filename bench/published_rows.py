@@ -305,6 +305,8 @@ def to_scenario(row: Row) -> Converted:
         sc["cache"]["gpu_memory_utilization"] = float(s["gpu_memory_utilization"])
     if s.get("free_gpu_memory_fraction"):  # TensorRT-LLM's --kv_cache_free_gpu_mem_fraction
         sc["cache"]["free_gpu_memory_fraction"] = float(s["free_gpu_memory_fraction"])
+    if s.get("mem_fraction_static"):  # SGLang's --mem-fraction-static
+        sc["cache"]["mem_fraction_static"] = float(s["mem_fraction_static"])
     if s.get("pd"):
         sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
     if s.get("max_batch"):

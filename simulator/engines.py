@@ -100,6 +100,9 @@ VLLM_V0_LONG_CONTEXT = 32 * 1024
 # max_num_tokens). The batch limit is left at kvpd's default: engines are built with their own
 # max_batch_size.
 TRTLLM_MAX_NUM_TOKENS = 8192
+# a scenario key that already sizes the KV pool (an engine's own rule is then not applied)
+CACHE_MEMORY_KEYS = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static",
+                     "num_gpu_blocks")
 
 # LMDeploy TurboMind before v0.1.0a2 ran a new request's prompt but its last token in a
 # context pass and that last token in the following decode pass, which samples the first
@@ -153,10 +156,12 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
             notes += _vllm_limits(data, scheduler, version, entry == "offline")
         elif name == "tensorrt-llm":
             notes += _trtllm_limits(scheduler, entry == "offline")
-        elif name == "sglang" and "mixed_batches" not in scheduler:
-            scheduler["mixed_batches"] = False
-            notes.append("mixed_batches false: SGLang runs prefill batches of their own first, "
-                         "decodes waiting (--enable-mixed-chunk off by default)")
+        elif name == "sglang":
+            if "mixed_batches" not in scheduler:
+                scheduler["mixed_batches"] = False
+                notes.append("mixed_batches false: SGLang runs prefill batches of their own "
+                             "first, decodes waiting (--enable-mixed-chunk off by default)")
+            notes += _sglang_defaults(data, scheduler, cache, cluster, version)
     if name == "lmdeploy-turbomind" and "first_token_from_decode" not in scheduler:
         notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
@@ -201,6 +206,33 @@ def _modelopt_weights(data: dict[str, Any]) -> str | None:
     return "NVFP4" if released in ("", "nvfp4") else None
 
 
+def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[str, Any],
+                     cluster: dict[str, Any], version: Any) -> list[str]:
+    """SGLang's chunked_prefill_size and mem_fraction_static by version and GPU memory
+    (`simulator.sglang_server`) for the keys left out; its max_running_requests needs the KV
+    pool and is filled once the scenario is read (`sglang_server.fill_max_running`)."""
+    import simulator.sglang_server as sglang_server
+    from simulator.cost.hardware import scenario_accelerator
+
+    v = sglang_server.parse(version)
+    if v is None or v < sglang_server.FIRST_MODELLED:
+        return [f"SGLang {'version not given' if v is None else f'{v} predates 0.4.0'}: kvpd's "
+                "token budget, KV sizing and request limit, not SGLang's"]
+    gpu_mem = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).memory_bytes / 2**20
+    tp, pp = int(cluster.get("tp", 1)), int(cluster.get("pp", 1))
+    notes = []
+    if "max_num_batched_tokens" not in sched:
+        sched["max_num_batched_tokens"] = sglang_server.chunked_prefill_size(v, gpu_mem)
+        notes.append(f"max_num_batched_tokens {sched['max_num_batched_tokens']}: SGLang {v}'s "
+                     f"chunked_prefill_size on a {gpu_mem / 1024:.0f} GiB GPU")
+    if not any(k in cache for k in CACHE_MEMORY_KEYS):
+        f = sglang_server.mem_fraction_static(v, gpu_mem, tp, pp)
+        cache["mem_fraction_static"] = f
+        notes.append(f"mem_fraction_static {f:.3f}: SGLang {v}'s share of memory for weights and "
+                     f"KV on a {gpu_mem / 1024:.0f} GiB GPU at TP {tp} x PP {pp}")
+    return notes
+
+
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     sec = data.setdefault(key, {})
     if not isinstance(sec, dict):
@@ -233,7 +265,7 @@ def _allreduce(cluster: dict[str, Any], name: str, version: Any, label: str) -> 
 def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                  offline: bool) -> list[str]:
     """vLLM's scheduler defaults (VLLM_V1_DEFAULTS, V0 above) for the limits not set."""
-    from simulator.cost.hardware import get_accelerator
+    from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.models import get_model
 
     if "max_num_seqs" in sched and "max_num_batched_tokens" in sched:
@@ -244,7 +276,7 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
     out: dict[str, Any] = {}
     notes = []
     if v3[:2] >= VLLM_V1_FROM:
-        acc = get_accelerator(data.get("hardware", DEFAULT_HARDWARE))
+        acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
         big = acc.memory_bytes >= VLLM_V1_BIG_GPU_GIB * 2**30 and "a100" not in acc.name
         seqs, tokens = VLLM_V1_DEFAULTS[(big, offline)]
         what = (f"vLLM V1 defaults ({'>= 70 GiB, not A100' if big else 'smaller GPU or A100'}, "

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
+from simulator.sglang_server import fill_max_running
 from simulator.trtllm_bench import fill_limits
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
@@ -110,6 +111,14 @@ class SchedulerSpec(_Strict):
     first_token_from_decode: bool = False
 
 
+# the three engines' ways to size the KV pool (simulator/cost/memory_plan.py)
+MEMORY_RULES = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static")
+MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "
+                     "activations and KV; free_gpu_memory_fraction TensorRT-LLM's share of what "
+                     "weights and activations leave; mem_fraction_static SGLang's share of all "
+                     "memory for weights and KV")
+
+
 class CacheSpec(_Strict):
     block_size: int = Field(16, ge=1)
     # auto (the 16-bit activation dtype, whatever the weights: vLLM's "auto"), bf16, fp16, fp8
@@ -117,6 +126,8 @@ class CacheSpec(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     # TensorRT-LLM's KV sizing instead: this fraction of what weights and activations leave
     free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    # SGLang's instead: weights + KV take this fraction of memory (activations the rest)
+    mem_fraction_static: float | None = Field(None, gt=0, le=1)
     num_gpu_blocks: int | None = Field(None, ge=1)  # overrides the memory plan
     swap_space_gb: float = Field(0.0, ge=0)  # host pool per replica, GB
     enable_prefix_caching: bool = True
@@ -130,10 +141,9 @@ class CacheSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_memory_rule(self):
-        if self.free_gpu_memory_fraction is not None and "gpu_memory_utilization" in self.model_fields_set:
-            raise ValueError("give one of gpu_memory_utilization (vLLM: a fraction of all memory "
-                             "for weights, activations and KV) and free_gpu_memory_fraction "
-                             "(TensorRT-LLM: a fraction of what weights and activations leave)")
+        given = [k for k in MEMORY_RULES if k in self.model_fields_set and getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of {', '.join(given)}: {MEMORY_RULES_TEXT}")
         return self
 
 
@@ -367,8 +377,8 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
         raise ValueError(format_validation_error(exc, source)) from None
     scenario.base_dir = base_dir
     scenario.source = source
-    if notes:  # limits an engine sizes from the workload itself (trtllm-bench)
-        notes += fill_limits(scenario)
+    if notes:  # limits an engine sizes from the workload (trtllm-bench) or the KV pool (SGLang)
+        notes += fill_limits(scenario) + fill_max_running(scenario)
     scenario.engine_notes = notes
     return scenario
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simulator.cost.hardware import get_accelerator
+from simulator.cost.hardware import scenario_accelerator
 from simulator.cost.precision import resolve
 
 KV_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction default
@@ -37,7 +37,6 @@ BUILD_DEFAULTS = (2048, 8192)  # BuildConfig max_batch_size / max_num_tokens (un
 # bytes per weight of the quantizations the rule tunes, by (dtype, method)
 TUNED_WEIGHT_BYTES = {("bf16", None): 2.0, ("fp16", None): 2.0, ("fp8", "fp8"): 1.0,
                       ("fp4", "nvfp4"): 0.5}
-HARDWARE_ONLY_KEYS = ("calibration", "serving_speed", "serving_loop")  # not the part's own
 
 
 # (below this raw value, round up to a multiple of) for each rule, and the floor
@@ -116,10 +115,7 @@ def fill_limits(sc: Any) -> list[str]:
 
     trace = build_trace(sc)
     prompts, outputs = trace.prompt_len, trace.output_len
-    hw = sc.hardware
-    if isinstance(hw, dict):
-        hw = {k: v for k, v in hw.items() if k not in HARDWARE_ONLY_KEYS}
-    acc = get_accelerator(hw)
+    acc = scenario_accelerator(sc.hardware)
     model = sc.model_spec()
     quant = sc.quantization.to_dict() if sc.quantization else None
     prec = resolve(acc, sc.dtype, quant, sc.cache.kv_cache_dtype, model=model)

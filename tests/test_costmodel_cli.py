@@ -128,3 +128,10 @@ def test_estimate_sizes_the_kv_as_tensorrt_llm_on_request(capsys) -> None:
     assert plan["kv_pool_bytes"] == pytest.approx(0.9 * left, rel=1e-12)
     with pytest.raises(SystemExit):
         main([*args, "--free-gpu-memory-fraction", "0.9", "--gpu-memory-utilization", "0.8"])
+    # SGLang's static fraction: weights + KV = F x memory
+    rc, out, _ = run_cli(capsys, *args, "--mem-fraction-static", "0.85")
+    plan = json.loads(out)["memory_plan"]
+    assert plan["kv_pool_bytes"] == pytest.approx(
+        0.85 * plan["memory_bytes"] - plan["weight_bytes_per_gpu"], rel=1e-12)
+    with pytest.raises(SystemExit):
+        main([*args, "--mem-fraction-static", "0.85", "--free-gpu-memory-fraction", "0.9"])

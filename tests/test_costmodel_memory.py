@@ -109,7 +109,8 @@ def test_a_scenario_gives_one_memory_rule() -> None:
     base = {"model": "llama-3.1-8b", "hardware": "h100-sxm"}
     sc = scenario_from_dict({**base, "cache": {"free_gpu_memory_fraction": 0.8}})
     assert sc.cache.free_gpu_memory_fraction == 0.8
-    with pytest.raises(ValueError, match="give one of gpu_memory_utilization .* and "
-                                         "free_gpu_memory_fraction"):
+    with pytest.raises(ValueError, match="give one of gpu_memory_utilization, "
+                                         "free_gpu_memory_fraction: gpu_memory_utilization is "
+                                         "vLLM's share"):
         scenario_from_dict({**base, "cache": {"free_gpu_memory_fraction": 0.8,
                                               "gpu_memory_utilization": 0.9}}, "s.yaml")

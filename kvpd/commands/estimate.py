@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mem.add_argument("--free-gpu-memory-fraction", type=float, default=None, metavar="F",
                      help="instead: the KV cache gets F of the memory the weights and "
                           "activations leave (TensorRT-LLM's KvCacheConfig; its default 0.9)")
+    mem.add_argument("--mem-fraction-static", type=float, default=None, metavar="F",
+                     help="instead: weights and KV take F of the memory, activations the rest "
+                          "(SGLang's --mem-fraction-static)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -124,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
-                       free_gpu_memory_fraction=args.free_gpu_memory_fraction)
+                       free_gpu_memory_fraction=args.free_gpu_memory_fraction,
+                       mem_fraction_static=args.mem_fraction_static)
     shape = BatchShape(window=model.sliding_window)  # sliding layers: capped at the window
     kv_tokens = 0
     held = kv_tokens_held(model, plan.block_size)

@@ -118,7 +118,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                       cache.gpu_memory_utilization,
                       max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens,
                       kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
-                      free_gpu_memory_fraction=cache.free_gpu_memory_fraction)
+                      free_gpu_memory_fraction=cache.free_gpu_memory_fraction,
+                      mem_fraction_static=cache.mem_fraction_static)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")

@@ -328,6 +328,18 @@ def _resolve_accel_name(name: str) -> str:
     raise unknown_name_error("hardware", name, catalog)
 
 
+# keys of a scenario's `hardware` mapping that say how to run the part, not what it is
+# (a calibration file and its serving probe: simulator.cluster.resolve_hardware)
+RUN_KEYS = ("calibration", "serving_speed", "serving_loop")
+
+
+def scenario_accelerator(spec: str | dict[str, Any]) -> Accelerator:
+    """The part a scenario's `hardware` value names, its run keys (RUN_KEYS) left aside."""
+    if isinstance(spec, dict):
+        spec = {k: v for k, v in spec.items() if k not in RUN_KEYS}
+    return get_accelerator(spec)
+
+
 def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
     """An accelerator by exact catalog name, or a hypothetical one from a dict.
 

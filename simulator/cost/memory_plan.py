@@ -39,7 +39,7 @@ class MemoryPlan:
     block_size: int  # tokens per KV block
     gpu_memory_utilization: float
     memory_bytes: int  # one GPU's memory
-    budget_bytes: float  # gpu_memory_utilization x memory_bytes (all of it: free_gpu_memory_fraction)
+    budget_bytes: float  # the fraction x memory_bytes (all of it: free_gpu_memory_fraction)
     weight_bytes_per_gpu: float  # largest over the PP stages
     activation_reserve_bytes: float
     kv_pool_bytes: float  # per GPU
@@ -50,6 +50,8 @@ class MemoryPlan:
     # TensorRT-LLM's sizing: the KV pool is this fraction of the memory left after weights and
     # activations (None: vLLM's, gpu_memory_utilization of all memory for all of it)
     free_gpu_memory_fraction: float | None = None
+    # SGLang's sizing: weights + KV take this fraction of all memory, activations the rest
+    mem_fraction_static: float | None = None
 
     @property
     def max_num_tokens(self) -> int:
@@ -82,14 +84,16 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 kv_cache_dtype: str | None = None,
                 max_num_batched_tokens: int = 8192,
                 quantization: dict[str, Any] | str | None = None, ep: int = 1,
-                free_gpu_memory_fraction: float | None = None) -> MemoryPlan:
+                free_gpu_memory_fraction: float | None = None,
+                mem_fraction_static: float | None = None) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
     naming the model, hardware, TP/PP and the shortfall in GB.
 
     The KV pool is vLLM's `gpu_memory_utilization` x memory - weights - activation reserve,
     or, with `free_gpu_memory_fraction` (TensorRT-LLM's KvCacheConfig; its default 0.9), that
-    fraction of memory - weights - activation reserve (then `gpu_memory_utilization` is not
-    used)."""
+    fraction of memory - weights - activation reserve, or, with `mem_fraction_static`
+    (SGLang's), that fraction of memory - weights (its activations live outside it). Then
+    `gpu_memory_utilization` is not used; give at most one of the two."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
     prec = resolve(acc, dtype, quantization, kv_cache_dtype, model=model)
@@ -98,14 +102,20 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    free_fraction = free_gpu_memory_fraction
-    if free_fraction is not None and not 0 < free_fraction <= 1:
-        raise ValueError(f"free_gpu_memory_fraction must be in (0, 1], got {free_fraction}")
+    free_fraction, static = free_gpu_memory_fraction, mem_fraction_static
+    for key, v in (("free_gpu_memory_fraction", free_fraction), ("mem_fraction_static", static)):
+        if v is not None and not 0 < v <= 1:
+            raise ValueError(f"{key} must be in (0, 1], got {v}")
+    if free_fraction is not None and static is not None:
+        raise ValueError("give at most one of free_gpu_memory_fraction and mem_fraction_static")
     sh = shard_model(model, tp, pp, ep)
-    budget = (acc.memory_bytes if free_fraction is not None
-              else gpu_memory_utilization * acc.memory_bytes)
-    limit = ("the whole memory" if free_fraction is not None
-             else f"gpu_memory_utilization={gpu_memory_utilization} x {acc.memory_bytes / GB:.1f} GB")
+    if free_fraction is not None:
+        budget, limit = acc.memory_bytes, "the whole memory"
+    else:
+        share, key = ((static, "mem_fraction_static") if static is not None
+                      else (gpu_memory_utilization, "gpu_memory_utilization"))
+        budget = share * acc.memory_bytes
+        limit = f"{key}={share} x {acc.memory_bytes / GB:.1f} GB"
     weights = max(stage_weight_bytes(model, sh, prec))
     experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
@@ -116,7 +126,9 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
             f"weights do not fit: {where} needs {weights / GB:.1f} GB of weights per GPU but "
             f"{limit} allows {budget / GB:.1f} GB; short by {(weights - budget) / GB:.1f} GB. "
             "Raise tp/pp, use a smaller dtype, or larger hardware.")
-    if activation_reserve_bytes is None:
+    if static is not None:
+        reserve = 0.0  # (outside the static fraction)
+    elif activation_reserve_bytes is None:
         reserve = default_activation_reserve(model, tp, dt, max_num_batched_tokens)
     else:
         if activation_reserve_bytes < 0:
@@ -143,7 +155,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts,
-        free_gpu_memory_fraction=free_fraction)
+        free_gpu_memory_fraction=free_fraction, mem_fraction_static=static)
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
