@@ -100,6 +100,13 @@ VLLM_V0_LONG_CONTEXT = 32 * 1024
 # max_num_tokens). The batch limit is left at kvpd's default: engines are built with their own
 # max_batch_size.
 TRTLLM_MAX_NUM_TOKENS = 8192
+# Prefix caching by default: vLLM's V1 engine (v0.8.0 on) caches prefixes unless told not to;
+# its V0 engine only with --enable-prefix-caching (EngineArgs.enable_prefix_caching False).
+# SGLang's radix cache is on unless --disable-radix-cache. LMDeploy TurboMind has none in v0.1
+# and leaves it off by default later (--enable-prefix-caching, v0.4 on). TensorRT-LLM's block
+# reuse default changed across versions and builds: kvpd's default stays.
+PREFIX_CACHING_OFF = {"lmdeploy-turbomind"}
+
 # a scenario key that already sizes the KV pool (an engine's own rule is then not applied)
 CACHE_MEMORY_KEYS = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static",
                      "num_gpu_blocks")
@@ -162,10 +169,25 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
                 notes.append("mixed_batches false: SGLang runs prefill batches of their own "
                              "first, decodes waiting (--enable-mixed-chunk off by default)")
             notes += _sglang_defaults(data, scheduler, cache, cluster, version)
+    if "enable_prefix_caching" not in cache:
+        notes += _prefix_caching(cache, name, version)
     if name == "lmdeploy-turbomind" and "first_token_from_decode" not in scheduler:
         notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
     return notes
+
+
+def _prefix_caching(cache: dict[str, Any], name: str, version: Any) -> list[str]:
+    """cache.enable_prefix_caching false for the engines and versions that leave it off."""
+    v = version3(version) if name == "vllm" else None
+    if name in PREFIX_CACHING_OFF:
+        why = "LMDeploy TurboMind leaves prefix caching off by default"
+    elif v is not None and v[:2] < VLLM_V1_FROM:
+        why = f"vLLM {version} (V0 engine) caches prefixes only with --enable-prefix-caching"
+    else:
+        return []
+    cache["enable_prefix_caching"] = False
+    return [f"enable_prefix_caching false: {why}"]
 
 
 def _turbomind_first_token(sched: dict[str, Any], version: Any) -> list[str]:

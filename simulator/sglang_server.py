@@ -127,12 +127,16 @@ def fill_max_running(sc: Any) -> list[str]:
     if cache.num_gpu_blocks:
         tokens = cache.num_gpu_blocks * cache.block_size
     else:
-        tokens = plan_memory(
-            model, scenario_accelerator(sc.hardware), sc.dtype, cl.tp, cl.pp, cache.block_size,
-            cache.gpu_memory_utilization, kv_cache_dtype=cache.kv_cache_dtype,
-            max_num_batched_tokens=sc.scheduler.max_num_batched_tokens, quantization=quant,
-            ep=cl.ep, free_gpu_memory_fraction=cache.free_gpu_memory_fraction,
-            mem_fraction_static=cache.mem_fraction_static).max_num_tokens
+        try:
+            tokens = plan_memory(
+                model, scenario_accelerator(sc.hardware), sc.dtype, cl.tp, cl.pp,
+                cache.block_size, cache.gpu_memory_utilization,
+                kv_cache_dtype=cache.kv_cache_dtype,
+                max_num_batched_tokens=sc.scheduler.max_num_batched_tokens, quantization=quant,
+                ep=cl.ep, free_gpu_memory_fraction=cache.free_gpu_memory_fraction,
+                mem_fraction_static=cache.mem_fraction_static).max_num_tokens
+        except ValueError:  # no plan (weights do not fit): the run says so, naming its pool
+            return []
     context = sc.scheduler.max_model_len or model.max_position_embeddings
     sc.scheduler.max_num_seqs = max_running_requests(tokens, context)
     return [f"max_num_seqs {sc.scheduler.max_num_seqs}: SGLang's request pool for {tokens:,} KV "

@@ -135,3 +135,17 @@ def test_a_sweep_over_engines_gets_each_engines_defaults():
     assert points["vllm"].max_num_seqs == 1024  # V1 on an 80 GB H100, the OpenAI server
     assert points["tensorrt-llm"].capacity_policy == "guaranteed_no_evict"
     assert points["tensorrt-llm"].enable_chunked_prefill is False
+
+
+@pytest.mark.parametrize("engine, want", [
+    ({"name": "vllm", "version": "0.7.3"}, False),  # V0: --enable-prefix-caching opt-in
+    ({"name": "vllm", "version": "0.8.0"}, True),  # V1: on by default
+    ({"name": "vllm"}, True),
+    ({"name": "lmdeploy-turbomind", "version": "v0.1.0a1"}, False),
+    ({"name": "sglang", "version": "0.5.7"}, True),  # the radix cache
+])
+def test_prefix_caching_by_engine_and_version(engine, want):
+    sc = _resolve(engine)
+    assert sc.cache.enable_prefix_caching is want
+    assert any("enable_prefix_caching false" in n for n in sc.engine_notes) == (not want)
+    assert _resolve(engine, cache={"enable_prefix_caching": True}).cache.enable_prefix_caching
