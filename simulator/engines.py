@@ -79,7 +79,11 @@ FP8_KV_ENGINES = {"tensorrt-llm"}
 #   max_model_len > 32K; without it a step holds whole prompts, max_num_batched_tokens =
 #   max(max_model_len, 2048) (vllm/config.py SchedulerConfig, v0.7), and prompts run in steps
 #   of their own: V0's Scheduler._schedule_default schedules prefills first and, when any are
-#   scheduled, no decodes in that step (scheduler.mixed_batches false).
+#   scheduled, no decodes in that step (scheduler.mixed_batches false). The long-context
+#   switch (vllm/engine/arg_utils.py create_engine_config, v0.6.3-0.7.3) skips models with a
+#   sliding window and, from v0.6.5, ROCm; the chunked budget is 512 tokens before v0.6.5 and
+#   2048 from it (SchedulerConfig.__post_init__, single-step). Not modelled: v0.7.x forcing
+#   chunked prefill off for MLA models (VllmConfig.__post_init__ at v0.7.3; a nightly lifted it).
 VLLM_V1_FROM = (0, 8)
 VLLM_V1_BIG_GPU_GIB = 70
 VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
@@ -88,6 +92,7 @@ VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_b
 }
 VLLM_V0_MAX_NUM_SEQS = 256
 VLLM_V0_LONG_CONTEXT = 32 * 1024
+VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from (and no ROCm)
 
 # SGLang runs a prefill batch whenever one can be formed (Scheduler.get_next_batch_to_run:
 # get_new_batch_prefill first), the running decode batch only when none can, and mixes them
@@ -305,12 +310,16 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                 f"{'LLM class' if offline else 'OpenAI server'})")
     else:
         seqs = VLLM_V0_MAX_NUM_SEQS
-        max_len = int(sched.get("max_model_len")
-                      or get_model(data.get("model", DEFAULT_MODEL)).max_position_embeddings)
-        if max_len > VLLM_V0_LONG_CONTEXT:
-            notes.append("vLLM V0 with long context: chunked prefill on, token budget left at "
-                         "kvpd's default")
-            tokens = None
+        model = get_model(data.get("model", DEFAULT_MODEL))
+        max_len = int(sched.get("max_model_len") or model.max_position_embeddings)
+        arch = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).arch or ""
+        rocm = arch.startswith("cdna") and v3 >= VLLM_V0_CHUNK_2048_FROM
+        long_chunked = max_len > VLLM_V0_LONG_CONTEXT and not model.sliding_window and not rocm
+        chunked = sched.get("enable_chunked_prefill", long_chunked)
+        if chunked:
+            tokens = 2048 if v3 >= VLLM_V0_CHUNK_2048_FROM else 512
+            if long_chunked and "enable_chunked_prefill" not in sched:
+                notes.append("vLLM V0 with long context: chunked prefill on by itself")
         else:
             if "enable_chunked_prefill" not in sched:
                 out["enable_chunked_prefill"] = False

@@ -77,6 +77,23 @@ def test_vllm_v0_budget_follows_max_model_len_and_long_context_keeps_chunking():
     assert any("long context" in n for n in notes)
 
 
+@pytest.mark.parametrize("version, hardware, model, want", [
+    ("0.6.6", "h100-sxm", "llama-3.1-8b", (True, 2048)),  # long context: chunked, 2048
+    ("0.6.3", "h100-sxm", "llama-3.1-8b", (True, 512)),  # before v0.6.5: 512-token chunks
+    ("0.7.3", "mi300x", "llama-3.1-8b", (False, 131072)),  # not on ROCm from v0.6.5
+    ("0.6.3", "mi300x", "llama-3.1-8b", (True, 512)),
+    ("0.7.3", "h100-sxm", "llama-3-8b", (False, 8192)),  # 8K context: whole prompts
+])
+def test_vllm_v0_chunking_by_context_version_and_platform(version, hardware, model, want):
+    """V0 switches chunked prefill on by itself only past a 32K context, on CUDA (not ROCm from
+    v0.6.5), without a sliding window; its chunk budget is 512 before v0.6.5, 2048 from it;
+    without chunking a step holds max(max_model_len, 2048) prompt tokens."""
+    sc = _resolve({"name": "vllm", "version": version}, model=model, hardware=hardware)
+    s = sc.scheduler
+    assert (s.enable_chunked_prefill, s.max_num_batched_tokens) == want
+    assert s.mixed_batches is want[0]  # V0 runs prompt steps of their own without chunking
+
+
 def test_tp_allreduce_by_engine_and_version():
     def allreduce(engine, tp):
         return _resolve(engine, cluster={"tp": tp}).cluster.allreduce
