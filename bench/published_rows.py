@@ -6,7 +6,10 @@ A source file holds `source` (id, title, url, date, kind, engine, engine_version
 setup is the source setup updated by the row's own. The converter's rules (names, request
 counts a source leaves out) live here, once, not per row; each scenario names its engine
 (`engine:`), whose documented defaults `simulator.engines` fills in, as for any user's
-scenario; `assumptions` records every rule a row needed.
+scenario; `assumptions` records every rule a row needed. A product built on an engine (NIM,
+Dynamo) names it as `engine_backend`; its own `engine_version` is then the product's, so the
+engine's version comes from `engine_backend_version` (the source's, or a row setup's) or is
+not given.
 """
 
 from __future__ import annotations
@@ -256,6 +259,8 @@ def to_scenario(row: Row) -> Converted:
     burst or closed-loop load of fixed lengths)."""
     s, notes = row.setup, []
     engine = row.source.get("engine_backend") or row.source["engine"]
+    version = (s.get("engine_backend_version") or row.source.get("engine_backend_version")
+               if row.source.get("engine_backend") else row.source.get("engine_version"))
     dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
     arrival = s.get("arrival", "burst")
     if arrival not in ("burst", "closed_loop"):
@@ -281,7 +286,7 @@ def to_scenario(row: Row) -> Converted:
         "model": _lookup(MODEL_NAMES, s["model"], "model", row),
         "dtype": dtype,
         "hardware": _lookup(HARDWARE_NAMES, s["hardware"], "hardware", row),
-        "engine": {"name": engine, "version": str(row.source.get("engine_version")),
+        "engine": {"name": engine, **({"version": str(version)} if version else {}),
                    "entry_point": "offline" if offline else "server"},
         "cluster": {"tp": int(s["tp"]), "pp": int(s.get("pp") or 1)},
         "scheduler": {},
