@@ -255,6 +255,19 @@ def test_vllm_defaults_by_version_gpu_and_entry_point(rows):
     assert published.scenario["scheduler"]["max_num_batched_tokens"] == 4096
 
 
+def test_a_products_own_version_is_not_its_engines(rows):
+    """Dynamo's vllm-runtime 0.6.1 is not vLLM 0.6.1: with an engine_backend the engine's
+    version is engine_backend_version (the row's, else the source's) or not given."""
+    r = next(x for x in rows if x.source.get("engine_backend") == "vllm" and not x.setup.get("pd"))
+    product = {"engine_version": "0.6.1", "engine_backend_version": None}
+    eng = pr.to_scenario(_with(r, product, engine_backend_version=None)).scenario["engine"]
+    assert "version" not in eng
+    eng = pr.to_scenario(_with(r, product, engine_backend_version="0.20.1")).scenario["engine"]
+    assert eng["version"] == "0.20.1"
+    plain = next(x for x in rows if x.source["engine"] == "vllm" and not x.source.get("engine_backend"))
+    assert pr.to_scenario(plain).scenario["engine"]["version"] == str(plain.source["engine_version"])
+
+
 def test_tensorrt_llm_fp8_runs_an_fp8_kv_cache_unless_published(rows):
     r = next(x for x in rows if x.source.get("engine_backend") == "tensorrt-llm")
     assert pr.to_scenario(_with(r, precision="fp8", kv_cache_dtype=None)).scenario["cache"] == {
