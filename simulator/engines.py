@@ -102,9 +102,11 @@ VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from
 # TensorRT-LLM's scheduler defaults (LLM API reference, TorchLlmArgs / TrtLlmArgs:
 # enable_chunked_prefill "Defaults to False", max_num_tokens 8192; docs "Tuning Max Batch Size
 # and Max Num Tokens": a context request is scheduled only when its whole prompt fits the step's
-# max_num_tokens). The batch limit is left at kvpd's default: engines are built with their own
-# max_batch_size.
+# max_num_tokens). The OpenAI server (trtllm-serve) passes BuildConfig's max_batch_size 2048 and
+# max_num_tokens 8192 (tensorrt_llm/commands/serve.py get_llm_args; builder.py BuildConfig);
+# trtllm-bench sizes its own (simulator/trtllm_bench.py).
 TRTLLM_MAX_NUM_TOKENS = 8192
+TRTLLM_MAX_BATCH_SIZE = 2048
 # Prefix caching by default: vLLM's V1 engine (v0.8.0 on) caches prefixes unless told not to;
 # its V0 engine only with --enable-prefix-caching (EngineArgs.enable_prefix_caching False).
 # SGLang's radix cache is on unless --disable-radix-cache. LMDeploy TurboMind has none in v0.1
@@ -352,5 +354,7 @@ def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:
         return [f"scheduler: trtllm-bench throughput, {chunked}"]
     if "max_num_batched_tokens" not in sched:
         sched["max_num_batched_tokens"] = TRTLLM_MAX_NUM_TOKENS
-    return ["scheduler limits: TensorRT-LLM defaults, max_num_tokens "
-            f"{sched['max_num_batched_tokens']}, {chunked}"]
+    if "max_num_seqs" not in sched:
+        sched["max_num_seqs"] = TRTLLM_MAX_BATCH_SIZE
+    return ["scheduler limits: TensorRT-LLM server defaults, max_batch_size "
+            f"{sched['max_num_seqs']}, max_num_tokens {sched['max_num_batched_tokens']}, {chunked}"]

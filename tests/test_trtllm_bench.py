@@ -127,8 +127,8 @@ def test_what_the_scenario_sets_wins_and_other_entry_points_are_untouched() -> N
     assert (both.scheduler.max_num_seqs, both.scheduler.max_num_batched_tokens) == (8, 4096)
     server = copy.deepcopy(scenario())
     server["engine"]["entry_point"] = "server"
-    sc = scenario_from_dict(server)
-    assert (sc.scheduler.max_num_seqs, sc.scheduler.max_num_batched_tokens) == (256, 8192)
+    sc = scenario_from_dict(server)  # trtllm-serve: BuildConfig's 2048 / 8192
+    assert (sc.scheduler.max_num_seqs, sc.scheduler.max_num_batched_tokens) == (2048, 8192)
     assert not any("trtllm-bench" in n for n in sc.engine_notes)
     vllm = scenario(engine={"name": "vllm", "version": "0.11.0", "entry_point": "offline"})
     assert not any("trtllm-bench" in n for n in scenario_from_dict(vllm).engine_notes)
