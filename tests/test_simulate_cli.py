@@ -126,9 +126,10 @@ def test_the_engine_key_says_what_it_filled_in(tmp_path, capsys):
                  "--set", "engine.name=tensorrt-llm"]) == 0
     out = capsys.readouterr().out
     assert "engine tensorrt-llm: capacity_policy guaranteed_no_evict" in out
-    assert "engine tensorrt-llm: scheduler limits: TensorRT-LLM defaults" in out
+    assert "engine tensorrt-llm: scheduler limits: TensorRT-LLM server defaults" in out
     saved = json.loads((tmp_path / "o" / "scenario.json").read_text())
     assert saved["scheduler"]["capacity_policy"] == "guaranteed_no_evict"
+    assert saved["scheduler"]["max_num_seqs"] == 2048  # trtllm-serve's max_batch_size
 
 
 def test_a_precision_the_released_checkpoint_chose_is_said(tmp_path, capsys):
