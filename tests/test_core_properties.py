@@ -110,8 +110,12 @@ def run(sched, reqs, executor, max_burst=1, check=True):
             assert all(b.ref_cnt >= 0 for b in kvm.block_pool.blocks if b is not None)
             if not cfg.mixed_batches:  # running decodes wait while prompts (or resumes) run
                 new = set(out.new_req_ids)
-                kinds = {n > 1 or r.num_output_tokens == 0 or r.request_id in new
-                         for r, n in zip(out.reqs, out.num_new_tokens)}
+                # a decode: one token that samples, of a request that has sampled before (a
+                # one-token chunk short of the end is prompt work: first_token_from_decode)
+                kinds = {not (n == 1 and before + n == r.num_tokens and r.num_output_tokens > 0
+                              and r.request_id not in new)
+                         for r, before, n in zip(out.reqs, out.num_computed_before,
+                                                 out.num_new_tokens)}
                 assert len(kinds) <= 1, (out.num_new_tokens, [r.num_output_tokens for r in out.reqs])
             if cfg.first_token_from_decode:  # a token is sampled only by a one-token pass
                 assert all(q == 1 for r, before, q in zip(out.reqs, out.num_computed_before,
