@@ -27,14 +27,17 @@ ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline
 # The engines' documented admission policies (what runs when KV blocks run out):
 # - TensorRT-LLM: CapacitySchedulerPolicy default GUARANTEED_NO_EVICT (a request is admitted
 #   only when its whole length fits; running requests are never evicted).
-# - vLLM, SGLang: allocate blocks as tokens arrive and preempt (recompute; SGLang "retracts")
-#   when they run out.
+# - vLLM: allocate blocks as tokens arrive and preempt (recompute) when they run out.
+# - SGLang: admit a request only when its prompt and output budget fit beside a decaying share
+#   (new_token_ratio, 0.7 -> 0.098) of the running requests' remaining outputs; retract when
+#   blocks run out anyway (schedule_policy.py PrefillAdder, scheduler.py update_running_batch,
+#   v0.5.6; simulator/core/capacity.py).
 # - LMDeploy TurboMind: SequenceManager::Materialize preempts "victims" when blocks run out
 #   (src/turbomind/models/llama/SequenceManager.cc, v0.1.0).
 CAPACITY_POLICY = {
     "tensorrt-llm": "guaranteed_no_evict",
     "vllm": "max_utilization",
-    "sglang": "max_utilization",
+    "sglang": "reserve_ratio",
     "lmdeploy-turbomind": "max_utilization",
 }
 

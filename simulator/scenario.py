@@ -11,8 +11,8 @@ every request arrives at t = 0 (the "infinite rate" of `trtllm-bench` / `vllm be
 closed loop (at most N requests in the system, a new one sent when one ends, as
 `--max-concurrency` / `--concurrency` do: a request is sent at max(its arrival, the time a
 slot frees) and its TTFT, queueing and E2E count from that send). `scheduler.capacity_policy`:
-`max_utilization` (vLLM, the default) or `guaranteed_no_evict` (TensorRT-LLM;
-`simulator.core.capacity`).
+`max_utilization` (vLLM, the default), `guaranteed_no_evict` (TensorRT-LLM) or
+`reserve_ratio` (SGLang; `simulator.core.capacity`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ class SchedulerSpec(_Strict):
     # "max_utilization": admit while blocks are free, preempt when they run out (vLLM);
     # "guaranteed_no_evict": reserve prompt + max_tokens at admission, never preempt
     # (TensorRT-LLM's default). See simulator/core/capacity.py.
-    capacity_policy: Literal["max_utilization", "guaranteed_no_evict"] = "max_utilization"
+    capacity_policy: Literal["max_utilization", "guaranteed_no_evict", "reserve_ratio"] = \
+        "max_utilization"
     # True: a step holds prompt tokens and decodes together (vLLM V1, TensorRT-LLM); False:
     # prompts run in steps of their own, first, while decodes wait (SGLang's default, vLLM V0
     # without chunked prefill). See simulator/core/config.py.

@@ -53,7 +53,8 @@ class CheckedExecutor:
 def test_the_default_is_max_utilization_and_a_bad_policy_is_refused():
     assert SchedulerConfig().capacity_policy == "max_utilization"
     with pytest.raises(ValueError, match=r"scheduler.capacity_policy must be one of "
-                       r"\['max_utilization', 'guaranteed_no_evict'\], got 'never'"):
+                       r"\['max_utilization', 'guaranteed_no_evict', 'reserve_ratio'\], "
+                       r"got 'never'"):
         SchedulerConfig(capacity_policy="never")
 
 

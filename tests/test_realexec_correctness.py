@@ -96,6 +96,18 @@ def test_first_token_from_a_decode_pass(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_sglangs_decaying_reservation(name):
+    """capacity_policy reserve_ratio (SGLang's admission) in a pool too small for every request
+    at once: later requests wait for room beside the running outputs; output is unchanged."""
+    prompts = random_prompts(7, [9, 22, 14, 30, 5, 17])
+    params = [_greedy(10 + i) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=24, block_size=4, capacity_policy="reserve_ratio",
+              record_steps=True)
+    _check(name, llm, prompts, params)
+    assert llm.runner.steps[0].shape.num_reqs < len(prompts)  # not everyone was admitted at once
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_shared_prefixes_and_full_prompt_hits(name):
     bs = 4
     (base,) = random_prompts(3, [21])

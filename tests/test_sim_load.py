@@ -142,7 +142,7 @@ workload:
     ("workload.max_concurrency='4'", "workload.max_concurrency: Input should be a valid integer"),
     ("workload.arrival={process: burst, rate: 2}", "workload.arrival.rate: unknown key for process burst"),
     ("workload.arrival={process: sometimes}", "workload.arrival.process: expected one of"),
-    ("scheduler.capacity_policy=never", "scheduler.capacity_policy: Input should be 'max_utilization' or"),
+    ("scheduler.capacity_policy=never", "scheduler.capacity_policy: Input should be 'max_utilization', 'guaranteed_no_evict' or 'reserve_ratio'"),
 ])
 def test_bad_load_keys_name_the_file_and_key(tmp_path, override, message):
     path = _write(tmp_path, BENCH_YAML)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kvpd.cli import UserError
+from simulator.core.config import CAPACITY_POLICIES
 
 
 def _ids(text: str) -> list[int]:
@@ -50,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
     e.add_argument("--capacity-policy", default="max_utilization",
-                   choices=["max_utilization", "guaranteed_no_evict"],
-                   help="guaranteed_no_evict: reserve prompt + max_tokens at admission, never preempt")
+                   choices=list(CAPACITY_POLICIES),
+                   help="guaranteed_no_evict: reserve prompt + max_tokens at admission, never "
+                        "preempt; reserve_ratio: SGLang's decaying reservation")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
     e.add_argument("--no-warmup", action="store_true",
                    help="time the first request cold (default: one short untimed request first)")

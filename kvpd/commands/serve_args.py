@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator.core.config import CAPACITY_POLICIES
+
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("engine")
@@ -19,10 +21,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--max-model-len", type=int, default=None)
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--capacity-policy", default="max_utilization",
-                   choices=["max_utilization", "guaranteed_no_evict"],
+                   choices=list(CAPACITY_POLICIES),
                    help="max_utilization: admit while KV blocks are free, preempt when they run "
                    "out (vLLM); guaranteed_no_evict: reserve prompt + max_tokens at admission, "
-                   "never preempt (TensorRT-LLM)")
+                   "never preempt (TensorRT-LLM); reserve_ratio: admit when prompt + output "
+                   "budget fit beside a decaying share of the running outputs (SGLang)")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
     e.add_argument("--seed", type=int, default=0, help="sampling seed of the engine")
     d = p.add_argument_group("deployment")

@@ -91,8 +91,9 @@ class LLM:
     `seed` drives sampling of requests without their own seed (as vLLM's); `model_seed` the
     random weights of a model given by its config alone. `role`: "colocated", or "prefill" /
     "decode" for a PD worker's scheduler. `capacity_policy`: "max_utilization" (admit while
-    blocks are free, preempt when they run out) or "guaranteed_no_evict" (reserve each
-    request's whole length at admission, never preempt; `simulator.core.capacity`).
+    blocks are free, preempt when they run out), "guaranteed_no_evict" (reserve each
+    request's whole length at admission, never preempt) or "reserve_ratio" (SGLang's decaying
+    reservation of the running outputs; `simulator.core.capacity`).
     `mixed_batches` False: prompts run in steps of their own, first, while decodes wait
     (SGLang's default; `SchedulerConfig`). `first_token_from_decode`: the prompt's last token
     runs in the next step, as a decode that samples the first token (LMDeploy TurboMind

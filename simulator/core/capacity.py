@@ -24,6 +24,18 @@ Under `guaranteed_no_evict`:
 
 The reservation is recomputed once per schedule (O(running requests)) and only under this
 policy; `max_utilization` never calls into this module.
+
+- `reserve_ratio` (SGLang's admission, PrefillAdder and `new_token_ratio` at v0.5.6): a waiting
+  request is admitted only when its prompt rest plus its output budget (max_tokens, at most
+  4096: CLIP_MAX_NEW_TOKENS) is less than the free blocks less `ratio` x the running
+  requests' remaining output budgets (each at most 4096). Running requests then grow as under
+  `max_utilization` and are preempted (SGLang "retracts") when blocks run out. The ratio starts
+  at 0.7 (SGLANG_INIT_NEW_TOKEN_RATIO), falls by (0.7 - 0.098) / 600 after every step that
+  decodes, down to 0.098 (x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14), and after a preemption is
+  re-estimated from the requests still running: (their output tokens + 20 x their count) /
+  (their max_tokens + 1), at most 1 (ScheduleBatch.retract_decode). A PD decode worker admits
+  remote requests as under `max_utilization`. One deviation, so that nothing waits forever:
+  an idle engine admits the head request whatever its budget asks.
 """
 
 from __future__ import annotations
@@ -72,3 +84,40 @@ def reserved_blocks(kvm: KVCacheManager, running: Iterable[Request],
     for req in waiting_for_kv:
         total += blocks_to_completion(kvm, req, role)
     return total
+
+
+# SGLang's estimate of what running requests still need (schedule_policy.py, environ.py, v0.5.6)
+RATIO_INIT = 0.7
+RATIO_MIN = RATIO_INIT * 0.14
+RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
+
+def output_budget(req: Request) -> int:
+    """`req`'s remaining output tokens as SGLang counts them (at most CLIP_MAX_NEW_TOKENS)."""
+    return min(max(req.max_tokens - req.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)
+
+
+def ratio_reserved_blocks(kvm: KVCacheManager, running: Iterable[Request], ratio: float) -> int:
+    """Blocks `reserve_ratio` keeps for the running requests' outputs: `ratio` x their output
+    budgets, in blocks (rounded up)."""
+    tokens = ratio * sum(output_budget(r) for r in running if r.status == RUNNING)
+    return -int(-tokens // kvm.block_size)
+
+
+def ratio_need(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock]) -> int:
+    """Free blocks admitting `req` (prefix hits `hits`) asks for under `reserve_ratio`: its
+    prompt rest and its whole output budget, plus each hit revived from the free queue."""
+    held = kvm.req_to_blocks.get(req.request_id)
+    return kvm.blocks_to_grow(req.num_tokens + output_budget(req),
+                              (len(held) if held else 0) + len(hits), num_revived(hits))
+
+
+def ratio_after_preemption(running: Iterable[Request]) -> float:
+    """SGLang's re-estimate after a retraction, from the requests still running."""
+    reqs = [r for r in running if r.status == RUNNING]
+    decoded = sum(r.num_output_tokens for r in reqs)
+    budget = sum(r.max_tokens for r in reqs)
+    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(reqs)) / (budget + 1))
+

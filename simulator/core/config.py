@@ -10,7 +10,7 @@ POLICIES = ("fcfs", "priority")
 ROLES = ("colocated", "prefill", "decode")
 # how the scheduler commits KV blocks: vLLM's admit-while-free-and-preempt, or TensorRT-LLM's
 # GUARANTEED_NO_EVICT (reserve a request's whole length at admission, never preempt)
-CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict")
+CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict", "reserve_ratio")
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -66,7 +66,9 @@ class SchedulerConfig:
     lowest-priority running request when one runs out) or "guaranteed_no_evict"
     (TensorRT-LLM's default: admit a request only when the blocks of its whole length,
     prompt + max_tokens, fit in the free blocks not already promised to admitted requests;
-    never preempts, so `preemption_mode` has no effect). See `Scheduler`.
+    never preempts, so `preemption_mode` has no effect), or "reserve_ratio" (SGLang's: admit a
+    request when its prompt and output budget fit the free blocks less a decaying share of the
+    running requests' remaining outputs; `simulator.core.capacity`). See `Scheduler`.
     mixed_batches: True (vLLM V1, TensorRT-LLM, LMDeploy): a step holds prompt tokens and
     decodes together. False (SGLang's default, vLLM V0 without chunked prefill): a colocated
     step runs prompts or decodes, never both; prompts first, whenever a chunk is pending or a

@@ -16,7 +16,17 @@ Time is a number passed in; this module imports neither simpy nor torch.
 from __future__ import annotations
 
 from simulator.core.block_pool import KVCacheBlock, num_revived
-from simulator.core.capacity import blocks_to_completion, promise, reserved_blocks
+from simulator.core.capacity import (
+    RATIO_DECAY,
+    RATIO_INIT,
+    RATIO_MIN,
+    blocks_to_completion,
+    promise,
+    ratio_after_preemption,
+    ratio_need,
+    ratio_reserved_blocks,
+    reserved_blocks,
+)
 from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.decode_burst import max_decode_burst, update_burst
 from simulator.core.kv_cache_manager import KVCacheManager
@@ -62,6 +72,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         self.step_id = 0
         self.num_preemptions = 0
         self._no_evict = config.capacity_policy == "guaranteed_no_evict"
+        self._by_ratio = config.capacity_policy == "reserve_ratio"
+        self.new_token_ratio = RATIO_INIT  # reserve_ratio's share of the running outputs
         # decode bursts may run past finishing requests when nothing waits: set by a backend
         # whose replica state nobody reads between steps (`simulator.core.decode_burst`)
         self.burst_past_finishes = False
@@ -151,6 +163,8 @@ class Scheduler(PDHandoff, ParallelSampling):
             # prompts in a step of their own; only if none can run do the decodes step
             self._schedule_prompts(out, budget, threshold, now)
             if out.reqs or out.preempted_req_ids:
+                if self._by_ratio:
+                    self._update_ratio(out)
                 return out
 
         # 1. running requests: decodes and unfinished prompt chunks
@@ -206,7 +220,24 @@ class Scheduler(PDHandoff, ParallelSampling):
         # a decode step when prompts run in steps of their own)
         if not separate:
             self._admit_waiting(out, budget, threshold, now)
+        if self._by_ratio:
+            self._update_ratio(out)
         return out
+
+    def _update_ratio(self, out: SchedulerOutput) -> None:
+        """reserve_ratio after a step: re-estimated after a preemption, else one decay when the
+        step decodes (SGLang's update_running_batch; `simulator.core.capacity`)."""
+        if out.preempted_req_ids:
+            self.new_token_ratio = ratio_after_preemption(self.running)
+        elif out.shape.num_decode_reqs:
+            self._decay_ratio(1)
+
+    def _decay_ratio(self, steps: int) -> None:
+        """`steps` decode steps of reserve_ratio's decay (one subtraction each, as step by step)."""
+        r = self.new_token_ratio
+        for _ in range(steps):
+            r = max(r - RATIO_DECAY, RATIO_MIN)
+        self.new_token_ratio = r
 
     def _prefill_pending(self) -> bool:
         """Whether a prompt could run: a request waits, or a running one has prompt tokens
@@ -272,6 +303,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         reserved = 0
         if no_evict and waiting:
             reserved = reserved_blocks(kvm, running, self.waiting_for_kv.values(), cfg.role)
+        by_ratio = self._by_ratio
+        estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio) if by_ratio else 0
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -311,6 +344,11 @@ class Scheduler(PDHandoff, ParallelSampling):
                     num_new = budget
                 if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
                     break  # its whole length does not fit what is not yet promised
+                if by_ratio:
+                    need = ratio_need(kvm, req, hits)
+                    if running and need >= kvm.num_free_blocks - estimated:
+                        break  # its prompt and output budget do not fit what is not estimated
+                    estimated += need  # (an idle engine takes the head request whatever it asks)
                 if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
                                       > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
@@ -402,6 +440,8 @@ class Scheduler(PDHandoff, ParallelSampling):
 
             if update_burst(self, out, result.step_end_times, finish):
                 self.running = [r for r in self.running if r.status == RUNNING]
+            if self._by_ratio:  # the burst's steps after the first decoded too
+                self._decay_ratio(len(result.step_end_times) - 1)
         else:
             self._update_step(out, result.sampled_token_ids, now, finished)
         self.step_id += 1
@@ -441,6 +481,8 @@ class Scheduler(PDHandoff, ParallelSampling):
     def max_decode_burst(self, out: SchedulerOutput, max_steps: int) -> int:
         """How many steps of the all-decode batch `out` a backend without token ids may run
         at once (`simulator.core.decode_burst`); 1 means "one step only"."""
+        if self._by_ratio and self.waiting:
+            return 1  # reserve_ratio's decay may let a waiting request in at any step
         return max_decode_burst(self, out, max_steps)
 
     # ----------------------------------------------------------------- helpers
