@@ -10,6 +10,7 @@ from simulator.core import (
     SamplingParams,
     Scheduler,
     SchedulerConfig,
+    StepResult,
 )
 
 
@@ -83,3 +84,18 @@ def workload_requests(workload, seed: int, prefix_len: int) -> list[Request]:
         reqs.append(Request(f"r{i}", prompt_token_ids=prompt, sampling_params=sp, arrival_time=t,
                             priority=prio[0] if prio else i % 3))
     return reqs
+
+
+def serve_three_at_once(policy: str):
+    """Three requests of 8 prompt + 16 output tokens arriving together in 12 blocks of 4 tokens
+    (each grows to 6 blocks) under capacity `policy`, served to the end: (the first step's
+    output, the requests, the scheduler)."""
+    eng = make_engine(num_gpu_blocks=12, block_size=4, capacity_policy=policy, max_num_seqs=8)
+    reqs = [make_request(f"r{i}", 8, max_tokens=16) for i in range(3)]
+    for r in reqs:
+        eng.add_request(r, 0.0)
+    first = eng.scheduler.schedule(0.0)
+    eng.scheduler.update(first, StepResult(0.01), 0.01)
+    eng.run_until_idle(0.01)
+    return first, reqs, eng.scheduler
+

@@ -18,7 +18,7 @@ from simulator.core import (
     StepResult,
 )
 from simulator.core.capacity import reserved_blocks
-from tests.core_helpers import hand_over, make_engine, make_request
+from tests.core_helpers import hand_over, make_engine, make_request, serve_three_at_once
 from tests.test_core_properties import TokenExecutor, build, knobs, run, workload
 
 NO_EVICT = "guaranteed_no_evict"
@@ -61,17 +61,7 @@ def test_the_default_is_max_utilization_and_a_bad_policy_is_refused():
 def test_no_evict_waits_where_max_utilization_preempts():
     # 12 blocks of 4 tokens; each request grows to 8 + 16 = 24 tokens = 6 blocks: two fit
     # their whole length, a third only its prompt
-    def serve(policy):
-        eng = make_engine(num_gpu_blocks=12, block_size=4, capacity_policy=policy,
-                          max_num_seqs=8)
-        reqs = [make_request(f"r{i}", 8, max_tokens=16) for i in range(3)]
-        for r in reqs:
-            eng.add_request(r, 0.0)
-        first = eng.scheduler.schedule(0.0)
-        eng.scheduler.update(first, StepResult(0.01), 0.01)
-        eng.run_until_idle(0.01)
-        return first, reqs, eng.scheduler
-
+    serve = serve_three_at_once
     first, reqs, sched = serve("max_utilization")
     assert first.new_req_ids == ["r0", "r1", "r2"] and sched.num_preemptions > 0
     first, reqs, sched = serve(NO_EVICT)
@@ -191,12 +181,13 @@ def test_no_evict_never_preempts_never_deadlocks_and_finishes_everyone(k, wl, se
             assert r.stop_reason  # says why
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(knobs, workload, st.integers(0, 1000))
-def test_no_evict_gives_the_same_schedule_for_the_same_seed(k, wl, seed):
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(knobs, workload, st.integers(0, 1000), st.sampled_from([NO_EVICT, "reserve_ratio"]))
+def test_each_policy_gives_the_same_schedule_for_the_same_seed(k, wl, seed, policy):
     def once():
-        sched = no_evict(build(k, wl, seed)[0])
-        return run(sched, build(k, wl, seed)[1], TokenExecutor(seed, True))
+        base = build(k, wl, seed)[0]
+        cfg = dataclasses.replace(base.config, capacity_policy=policy)
+        return run(Scheduler(cfg, base.cache_config), build(k, wl, seed)[1], TokenExecutor(seed, True))
 
     assert once() == once()
 

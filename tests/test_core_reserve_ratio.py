@@ -17,7 +17,7 @@ from simulator.core.capacity import (
     RATIO_MIN,
     RETRACT_DECODE_STEPS,
 )
-from tests.core_helpers import make_engine, make_request
+from tests.core_helpers import make_engine, make_request, serve_three_at_once
 from tests.test_core_properties import TokenExecutor, build, knobs, run, workload
 
 
@@ -30,16 +30,7 @@ def test_admission_keeps_room_for_the_outputs_and_everyone_finishes():
     """12 blocks of 4 tokens; requests of 8 prompt + 16 output tokens (6 blocks each).
     max_utilization admits all three at once; reserve_ratio admits r0 (6 < 12 free), then not
     r1 (6 >= 12 - 6 promised to r0), as SGLang's PrefillAdder would."""
-    def serve(policy):
-        eng = make_engine(num_gpu_blocks=12, block_size=4, capacity_policy=policy, max_num_seqs=8)
-        reqs = [make_request(f"r{i}", 8, max_tokens=16) for i in range(3)]
-        for r in reqs:
-            eng.add_request(r, 0.0)
-        first = eng.scheduler.schedule(0.0)
-        eng.scheduler.update(first, StepResult(0.01), 0.01)
-        eng.run_until_idle(0.01)
-        return first, reqs, eng.scheduler
-
+    serve = serve_three_at_once
     first, reqs, sched = serve("max_utilization")
     assert first.new_req_ids == ["r0", "r1", "r2"] and sched.num_preemptions > 0
     first, reqs, sched = serve("reserve_ratio")
@@ -105,13 +96,3 @@ def test_decode_bursts_give_identical_timestamps_and_ratio(k, wl, seed):
         assert a.status == b.status and list(a.token_times) == list(b.token_times)
         assert a.num_preemptions == b.num_preemptions
     assert s1.new_token_ratio == s2.new_token_ratio
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(knobs, workload, st.integers(0, 1000))
-def test_the_same_seed_gives_the_same_schedule(k, wl, seed):
-    def once():
-        sched = by_ratio(build(k, wl, seed)[0])
-        return run(sched, build(k, wl, seed)[1], TokenExecutor(seed, True))
-
-    assert once() == once()
