@@ -16,10 +16,11 @@ one line per rule it used, with where the engine documents it. The published-res
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+from simulator.engine_version import parse_version
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -118,8 +119,7 @@ TRTLLM_MAX_BATCH_SIZE = 2048
 PREFIX_CACHING_OFF = {"lmdeploy-turbomind"}
 
 # a scenario key that already sizes the KV pool (an engine's own rule is then not applied)
-CACHE_MEMORY_KEYS = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static",
-                     "num_gpu_blocks")
+CACHE_MEMORY_KEYS = (*MEMORY_RULES, "num_gpu_blocks")
 
 # LMDeploy TurboMind before v0.1.0a2 ran a new request's prompt but its last token in a
 # context pass and that last token in the following decode pass, which samples the first
@@ -131,9 +131,10 @@ TURBOMIND_UNIFIED_PASS_FROM = "0.1.0a2"
 
 
 def version3(text: Any) -> tuple[int, int, int] | None:
-    """(major, minor, patch) of a version text (the lowest listed); None when it has none."""
-    found = [tuple(int(x) for x in m) for m in re.findall(r"(\d+)\.(\d+)\.(\d+)", str(text))]
-    return min(found) if found else None  # type: ignore[return-value]
+    """(major, minor, patch) of a version text (`parse_version`: the lowest listed); None when
+    it has none."""
+    v = parse_version(text)
+    return None if v is None else (v.major, v.minor, v.micro)
 
 
 def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
@@ -202,14 +203,11 @@ def _prefix_caching(cache: dict[str, Any], name: str, version: Any) -> list[str]
 
 def _turbomind_first_token(sched: dict[str, Any], version: Any) -> list[str]:
     """scheduler.first_token_from_decode for TurboMind versions before its unified pass."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        v = Version(str(version).lstrip("v"))
-    except InvalidVersion:
+    v = parse_version(version)
+    if v is None:
         return [f"LMDeploy version {version!r} not read: the first token from the prefill "
                 "step (TurboMind v0.1.0a2 on)"] if version else []
-    if v >= Version(TURBOMIND_UNIFIED_PASS_FROM):
+    if v >= parse_version(TURBOMIND_UNIFIED_PASS_FROM):
         return []
     sched["first_token_from_decode"] = True
     return [f"first_token_from_decode: TurboMind {version} runs the prompt's last token in the "
@@ -246,7 +244,7 @@ def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[st
     import simulator.sglang_server as sglang_server
     from simulator.cost.hardware import scenario_accelerator
 
-    v = sglang_server.parse(version)
+    v = parse_version(version)
     if v is None or v < sglang_server.FIRST_MODELLED:
         return [f"SGLang {'version not given' if v is None else f'{v} predates 0.4.0'}: kvpd's "
                 "token budget, KV sizing and request limit, not SGLang's"]

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
 from simulator.sglang_server import fill_max_running
@@ -112,8 +113,6 @@ class SchedulerSpec(_Strict):
     first_token_from_decode: bool = False
 
 
-# the three engines' ways to size the KV pool (simulator/cost/memory_plan.py)
-MEMORY_RULES = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static")
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "
                      "activations and KV; free_gpu_memory_fraction TensorRT-LLM's share of what "
                      "weights and activations leave; mem_fraction_static SGLang's share of all "
@@ -301,6 +300,22 @@ class Scenario(_Strict):
         m = self.model
         return get_model(str(self.resolve(m)) if isinstance(m, str) and m.endswith(".json") else m)
 
+    def quantization_mapping(self) -> dict[str, Any] | None:
+        """The `quantization` key as the cost model takes it (None: not given)."""
+        return self.quantization.to_dict() if self.quantization else None
+
+    def memory_plan(self, model: Any, acc: Any, tp: int, pp: int, ep: int) -> Any:
+        """The `MemoryPlan` of one replica of `model` on `acc` with this scenario's precision,
+        scheduler budget and KV sizing rule (`cache`)."""
+        from simulator.cost.memory_plan import plan_memory
+
+        c = self.cache
+        return plan_memory(model, acc, self.dtype, tp, pp, c.block_size, c.gpu_memory_utilization,
+                           max_num_batched_tokens=self.scheduler.max_num_batched_tokens,
+                           kv_cache_dtype=c.kv_cache_dtype, quantization=self.quantization_mapping(),
+                           ep=ep, free_gpu_memory_fraction=c.free_gpu_memory_fraction,
+                           mem_fraction_static=c.mem_fraction_static)
+
 
 # set by the loader, not by a scenario file: left out of key listings and hints
 INTERNAL_FIELDS = ("base_dir", "source", "engine_notes")
@@ -378,7 +393,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
         raise ValueError(format_validation_error(exc, source)) from None
     scenario.base_dir = base_dir
     scenario.source = source
-    if notes:  # limits an engine sizes from the workload (trtllm-bench) or the KV pool (SGLang)
+    if scenario.engine is not None:  # limits sized from the workload (trtllm-bench) or KV (SGLang)
         notes += fill_limits(scenario) + fill_max_running(scenario)
     scenario.engine_notes = notes
     return scenario

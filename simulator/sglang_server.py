@@ -31,20 +31,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
+
+from simulator.engine_version import parse_version
 
 FIRST_MODELLED = Version("0.4.0")
 GIB = 1024  # MiB
-
-
-def parse(version: Any) -> Version | None:
-    """The SGLang version of a scenario's `engine.version` text ('0.5.7 (docker tag)' reads as
-    0.5.7); None when it names none."""
-    text = str(version or "").strip().lstrip("v").split()[0] if version else ""
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def chunked_prefill_size(v: Version, gpu_mem: float) -> int:
@@ -114,29 +106,22 @@ def fill_max_running(sc: Any) -> list[str]:
     pools), set `scheduler.max_num_seqs`, when left out, to SGLang's request pool for the
     scenario's KV pool (`max_running_requests`); returns the rule used."""
     from simulator.cost.hardware import scenario_accelerator
-    from simulator.cost.memory_plan import plan_memory
 
     eng = sc.engine
     if eng is None or eng.name != "sglang" or sc.cluster.pd is not None:
         return []
-    v = parse(eng.version)
+    v = parse_version(eng.version)
     if v is None or v < FIRST_MODELLED or "max_num_seqs" in sc.scheduler.model_fields_set:
         return []
     model, cache, cl = sc.model_spec(), sc.cache, sc.cluster
-    quant = sc.quantization.to_dict() if sc.quantization else None
     if cache.num_gpu_blocks:
         tokens = cache.num_gpu_blocks * cache.block_size
     else:
         try:
-            tokens = plan_memory(
-                model, scenario_accelerator(sc.hardware), sc.dtype, cl.tp, cl.pp,
-                cache.block_size, cache.gpu_memory_utilization,
-                kv_cache_dtype=cache.kv_cache_dtype,
-                max_num_batched_tokens=sc.scheduler.max_num_batched_tokens, quantization=quant,
-                ep=cl.ep, free_gpu_memory_fraction=cache.free_gpu_memory_fraction,
-                mem_fraction_static=cache.mem_fraction_static).max_num_tokens
+            plan = sc.memory_plan(model, scenario_accelerator(sc.hardware), cl.tp, cl.pp, cl.ep)
         except ValueError:  # no plan (weights do not fit): the run says so, naming its pool
             return []
+        tokens = plan.max_num_tokens
     context = sc.scheduler.max_model_len or model.max_position_embeddings
     sc.scheduler.max_num_seqs = max_running_requests(tokens, context)
     return [f"max_num_seqs {sc.scheduler.max_num_seqs}: SGLang's request pool for {tokens:,} KV "

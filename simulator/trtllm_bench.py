@@ -117,8 +117,7 @@ def fill_limits(sc: Any) -> list[str]:
     prompts, outputs = trace.prompt_len, trace.output_len
     acc = scenario_accelerator(sc.hardware)
     model = sc.model_spec()
-    quant = sc.quantization.to_dict() if sc.quantization else None
-    prec = resolve(acc, sc.dtype, quant, sc.cache.kv_cache_dtype, model=model)
+    prec = resolve(acc, sc.dtype, sc.quantization_mapping(), sc.cache.kv_cache_dtype, model=model)
     batch, tokens, how = bench_limits(
         model, acc.memory_bytes / 2**30, sc.cluster.tp, sc.cluster.pp, prec.dtype, prec.method,
         prec.kv_cache_dtype, float(prompts.mean()), float(outputs.mean()), int(prompts.max()),

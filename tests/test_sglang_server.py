@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from simulator.cost.memory_plan import plan_memory
+from simulator.engine_version import parse_version as parse
 from simulator.scenario import scenario_from_dict
 from simulator.sglang_server import (
     chunked_prefill_size,
     max_running_requests,
     mem_fraction_static,
-    parse,
 )
 
 H100, H200, B200, A100_40, L4 = 81920, 144384, 184320, 40960, 24576  # MiB, as kvpd's catalog

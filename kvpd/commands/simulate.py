@@ -9,6 +9,7 @@ from typing import Any
 
 SKIP_HINT = "--set workload.options.skip_invalid=true drops them"
 
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
@@ -126,8 +127,7 @@ def run(args: argparse.Namespace) -> int:
     for name, sc in zip(names, scenarios):
         for note in sc.engine_notes:  # what the scenario's `engine` filled in
             print(f"{name}: engine {sc.engine.name}: {note}")
-        given = sc.quantization.to_dict() if sc.quantization else None
-        note = checkpoint_note(sc.model_spec(), sc.dtype, given)
+        note = checkpoint_note(sc.model_spec(), sc.dtype, sc.quantization_mapping())
         if note:
             print(f"{name}: quantization {note}; set quantization.method/scope to override")
     print(summary_table([r.summary for r in results], names))

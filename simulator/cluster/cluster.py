@@ -41,7 +41,7 @@ from simulator.core.scheduler import Scheduler
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
-from simulator.cost.memory_plan import MemoryPlan, plan_memory
+from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
 from simulator.cost.parallel import check_ep
 from simulator.cost.params import LOOP_FIELDS, CostParams
@@ -107,19 +107,14 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         if ep_link is None:
             raise ValueError(f"{key}_link: scale_out, but {acc.name} names no scale-out link")
     cache = scenario.cache
-    quant = scenario.quantization.to_dict() if scenario.quantization else None
     try:
         cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
-                         kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
+                         kv_cache_dtype=cache.kv_cache_dtype,
+                         quantization=scenario.quantization_mapping(), ep=spec.ep,
                          ep_link=ep_link, allreduce=scenario.cluster.allreduce)
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
         raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
-    mem = plan_memory(model, acc, scenario.dtype, spec.tp, spec.pp, cache.block_size,
-                      cache.gpu_memory_utilization,
-                      max_num_batched_tokens=scenario.scheduler.max_num_batched_tokens,
-                      kv_cache_dtype=cache.kv_cache_dtype, quantization=quant, ep=spec.ep,
-                      free_gpu_memory_fraction=cache.free_gpu_memory_fraction,
-                      mem_fraction_static=cache.mem_fraction_static)
+    mem = scenario.memory_plan(model, acc, spec.tp, spec.pp, spec.ep)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")

@@ -304,7 +304,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         if no_evict and waiting:
             reserved = reserved_blocks(kvm, running, self.waiting_for_kv.values(), cfg.role)
         by_ratio = self._by_ratio
-        estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio) if by_ratio else 0
+        estimated = 0
+        if by_ratio and waiting:
+            estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio)
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -315,10 +317,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 continue
             if req.is_swapped:
                 # a resumed request may continue in chunks, whatever the chunking knob
-                num_new = req.num_tokens - req.num_computed_tokens
-                if num_new > 1 and cfg.first_token_from_decode:
-                    num_new -= 1  # its last token runs as a decode
-                num_new = min(num_new, budget)
+                computed = req.num_computed_tokens
+                num_new = min(self._cap_last_token(req, req.num_tokens - computed, computed),
+                              budget)
                 need = kvm.blocks_needed(req.num_computed_tokens + num_new) \
                     - kvm.cpu_skipped_blocks.get(req.request_id, 0)  # slid out: not restored
                 if need > kvm.num_free_blocks:
@@ -387,18 +388,24 @@ class Scheduler(PDHandoff, ParallelSampling):
         """`num_new` (> 1) prompt tokens of `req` after `computed`, capped by the per-step
         threshold, a parallel-sampling fork point and, with `first_token_from_decode`, one
         token short of the end (that last token runs as a decode)."""
+        if computed is None:
+            computed = req.num_computed_tokens
         if threshold and num_new > threshold:
             num_new = threshold
-        if self.config.first_token_from_decode:
-            computed = req.num_computed_tokens if computed is None else computed
-            short = req.num_tokens - 1 - computed
-            if 0 < short < num_new:
-                num_new = short
+        num_new = self._cap_last_token(req, num_new, computed)
         if req.sampling_params.n > 1 and not req.num_forked and req.parent_request_id is None:
-            computed = req.num_computed_tokens if computed is None else computed
             fork_point = req.num_prompt_tokens - 1
             if computed < fork_point:
                 num_new = min(num_new, fork_point - computed)
+        return num_new
+
+    def _cap_last_token(self, req: Request, num_new: int, computed: int) -> int:
+        """`num_new` tokens of `req` after `computed`, one short of its end with
+        `first_token_from_decode` (that last token then runs as a decode)."""
+        if self.config.first_token_from_decode:
+            short = req.num_tokens - 1 - computed
+            if 0 < short < num_new:
+                return short
         return num_new
 
     def _pick_victim(self) -> Request:

@@ -20,6 +20,10 @@ from simulator.cost.parallel import ShardPlan, shard_model
 from simulator.cost.precision import Precision, resolve
 
 GB = 1e9
+# the engines' ways to size the KV pool (a scenario's `cache` names one): vLLM's share of all
+# memory for weights, activations and KV; TensorRT-LLM's share of what weights and activations
+# leave; SGLang's share of all memory for weights and KV (see `plan_memory`)
+MEMORY_RULES = ("gpu_memory_utilization", "free_gpu_memory_fraction", "mem_fraction_static")
 # CUDA context, NCCL buffers, cuBLAS workspaces and CUDA-graph pools outside PyTorch's
 # allocator: vLLM's startup log reports ~0.5-2 GiB of "non-torch memory" on an H100; 1 GiB.
 NON_TORCH_RESERVE_BYTES = 2**30

@@ -59,7 +59,8 @@ class StageTerms:
         out = {
             "qkv_proj": LinearCost(qkv, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
             "o_proj": LinearCost(o, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
-            "mlp": (self._moe_linear(s, peak, eff, wo, alu, d_kh, 1.0 / (d_peak * d_eff),
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu, d_kh,
+                                     1.0 / (d_peak * d_eff) if pr.scope != "all" else None,
                                      d_wo is not None) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
                 L, peak, eff, tile, sms, wo, alu, k_half=kh)),
@@ -92,7 +93,8 @@ class StageTerms:
         them (parts with no kernel profile) they are one dense GEMM with the layer counts
         folded into the output widths. `k_half`: the dense GEMMs' short-K term (the routed
         experts' is the grouped GEMM's own); `dense_rate` / `dense_dequant`: their seconds per
-        FLOP and whether they dequantize, when the quantization scope leaves them out."""
+        FLOP and whether they dequantize, when the quantization scope leaves them out (None:
+        scope all, the experts' rate)."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         d, kx = m.hidden_size, m.experts_per_token
@@ -111,9 +113,7 @@ class StageTerms:
         if grouped is None or not moe:
             f_rank = m.ffn_size / (1 if ep > 1 else tp)
             routed = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0]
-            same = dense_rate is None or (dense_rate == 1.0 / (peak * eff)
-                                          and dense_dequant == (wo is not None))
-            if same or not rest:
+            if dense_rate is None or not rest:  # (scope all: every matrix at the experts' rate)
                 return LinearCost(routed + rest, 1, peak, eff, None, None, wo, alu)
             # the matrices outside the quantization scope at their own rate (no dequantization
             # unless they are quantized too)
@@ -211,7 +211,7 @@ class StageTerms:
         raw["attn_decode"] = raw["attn"][:2]
         raw["ep_alltoall"] = (0.0, 0.0)
         if m.is_moe or m.is_mla:
-            self._variant_terms(raw, s, L, wb, ab, kvb, ring, rate)
+            self._variant_terms(raw, s, L, wb, dwb, ab, kvb, ring, rate)
         ew_flops, ew_bytes = raw["elementwise"]
         raw["elementwise"] = (ew_flops, ew_bytes + raw.pop("mlp_elementwise"))
         lin = self._linear_costs(s, L, last)
@@ -293,15 +293,15 @@ class StageTerms:
                 + dense * k.layer_gemm_extra_s(m, False) + moe * k.layer_gemm_extra_s(m, True)
                 + moe * k.moe_call_extra_s())
 
-    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, ab: float,
-                       kvb: float, ring: float, rate: dict[str, float]) -> None:
+    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, dwb: float,
+                       ab: float, kvb: float, ring: float, rate: dict[str, float]) -> None:
         """Replace the dense terms of stage `s` by those of an MoE and/or MLA model
-        (simulator/cost/moe_cost.py says how each is priced)."""
+        (simulator/cost/moe_cost.py says how each is priced); `wb` / `dwb`: bytes per weight
+        inside / outside the quantization scope."""
         m, tp, ep = self.model, self.tp, self.ep
         if m.is_mla:
             t = mla_terms(m, tp)
             h = m.num_heads / tp
-            dwb = self.precision.dense.matrix_weight_bytes  # (the scope's outside)
             raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * dwb, L * t.qkv_act_bytes_per_token * ab)
             raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * dwb, L * (h * m.v_head_dim + m.hidden_size) * ab)
             kv_tok = t.kv_elems_per_token * kvb
@@ -310,8 +310,7 @@ class StageTerms:
             raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
         if m.is_moe:
             dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
-            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s,
-                           dense_wb=self.precision.dense.matrix_weight_bytes)
+            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s, dense_wb=dwb)
             raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
             raw["expert_stream"] = self._expert_stream()
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
