@@ -65,8 +65,12 @@ def _run_steps(pm, cache, seqs, tables, schedule):
 
 
 def _check(got, ref):
+    # fp32 GEMMs over different row counts take different BLAS kernels (and differ between
+    # CPUs: an AMD EPYC host put one tiny-qwen2-moe logit 1.4e-4 off at a logit scale of 12),
+    # so the tolerance is 1e-4 of the logits' scale; a misplaced KV block moves them by O(1)
     for g, r in zip(got, ref):
-        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+        scale = max(1.0, float(r.abs().max()))
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * scale)
 
 
 @pytest.mark.parametrize("model", FAMILIES)
