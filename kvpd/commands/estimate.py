@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
+    p.add_argument("--attention-backend", default="flash_attn",
+                   choices=("flash_attn", "triton_attn"),
+                   help="prefill attention kernel: flash_attn (default) or triton_attn (vLLM's "
+                        "Triton unified attention, which vLLM runs for gpt-oss on A100/L40S)")
     p.add_argument("--explain", action="store_true",
                    help="also say what bounds the step: each operator's efficiency, its source "
                         "and bound, expected experts loaded (MoE), the attention form (MLA)")
@@ -123,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
     cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
-                   kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep)
+                   kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
+                   attention_backend=args.attention_backend)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,

@@ -111,9 +111,12 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
                          kv_cache_dtype=cache.kv_cache_dtype,
                          quantization=scenario.quantization_mapping(), ep=spec.ep,
-                         ep_link=ep_link, allreduce=scenario.cluster.allreduce)
+                         ep_link=ep_link, allreduce=scenario.cluster.allreduce,
+                         attention_backend=scenario.cluster.attention_backend)
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
-        raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
+        keys = ("cluster.attention_backend" if str(exc).startswith("attention_backend")
+                else "dtype/quantization/cache.kv_cache_dtype")
+        raise ValueError(f"{role} pool: {keys}: {exc}") from None
     mem = scenario.memory_plan(model, acc, spec.tp, spec.pp, spec.ep)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from simulator.core.batch_shape import BatchShape
+from simulator.cost.kernels import triton_block_q
 from simulator.cost.models import ModelSpec
 from simulator.cost.op_cost import OpCost, StepBreakdown
 from simulator.cost.params import CostParams
@@ -24,6 +25,7 @@ class CostModel(Protocol):
     tp: int
     pp: int
     ep: int
+    shard: Any  # per-rank heads and KV heads
     _stages: list[dict[str, Any]]
     _padding: float
     _slide: float  # share of layers that slide
@@ -135,9 +137,19 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         keys = P / Tp if Tp else 0.0
         note = (f" x keys/(keys+{hk:.0f}) = {keys / (keys + hk):.3f} at {keys:,.0f} keys/query"
                 if hk and keys else "")
-        ops.append(_timed("attn_prefill", P * fa, Pctx * kv_ctx + Tp * per_new, c,
-                          (Pctx * kv_ctx + Tp * per_new) * am, ov,
-                          (P * fa * ac / c * a_eff if c else a_eff, a_src + note, d_eff, d_src)))
+        reread = st["reread"]  # vLLM's Triton unified attention: K/V re-read per query block
+        if reread:
+            bq = triton_block_q(cm.shard.heads, cm.shard.kv_heads)
+            nb, mem = P * kv_ctx / bq + Tp * per_new, P * reread + Tp * per_new * am
+            m_eff = nb / cm.accelerator.mem_bw_bytes_per_s / mem if mem else 0.0
+            m_src = (f"simulator/catalog/kernels.yaml {cm.kernels.arch}.triton_attn."
+                     f"reread_bandwidth (vLLM's Triton unified attention: the K/V prefix read "
+                     f"once per {bq}-token query block)")
+        else:
+            nb, mem = Pctx * kv_ctx + Tp * per_new, (Pctx * kv_ctx + Tp * per_new) * am
+            m_eff, m_src = d_eff, d_src
+        ops.append(_timed("attn_prefill", P * fa, nb, c, mem, ov,
+                          (P * fa * ac / c * a_eff if c else a_eff, a_src + note, m_eff, m_src)))
     if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         fd, kv_d = raw["attn_decode"]  # MLA: the absorbed form over the latent
         rq = st["req_tokens"]

@@ -62,7 +62,7 @@ from simulator.cost.decode_steps import (
     decode_step_time,
 )
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.cost.kernels import kernel_profile
+from simulator.cost.kernels import check_attention_backend, kernel_profile
 from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
@@ -81,7 +81,8 @@ class CostModel(StageTerms):
                  params: CostParams | None = None, *, kv_cache_dtype: str | None = None,
                  link: Link | str | dict | None = None,
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
-                 ep_link: Link | str | dict | None = None, allreduce: str = "custom") -> None:
+                 ep_link: Link | str | dict | None = None, allreduce: str = "custom",
+                 attention_backend: str = "flash_attn") -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -95,6 +96,10 @@ class CostModel(StageTerms):
         # the TP all-reduce implementation (simulator/cost/collectives.py): NCCL's per-call extra
         self.allreduce = allreduce
         self._ar_extra = allreduce_extra_s(allreduce) if tp > 1 else 0.0
+        # the prefill attention kernel: FlashAttention (kernels.yaml attn_prefill) or vLLM's
+        # Triton unified attention (its K/V re-reads, triton_attn)
+        self.attention_backend = check_attention_backend(attention_backend, self.model,
+                                                         self.accelerator, self.kernels)
         self.shard = shard_model(self.model, tp, pp, ep)
         self.params = (params if params is not None
                        else CostParams.default_for(self.accelerator, self.precision.compute))
@@ -205,7 +210,7 @@ class CostModel(StageTerms):
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
          qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
-         dac, dakv, q1, o1, m1, aqd) = fast
+         dac, dakv, q1, o1, m1, aqd, apr) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -228,7 +233,7 @@ class CostModel(StageTerms):
             t *= lin_f[int(T) - 1]
         if Tp:  # prefill attention: pairs, plus each query's fixed work (half_keys)
             a = P * ac + Tp * aqk
-            b = Pctx * akv + Tp * aq
+            b = Pctx * akv + P * apr + Tp * aq
             t += a + ov * b if a > b else b + ov * a
         if Rd:  # decode attention: fixed set-up, then its KV reads (+ per-request tokens)
             a = Dctx * dac
@@ -283,4 +288,5 @@ class CostModel(StageTerms):
                 "gemm_compute": self.precision.compute, "kv_cache_dtype": self.kv_cache_dtype,
                 "tp": self.tp, "pp": self.pp, "ep": self.ep, "link": self.link.name,
                 "allreduce": self.allreduce,
+                "attention_backend": self.attention_backend,
                 "params_source": self.params.source}

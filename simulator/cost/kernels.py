@@ -23,6 +23,21 @@ KERNELS_FILE = "simulator/catalog/kernels.yaml"
 FUSED_EXPERTS_KERNELS = 5
 # queries per FlashAttention tile (BLOCK_M of FA2/FA3/FA4's head-dim-128 forward kernels)
 ATTN_QUERY_TILE = 128
+# vLLM's Triton unified attention (vllm/attention/ops/triton_unified_attention.py, v0.10.1 to
+# v0.13.0 read): a program computes BLOCK_M query rows, BLOCK_Q tokens x the query heads of one
+# KV head; BLOCK_M is 16, or the next power of two above 16 query heads per KV head
+TRITON_ATTN_BLOCK_M = 16
+
+
+ATTENTION_BACKENDS = ("flash_attn", "triton_attn")
+
+
+def triton_block_q(num_heads: int, num_kv_heads: int) -> int:
+    """Query tokens per program of vLLM's Triton unified attention: BLOCK_M // (query heads
+    per KV head), as the kernel's launcher computes it (at least 1)."""
+    group = max(1, num_heads // max(1, num_kv_heads))
+    block_m = TRITON_ATTN_BLOCK_M if group <= TRITON_ATTN_BLOCK_M else 1 << (group - 1).bit_length()
+    return max(1, block_m // group)
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,10 @@ class KernelProfile:
     gemm_tile_fixed_s: float = 0.0
     # FlashAttention's extra time per query tile for the causal mask's diagonal, s (0: none)
     attn_causal_tile_s: float = 0.0
+    # vLLM's Triton unified attention (attention_backend triton_attn): the prefill re-reads
+    # the K/V prefix once per query block and streams it at this x the part's bandwidth
+    # (0: no figure for this architecture; the backend is refused)
+    triton_reread_bandwidth: float = 0.0
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -194,9 +213,21 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         fp4_relative=(_relative(f"{arch}.gemm.fp4_relative", g["fp4_relative"])
                       if g.get("fp4_relative") is not None else None),
         gemm_tile_fixed_s=_non_negative(f"{arch}.gemm.tile_fixed_s", g.get("tile_fixed_s", 0.0)),
+        triton_reread_bandwidth=_triton_reread(arch, e.get("triton_attn")),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
+
+
+def _triton_reread(arch: str, t: dict[str, Any] | None) -> float:
+    """`triton_attn.reread_bandwidth` (0.0 where the architecture has no entry)."""
+    if t is None:
+        return 0.0
+    v = t.get("reread_bandwidth")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 4:
+        raise ValueError(f"{KERNELS_FILE}: {arch}.triton_attn.reread_bandwidth must be a "
+                         f"multiple of the part's memory bandwidth in (0, 4], got {v!r}")
+    return float(v)
 
 
 def _relative(where: str, v: Any) -> float:
@@ -305,3 +336,24 @@ def wave_utilization_table(cols: int, tile: tuple[int, int], sm_count: int,
                            max_rows: int) -> list[float]:
     """`wave_utilization(r, cols, ...)` for r = 0 .. max_rows (element 0 is 1.0)."""
     return [1.0] + [wave_utilization(r, cols, tile, sm_count) for r in range(1, max_rows + 1)]
+
+
+def check_attention_backend(backend: str, model: Any, accelerator: Any,
+                            profile: KernelProfile | None) -> str:
+    """`backend` if the cost model can price it for `model` on `accelerator`; ValueError
+    naming what is allowed otherwise."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {backend!r} unknown; allowed: "
+                         f"{', '.join(ATTENTION_BACKENDS)}")
+    if backend == "flash_attn":
+        return backend
+    if getattr(model, "is_mla", False):
+        raise ValueError(f"attention_backend triton_attn: {model.name} uses multi-head latent "
+                         "attention, which vLLM runs on its MLA backends, not the Triton "
+                         "unified attention; use flash_attn")
+    if profile is None or not profile.triton_reread_bandwidth:
+        arch = profile.arch if profile is not None else "no kernel profile"
+        raise ValueError(f"attention_backend triton_attn: no figure for {accelerator.name} "
+                         f"({arch}) in {KERNELS_FILE} (triton_attn.reread_bandwidth); "
+                         "use flash_attn")
+    return backend

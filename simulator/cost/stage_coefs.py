@@ -57,3 +57,5 @@ class StageCoefs(NamedTuple):
     o1: float
     m1: float
     aqd: float  # aq + dreq: a decode request's fixed attention seconds
+    apr: float  # prefill attention memory seconds per query-key pair (triton_attn's K/V
+    # re-reads; 0 for FlashAttention, which reads the context once: akv)

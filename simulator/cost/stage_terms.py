@@ -15,6 +15,7 @@ from typing import Any
 
 from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
+from simulator.cost.kernels import triton_block_q
 from simulator.cost.linear_cost import LinearCost, SummedLinearCost
 from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
 from simulator.cost.params import CostParams
@@ -240,12 +241,16 @@ class StageTerms:
         a_peak = acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
         half_keys = k.prefill_half_keys(a_peak * p.attn_compute_efficiency, acc.sm_count, hd)
         req_tokens = getattr(k, "attn_decode_request_tokens", 0.0)
+        # vLLM's Triton unified attention: each block of BLOCK_Q query tokens re-reads the K/V
+        # it attends to (seconds per query-key pair; it replaces FlashAttention's one read)
+        reread = (raw["attn"][1] / triton_block_q(hq, hkv) / (bw * k.triton_reread_bandwidth)
+                  if self.attention_backend == "triton_attn" else 0.0)
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
             lin["mlp"].per_row, raw["mlp"][1] * gm * fs, raw["mlp"][2] * gm,
             raw["router_bytes"] * gm, E_rank, 1.0 - kx / E,
-            raw["attn"][0] * ac, raw["attn"][1] * am, raw["attn"][2] * am,
+            raw["attn"][0] * ac, 0.0 if reread else raw["attn"][1] * am, raw["attn"][2] * am,
             raw["elementwise"][1] * gm,
             raw["allreduce"][0] * rate["allreduce"] + raw["ep_alltoall"][0] * rate["ep_link"],
             raw["allreduce"][1] + raw["ep_alltoall"][1],
@@ -275,9 +280,10 @@ class StageTerms:
             lin["o_proj"].seconds(1) if lin["o_proj"].shaped else lin["o_proj"].per_row,
             lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
             raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
+            reread,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
-                "half_keys": half_keys, "req_tokens": req_tokens}
+                "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread}
 
     def _layer_floor(self, s: int, L: int) -> float:
         """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
