@@ -98,6 +98,18 @@ VLLM_V0_MAX_NUM_SEQS = 256
 VLLM_V0_LONG_CONTEXT = 32 * 1024
 VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from (and no ROCm)
 
+# vLLM's attention kernel on NVIDIA GPUs before Hopper (compute capability 8.x: Ampere, Ada):
+# its V1 engine picks FlashAttention, except for a model with attention sinks (gpt-oss), which
+# FlashAttention-2 cannot run there: the Triton unified attention (TRITON_ATTN). So since
+# gpt-oss's release (v0.10.1: vllm/platforms/cuda.py "has_sink and not is_device_capability(90)"
+# -> TRITON_ATTN_VLLM_V1; v0.12 and v0.13 by backend priority, FLASH_ATTN and FLASHINFER
+# refusing sinks before SM100). v0.11 sent an FP8 KV cache there too ("has_sink or
+# use_fp8_kv_cache"); v0.12 on runs it on FlashInfer. cluster.attention_backend triton_attn:
+# its prefill re-reads K/V per query block (simulator/cost/kernels.py triton_block_q).
+VLLM_SINKS_TRITON_FROM = (0, 10, 1)
+VLLM_FP8_KV_TRITON = (0, 11)  # the minor release that also sent an FP8 KV cache there
+VLLM_PRE_HOPPER_ARCHES = ("ampere", "ada")
+
 # SGLang runs a prefill batch whenever one can be formed (Scheduler.get_next_batch_to_run:
 # get_new_batch_prefill first), the running decode batch only when none can, and mixes them
 # only with --enable-mixed-chunk (server_args.py: enable_mixed_chunk False):
@@ -185,6 +197,8 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
     if name == "lmdeploy-turbomind" and "first_token_from_decode" not in scheduler:
         notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
+    if name == "vllm" and "attention_backend" not in cluster:
+        notes += _vllm_attention(data, cluster, cache, version)
     return notes
 
 
@@ -341,6 +355,35 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                        else "")
                     + (", prefill steps of their own" if sched.get("mixed_batches") is False
                        else "")]
+
+
+def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
+                    version: Any) -> list[str]:
+    """cluster.attention_backend triton_attn where vLLM runs its Triton unified attention
+    (VLLM_SINKS_TRITON_FROM and the rest above); nothing elsewhere."""
+    from simulator.cost.hardware import scenario_accelerator
+    from simulator.cost.kernels import kernel_profile
+    from simulator.cost.models import get_model
+
+    acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
+    arch = getattr(kernel_profile(acc), "arch", "")
+    if arch not in VLLM_PRE_HOPPER_ARCHES:
+        return []
+    try:
+        sinks = get_model(data.get("model", DEFAULT_MODEL)).attention_sinks
+    except (ValueError, OSError):  # the scenario check names a model it cannot read
+        return []
+    v3 = version3(version)
+    fp8_kv = str(cache.get("kv_cache_dtype", "")).startswith("fp8")
+    if sinks and (v3 is None or v3 >= VLLM_SINKS_TRITON_FROM):
+        why = "attention sinks, which FlashAttention-2 cannot run"
+    elif fp8_kv and v3 is not None and v3[:2] == VLLM_FP8_KV_TRITON:
+        why = "an FP8 KV cache (v0.11)"
+    else:
+        return []
+    cluster["attention_backend"] = "triton_attn"
+    return [f"cluster.attention_backend triton_attn: vLLM {version or '(version not given)'} "
+            f"runs its Triton unified attention on {acc.name} ({arch}) for {why}"]
 
 
 def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:

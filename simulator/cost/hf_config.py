@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.cost.model_variants import mla_fields, moe_fields, window_fields
+from simulator.cost.model_variants import SINK_FAMILIES, mla_fields, moe_fields, window_fields
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -131,7 +131,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             o_bias=bool(cfg.get("attention_bias", False)),
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
-            or bool(cfg.get("use_qk_norm", False)), **variant)
+            or bool(cfg.get("use_qk_norm", False)),
+            attention_sinks=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "

@@ -13,7 +13,9 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`.
 - gpt-oss: as Mixtral (`num_local_experts`, `num_experts_per_tok`, `intermediate_size` per
   expert); `sliding_window` on the layers `layer_types` marks "sliding_attention". Its
-  attention sinks (one logit per head) cost nothing measurable and are not priced.
+  attention sinks (one learned logit per head, in the architecture, not in config.json) cost
+  nothing measurable themselves; they set `attention_sinks`, which decides vLLM's attention
+  kernel on pre-Hopper GPUs (simulator/engines.py).
 - Llama 4 (the `text_config` of Llama4ForConditionalGeneration): `num_local_experts`,
   `num_experts_per_tok`, `intermediate_size` per routed expert and for the one shared
   expert of every MoE layer, `intermediate_size_mlp` for the dense layers, MoE layers every
@@ -35,6 +37,7 @@ from typing import Any
 MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
                 "deepseek_v3"}
 MLA_FAMILIES = {"deepseek_v2", "deepseek_v3"}
+SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
 
 
 def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:

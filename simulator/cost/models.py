@@ -59,6 +59,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # rotary key dims, cached per token next to the latent
     v_head_dim: int = 0
     # ---- sliding-window attention (0 = none) ----
+    attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
     num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
     # ---- how the checkpoint is stored (config.json quantization_config; "" = not quantized) ----
