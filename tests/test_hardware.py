@@ -192,3 +192,19 @@ def test_device_names_the_drivers_report_resolve_exactly():
     assert get_accelerator("NVIDIA A10").name == "a10" and get_accelerator("NVIDIA A10G").name == "a10g"
     with pytest.raises(ValueError, match="unknown hardware 'h100'; did you mean"):
         get_accelerator("h100")
+
+
+def test_blackwell_ultra_parts_carry_the_nvfp4_gain_and_the_int8_cut():
+    """B300 / GB300 (Blackwell Ultra): 1.5x GB200's dense NVFP4, the same FP8 and BF16 peaks,
+    a small fraction of its INT8 tensor rate, 288 GB-class memory at 8 TB/s; a W8A8 INT8 GEMM
+    is priced at that cut rate rather than at Blackwell's."""
+    gb200, gb300 = get_accelerator("gb200"), get_accelerator("gb300")
+    b200, b300 = get_accelerator("b200"), get_accelerator("b300")
+    assert gb300.peak_flops("fp4") == pytest.approx(1.5 * gb200.peak_flops("fp4"))
+    assert gb300.peak_flops("fp8") == gb200.peak_flops("fp8")
+    assert b300.peak_flops("bf16") == b200.peak_flops("bf16")
+    assert b300.peak_flops("fp4") > 1.5 * b200.peak_flops("fp4") * 0.99
+    for new, old in ((gb300, gb200), (b300, b200)):
+        assert new.peak_flops("int8") < 0.05 * old.peak_flops("int8")
+        assert new.memory_bytes > 1.45 * old.memory_bytes
+        assert new.arch == "blackwell"
