@@ -112,8 +112,11 @@ def test_every_class_of_bad_input_leaks_nothing(server, client):
         for i, _ in enumerate(r.iter_lines()):  # a streaming client that leaves
             if i == 3:
                 break
-    with pytest.raises(httpx.ReadTimeout):  # a waiting client that gives up
-        httpx.post(f"{url}/v1/completions", json=body, timeout=0.3)
+    # a waiting client that gives up: 2 x 500 tokens (the tiny model's 512-token context less
+    # the prompt) take the engine 500 steps, 0.35 s on a fast host, 7x the client's 50 ms; at
+    # 2 x 400 tokens and 0.3 s that host finished first (0.28 s)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 500}, timeout=0.05)
     for n in (1, 3):  # stop strings end choices early; the largest seed wraps for siblings
         r = httpx.post(f"{url}/v1/completions", timeout=60, json={
             "model": MODEL, "prompt": "t5 t6", "max_tokens": 30, "n": n, "seed": 2**64 - 1,
