@@ -5,6 +5,7 @@ the vLLM preset picks it where vLLM does, and what it cannot price is refused by
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 
 import pytest
@@ -130,3 +131,22 @@ def test_a_backend_the_scenario_names_wins_and_other_engines_keep_flash():
     sc = scenario_from_dict({"model": "gpt-oss-20b", "hardware": "a100-80gb-sxm", **GPT_OSS,
                              "engine": {"name": "sglang", "version": "0.5.6"}}, "s.yaml")
     assert sc.cluster.attention_backend == "flash_attn"
+
+
+def test_kvpd_estimate_prices_and_names_the_backend(capsys):
+    from kvpd.cli import main
+
+    argv = ["estimate", "--model", "gpt-oss-20b", "--hardware", "a100-80gb-sxm", "--dtype", "fp4",
+            "--quantization", "mxfp4", "--quantization-scope", "experts", "--prefill", "8192"]
+    assert main(argv + ["--json"]) == 0
+    flash = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--json", "--attention-backend", "triton_attn"]) == 0
+    triton = json.loads(capsys.readouterr().out)
+    assert triton["attention_backend"] == "triton_attn" and flash["attention_backend"] == "flash_attn"
+    assert triton["step_time_s"] > 1.3 * flash["step_time_s"]  # 1.42x at 8k tokens
+    assert main(argv + ["--attention-backend", "triton_attn", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM's Triton attention" in out and "triton_attn.reread_bandwidth" in out
+    assert main(["estimate", "--model", "llama-3.1-8b", "--hardware", "mi300x", "--prefill", "64",
+                 "--attention-backend", "triton_attn"]) == 2
+    assert "no figure for mi300x" in capsys.readouterr().err

@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
           + (f", ep={args.ep}" if args.ep > 1 else "") + "), "
           f"{cm.precision.label()}, GEMMs in {cm.precision.compute}"
+          + (", vLLM's Triton attention" if cm.attention_backend == "triton_attn" else "")
           + ("  [PLACEHOLDER hardware figures]" if acc.placeholder else ""))
     print(f"step: {shape.num_prefill_reqs} prefill ({shape.num_prefill_tokens} tokens), "
           f"{shape.num_decode_reqs} decode (context {args.decode or '-'})")
