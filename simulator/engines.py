@@ -106,6 +106,16 @@ VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from
 # refusing sinks before SM100). v0.11 sent an FP8 KV cache there too ("has_sink or
 # use_fp8_kv_cache"); v0.12 on runs it on FlashInfer. cluster.attention_backend triton_attn:
 # its prefill re-reads K/V per query block (simulator/cost/kernels.py triton_block_q).
+# Every other (non-MLA) model there runs FLASH_ATTN on FlashAttention-2 (fa_utils.py: FA3 only
+# on SM 9.0), and the V1 engine (v0.8 on) makes one flash_attn_varlen_func call per step for
+# prompts and decodes together (v1/attention/backends/flash_attn.py forward; still so in
+# 2026-09, vLLM PR #58013 "FA2: split mixed prefill/decode batches into two calls", open).
+# FlashAttention-2 packs a GQA group's query heads onto one K/V read only when the whole call
+# is decode (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp:
+# seqlenq_ngroups_swapped requires max_seqlen_q == 1), so in a step with prompt tokens each
+# decode reads its K/V once per query head: cluster.attention_backend flash_attn_2. V0 (before
+# v0.8) ran decodes in a call of their own (flash_attn_with_kvcache), and an FP8 KV cache runs
+# on FlashInfer (FA2 has none; v0.12 on picks it, v0.11 aside), which packs them: flash_attn.
 VLLM_SINKS_TRITON_FROM = (0, 10, 1)
 VLLM_FP8_KV_TRITON = (0, 11)  # the minor release that also sent an FP8 KV cache there
 VLLM_PRE_HOPPER_ARCHES = ("ampere", "ada")
@@ -359,8 +369,9 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
 
 def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
                     version: Any) -> list[str]:
-    """cluster.attention_backend triton_attn where vLLM runs its Triton unified attention
-    (VLLM_SINKS_TRITON_FROM and the rest above); nothing elsewhere."""
+    """cluster.attention_backend on Ampere / Ada: triton_attn where vLLM runs its Triton
+    unified attention, flash_attn_2 where its V1 engine runs FlashAttention-2 (the rules
+    above); nothing on other parts or for MLA models."""
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
     from simulator.cost.models import get_model
@@ -370,20 +381,30 @@ def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[s
     if arch not in VLLM_PRE_HOPPER_ARCHES:
         return []
     try:
-        sinks = get_model(data.get("model", DEFAULT_MODEL)).attention_sinks
+        model = get_model(data.get("model", DEFAULT_MODEL))
     except (ValueError, OSError):  # the scenario check names a model it cannot read
         return []
+    if model.is_mla:  # vLLM's MLA backends
+        return []
     v3 = version3(version)
+    label = f"vLLM {version or '(version not given)'}"
     fp8_kv = str(cache.get("kv_cache_dtype", "")).startswith("fp8")
-    if sinks and (v3 is None or v3 >= VLLM_SINKS_TRITON_FROM):
+    if model.attention_sinks and (v3 is None or v3 >= VLLM_SINKS_TRITON_FROM):
         why = "attention sinks, which FlashAttention-2 cannot run"
-    elif fp8_kv and v3 is not None and v3[:2] == VLLM_FP8_KV_TRITON:
+    elif fp8_kv:  # v0.11: Triton; otherwise FlashInfer (FA2 has no FP8 KV), GQA-packed
+        if v3 is None or v3[:2] != VLLM_FP8_KV_TRITON:
+            return []
         why = "an FP8 KV cache (v0.11)"
+    elif v3 is None or v3[:2] >= VLLM_V1_FROM:
+        cluster["attention_backend"] = "flash_attn_2"
+        return [f"cluster.attention_backend flash_attn_2: {label} (V1) runs each step as one "
+                f"FlashAttention-2 varlen call on {acc.name} ({arch}); beside prompt tokens "
+                "its decodes are not GQA-packed"]
     else:
         return []
     cluster["attention_backend"] = "triton_attn"
-    return [f"cluster.attention_backend triton_attn: vLLM {version or '(version not given)'} "
-            f"runs its Triton unified attention on {acc.name} ({arch}) for {why}"]
+    return [f"cluster.attention_backend triton_attn: {label} runs its Triton unified attention "
+            f"on {acc.name} ({arch}) for {why}"]
 
 
 def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:

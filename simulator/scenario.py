@@ -77,10 +77,12 @@ class ClusterSpec(_Strict):
     # the TP all-reduce the engine calls: "custom" (vLLM's custom all-reduce, TensorRT-LLM's
     # plugin: the ring model) or "nccl" (NCCL's per-call extra; simulator/cost/collectives.py)
     allreduce: Literal["custom", "nccl"] = "custom"
-    # the prefill attention kernel: "flash_attn" (FlashAttention / FlashInfer-class kernels:
-    # kernels.yaml attn_prefill) or "triton_attn" (vLLM's Triton unified attention, which
-    # re-reads the K/V prefix per block of query tokens; kernels.yaml triton_attn)
-    attention_backend: Literal["flash_attn", "triton_attn"] = "flash_attn"
+    # the attention kernel (simulator/cost/kernels.py ATTENTION_BACKENDS): "flash_attn"
+    # (FlashAttention / FlashInfer-class kernels, decodes GQA-packed), "flash_attn_2" (vLLM's
+    # one FlashAttention-2 varlen call per step: decodes beside prompt tokens read their K/V
+    # once per query head) or "triton_attn" (vLLM's Triton unified attention, which re-reads
+    # the K/V prefix per block of query tokens; kernels.yaml triton_attn)
+    attention_backend: Literal["flash_attn", "flash_attn_2", "triton_attn"] = "flash_attn"
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
     # All replicas run on one host and share its memory bandwidth (e.g. 1P1D workers on one
     # CPU machine): the share of its bandwidth each of two streaming processes gets (two

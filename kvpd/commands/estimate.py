@@ -30,9 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
     p.add_argument("--attention-backend", default="flash_attn",
-                   choices=("flash_attn", "triton_attn"),
-                   help="prefill attention kernel: flash_attn (default) or triton_attn (vLLM's "
-                        "Triton unified attention, which vLLM runs for gpt-oss on A100/L40S)")
+                   choices=("flash_attn", "flash_attn_2", "triton_attn"),
+                   help="attention kernel: flash_attn (default), flash_attn_2 (vLLM's one "
+                        "FlashAttention-2 call per step on A100/L40S: decodes beside prompt "
+                        "tokens unpacked) or triton_attn (vLLM's Triton unified attention, "
+                        "which it runs for gpt-oss on A100/L40S)")
     p.add_argument("--explain", action="store_true",
                    help="also say what bounds the step: each operator's efficiency, its source "
                         "and bound, expected experts loaded (MoE), the attention form (MLA)")
@@ -166,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
           + (f", ep={args.ep}" if args.ep > 1 else "") + "), "
           f"{cm.precision.label()}, GEMMs in {cm.precision.compute}"
-          + (", vLLM's Triton attention" if cm.attention_backend == "triton_attn" else "")
+          + ({"triton_attn": ", vLLM's Triton attention",
+              "flash_attn_2": ", vLLM's FlashAttention-2 varlen attention"}
+             .get(cm.attention_backend, ""))
           + ("  [PLACEHOLDER hardware figures]" if acc.placeholder else ""))
     print(f"step: {shape.num_prefill_reqs} prefill ({shape.num_prefill_tokens} tokens), "
           f"{shape.num_decode_reqs} decode (context {args.decode or '-'})")

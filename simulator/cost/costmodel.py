@@ -96,8 +96,8 @@ class CostModel(StageTerms):
         # the TP all-reduce implementation (simulator/cost/collectives.py): NCCL's per-call extra
         self.allreduce = allreduce
         self._ar_extra = allreduce_extra_s(allreduce) if tp > 1 else 0.0
-        # the prefill attention kernel: FlashAttention (kernels.yaml attn_prefill) or vLLM's
-        # Triton unified attention (its K/V re-reads, triton_attn)
+        # the attention kernel: FlashAttention, vLLM's FlashAttention-2 varlen call (decodes
+        # unpacked beside prompts) or its Triton unified attention (simulator/cost/kernels.py)
         self.attention_backend = check_attention_backend(attention_backend, self.model,
                                                          self.accelerator, self.kernels)
         self.shard = shard_model(self.model, tp, pp, ep)
@@ -210,7 +210,7 @@ class CostModel(StageTerms):
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
          qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
-         dac, dakv, q1, o1, m1, aqd, apr) = fast
+         dac, dakv, q1, o1, m1, aqd, apr, dmix) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -237,7 +237,7 @@ class CostModel(StageTerms):
             t += a + ov * b if a > b else b + ov * a
         if Rd:  # decode attention: fixed set-up, then its KV reads (+ per-request tokens)
             a = Dctx * dac
-            b = Dctx * dakv + Rd * aqd
+            b = Dctx * dakv * (dmix if Tp else 1.0) + Rd * aqd
             t += dovh + (a + ov * b if a > b else b + ov * a)
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather

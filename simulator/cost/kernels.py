@@ -29,13 +29,26 @@ ATTN_QUERY_TILE = 128
 TRITON_ATTN_BLOCK_M = 16
 
 
-ATTENTION_BACKENDS = ("flash_attn", "triton_attn")
+# the prefill/decode attention kernels the cost model prices (cluster.attention_backend):
+# flash_attn   FlashAttention-class kernels, decodes GQA-packed in every step (FA3 and FA4
+#              varlen, FlashInfer, TensorRT-LLM's); kernels.yaml attn_prefill / attn_decode
+# flash_attn_2 vLLM's FLASH_ATTN backend on FlashAttention-2 (compute capability 8.x): one
+#              varlen call per step, whose decode rows are GQA-packed only when the whole call
+#              is decode (flash_api.cpp: seqlenq_ngroups_swapped needs max_seqlen_q == 1);
+#              in a step with prompt tokens each decode reads its K/V once per query head
+# triton_attn  vLLM's Triton unified attention (triton_block_q below)
+ATTENTION_BACKENDS = ("flash_attn", "flash_attn_2", "triton_attn")
+
+
+def query_group(num_heads: int, num_kv_heads: int) -> int:
+    """Query heads per KV head (1 for multi-head attention)."""
+    return max(1, num_heads // max(1, num_kv_heads))
 
 
 def triton_block_q(num_heads: int, num_kv_heads: int) -> int:
     """Query tokens per program of vLLM's Triton unified attention: BLOCK_M // (query heads
     per KV head), as the kernel's launcher computes it (at least 1)."""
-    group = max(1, num_heads // max(1, num_kv_heads))
+    group = query_group(num_heads, num_kv_heads)
     block_m = TRITON_ATTN_BLOCK_M if group <= TRITON_ATTN_BLOCK_M else 1 << (group - 1).bit_length()
     return max(1, block_m // group)
 
@@ -348,9 +361,10 @@ def check_attention_backend(backend: str, model: Any, accelerator: Any,
     if backend == "flash_attn":
         return backend
     if getattr(model, "is_mla", False):
-        raise ValueError(f"attention_backend triton_attn: {model.name} uses multi-head latent "
-                         "attention, which vLLM runs on its MLA backends, not the Triton "
-                         "unified attention; use flash_attn")
+        raise ValueError(f"attention_backend {backend}: {model.name} uses multi-head latent "
+                         "attention, which vLLM runs on its MLA backends; use flash_attn")
+    if backend == "flash_attn_2":
+        return backend
     if profile is None or not profile.triton_reread_bandwidth:
         arch = profile.arch if profile is not None else "no kernel profile"
         raise ValueError(f"attention_backend triton_attn: no figure for {accelerator.name} "

@@ -59,3 +59,5 @@ class StageCoefs(NamedTuple):
     aqd: float  # aq + dreq: a decode request's fixed attention seconds
     apr: float  # prefill attention memory seconds per query-key pair (triton_attn's K/V
     # re-reads; 0 for FlashAttention, which reads the context once: akv)
+    dmix: float  # decode KV reads x this in a step with prompt tokens (flash_attn_2: the
+    # query heads per KV head, its unpacked decode rows; else 1)

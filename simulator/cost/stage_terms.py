@@ -15,7 +15,7 @@ from typing import Any
 
 from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
-from simulator.cost.kernels import triton_block_q
+from simulator.cost.kernels import query_group, triton_block_q
 from simulator.cost.linear_cost import LinearCost, SummedLinearCost
 from simulator.cost.moe_cost import mla_terms, moe_terms, stage_layer_split
 from simulator.cost.params import CostParams
@@ -281,6 +281,7 @@ class StageTerms:
             lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
             raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
             reread,
+            float(query_group(hq, hkv)) if self.attention_backend == "flash_attn_2" else 1.0,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread}

@@ -1,6 +1,8 @@
-"""vLLM's Triton unified attention (`cluster.attention_backend: triton_attn`): its prefill
-re-reads the K/V prefix once per block of BLOCK_Q query tokens (kernels.yaml `triton_attn`),
-the vLLM preset picks it where vLLM does, and what it cannot price is refused by name."""
+"""`cluster.attention_backend`: vLLM's Triton unified attention (`triton_attn`: its prefill
+re-reads the K/V prefix once per block of BLOCK_Q query tokens, kernels.yaml `triton_attn`) and
+its one FlashAttention-2 call per step (`flash_attn_2`: decodes beside prompt tokens are not
+GQA-packed); the vLLM preset picks each where vLLM does, and what neither can price is refused
+by name."""
 
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ def test_what_it_cannot_price_is_refused_by_name():
         CostModel("deepseek-v2-lite", "a100-80gb-sxm", attention_backend="triton_attn")
     with pytest.raises(ValueError, match=r"no figure for mi300x .*reread_bandwidth"):
         CostModel("llama-3.1-8b", "mi300x", attention_backend="triton_attn")
-    with pytest.raises(ValueError, match="unknown; allowed: flash_attn, triton_attn"):
+    with pytest.raises(ValueError, match="unknown; allowed: flash_attn, flash_attn_2, triton_attn"):
         CostModel("llama-3.1-8b", "a100-80gb-sxm", attention_backend="flex")
     sc = scenario_from_dict({"model": "llama-3.1-8b", "hardware": "mi300x",
                              "cluster": {"attention_backend": "triton_attn"}}, "s.yaml")
@@ -112,7 +114,11 @@ def _vllm(model: str, hardware: str, version: str | None, **data):
     ("gpt-oss-20b", "a100-80gb-sxm", None, {}, "triton_attn"),  # current vLLM does it too
     ("gpt-oss-20b", "h100-sxm", "0.11.0", {}, "flash_attn"),  # FA3 runs sinks on Hopper
     ("gpt-oss-20b", "b200", "0.11.0", {}, "flash_attn"),  # FlashInfer on Blackwell
-    ("llama-3.1-8b", "a100-80gb-sxm", "0.11.0", {}, "flash_attn"),
+    ("llama-3.1-8b", "a100-80gb-sxm", "0.11.0", {}, "flash_attn_2"),  # V1 on FA2
+    ("llama-3.1-8b", "a10", None, {}, "flash_attn_2"),
+    ("llama-3.1-8b", "a100-80gb-sxm", "0.7.3", {}, "flash_attn"),  # V0: decodes on their own
+    ("llama-3.1-8b", "h100-sxm", "0.11.0", {}, "flash_attn"),  # FA3
+    ("deepseek-v2-lite", "a100-80gb-sxm", "0.11.0", {}, "flash_attn"),  # MLA backends
     ("llama-3.1-8b", "a100-80gb-sxm", "0.11.0", {"kv_cache_dtype": "fp8"}, "triton_attn"),
     ("llama-3.1-8b", "a100-80gb-sxm", "0.12.0", {"kv_cache_dtype": "fp8"}, "flash_attn"),
     ("llama-3.1-8b", "a100-80gb-sxm", "0.10.1", {"kv_cache_dtype": "fp8"}, "flash_attn"),
@@ -120,8 +126,7 @@ def _vllm(model: str, hardware: str, version: str | None, **data):
 def test_the_vllm_preset_picks_the_kernel_vllm_picks(model, hardware, version, cache, want):
     sc = _vllm(model, hardware, version, cache=cache)
     assert sc.cluster.attention_backend == want
-    assert any("attention_backend triton_attn" in n for n in sc.engine_notes) == (
-        want == "triton_attn")
+    assert any(f"attention_backend {want}" in n for n in sc.engine_notes) == (want != "flash_attn")
 
 
 def test_a_backend_the_scenario_names_wins_and_other_engines_keep_flash():
@@ -150,3 +155,28 @@ def test_kvpd_estimate_prices_and_names_the_backend(capsys):
     assert main(["estimate", "--model", "llama-3.1-8b", "--hardware", "mi300x", "--prefill", "64",
                  "--attention-backend", "triton_attn"]) == 2
     assert "no figure for mi300x" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, group", [("qwen3-14b", 5), ("llama-3.1-8b", 4), ("qwen3-32b", 8)])
+def test_flash_attn_2_reads_a_decodes_kv_once_per_query_head_beside_prompt_tokens(model, group):
+    """vLLM's one FlashAttention-2 call per step: a decode beside prompt tokens is not
+    GQA-packed (its K/V read once per query head); a pure-decode step is, as with flash_attn;
+    prompt attention and every other operator are priced the same."""
+    flash, fa2 = (CostModel(model, "a100-80gb-sxm", attention_backend=b)
+                  for b in ("flash_attn", "flash_attn_2"))
+    mixed = BatchShape.from_lists([1] * 40 + [1500], [4000] * 40 + [2000])
+    decode = BatchShape.from_lists([1] * 40, [4000] * 40)
+    assert fa2.step_time(decode) == flash.step_time(decode)
+    ops = {b: {o.name: o for o in explain_step(cm, mixed).ops} for b, cm in
+           (("flash", flash), ("fa2", fa2))}
+    m = fa2.model
+    kv_token = m.num_layers * 2 * m.num_kv_heads * m.head_dim * dtype_bytes("bf16")
+    extra = (group - 1) * 40 * 4001 * kv_token  # contexts include the new token
+    assert ops["fa2"]["attn_decode"].bytes - ops["flash"]["attn_decode"].bytes == pytest.approx(
+        extra, rel=1e-3)
+    assert "once per query head" in ops["fa2"]["attn_decode"].source
+    for name, op in ops["flash"].items():
+        if name != "attn_decode":
+            assert ops["fa2"][name].time_s == op.time_s
+    assert fa2.step_time(mixed) == pytest.approx(explain_step(fa2, mixed).total_s, rel=1e-12)
+    assert fa2.step_time(mixed) > flash.step_time(mixed)
