@@ -180,3 +180,26 @@ def test_flash_attn_2_reads_a_decodes_kv_once_per_query_head_beside_prompt_token
             assert ops["fa2"][name].time_s == op.time_s
     assert fa2.step_time(mixed) == pytest.approx(explain_step(fa2, mixed).total_s, rel=1e-12)
     assert fa2.step_time(mixed) > flash.step_time(mixed)
+
+
+def test_flash_attn_2_never_packs_a_model_whose_every_layer_slides():
+    """FlashAttention-2 swaps a GQA group onto one K/V read only without a window
+    (flash_api.cpp: window_size_left < 0), so for Mistral-7B (every layer slides) each decode
+    reads its K/V once per query head in every step, pure decode included; the all-decode
+    fast paths agree with explain."""
+    flash, fa2 = (CostModel("mistral-7b", "a100-80gb-sxm", attention_backend=b)
+                  for b in ("flash_attn", "flash_attn_2"))
+    m = fa2.model
+    assert m.num_sliding_layers == m.num_layers and m.num_heads // m.num_kv_heads == 4
+    decode = BatchShape.from_lists([1] * 32, [3000] * 32, window=m.sliding_window)
+    ops = {b: {o.name: o for o in explain_step(cm, decode).ops} for b, cm in
+           (("flash", flash), ("fa2", fa2))}
+    kv_token = m.num_layers * 2 * m.num_kv_heads * m.head_dim * dtype_bytes("bf16")
+    assert ops["fa2"]["attn_decode"].bytes - ops["flash"]["attn_decode"].bytes == pytest.approx(
+        3 * 32 * 3001 * kv_token, rel=1e-3)
+    assert "with a sliding window" in ops["fa2"]["attn_decode"].source
+    t = fa2.step_time(decode)
+    assert t == pytest.approx(explain_step(fa2, decode).total_s, rel=1e-12)
+    assert fa2.decode_step_time(decode) == pytest.approx(t, rel=1e-12)
+    assert float(fa2.decode_run_times(decode, 2)[0]) == pytest.approx(t, rel=1e-12)
+    assert t > 1.5 * flash.step_time(decode)

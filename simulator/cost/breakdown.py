@@ -153,15 +153,18 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         fd, kv_d = raw["attn_decode"]  # MLA: the absorbed form over the latent
         rq = st["req_tokens"]
-        # flash_attn_2 beside prompt tokens: each decode reads its K/V once per query head
-        mix = st["fast"].dmix if Tp else 1.0
+        # flash_attn_2 beside prompt tokens, or where every layer slides: each decode reads
+        # its K/V once per query head
+        mix = (st["fast"].dmix if Tp else 1.0) * st["decode_kv_always"]
         nb = Dctx * kv_d * mix + Rd * per_new
         m = nb * am + Rd * rq * kv_d * am
         note = (f" x ctx/(ctx+{rq:g}) = {Dctx / (Dctx + Rd * rq):.3f} at "
                 f"{Dctx / Rd:,.0f} tokens/request" if rq else "")
         if mix != 1.0:
-            note += (f"; vLLM's FlashAttention-2 varlen call beside prompt tokens: K/V read "
-                     f"once per query head ({mix:g} per KV head, no GQA packing)")
+            why = ("with a sliding window" if st["decode_kv_always"] != 1.0
+                   else "beside prompt tokens")
+            note += (f"; vLLM's FlashAttention-2 varlen call {why}: K/V read once per query "
+                     f"head ({mix:g} per KV head, no GQA packing)")
         ops.append(_timed("attn_decode", Dctx * fd, nb, Dctx * fd * ac, m, ov,
                           (a_eff, a_src, nb * am / m * d_eff if m else d_eff, d_src + note)))
         if p.decode_attn_overhead_s:

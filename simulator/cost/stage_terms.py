@@ -245,6 +245,13 @@ class StageTerms:
         # it attends to (seconds per query-key pair; it replaces FlashAttention's one read)
         reread = (raw["attn"][1] / triton_block_q(hq, hkv) / (bw * k.triton_reread_bandwidth)
                   if self.attention_backend == "triton_attn" else 0.0)
+        # vLLM's FlashAttention-2 call: decodes read their K/V once per query head beside
+        # prompt tokens (dmix), and in every step where every layer slides (FA2 packs a GQA
+        # group only without a window: `always`)
+        unpacked = (float(query_group(hq, hkv)) if self.attention_backend == "flash_attn_2"
+                    else 1.0)
+        all_slide = bool(m.sliding_window) and m.num_sliding_layers == m.num_layers
+        always, dmix = (unpacked, 1.0) if all_slide else (1.0, unpacked)
         fast = StageCoefs(
             lin["qkv_proj"].per_row, raw["qkv_proj"][1] * gm, raw["qkv_proj"][2] * gm,
             lin["o_proj"].per_row, raw["o_proj"][1] * gm, raw["o_proj"][2] * gm,
@@ -274,17 +281,17 @@ class StageTerms:
             head if head and head.shaped else None,
             raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * am,
             # decode attention per query-key pair and per context token (MLA: absorbed form)
-            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am,
+            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am * always,
             # one row of each linear, and a decode request's fixed attention seconds
             lin["qkv_proj"].seconds(1) if lin["qkv_proj"].shaped else lin["qkv_proj"].per_row,
             lin["o_proj"].seconds(1) if lin["o_proj"].shaped else lin["o_proj"].per_row,
             lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
             raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
-            reread,
-            float(query_group(hq, hkv)) if self.attention_backend == "flash_attn_2" else 1.0,
+            reread, dmix,
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
-                "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread}
+                "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread,
+                "decode_kv_always": always}
 
     def _layer_floor(self, s: int, L: int) -> float:
         """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
