@@ -208,7 +208,15 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
     if name == "vllm" and "attention_backend" not in cluster:
-        notes += _vllm_attention(data, cluster, cache, version)
+        pools = cluster.get("pd")
+        if isinstance(pools, dict):  # each pool on its own part: its own kernel
+            for role in ("prefill", "decode"):
+                pool = pools.setdefault(role, {})
+                if isinstance(pool, dict) and "attention_backend" not in pool:
+                    notes += [f"cluster.pd.{role}: {n}" for n in _vllm_attention(
+                        data, pool, cache, version, pool.get("hardware"))]
+        else:
+            notes += _vllm_attention(data, cluster, cache, version)
     return notes
 
 
@@ -368,15 +376,16 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
 
 
 def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
-                    version: Any) -> list[str]:
-    """cluster.attention_backend on Ampere / Ada: triton_attn where vLLM runs its Triton
-    unified attention, flash_attn_2 where its V1 engine runs FlashAttention-2 (the rules
-    above); nothing on other parts or for MLA models."""
+                    version: Any, hardware: Any = None) -> list[str]:
+    """`attention_backend` in `cluster` (a colocated deployment, or one PD pool on
+    `hardware`) on Ampere / Ada: triton_attn where vLLM runs its Triton unified attention,
+    flash_attn_2 where its V1 engine runs FlashAttention-2 (the rules above); nothing on
+    other parts or for MLA models."""
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
     from simulator.cost.models import get_model
 
-    acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
+    acc = scenario_accelerator(hardware or data.get("hardware", DEFAULT_HARDWARE))
     arch = getattr(kernel_profile(acc), "arch", "")
     if arch not in VLLM_PRE_HOPPER_ARCHES:
         return []

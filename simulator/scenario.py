@@ -53,6 +53,8 @@ class PoolSpec(_Strict):
     hardware: Spec | None = None  # default: the scenario's hardware
     router: str = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
+    # this pool's attention kernel (ClusterSpec.attention_backend); default: the cluster's
+    attention_backend: Literal["flash_attn", "flash_attn_2", "triton_attn"] | None = None
 
 
 class PDSpec(_Strict):

@@ -203,3 +203,29 @@ def test_flash_attn_2_never_packs_a_model_whose_every_layer_slides():
     assert fa2.decode_step_time(decode) == pytest.approx(t, rel=1e-12)
     assert float(fa2.decode_run_times(decode, 2)[0]) == pytest.approx(t, rel=1e-12)
     assert t > 1.5 * flash.step_time(decode)
+
+
+def test_pd_pools_get_the_kernel_of_their_own_part():
+    """A PD scenario's pools may sit on different parts: the vLLM preset picks each pool's
+    kernel from its own hardware, and each pool's cost model prices it."""
+    pd = {"prefill": {"hardware": "h100-sxm"}, "decode": {}}  # decode on the scenario's A100
+    sc = _vllm("llama-3.1-8b", "a100-80gb-sxm", "0.11.0", cluster={"pd": pd})
+    assert sc.cluster.attention_backend == "flash_attn"
+    assert sc.cluster.pd.prefill.attention_backend is None
+    assert sc.cluster.pd.decode.attention_backend == "flash_attn_2"
+    assert any(n.startswith("cluster.pd.decode: cluster.attention_backend flash_attn_2")
+               for n in sc.engine_notes)
+    model = get_model("llama-3.1-8b")
+    assert plan_pool(sc, model, sc.cluster.pd.prefill, "prefill").cost_model.attention_backend == (
+        "flash_attn")
+    assert plan_pool(sc, model, sc.cluster.pd.decode, "decode").cost_model.attention_backend == (
+        "flash_attn_2")
+    # the scenario's own cluster-wide key wins over the preset in every pool
+    sc = _vllm("llama-3.1-8b", "a100-80gb-sxm", "0.11.0",
+               cluster={"pd": {"prefill": {}, "decode": {}}, "attention_backend": "flash_attn"})
+    assert sc.cluster.pd.decode.attention_backend is None
+    # a pool's own key that its part cannot price is refused naming that key
+    sc = scenario_from_dict({"model": "llama-3.1-8b", "hardware": "a100-80gb-sxm", "cluster": {
+        "pd": {"decode": {"hardware": "mi300x", "attention_backend": "triton_attn"}}}}, "s.yaml")
+    with pytest.raises(ValueError, match=r"decode pool: cluster.pd.decode.attention_backend"):
+        plan_pool(sc, model, sc.cluster.pd.decode, "decode")

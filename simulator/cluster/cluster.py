@@ -112,9 +112,12 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                          kv_cache_dtype=cache.kv_cache_dtype,
                          quantization=scenario.quantization_mapping(), ep=spec.ep,
                          ep_link=ep_link, allreduce=scenario.cluster.allreduce,
-                         attention_backend=scenario.cluster.attention_backend)
+                         attention_backend=(spec.attention_backend
+                                            or scenario.cluster.attention_backend))
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
-        keys = ("cluster.attention_backend" if str(exc).startswith("attention_backend")
+        backend_key = ("cluster.attention_backend" if spec.attention_backend is None
+                       else f"cluster.pd.{role}.attention_backend")
+        keys = (backend_key if str(exc).startswith("attention_backend")
                 else "dtype/quantization/cache.kv_cache_dtype")
         raise ValueError(f"{role} pool: {keys}: {exc}") from None
     mem = scenario.memory_plan(model, acc, spec.tp, spec.pp, spec.ep)
