@@ -108,8 +108,9 @@ VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from
 # its prefill re-reads K/V per query block (simulator/cost/kernels.py triton_block_q).
 # Every other (non-MLA) model there runs FLASH_ATTN on FlashAttention-2 (fa_utils.py: FA3 only
 # on SM 9.0), and the V1 engine (v0.8 on) makes one flash_attn_varlen_func call per step for
-# prompts and decodes together (v1/attention/backends/flash_attn.py forward; still so in
-# 2026-09, vLLM PR #58013 "FA2: split mixed prefill/decode batches into two calls", open).
+# prompts and decodes together (v1/attention/backends/flash_attn.py forward, read at v0.11.0
+# and v0.20.1; vLLM PR #58013 "FA2: split mixed prefill/decode batches into two calls", opened
+# 2026-09, would change it).
 # FlashAttention-2 packs a GQA group's query heads onto one K/V read only when the whole call
 # is decode (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp:
 # seqlenq_ngroups_swapped requires max_seqlen_q == 1), so in a step with prompt tokens each

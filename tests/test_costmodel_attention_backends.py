@@ -93,6 +93,9 @@ def test_what_it_cannot_price_is_refused_by_name():
         CostModel("deepseek-v2-lite", "a100-80gb-sxm", attention_backend="triton_attn")
     with pytest.raises(ValueError, match=r"no figure for mi300x .*reread_bandwidth"):
         CostModel("llama-3.1-8b", "mi300x", attention_backend="triton_attn")
+    for part in ("cpu", "m3-max"):  # parts without any kernel profile
+        with pytest.raises(ValueError, match=rf"no figure for {part} \(no kernel profile\)"):
+            CostModel("llama-3-8b", part, attention_backend="triton_attn")
     with pytest.raises(ValueError, match="unknown; allowed: flash_attn, flash_attn_2, triton_attn"):
         CostModel("llama-3.1-8b", "a100-80gb-sxm", attention_backend="flex")
     sc = scenario_from_dict({"model": "llama-3.1-8b", "hardware": "mi300x",

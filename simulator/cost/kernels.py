@@ -352,7 +352,7 @@ def wave_utilization_table(cols: int, tile: tuple[int, int], sm_count: int,
 
 
 def check_attention_backend(backend: str, model: Any, accelerator: Any,
-                            profile: KernelProfile | None) -> str:
+                            profile: KernelProfile | NoKernels | None) -> str:
     """`backend` if the cost model can price it for `model` on `accelerator`; ValueError
     naming what is allowed otherwise."""
     if backend not in ATTENTION_BACKENDS:
@@ -365,8 +365,8 @@ def check_attention_backend(backend: str, model: Any, accelerator: Any,
                          "attention, which vLLM runs on its MLA backends; use flash_attn")
     if backend == "flash_attn_2":
         return backend
-    if profile is None or not profile.triton_reread_bandwidth:
-        arch = profile.arch if profile is not None else "no kernel profile"
+    if not getattr(profile, "triton_reread_bandwidth", 0.0):  # (NoKernels: no figures at all)
+        arch = getattr(profile, "arch", None) or "no kernel profile"
         raise ValueError(f"attention_backend triton_attn: no figure for {accelerator.name} "
                          f"({arch}) in {KERNELS_FILE} (triton_attn.reread_bandwidth); "
                          "use flash_attn")
