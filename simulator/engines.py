@@ -209,15 +209,7 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         notes += _turbomind_first_token(scheduler, version)
     notes += _allreduce(cluster, name, version, label)
     if name == "vllm" and "attention_backend" not in cluster:
-        pools = cluster.get("pd")
-        if isinstance(pools, dict):  # each pool on its own part: its own kernel
-            for role in ("prefill", "decode"):
-                pool = pools.setdefault(role, {})
-                if isinstance(pool, dict) and "attention_backend" not in pool:
-                    notes += [f"cluster.pd.{role}: {n}" for n in _vllm_attention(
-                        data, pool, cache, version, pool.get("hardware"))]
-        else:
-            notes += _vllm_attention(data, cluster, cache, version)
+        notes += _vllm_attention(data, cluster, cache, version)
     return notes
 
 
@@ -377,44 +369,59 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
 
 
 def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
-                    version: Any, hardware: Any = None) -> list[str]:
-    """`attention_backend` in `cluster` (a colocated deployment, or one PD pool on
-    `hardware`) on Ampere / Ada: triton_attn where vLLM runs its Triton unified attention,
-    flash_attn_2 where its V1 engine runs FlashAttention-2 (the rules above); nothing on
-    other parts or for MLA models."""
+                    version: Any) -> list[str]:
+    """`attention_backend` where vLLM runs a kernel other than FlashAttention-class ones
+    (`vllm_attention_backend`): in `cluster`, or in each PD pool by the pool's own part."""
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
     from simulator.cost.models import get_model
 
-    acc = scenario_accelerator(hardware or data.get("hardware", DEFAULT_HARDWARE))
-    arch = getattr(kernel_profile(acc), "arch", "")
-    if arch not in VLLM_PRE_HOPPER_ARCHES:
-        return []
     try:
         model = get_model(data.get("model", DEFAULT_MODEL))
     except (ValueError, OSError):  # the scenario check names a model it cannot read
         return []
-    if model.is_mla:  # vLLM's MLA backends
-        return []
     v3 = version3(version)
     label = f"vLLM {version or '(version not given)'}"
     fp8_kv = str(cache.get("kv_cache_dtype", "")).startswith("fp8")
+    pools = cluster.get("pd")
+    targets = ([(f"cluster.pd.{role}: ", pools.setdefault(role, {})) for role in
+                ("prefill", "decode")] if isinstance(pools, dict) else [("", cluster)])
+    notes = []
+    for prefix, target in targets:
+        if not isinstance(target, dict) or "attention_backend" in target:
+            continue
+        # a PD pool's own part, else the scenario's (`cluster` names none)
+        acc = scenario_accelerator(target.get("hardware") or data.get("hardware",
+                                                                       DEFAULT_HARDWARE))
+        arch = getattr(kernel_profile(acc), "arch", "")
+        picked = vllm_attention_backend(model, arch, v3, fp8_kv)
+        if picked is None:
+            continue
+        backend, why = picked
+        target["attention_backend"] = backend
+        notes.append(f"{prefix}cluster.attention_backend {backend}: {label} {why} on "
+                     f"{acc.name} ({arch})")
+    return notes
+
+
+def vllm_attention_backend(model: Any, arch: str, v3: tuple[int, int, int] | None,
+                           fp8_kv: bool) -> tuple[str, str] | None:
+    """(backend, why) of the kernel vLLM `v3` (None: current) runs for `model` on a part of
+    kernel family `arch` where it is not a FlashAttention-class one (the rules above); None
+    elsewhere: other parts, MLA models, FP8 KV caches on FlashInfer, V0."""
+    if arch not in VLLM_PRE_HOPPER_ARCHES or model.is_mla:
+        return None
     if model.attention_sinks and (v3 is None or v3 >= VLLM_SINKS_TRITON_FROM):
-        why = "attention sinks, which FlashAttention-2 cannot run"
-    elif fp8_kv:  # v0.11: Triton; otherwise FlashInfer (FA2 has no FP8 KV), GQA-packed
-        if v3 is None or v3[:2] != VLLM_FP8_KV_TRITON:
-            return []
-        why = "an FP8 KV cache (v0.11)"
-    elif v3 is None or v3[:2] >= VLLM_V1_FROM:
-        cluster["attention_backend"] = "flash_attn_2"
-        return [f"cluster.attention_backend flash_attn_2: {label} (V1) runs each step as one "
-                f"FlashAttention-2 varlen call on {acc.name} ({arch}); beside prompt tokens "
-                "its decodes are not GQA-packed"]
-    else:
-        return []
-    cluster["attention_backend"] = "triton_attn"
-    return [f"cluster.attention_backend triton_attn: {label} runs its Triton unified attention "
-            f"on {acc.name} ({arch}) for {why}"]
+        return "triton_attn", ("runs its Triton unified attention for attention sinks, which "
+                               "FlashAttention-2 cannot run")
+    if fp8_kv:  # v0.11: Triton; otherwise FlashInfer (FA2 has no FP8 KV), GQA-packed
+        if v3 is not None and v3[:2] == VLLM_FP8_KV_TRITON:
+            return "triton_attn", "runs its Triton unified attention for an FP8 KV cache (v0.11)"
+        return None
+    if v3 is None or v3[:2] >= VLLM_V1_FROM:
+        return "flash_attn_2", ("(V1) runs each step as one FlashAttention-2 varlen call; beside "
+                                "prompt tokens its decodes are not GQA-packed")
+    return None
 
 
 def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:

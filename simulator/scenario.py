@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.cost.kernels import AttentionBackend
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
@@ -54,7 +55,7 @@ class PoolSpec(_Strict):
     router: str = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
     # this pool's attention kernel (ClusterSpec.attention_backend); default: the cluster's
-    attention_backend: Literal["flash_attn", "flash_attn_2", "triton_attn"] | None = None
+    attention_backend: AttentionBackend | None = None
 
 
 class PDSpec(_Strict):
@@ -84,7 +85,7 @@ class ClusterSpec(_Strict):
     # one FlashAttention-2 varlen call per step: decodes beside prompt tokens read their K/V
     # once per query head) or "triton_attn" (vLLM's Triton unified attention, which re-reads
     # the K/V prefix per block of query tokens; kernels.yaml triton_attn)
-    attention_backend: Literal["flash_attn", "flash_attn_2", "triton_attn"] = "flash_attn"
+    attention_backend: AttentionBackend = "flash_attn"
     pd: PDSpec | None = None  # present = disaggregated prefill/decode
     # All replicas run on one host and share its memory bandwidth (e.g. 1P1D workers on one
     # CPU machine): the share of its bandwidth each of two streaming processes gets (two

@@ -17,6 +17,8 @@ import argparse
 import json
 import re
 
+from simulator.cost.kernels import ATTENTION_BACKENDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="roofline time of one engine step (explained)",
@@ -30,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
     p.add_argument("--attention-backend", default="flash_attn",
-                   choices=("flash_attn", "flash_attn_2", "triton_attn"),
+                   choices=ATTENTION_BACKENDS,
                    help="attention kernel: flash_attn (default), flash_attn_2 (vLLM's one "
                         "FlashAttention-2 call per step on A100/L40S: decodes beside prompt "
                         "tokens unpacked) or triton_attn (vLLM's Triton unified attention, "

@@ -41,6 +41,7 @@ from simulator.core.scheduler import Scheduler
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
+from simulator.cost.kernels import AttentionBackendError
 from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
 from simulator.cost.parallel import check_ep
@@ -114,12 +115,12 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                          ep_link=ep_link, allreduce=scenario.cluster.allreduce,
                          attention_backend=(spec.attention_backend
                                             or scenario.cluster.attention_backend))
+    except AttentionBackendError as exc:
+        key = ("cluster.attention_backend" if spec.attention_backend is None
+               else f"cluster.pd.{role}.attention_backend")
+        raise ValueError(f"{role} pool: {key}: {exc}") from None
     except ValueError as exc:  # a precision the part cannot run: name the scenario keys
-        backend_key = ("cluster.attention_backend" if spec.attention_backend is None
-                       else f"cluster.pd.{role}.attention_backend")
-        keys = (backend_key if str(exc).startswith("attention_backend")
-                else "dtype/quantization/cache.kv_cache_dtype")
-        raise ValueError(f"{role} pool: {keys}: {exc}") from None
+        raise ValueError(f"{role} pool: dtype/quantization/cache.kv_cache_dtype: {exc}") from None
     mem = scenario.memory_plan(model, acc, spec.tp, spec.pp, spec.ep)
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal, get_args
 
 from simulator.cost.catalog_file import read_catalog
 from simulator.cost.hardware import Accelerator
@@ -37,7 +37,12 @@ TRITON_ATTN_BLOCK_M = 16
 #              is decode (flash_api.cpp: seqlenq_ngroups_swapped needs max_seqlen_q == 1);
 #              in a step with prompt tokens each decode reads its K/V once per query head
 # triton_attn  vLLM's Triton unified attention (triton_block_q below)
-ATTENTION_BACKENDS = ("flash_attn", "flash_attn_2", "triton_attn")
+AttentionBackend = Literal["flash_attn", "flash_attn_2", "triton_attn"]
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+
+
+class AttentionBackendError(ValueError):
+    """An attention backend the cost model cannot price for this model on this part."""
 
 
 def query_group(num_heads: int, num_kv_heads: int) -> int:
@@ -353,21 +358,22 @@ def wave_utilization_table(cols: int, tile: tuple[int, int], sm_count: int,
 
 def check_attention_backend(backend: str, model: Any, accelerator: Any,
                             profile: KernelProfile | NoKernels | None) -> str:
-    """`backend` if the cost model can price it for `model` on `accelerator`; ValueError
-    naming what is allowed otherwise."""
+    """`backend` if the cost model can price it for `model` on `accelerator`;
+    AttentionBackendError naming what is allowed otherwise."""
     if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"attention_backend {backend!r} unknown; allowed: "
-                         f"{', '.join(ATTENTION_BACKENDS)}")
+        raise AttentionBackendError(f"attention_backend {backend!r} unknown; allowed: "
+                                    f"{', '.join(ATTENTION_BACKENDS)}")
     if backend == "flash_attn":
         return backend
     if getattr(model, "is_mla", False):
-        raise ValueError(f"attention_backend {backend}: {model.name} uses multi-head latent "
-                         "attention, which vLLM runs on its MLA backends; use flash_attn")
+        raise AttentionBackendError(
+            f"attention_backend {backend}: {model.name} uses multi-head latent attention, which "
+            "vLLM runs on its MLA backends; use flash_attn")
     if backend == "flash_attn_2":
         return backend
     if not getattr(profile, "triton_reread_bandwidth", 0.0):  # (NoKernels: no figures at all)
         arch = getattr(profile, "arch", None) or "no kernel profile"
-        raise ValueError(f"attention_backend triton_attn: no figure for {accelerator.name} "
-                         f"({arch}) in {KERNELS_FILE} (triton_attn.reread_bandwidth); "
-                         "use flash_attn")
+        raise AttentionBackendError(
+            f"attention_backend triton_attn: no figure for {accelerator.name} ({arch}) in "
+            f"{KERNELS_FILE} (triton_attn.reread_bandwidth); use flash_attn")
     return backend
