@@ -384,10 +384,10 @@ def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[s
     label = f"vLLM {version or '(version not given)'}"
     fp8_kv = str(cache.get("kv_cache_dtype", "")).startswith("fp8")
     pools = cluster.get("pd")
-    targets = ([(f"cluster.pd.{role}: ", pools.setdefault(role, {})) for role in
-                ("prefill", "decode")] if isinstance(pools, dict) else [("", cluster)])
+    targets = ([(f"cluster.pd.{role}", pools.setdefault(role, {})) for role in
+                ("prefill", "decode")] if isinstance(pools, dict) else [("cluster", cluster)])
     notes = []
-    for prefix, target in targets:
+    for key, target in targets:
         if not isinstance(target, dict) or "attention_backend" in target:
             continue
         # a PD pool's own part, else the scenario's (`cluster` names none)
@@ -399,7 +399,7 @@ def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[s
             continue
         backend, why = picked
         target["attention_backend"] = backend
-        notes.append(f"{prefix}cluster.attention_backend {backend}: {label} {why} on "
+        notes.append(f"{key}.attention_backend {backend}: {label} {why} on "
                      f"{acc.name} ({arch})")
     return notes
 

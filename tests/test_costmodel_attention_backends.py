@@ -216,7 +216,7 @@ def test_pd_pools_get_the_kernel_of_their_own_part():
     assert sc.cluster.attention_backend == "flash_attn"
     assert sc.cluster.pd.prefill.attention_backend is None
     assert sc.cluster.pd.decode.attention_backend == "flash_attn_2"
-    assert any(n.startswith("cluster.pd.decode: cluster.attention_backend flash_attn_2")
+    assert any(n.startswith("cluster.pd.decode.attention_backend flash_attn_2")
                for n in sc.engine_notes)
     model = get_model("llama-3.1-8b")
     assert plan_pool(sc, model, sc.cluster.pd.prefill, "prefill").cost_model.attention_backend == (
