@@ -314,6 +314,8 @@ def to_scenario(row: Row) -> Converted:
         sc["cache"]["mem_fraction_static"] = float(s["mem_fraction_static"])
     if s.get("pd"):
         sc["cluster"] = {"pd": _pd(row, s["pd"], sc["hardware"], notes)}
+    if s.get("enable_prefix_caching") is not None:  # e.g. SGLang's --disable-radix-cache
+        sc["cache"]["enable_prefix_caching"] = bool(s["enable_prefix_caching"])
     if s.get("max_batch"):
         sc["scheduler"]["max_num_seqs"] = int(s["max_batch"])
     if s.get("max_num_batched_tokens") and not s.get("pd"):
@@ -328,6 +330,8 @@ def to_scenario(row: Row) -> Converted:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
     if warmup:
         sc["workload"]["warmup_requests"] = warmup
+    if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
+        sc["workload"]["ignore_eos"] = True
     try:  # the engine's documented defaults (simulator.engines) for all the source leaves unset
         notes += apply_engine(sc, row.key)
     except ValueError as exc:

@@ -207,6 +207,10 @@ class WorkloadSpec(_Strict):
     # the first N requests (trace order: the first sent) run but are not measured, as a
     # benchmark harness's warm-up requests (`--warmup-request-count`); no pause after them
     warmup_requests: int = Field(0, ge=0, strict=True)
+    # the client asks the engine to ignore EOS (`--ignore-eos`, sglang bench_serving's default):
+    # requests run to their output length either way; an engine that knows may admit
+    # differently (SGLang without the radix cache: `simulator.core.capacity`)
+    ignore_eos: bool = Field(False, strict=True)
 
     @field_validator("window_s")
     @classmethod

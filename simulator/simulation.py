@@ -24,12 +24,15 @@ from simulator.progress import ProgressBar
 from simulator.scenario import Scenario
 
 
-def make_requests(trace: workloads.Trace) -> list[Request]:
-    """One `Request` per trace row; the output length becomes max_tokens (ignore_eos)."""
-    return list(iter_requests(trace))
+def make_requests(trace: workloads.Trace, ignore_eos: bool = False) -> list[Request]:
+    """One `Request` per trace row; the output length becomes max_tokens, which a simulated
+    request always reaches. `ignore_eos`: whether its client told the engine so
+    (`workload.ignore_eos`)."""
+    return list(iter_requests(trace, ignore_eos=ignore_eos))
 
 
-def iter_requests(trace: workloads.Trace, rows: Iterable[int] | None = None) -> Iterator[Request]:
+def iter_requests(trace: workloads.Trace, rows: Iterable[int] | None = None,
+                  ignore_eos: bool = False) -> Iterator[Request]:
     """`make_requests`, one request at a time (of `rows` only, when given), so a run holds only
     the requests that have arrived and not finished; request i has id str(i)."""
     params: dict[int, SamplingParams] = {}
@@ -42,7 +45,7 @@ def iter_requests(trace: workloads.Trace, rows: Iterable[int] | None = None) -> 
         n_out = max(int(output[i]), 1)
         sp = params.get(n_out)
         if sp is None:
-            sp = params[n_out] = SamplingParams(max_tokens=n_out, ignore_eos=True)
+            sp = params[n_out] = SamplingParams(max_tokens=n_out, ignore_eos=ignore_eos)
         yield Request(
             request_id=str(i),
             prompt_token_ids=trace.prompt_token_ids_of(i) if has_ids else None,
@@ -151,7 +154,7 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
             loop.on_finished(finished)
 
     cluster = SimCluster(env, sc, model, timeline, on_finished, replica_names=replica_names)
-    requests = iter_requests(trace, rows)
+    requests = iter_requests(trace, rows, sc.workload.ignore_eos)
     keys = sc.workload.benchmark_keys()
     if keys:  # every request is checked up front, so build them once, as a list
         requests = list(requests)

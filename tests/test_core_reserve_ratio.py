@@ -96,3 +96,77 @@ def test_decode_bursts_give_identical_timestamps_and_ratio(k, wl, seed):
         assert a.status == b.status and list(a.token_times) == list(b.token_times)
         assert a.num_preemptions == b.num_preemptions
     assert s1.new_token_ratio == s2.new_token_ratio
+
+
+def _second_admission(ignore_eos: bool, caching: bool = False, r1_output: int = 12) -> list[str]:
+    """14 blocks of 4 tokens. r0 (8 prompt + 40 output) runs alone for a step; then r1 (8 +
+    `r1_output`) arrives. Returns the requests the second step admits."""
+    eng = make_engine(num_gpu_blocks=14, block_size=4, capacity_policy="reserve_ratio",
+                      enable_prefix_caching=caching)
+    sched = eng.scheduler
+    eng.add_request(make_request("r0", 8, max_tokens=40, ignore_eos=ignore_eos), 0.0)
+    out = sched.schedule(0.0)
+    sched.update(out, StepResult(0.01), 0.01)
+    eng.add_request(make_request("r1", list(range(100, 108)), max_tokens=r1_output,
+                                 ignore_eos=ignore_eos), 0.01)
+    return sched.schedule(0.01).new_req_ids
+
+
+def test_an_ignore_eos_request_is_admitted_when_everyone_can_finish():
+    """SGLang's PrefillAdder.add_one_req_ignore_eos (radix cache off). In the second step r0
+    holds 3 blocks (9 tokens), 11 are free and the ratio keeps ceil(0.7 x 39 / 4) = 7 for r0's
+    output. The budget test refuses r1: its 8 + 12 tokens take 5 blocks >= 11 - 7. The
+    ignore-EOS test admits it: its prompt takes 2 <= 11 - 7 blocks, leaving 36 free tokens;
+    by tokens left (plus 3 for 4-token blocks), r1 (12 + 3) finishing first needs
+    36 - 15 x 2 = 6 > 2 free, and r0 (39 + 3) then 36 + 8 freed - 42 = 2 > 1."""
+    assert _second_admission(ignore_eos=False) == []
+    assert _second_admission(ignore_eos=True) == ["r1"]
+    # r1 for 30 tokens: 36 - 33 x 2 < 2, refused
+    assert _second_admission(ignore_eos=True, r1_output=30) == []
+    # with prefix caching (SGLang's radix cache) on, the flag changes nothing
+    assert _second_admission(ignore_eos=True, caching=True) == []
+
+
+ignore_eos_workload = st.lists(
+    st.tuples(st.integers(1, 30), st.integers(1, 40), st.floats(0, 0.2)), min_size=1, max_size=14)
+
+
+def _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed, *, ignore_eos=True, caching=False):
+    from simulator.core import CacheConfig, SchedulerConfig
+
+    cfg = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=32, max_model_len=128,
+                          enable_chunked_prefill=chunked, capacity_policy="reserve_ratio")
+    sched = Scheduler(cfg, CacheConfig(num_gpu_blocks=blocks, block_size=bs,
+                                       enable_prefix_caching=caching))
+    now, reqs = 0.0, []
+    for i, (p, m, gap) in enumerate(wl):
+        now += gap
+        reqs.append(make_request(f"r{i}", list(range(i % 3, i % 3 + p)), max_tokens=m,
+                                 arrival=now, ignore_eos=ignore_eos))
+    trace = run(sched, reqs, TokenExecutor(seed, False))
+    return sched, reqs, trace
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ignore_eos_workload, st.sampled_from([1, 2, 4, 8, 16]), st.integers(8, 60), st.booleans(),
+       st.integers(1, 8), st.integers(0, 1000))
+def test_ignore_eos_admission_never_preempts_and_everyone_finishes(wl, bs, blocks, chunked,
+                                                                    seqs, seed):
+    """Requests that surely run to max_tokens, admitted only when every running request can
+    finish: none is ever preempted, all finish, the pool is whole again, at any block size."""
+    sched, reqs, _ = _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed)
+    assert sched.num_preemptions == 0
+    assert all(r.status.is_finished and r.num_preemptions == 0 for r in reqs)
+    kvm = sched.kv_cache_manager
+    assert kvm.num_free_blocks == kvm.num_gpu_blocks and not sched.requests
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ignore_eos_workload, st.sampled_from([1, 4, 16]), st.integers(8, 60), st.booleans(),
+       st.integers(1, 8), st.integers(0, 1000))
+def test_with_prefix_caching_ignore_eos_changes_nothing(wl, bs, blocks, chunked, seqs, seed):
+    """SGLang takes the ignore-EOS path only without its radix cache: with prefix caching on,
+    the same workload with and without the flag gives the same schedule."""
+    a = _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed, ignore_eos=True, caching=True)[2]
+    b = _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed, ignore_eos=False, caching=True)[2]
+    assert a == b

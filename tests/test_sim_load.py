@@ -100,6 +100,24 @@ def test_guaranteed_no_evict_never_preempts_where_max_utilization_does():
     assert safe.summary["requests"]["finished"] == 200
 
 
+def test_workload_ignore_eos_reaches_sglangs_admission():
+    """SGLang without its radix cache admits a request its client told to ignore EOS only when
+    every running one can still finish: the burst that makes its budget test preempt runs
+    without a preemption, with the same tokens; with prefix caching on the flag changes nothing."""
+    base = merged({"cache": {"num_gpu_blocks": 400, "enable_prefix_caching": False}},
+                  {"scheduler": {"capacity_policy": "reserve_ratio"}})
+    told = merged(base, {"workload": {"ignore_eos": True}})
+    budget, finish_order = closed(None, base), closed(None, told)
+    assert budget.records["preemptions"].sum() > 0
+    assert finish_order.records["preemptions"].sum() == 0
+    assert finish_order.summary["requests"]["finished"] == 200
+    np.testing.assert_array_equal(finish_order.records["output_tokens"],
+                                  budget.records["output_tokens"])
+    cached = merged(base, {"cache": {"enable_prefix_caching": True}})
+    a, b = closed(None, cached), closed(None, merged(cached, {"workload": {"ignore_eos": True}}))
+    np.testing.assert_array_equal(a.records["ttft_s"], b.records["ttft_s"])
+
+
 def test_closed_loop_decode_bursts_equal_step_by_step():
     # (a burst's end times are summed once, a step's one by one: equal to rounding)
     bursts, steps = closed(6), closed(6, {"sim": {"max_decode_burst": 1}})
@@ -142,6 +160,7 @@ workload:
     ("workload.max_concurrency='4'", "workload.max_concurrency: Input should be a valid integer"),
     ("workload.arrival={process: burst, rate: 2}", "workload.arrival.rate: unknown key for process burst"),
     ("workload.arrival={process: sometimes}", "workload.arrival.process: expected one of"),
+    ("workload.ignore_eos='yes'", "workload.ignore_eos: Input should be a valid boolean"),
     ("scheduler.capacity_policy=never", "scheduler.capacity_policy: Input should be 'max_utilization', 'guaranteed_no_evict' or 'reserve_ratio'"),
 ])
 def test_bad_load_keys_name_the_file_and_key(tmp_path, override, message):

@@ -36,10 +36,20 @@ policy; `max_utilization` never calls into this module.
   (their max_tokens + 1), at most 1 (ScheduleBatch.retract_decode). A PD decode worker admits
   remote requests as under `max_utilization`. One deviation, so that nothing waits forever:
   an idle engine admits the head request whatever its budget asks.
+  A request whose client set `ignore_eos` meets another test when prefix caching is off (SGLang
+  with the radix cache disabled: PrefillAdder.add_one_req_ignore_eos, v0.5.7), since it will
+  surely run to max_tokens: its prompt rest must fit the free blocks less the estimate, and
+  (`ignore_eos_fits`) every running request, this one included, must be able to finish with
+  nothing preempted: taken in order of tokens left (max_tokens x 1 for an ignore_eos request, x
+  the ratio for another, less its output), the free tokens when each finishes, counting those
+  freed by the ones before it, must stay above one per request still running (with blocks of
+  more than one token, each request's tokens left count one block less a token more: SGLang's
+  page is a token). Under a sliding window SGLang skips that second test, and so does kvpd.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterable
 
 from simulator.core.block_pool import KVCacheBlock, num_revived
@@ -121,3 +131,55 @@ def ratio_after_preemption(running: Iterable[Request]) -> float:
     budget = sum(r.max_tokens for r in reqs)
     return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(reqs)) / (budget + 1))
 
+
+
+# SGLang's admission of an ignore_eos request with the radix cache off (schedule_policy.py,
+# v0.5.7): tokens kept free per request still running
+IGNORE_EOS_RESERVE_TOKENS = 1
+
+
+def ignore_eos_state(req: Request, ratio: float) -> tuple[float, int] | None:
+    """(tokens left, tokens held) of `req` as SGLang's ignore-EOS test counts them: max_tokens
+    x (1 for an ignore_eos request, else `ratio`) less its output; the prompt plus the output
+    so far. None when it has nothing left."""
+    left = req.max_tokens * (1.0 if req.sampling_params.ignore_eos else ratio) \
+        - req.num_output_tokens
+    if left <= 0:
+        return None
+    return left, req.num_prompt_tokens + req.num_output_tokens
+
+
+def ignore_eos_states(running: Iterable[Request], ratio: float) -> list[tuple[float, int]]:
+    """`ignore_eos_state` of the `running` requests, in order of tokens left."""
+    states = [s for s in (ignore_eos_state(r, ratio) for r in running if r.status == RUNNING)
+              if s is not None]
+    states.sort(key=lambda s: s[0])
+    return states
+
+
+def ignore_eos_fits(kvm: KVCacheManager, req: Request, states: list[tuple[float, int]],
+                    prompt_blocks: int, ratio: float) -> bool:
+    """Whether admitting `req` (taking `prompt_blocks` free blocks for its prompt rest) leaves
+    every running request (`states`: `ignore_eos_states`, kept sorted; `req` joins it when it
+    fits) able to finish without a preemption: at the finish of each, in order of tokens left,
+    the free tokens (now, plus those freed by the requests that finished before it, less the
+    tokens left of this one times the requests still running) stay above
+    IGNORE_EOS_RESERVE_TOKENS per request still running. SGLang counts tokens (its page is one
+    token); in blocks of bs tokens each request's tokens left count bs - 1 more, so the test
+    keeps SGLang's promise at any block size (identical at bs = 1)."""
+    own = ignore_eos_state(req, ratio)
+    trial = list(states)
+    if own is not None:
+        insort(trial, own, key=lambda s: s[0])
+    bs = kvm.block_size
+    free = (kvm.num_free_blocks - prompt_blocks) * bs
+    slack = bs - 1  # a request growing by k tokens takes at most ceil(k / bs) blocks
+    freed = 0
+    n = len(trial)
+    for i, (left, held) in enumerate(trial):
+        live = n - i
+        if free + freed - (left + slack) * live <= IGNORE_EOS_RESERVE_TOKENS * live:
+            return False
+        freed += held
+    states[:] = trial
+    return True

@@ -15,12 +15,17 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
+from bisect import insort
+
 from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.capacity import (
     RATIO_DECAY,
     RATIO_INIT,
     RATIO_MIN,
     blocks_to_completion,
+    ignore_eos_fits,
+    ignore_eos_state,
+    ignore_eos_states,
     promise,
     ratio_after_preemption,
     ratio_need,
@@ -307,6 +312,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         estimated = 0
         if by_ratio and waiting:
             estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio)
+        # reserve_ratio, an ignore_eos request, no prefix caching: the running requests'
+        # (tokens left, tokens held) in order, built at the first such request
+        eos_states: list[tuple[float, int]] | None = None
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -347,8 +355,24 @@ class Scheduler(PDHandoff, ParallelSampling):
                     break  # its whole length does not fit what is not yet promised
                 if by_ratio:
                     need = ratio_need(kvm, req, hits)
-                    if running and need >= kvm.num_free_blocks - estimated:
+                    if running and req.sampling_params.ignore_eos and not kvm.enable_prefix_caching:
+                        # it surely runs to max_tokens: its prompt must fit what is not
+                        # estimated, and every running request must be able to finish
+                        prompt = kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
+                        if prompt > kvm.num_free_blocks - estimated:
+                            break
+                        if not kvm.sliding_window:  # (SGLang skips this test for SWA)
+                            if eos_states is None:
+                                eos_states = ignore_eos_states(running, self.new_token_ratio)
+                            if not ignore_eos_fits(kvm, req, eos_states, prompt,
+                                                   self.new_token_ratio):
+                                break
+                    elif running and need >= kvm.num_free_blocks - estimated:
                         break  # its prompt and output budget do not fit what is not estimated
+                    elif eos_states is not None:  # admitted by the budget test: it runs too
+                        own = ignore_eos_state(req, self.new_token_ratio)
+                        if own is not None:
+                            insort(eos_states, own, key=lambda st: st[0])
                     estimated += need  # (an idle engine takes the head request whatever it asks)
                 if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
                                       > kvm.num_free_blocks - promised):

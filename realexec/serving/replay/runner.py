@@ -5,7 +5,9 @@ Prompts are synthetic token ids of the trace's lengths: a trace's own `prompt_to
 has them; else, with `hash_ids`, each hash id is one block of `hash_block_size` tokens drawn
 from a generator seeded by (seed, hash id), so requests that share hash ids share prefixes;
 else tokens seeded by (seed, row). Each request asks for exactly its trace output length
-(`ignore_eos`, greedy). Targets (`parse_target`): `inproc` (a `realexec.LLM` driven in this
+(`ignore_eos`, greedy, so its tokens are those of `transformers`' generate). An engine may
+admit by that flag (capacity policy `reserve_ratio` without prefix caching, as SGLang): the
+simulation to set beside a replay then says `workload.ignore_eos: true`. Targets (`parse_target`): `inproc` (a `realexec.LLM` driven in this
 process, no transport), `engine` (one engine process over ZeroMQ), `pd:P:D` (P prefill + D
 decode processes) and `http://host:port` (a running `kvpd serve`, streaming completions).
 
