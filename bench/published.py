@@ -8,9 +8,11 @@ overall, and the worst row. Rows the checkout cannot run (a scenario key or cata
 does not know yet) are listed with the loader's reason and left out of the statistics.
 
     PYTHONPATH=$PWD python bench/published.py [--source ID] [--row SUBSTR] [--out DIR] [--check]
+                                              [--write-accuracy [PATH]]
 
 --check exits 1 when the median |error| is above 10% or a row is beyond +-30% (issue 30's
-targets), 2 when no row could run.
+targets), 2 when no row could run. --write-accuracy writes the error per model class and
+metric family that runs from defaults report (`simulator/accuracy.py`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ def run_row(row: Row, out_dir: Path, overrides: list[str] | None = None) -> Outc
                    tuple(conv.assumptions), get_model(sc.model).is_moe)
 
 
+def accuracy_of(outcomes: list[Outcome]) -> dict:
+    """`simulator.accuracy.accuracy_table` of the rows that ran."""
+    from simulator.accuracy import accuracy_table
+
+    return accuracy_table((o.moe, o.row.metric["name"], o.error) for o in outcomes
+                          if o.error is not None)
+
+
 def summarize(outcomes: list[Outcome]) -> dict:
     """Median |error| per source and overall, and the worst row (ran rows only)."""
     ran = [o for o in outcomes if o.error is not None]
@@ -144,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row", action="append", default=[], help="only rows whose id contains this")
     ap.add_argument("--out", default="out/published", help="folder for the per-row scenarios")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--write-accuracy", nargs="?", const="", default=None, metavar="PATH",
+                    help="write the error per model class and metric family (default "
+                         "simulator/catalog/published_accuracy.json, which a run from "
+                         "defaults reports as its `accuracy`); needs the whole suite")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="what-if: override a key of every row's scenario, as kvpd simulate "
                          "--set (e.g. hardware='{base: h100-sxm, bf16_tflops_scale: 0.5}')")
@@ -157,11 +171,18 @@ def main(argv: list[str] | None = None) -> int:
             and (not args.row or any(x in r.id for x in args.row))]
     if not rows:
         ap.error("no row matches the filters")
+    if args.write_accuracy is not None and (args.source or args.row or args.overrides):
+        ap.error("--write-accuracy needs the whole suite as published: no --source, --row or --set")
     out_dir = Path(args.out)
     outcomes = [run_row(r, out_dir, args.overrides) for r in rows]
     stats = summarize(outcomes)
     print_table(outcomes, stats)
     print(f"scenarios written under {out_dir}/")
+    if args.write_accuracy is not None:
+        from simulator.accuracy import ACCURACY_FILE, write_accuracy
+
+        path = write_accuracy(accuracy_of(outcomes), Path(args.write_accuracy or ACCURACY_FILE))
+        print(f"accuracy by model class and metric written to {path}")
     if not args.check:
         return 0
     if not stats["ran"]:

@@ -14,6 +14,7 @@ import numpy as np
 import simpy
 
 import workloads
+from simulator.accuracy import run_accuracy
 from simulator.cluster.cluster import SimCluster
 from simulator.cluster.load import ClosedLoop, check_servable, open_loop
 from simulator.cluster.timeline import Timeline
@@ -223,6 +224,9 @@ def finish_result(sc: Scenario, res: RowsResult, wall: float) -> SimResult:
     )
     if res.has_links:
         summary["kv_transfer_s"] = _transfer_stats(records["kv_transfer_s"])
+    acc = run_accuracy(sc, sc.model_spec())
+    if acc is not None:  # from catalog defaults: how far such predictions were from published ones
+        summary["accuracy"] = acc
     kept = res.collector.requests() if res.collector.keep else None
     return SimResult(sc, kept, summary, records, res.timeline, res.cluster, wall)
 

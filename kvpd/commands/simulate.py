@@ -91,6 +91,7 @@ def _simulate(path: str, sc: Any, progress: bool) -> Any:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from simulator.accuracy import accuracy_line
     from simulator.cost.precision import checkpoint_note
     from simulator.report import summary_table
 
@@ -131,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"{name}: quantization {note}; set quantization.method/scope to override")
     print(summary_table([r.summary for r in results], names))
+    for name, r in zip(names, results):
+        if "accuracy" in r.summary:
+            print(f"{name}: {accuracy_line(r.summary['accuracy'])}")
     for name, r in zip(names, results):
         files = [Path(f).name for f in r.extra["written"]]
         print(f"\n{name}: wrote {len(files)} files to {r.extra['out_dir']}/: {', '.join(files)}")
