@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.version import Version
+
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engine_version import parse_version
@@ -261,6 +263,11 @@ def _modelopt_weights(data: dict[str, Any]) -> str | None:
     return "NVFP4" if released in ("", "nvfp4") else None
 
 
+# SGLang's ServerArgs divides chunked_prefill_size by dp under DP attention from this version
+# (v0.4.4 and before: halves it; read in the released wheels)
+SGLANG_DP_DIVIDES_FROM = Version("0.4.5")
+
+
 def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[str, Any],
                      cluster: dict[str, Any], version: Any) -> list[str]:
     """SGLang's chunked_prefill_size and mem_fraction_static by version and GPU memory
@@ -277,9 +284,17 @@ def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[st
     tp, pp = int(cluster.get("tp", 1)), int(cluster.get("pp", 1))
     notes = []
     if "max_num_batched_tokens" not in sched:
-        sched["max_num_batched_tokens"] = sglang_server.chunked_prefill_size(v, gpu_mem)
-        notes.append(f"max_num_batched_tokens {sched['max_num_batched_tokens']}: SGLang {v}'s "
-                     f"chunked_prefill_size on a {gpu_mem / 1024:.0f} GiB GPU")
+        size = sglang_server.chunked_prefill_size(v, gpu_mem)
+        sched["max_num_batched_tokens"] = size
+        why = f"SGLang {v}'s chunked_prefill_size on a {gpu_mem / 1024:.0f} GiB GPU"
+        if cluster.get("dp_attention") is True and tp > 1:
+            # ServerArgs with DP attention: up to v0.4.4 --enable-dp-attention sets dp = tp and
+            # halves chunked_prefill_size; from v0.4.5 (which needs --dp) it divides it by dp
+            div = 2 if v < SGLANG_DP_DIVIDES_FROM else tp
+            sched["max_num_batched_tokens"] = max(1, size // div)
+            why += (f" ({size}), halved for data-parallel attention" if div == 2 else
+                    f" ({size}), divided by its {tp} data-parallel attention ranks")
+        notes.append(f"max_num_batched_tokens {sched['max_num_batched_tokens']}: {why}")
     if not any(k in cache for k in CACHE_MEMORY_KEYS):
         f = sglang_server.mem_fraction_static(v, gpu_mem, tp, pp)
         cache["mem_fraction_static"] = f

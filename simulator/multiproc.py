@@ -38,6 +38,8 @@ def split_refusal(sc: Scenario) -> str | None:
         return "replicas sharing a host (cluster.host_*_share) slow each other's steps"
     if sc.workload.max_concurrency is not None:
         return "workload.max_concurrency counts the requests in flight across all replicas"
+    if c.dp_attention:
+        return "cluster.dp_attention routes requests over every replica's attention ranks"
     return None
 
 

@@ -97,6 +97,30 @@ class ClusterSpec(_Strict):
     # caches and clock headroom; `kvpd calibrate` fits it from the profile's contended
     # steps). None: 1. See simulator/cost/host_share.py.
     host_compute_share: float | None = Field(None, gt=0, le=1)
+    # data-parallel attention (SGLang --enable-dp-attention with --dp = --tp, TensorRT-LLM
+    # enable_attention_dp, vLLM --data-parallel-size with --enable-expert-parallel): each of a
+    # replica's tp GPUs runs the attention of its own requests (whole attention weights, a KV
+    # pool of its own, a scheduler of its own), and all of them run the MoE layers together
+    # over every rank's tokens, experts split ep ways (ep = tp) or tp ways (ep = 1); the ranks
+    # step in lockstep (simulator/cluster/dp_group.py, simulator/cost/dp_attention.py)
+    dp_attention: bool = Field(False, strict=True)
+
+    @model_validator(mode="after")
+    def _dp_attention(self):
+        if not self.dp_attention:
+            return self
+        clash = [f"cluster.{k} = {getattr(self, k)}" for k in ("pd", "host_memory_share",
+                                                               "host_compute_share")
+                 if getattr(self, k) is not None]
+        if self.pp != 1:
+            clash.append(f"cluster.pp = {self.pp} (data-parallel attention runs at pp = 1)")
+        if self.tp < 2:
+            clash.append(f"cluster.tp = {self.tp} (it needs tp >= 2 GPUs to spread attention "
+                         "over; one GPU per replica is cluster.replicas)")
+        if clash:
+            raise ValueError("cluster.dp_attention: true cannot be combined with "
+                             + "; ".join(clash))
+        return self
 
 
 class SchedulerSpec(_Strict):
@@ -327,7 +351,8 @@ class Scenario(_Strict):
                            max_num_batched_tokens=self.scheduler.max_num_batched_tokens,
                            kv_cache_dtype=c.kv_cache_dtype, quantization=self.quantization_mapping(),
                            ep=ep, free_gpu_memory_fraction=c.free_gpu_memory_fraction,
-                           mem_fraction_static=c.mem_fraction_static)
+                           mem_fraction_static=c.mem_fraction_static,
+                           dp_attention=self.cluster.dp_attention and self.cluster.pd is None)
 
 
 # set by the loader, not by a scenario file: left out of key listings and hints

@@ -179,10 +179,12 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
                            f"requests, e.g. {unfinished[:5]}")
     return RowsResult(
         collector=collector, timeline=timeline, cluster=cluster, simulated_s=float(env.now),
-        num_steps=int(sum(r.num_steps for r in cluster.replicas)),
+        num_steps=cluster.num_steps(),
         pools=[{"role": p.role, "replicas": p.spec.replicas, "tp": p.spec.tp, "pp": p.spec.pp,
                 "hardware": p.accelerator.name, "num_gpu_blocks": p.num_gpu_blocks,
-                "num_cpu_blocks": p.num_cpu_blocks} for p in cluster.pools],
+                "num_cpu_blocks": p.num_cpu_blocks,
+                **({"dp_attention": True} if p.dp_cost is not None else {})}
+               for p in cluster.pools],
         busy_s={r.name: r.busy_s for r in cluster.replicas},
         kv_peak_usage=cluster.kv_peak_usage(),
         prefix_queries_tokens=cluster.prefix_tokens()[0],

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import simpy
 
 from simulator.calibrate.calibrated import at_speed, serving_speed
+from simulator.cluster.dp_group import SimDPGroup
 from simulator.cluster.links import SimLink
 from simulator.cluster.replica import SimReplica
 from simulator.cluster.router import Router
@@ -39,6 +40,7 @@ from simulator.core.config import CacheConfig, SchedulerConfig
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.cost.costmodel import CostModel
+from simulator.cost.dp_attention import DPAttentionCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
 from simulator.cost.kernels import AttentionBackendError
@@ -84,7 +86,9 @@ def resolve_hardware(spec: Spec, scenario: Scenario,
 
 @dataclass
 class PoolPlan:
-    """What one pool's replicas are made of."""
+    """What one pool's replicas are made of (with data-parallel attention, `cost_model` is
+    one attention rank's GPU and `dp_cost` prices the replica's lockstep steps;
+    `num_gpu_blocks` is one rank's)."""
 
     role: str
     spec: PoolSpec
@@ -93,6 +97,7 @@ class PoolPlan:
     memory: MemoryPlan
     num_gpu_blocks: int
     num_cpu_blocks: int
+    dp_cost: DPAttentionCost | None = None
 
 
 def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -> PoolPlan:
@@ -108,13 +113,25 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         if ep_link is None:
             raise ValueError(f"{key}_link: scale_out, but {acc.name} names no scale-out link")
     cache = scenario.cache
-    try:
-        cost = CostModel(model, acc, scenario.dtype, spec.tp, spec.pp, params,
+    dp = scenario.cluster.dp_attention and role == "colocated"
+    if dp and not model.is_moe:
+        raise ValueError(f"cluster.dp_attention: {model.name} is a dense model; data-parallel "
+                         "attention pays off where MoE layers are shared across the ranks "
+                         "(use cluster.replicas for independent copies of a dense model)")
+    if dp and scenario.scheduler.preemption_mode == "swap":
+        raise ValueError("cluster.dp_attention: scheduler.preemption_mode swap is not modelled "
+                         "with data-parallel attention; use recompute")
+
+    def cost_model(tp: int, ep: int) -> CostModel:
+        return CostModel(model, acc, scenario.dtype, tp, spec.pp, params,
                          kv_cache_dtype=cache.kv_cache_dtype,
-                         quantization=scenario.quantization_mapping(), ep=spec.ep,
+                         quantization=scenario.quantization_mapping(), ep=ep,
                          ep_link=ep_link, allreduce=scenario.cluster.allreduce,
                          attention_backend=(spec.attention_backend
                                             or scenario.cluster.attention_backend))
+    try:
+        cost = cost_model(spec.tp, spec.ep)
+        dp_cost = DPAttentionCost(cost_model(1, 1), cost) if dp else None
     except AttentionBackendError as exc:
         key = ("cluster.attention_backend" if spec.attention_backend is None
                else f"cluster.pd.{role}.attention_backend")
@@ -126,6 +143,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")
     cpu_blocks = int(cache.swap_space_gb * 1e9 // mem.kv_bytes_per_block) if cache.swap_space_gb else 0
+    if dp_cost is not None:
+        return PoolPlan(role, spec, acc, dp_cost.attention, mem, blocks, cpu_blocks, dp_cost)
     return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
 
 
@@ -139,6 +158,7 @@ class SimCluster:
         self.model = model
         self.timeline = timeline
         self._on_finished = on_finished
+        self.groups: list[SimDPGroup] = []  # data-parallel attention: one per replica
         c = scenario.cluster
         if c.pd is None:
             pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
@@ -224,6 +244,14 @@ class SimCluster:
             name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
             if only is not None and name not in only:
                 continue
+            if plan.dp_cost is not None:  # tp attention ranks, stepped by one group
+                ranks = [SimReplica(self.env, f"{name}.dp{j}", Scheduler(sched_cfg, cache_cfg),
+                                    plan.cost_model, None, self.timeline,
+                                    on_finished=self._on_finished, start=False)
+                         for j in range(plan.spec.tp)]
+                self.groups.append(SimDPGroup(self.env, name, ranks, plan.dp_cost, self.timeline))
+                out += ranks
+                continue
             pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
                            pcie_link.latency_s) if pcie_link else None
             out.append(SimReplica(
@@ -286,6 +314,13 @@ class SimCluster:
         decode.wake()
 
     # ---- statistics ----
+    def num_steps(self) -> int:
+        """Engine steps run: each replica's, a data-parallel-attention group's once for all
+        its ranks."""
+        grouped = {r.name for g in self.groups for r in g.ranks}
+        return (sum(r.num_steps for r in self.replicas if r.name not in grouped)
+                + sum(g.num_steps for g in self.groups))
+
     def kv_peak_usage(self) -> float:
         return max(r.scheduler.kv_cache_manager.peak_usage for r in self.replicas)
 

@@ -45,7 +45,10 @@ class SimReplica:
         on_finished: Callable[[SimReplica, list[Request]], None] | None = None,
         on_kv_ready: Callable[[SimReplica, list[Request]], None] | None = None,
         on_kv_to_receive: Callable[[SimReplica, list[tuple[Request, int]]], None] | None = None,
+        start: bool = True,
     ) -> None:
+        """`start`: run the replica's own engine loop (False: something else steps its
+        scheduler, e.g. a data-parallel attention group, `simulator.cluster.dp_group`)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -74,7 +77,9 @@ class SimReplica:
         # when the idle spell in progress began (None: busy); the next step pays
         # CostParams.wake_extra_s of it
         self._idle_since: float | None = None
-        self.process = env.process(self._run())
+        # who steps this replica when it does not (`start` False): woken in its place
+        self.on_wake: Callable[[], None] | None = None
+        self.process = env.process(self._run()) if start else None
 
     # ---- intake (called by routers and the PD link) ----
     def submit(self, req: Request) -> None:
@@ -93,6 +98,9 @@ class SimReplica:
         self.pending_host_s += p.kv_land_s + p.kv_land_token_s * num_tokens
 
     def wake(self) -> None:
+        if self.on_wake is not None:  # stepped by a group: wake it instead
+            self.on_wake()
+            return
         if not self._wake.triggered:
             self._wake.succeed()
 
@@ -134,17 +142,21 @@ class SimReplica:
                 ends[-1] = env.now
             result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
             end = env.now
-            if now != self._busy_end:  # a new run of steps begins
-                self._busy_closed += self._busy_end - self._busy_start
-                self._busy_start = now
-            self._busy_end = end
-            self.num_steps += result.num_steps
+            self.mark_busy(now, end, result.num_steps)
             self.timeline.record_step(self.name, start, ends, out, sched)
             self._finish(sched.update(out, result, end))
             if self.on_kv_ready is not None:
                 ready = sched.pop_kv_ready()
                 if ready:
                     self.on_kv_ready(self, ready)
+
+    def mark_busy(self, start: float, end: float, num_steps: int = 1) -> None:
+        """Count `num_steps` steps from `start` to `end` (s) in `busy_s` and `num_steps`."""
+        if start != self._busy_end:  # a new run of steps begins
+            self._busy_closed += self._busy_end - self._busy_start
+            self._busy_start = start
+        self._busy_end = end
+        self.num_steps += num_steps
 
     def _steps(self, shape: BatchShape, k: int,
                segments: Iterator[tuple[BatchShape, int]] | None = None):

@@ -56,6 +56,9 @@ class MemoryPlan:
     free_gpu_memory_fraction: float | None = None
     # SGLang's sizing: weights + KV take this fraction of all memory, activations the rest
     mem_fraction_static: float | None = None
+    # data-parallel attention: every GPU holds whole attention weights and its own requests'
+    # KV (all KV heads); num_gpu_blocks is then one GPU's (one attention rank's) pool
+    dp_attention: bool = False
 
     @property
     def max_num_tokens(self) -> int:
@@ -89,7 +92,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 max_num_batched_tokens: int = 8192,
                 quantization: dict[str, Any] | str | None = None, ep: int = 1,
                 free_gpu_memory_fraction: float | None = None,
-                mem_fraction_static: float | None = None) -> MemoryPlan:
+                mem_fraction_static: float | None = None,
+                dp_attention: bool = False) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
     naming the model, hardware, TP/PP and the shortfall in GB.
 
@@ -97,7 +101,11 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     or, with `free_gpu_memory_fraction` (TensorRT-LLM's KvCacheConfig; its default 0.9), that
     fraction of memory - weights - activation reserve, or, with `mem_fraction_static`
     (SGLang's), that fraction of memory - weights (its activations live outside it). Then
-    `gpu_memory_utilization` is not used; give at most one of the two."""
+    `gpu_memory_utilization` is not used; give at most one of the two.
+
+    `dp_attention` (data-parallel attention over the tp GPUs, pp = 1): each GPU holds the
+    whole attention weights (the rest split as at tp / ep) and a KV pool of its own with every
+    KV head, for the requests its attention rank runs."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
     prec = resolve(acc, dtype, quantization, kv_cache_dtype, model=model)
@@ -121,9 +129,19 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         budget = share * acc.memory_bytes
         limit = f"{key}={share} x {acc.memory_bytes / GB:.1f} GB"
     weights = max(stage_weight_bytes(model, sh, prec))
+    kv_sh = sh
+    if dp_attention:
+        if pp != 1:
+            raise ValueError(f"data-parallel attention runs at pp = 1, got pp={pp}")
+        kv_sh = shard_model(model, 1, 1)
+        attn_bytes = (prec.matrix_weight_bytes if prec.scope == "all"
+                      else prec.dense.matrix_weight_bytes)
+        weights += model.num_layers * attn_bytes * (kv_sh.attention_params(model)
+                                                    - sh.attention_params(model))
     experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
-             + (f", ep={ep}" if ep > 1 else "") + " "
+             + (f", ep={ep}" if ep > 1 else "") + (", dp attention" if dp_attention else "")
+             + " "
              f"({tp * pp} GPU{'s' if tp * pp > 1 else ''})")
     if weights > budget:
         raise ValueError(
@@ -145,7 +163,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         kv_per_block = (block_size * max(sh.layers_per_stage)
                         * (model.kv_lora_rank + model.qk_rope_head_dim) * dtype_bytes(kv_dt))
     else:
-        kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * sh.kv_heads
+        kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * kv_sh.kv_heads
                         * model.head_dim * dtype_bytes(kv_dt))
     if pool < kv_per_block:
         raise ValueError(
@@ -159,7 +177,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         memory_bytes=acc.memory_bytes, budget_bytes=budget, weight_bytes_per_gpu=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts,
-        free_gpu_memory_fraction=free_fraction, mem_fraction_static=static)
+        free_gpu_memory_fraction=free_fraction, mem_fraction_static=static,
+        dp_attention=dp_attention)
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:

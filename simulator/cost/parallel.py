@@ -34,17 +34,21 @@ class ShardPlan:
         mlp = (3 if model.gated_mlp else 2) * d * self.ffn
         return attn + model.num_experts * mlp
 
+    def attention_params(self, model: ModelSpec) -> float:
+        """Attention weights (QKV and output projections; MLA's latent ones) of one layer on
+        one rank."""
+        if model.is_mla:
+            t = mla_terms(model, self.tp)
+            return t.w_qkv + t.w_o
+        d, hd = model.hidden_size, model.head_dim
+        return d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
+
     def stage_layer_params(self, model: ModelSpec, s: int) -> float:
         """Attention + MLP weights of stage `s`'s layers on one rank, for MoE (dense first
         layers, shared experts, E/ep whole experts with EP) and MLA models."""
         dense, moe = stage_layer_split(model, self.layers_per_stage, s)
         d, n_mats = model.hidden_size, 3 if model.gated_mlp else 2
-        if model.is_mla:
-            t = mla_terms(model, self.tp)
-            attn = t.w_qkv + t.w_o
-        else:
-            hd = model.head_dim
-            attn = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
+        attn = self.attention_params(model)
         routed = (model.num_experts / self.ep) * n_mats * d * model.ffn_size if self.ep > 1 \
             else model.num_experts * n_mats * d * self.ffn
         dense_mlp = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params)

@@ -1,0 +1,92 @@
+"""The step time of a replica that runs data-parallel attention (`cluster.dp_attention`).
+
+Each of the replica's tp GPUs is an attention rank with requests of its own: it runs the
+attention side of every layer (QKV and output projections, attention, norms, the LM head and
+sampling, the per-layer kernel floors, the host's per-step work) for its own tokens with the
+whole attention weights. Then all tp GPUs run the MoE layers together over every rank's
+tokens, the experts split ep ways (ep = tp: the EP all-to-all dispatch and combine) or tp
+ways (ep = 1: the hidden states are all-gathered before the experts and reduce-scattered
+after, together the bytes of one all-reduce per layer). The ranks meet at every layer, so a
+step takes the slowest rank's attention side plus the shared MoE side:
+
+    step = max over ranks r of attention(rank r's batch) + moe(all ranks' tokens) + gather
+
+`attention(...)` is the `attention` cost model's operators of that side for the rank's batch
+(a model on one GPU: tp = 1); `moe(...)` and the collectives are the `experts` cost model's
+(tp GPUs, ep) for the step's tokens, which is all they depend on (cached by token count).
+"""
+
+from __future__ import annotations
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.costmodel import CostModel
+
+# the operators each side runs (simulator/cost/breakdown.py names)
+ATTENTION_OPS = frozenset({"qkv_proj", "attn_prefill", "attn_decode", "attn_decode_setup",
+                           "o_proj", "norm_act_rope", "layer_overhead", "lm_head", "sampling",
+                           "step_overhead"})
+EXPERT_OPS = frozenset({"mlp", "moe_experts", "ep_all_to_all"})
+GATHER_OP = "tp_allreduce"  # two all-reduces per layer at tp: half of it is gather + scatter
+
+
+def merged_shape(shapes: list[BatchShape]) -> BatchShape:
+    """The step's tokens over all ranks as one shape (what the MoE side computes)."""
+    out = BatchShape()
+    for s in shapes:
+        out.num_reqs += s.num_reqs
+        out.num_tokens += s.num_tokens
+        out.num_decode_reqs += s.num_decode_reqs
+        out.decode_context_tokens += s.decode_context_tokens
+        out.num_prefill_reqs += s.num_prefill_reqs
+        out.num_prefill_tokens += s.num_prefill_tokens
+        out.prefill_context_tokens += s.prefill_context_tokens
+        out.prefill_attn_pairs += s.prefill_attn_pairs
+        out.max_context = max(out.max_context, s.max_context)
+        out.max_decode_context = max(out.max_decode_context, s.max_decode_context)
+    return out
+
+
+class DPAttentionCost:
+    """Step seconds of a data-parallel-attention replica from its ranks' batch shapes."""
+
+    def __init__(self, attention: CostModel, experts: CostModel) -> None:
+        if attention.tp != 1 or attention.pp != 1:
+            raise ValueError("the attention side is one GPU's: tp = pp = 1")
+        if experts.pp != 1 or experts.tp < 2:
+            raise ValueError("the expert side runs over the replica's tp >= 2 GPUs at pp = 1")
+        self.attention = attention
+        self.experts = experts
+        self.tp, self.ep = experts.tp, experts.ep
+        self.loop_overhead_s = attention.params.loop_overhead_s
+        self._expert_s: dict[int, float] = {}
+
+    def attention_s(self, shape: BatchShape) -> float:
+        """Seconds of one rank's attention side for its batch `shape` (0 for an idle rank)."""
+        if shape.num_tokens <= 0:
+            return 0.0
+        return sum(op.time_s for op in explain_step(self.attention, shape).ops
+                   if op.name in ATTENTION_OPS)
+
+    def expert_s(self, shape: BatchShape) -> float:
+        """Seconds of the shared side (MoE or dense MLP layers, their collectives) for the
+        step's tokens over all ranks, `shape` (they depend on the token count alone)."""
+        t = shape.num_tokens
+        if t <= 0:
+            return 0.0
+        cached = self._expert_s.get(t)
+        if cached is None:
+            ops = explain_step(self.experts, shape).ops
+            cached = sum(op.time_s for op in ops if op.name in EXPERT_OPS)
+            if self.ep == 1:  # all-gather before the experts, reduce-scatter after
+                cached += 0.5 * sum(op.time_s for op in ops if op.name == GATHER_OP)
+            self._expert_s[t] = cached
+        return cached
+
+    def step_time(self, shapes: list[BatchShape]) -> float:
+        """Seconds of one lockstep step whose ranks computed `shapes` (idle ranks may be left
+        out: they wait at every layer)."""
+        busy = [s for s in shapes if s.num_tokens > 0]
+        if not busy:
+            return 0.0
+        return max(self.attention_s(s) for s in busy) + self.expert_s(merged_shape(busy))

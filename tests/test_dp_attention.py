@@ -1,0 +1,172 @@
+"""`cluster.dp_attention`: a replica's tp GPUs as attention ranks (own scheduler, KV pool and
+whole attention weights each) that run the MoE layers together, stepping in lockstep."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.breakdown import explain_step
+from simulator.cost.costmodel import CostModel
+from simulator.cost.dp_attention import ATTENTION_OPS, EXPERT_OPS, DPAttentionCost, merged_shape
+from simulator.cost.memory_plan import plan_memory
+from simulator.cost.models import get_model
+from simulator.cost.parallel import shard_model
+from simulator.scenario import scenario_from_dict
+from tests.sim_helpers import merged, sim
+
+DSV3 = {"model": "deepseek-v3", "dtype": "fp8", "hardware": "h200-sxm",
+        "cluster": {"tp": 8, "ep": 8, "dp_attention": True}}
+BURST = {"workload": {"synthetic": {"num_requests": 160, "arrival": {"process": "burst"},
+                                    "prompt_len": {"dist": "fixed", "value": 1500},
+                                    "output_len": {"dist": "fixed", "value": 200}}}}
+
+
+def dp_sim(patch: dict | None = None):
+    return sim(merged(merged(DSV3, BURST), patch or {}))
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("cluster, message", [
+    ({"tp": 8, "ep": 8, "dp_attention": True, "pp": 2}, "cluster.pp = 2"),
+    ({"tp": 1, "dp_attention": True}, "cluster.tp = 1"),
+    ({"tp": 8, "dp_attention": True, "host_memory_share": 0.5}, "cluster.host_memory_share"),
+    ({"dp_attention": True, "tp": 4, "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}},
+     "cluster.pd"),
+    ({"tp": 8, "dp_attention": "yes"}, "cluster.dp_attention: Input should be a valid boolean"),
+])
+def test_combinations_it_cannot_run_are_refused_naming_the_key(cluster, message):
+    with pytest.raises(ValueError, match="cluster") as err:
+        scenario_from_dict(merged(merged(DSV3, BURST), {"cluster": cluster}))
+    assert message in str(err.value)
+
+
+def test_a_dense_model_and_swapping_are_refused_before_the_run():
+    with pytest.raises(ValueError, match="cluster.dp_attention: llama-3-70b is a dense model"):
+        sim(merged(BURST, {"model": "llama-3-70b", "cluster": {"tp": 4, "dp_attention": True}}))
+    with pytest.raises(ValueError, match="preemption_mode swap is not modelled"):
+        dp_sim({"scheduler": {"preemption_mode": "swap"}, "cache": {"swap_space_gb": 4}})
+
+
+# ------------------------------------------------------------------ memory plan
+@pytest.mark.parametrize("name, tp", [("deepseek-v3", 8), ("qwen3-235b-a22b", 4),
+                                      ("mixtral-8x7b", 2)])
+def test_each_gpu_holds_whole_attention_and_every_kv_head(name, tp):
+    model = get_model(name)
+    dtype = "fp8"
+    base = plan_memory(model, "h200-sxm", dtype, tp=tp, ep=tp)
+    dp = plan_memory(model, "h200-sxm", dtype, tp=tp, ep=tp, dp_attention=True)
+    one, split = shard_model(model, 1), shard_model(model, tp, 1, tp)
+    extra = model.num_layers * (one.attention_params(model) - split.attention_params(model))
+    assert dp.weight_bytes_per_gpu == pytest.approx(base.weight_bytes_per_gpu + extra * 1.0)
+    if model.is_mla:  # the latent is whole on every TP rank already
+        assert dp.kv_bytes_per_block == base.kv_bytes_per_block
+    else:
+        assert dp.kv_bytes_per_block == base.kv_bytes_per_block * min(tp, model.num_kv_heads)
+    assert dp.dp_attention and not base.dp_attention
+
+
+def test_mla_gets_far_more_kv_per_replica():
+    """MLA's latent KV is whole on every TP rank, so tp ranks of their own hold ~tp x the tokens."""
+    base = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8)
+    dp = plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8, dp_attention=True)
+    assert 8 * dp.num_gpu_blocks > 5 * base.num_gpu_blocks
+
+
+# ------------------------------------------------------------------ cost
+def _costs(ep: int = 8) -> tuple[DPAttentionCost, CostModel]:
+    attn = CostModel("deepseek-v3", "h200-sxm", "fp8", tp=1)
+    experts = CostModel("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=ep)
+    return DPAttentionCost(attn, experts), experts
+
+
+def decodes(n: int, ctx: int = 2000) -> BatchShape:
+    return BatchShape.from_lists([1] * n, [ctx] * n)
+
+
+def test_a_step_is_the_slowest_ranks_attention_plus_the_shared_moe_side():
+    dp, _ = _costs()
+    small, big = decodes(2), decodes(40, 4000)
+    t = dp.step_time([small, big, BatchShape()])
+    assert t == pytest.approx(dp.attention_s(big) + dp.expert_s(merged_shape([small, big])))
+    assert dp.attention_s(big) > dp.attention_s(small)
+    assert dp.step_time([BatchShape()] * 8) == 0.0
+    # spreading the same decodes over the ranks: attention shrinks, the MoE side is the same
+    assert dp.step_time([decodes(8)] * 8) < dp.step_time([decodes(64)])
+    assert merged_shape([decodes(8)] * 8).num_tokens == 64
+
+
+def test_the_moe_side_follows_the_expert_split():
+    shape = decodes(64)
+    for ep in (1, 8):
+        dp, experts = _costs(ep)
+        ops = {op.name: op.time_s for op in explain_step(experts, shape).ops}
+        want = sum(t for name, t in ops.items() if name in EXPERT_OPS)
+        if ep == 1:  # all-gather + reduce-scatter: half the two all-reduces
+            want += 0.5 * ops["tp_allreduce"]
+        else:
+            assert ops["ep_all_to_all"] > 0
+        assert dp.expert_s(shape) == pytest.approx(want)
+
+
+def test_every_operator_is_priced_on_one_side():
+    dp, experts = _costs(1)
+    known = ATTENTION_OPS | EXPERT_OPS | {"tp_allreduce", "logits_gather"}
+    mixed = BatchShape.from_lists([1] * 16 + [512], [2000] * 16 + [0])
+    for cm in (dp.attention, experts):
+        assert {op.name for op in explain_step(cm, mixed).ops} <= known
+
+
+# ------------------------------------------------------------------ simulation
+def test_every_request_finishes_spread_over_the_ranks_deterministically():
+    a, b = dp_sim(), dp_sim()
+    assert a.summary["requests"]["finished"] == 160
+    for key in a.records:
+        np.testing.assert_array_equal(a.records[key], b.records[key])
+    ranks = {r.annotations["replica"] for r in a.requests}
+    assert ranks == {f"r0.dp{j}" for j in range(8)}
+    pool = a.summary["cluster"][0]
+    assert pool["dp_attention"] is True
+    assert pool["num_gpu_blocks"] == plan_memory("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=8,
+                                                 dp_attention=True).num_gpu_blocks
+
+
+def test_the_ranks_step_in_lockstep():
+    res = dp_sim({"output": {"timeseries": True}})
+    rows = res.timeline.rows
+    starts = {}
+    for row in rows:
+        starts.setdefault(row[0], []).append((row[1], row[2]))
+    steps = res.summary["sim"]["num_steps"]
+    # every rank's steps are group steps: the same start and end times, at most one per step
+    group = {t for v in starts.values() for t in v}
+    assert len(group) == steps
+    assert all(len(v) <= steps for v in starts.values())
+    assert max(len(v) for v in starts.values()) == steps  # some rank ran in every step
+
+
+def test_mla_serves_a_kv_bound_burst_faster_than_tensor_parallel_attention():
+    patch = {"workload": {"synthetic": {"num_requests": 600}}}
+    dp = dp_sim(patch)
+    tp = sim(merged(merged(merged(DSV3, BURST), patch), {"cluster": {"dp_attention": False}}))
+    assert (dp.summary["throughput"]["output_tokens_per_s"]
+            > 1.2 * tp.summary["throughput"]["output_tokens_per_s"])
+
+
+def test_sglangs_chunked_prefill_size_is_divided_over_the_ranks():
+    sc = scenario_from_dict(merged(merged(DSV3, BURST),
+                                   {"engine": {"name": "sglang", "version": "0.5.7"}}))
+    from packaging.version import Version
+
+    from simulator.cost.hardware import get_accelerator
+    from simulator.sglang_server import chunked_prefill_size
+
+    size = chunked_prefill_size(Version("0.5.7"), get_accelerator("h200-sxm").memory_bytes / 2**20)
+    assert sc.scheduler.max_num_batched_tokens == size // 8
+    assert any("divided by its 8 data-parallel attention ranks" in n for n in sc.engine_notes)
+    # up to v0.4.4 --enable-dp-attention set dp = tp itself and halved the chunk instead
+    old = scenario_from_dict(merged(merged(DSV3, BURST),
+                                    {"engine": {"name": "sglang", "version": "0.4.3.post2"}}))
+    assert old.scheduler.max_num_batched_tokens == chunked_prefill_size(
+        Version("0.4.3.post2"), get_accelerator("h200-sxm").memory_bytes / 2**20) // 2
