@@ -295,6 +295,11 @@ def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[st
             why += (f" ({size}), halved for data-parallel attention" if div == 2 else
                     f" ({size}), divided by its {tp} data-parallel attention ranks")
         notes.append(f"max_num_batched_tokens {sched['max_num_batched_tokens']}: {why}")
+    if cluster.get("dp_attention") is True and tp > 1 and "schedule_conservativeness" not in sched:
+        # ServerArgs with DP attention (v0.4.3 to v0.5.7 alike): schedule_conservativeness x 0.3
+        sched["schedule_conservativeness"] = 0.3
+        notes.append("schedule_conservativeness 0.3: SGLang scales its conservativeness (1.0) "
+                      "by 0.3 under data-parallel attention")
     if not any(k in cache for k in CACHE_MEMORY_KEYS):
         f = sglang_server.mem_fraction_static(v, gpu_mem, tp, pp)
         cache["mem_fraction_static"] = f

@@ -144,6 +144,9 @@ class SchedulerSpec(_Strict):
     # the prompt's last token runs in the next step, as a decode that samples the first token
     # (LMDeploy TurboMind before v0.1.0a2; SchedulerConfig.first_token_from_decode)
     first_token_from_decode: bool = False
+    # capacity_policy reserve_ratio: SGLang's --schedule-conservativeness (its ratio of the
+    # running outputs starts at min(0.7 x this, 1); SchedulerConfig.schedule_conservativeness)
+    schedule_conservativeness: float = Field(1.0, gt=0)
 
 
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,3 +171,28 @@ def test_with_prefix_caching_ignore_eos_changes_nothing(wl, bs, blocks, chunked,
     a = _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed, ignore_eos=True, caching=True)[2]
     b = _ignore_eos_run(wl, bs, blocks, chunked, seqs, seed, ignore_eos=False, caching=True)[2]
     assert a == b
+
+
+def test_conservativeness_scales_the_ratio_and_an_idle_engine_starts_it_over():
+    """SGLang: init = min(0.7 c, 1), floor = 0.14 init, (init - floor) / 600 per decoding step;
+    self_check_during_idle puts it back to init."""
+    from simulator.core.capacity import reserve_ratios
+
+    init, floor, decay = reserve_ratios(0.3)
+    assert (init, floor) == (pytest.approx(0.21), pytest.approx(0.21 * 0.14))
+    assert decay == pytest.approx((init - floor) / 600)
+    assert reserve_ratios(2.0)[0] == 1.0  # capped
+    eng = make_engine(num_gpu_blocks=64, block_size=4, capacity_policy="reserve_ratio",
+                      schedule_conservativeness=0.3)
+    sched = eng.scheduler
+    assert sched.new_token_ratio == pytest.approx(0.21)
+    eng.add_request(make_request("a", 8, max_tokens=6), 0.0)
+    out = sched.schedule(0.0)
+    sched.update(out, StepResult(0.01), 0.01)
+    out = sched.schedule(0.01)
+    sched.update(out, StepResult(0.01), 0.02)
+    assert sched.new_token_ratio == pytest.approx(0.21 - decay)
+    eng.run_until_idle(0.02)
+    assert not sched.running and sched.new_token_ratio == pytest.approx(0.21)
+    with pytest.raises(ValueError, match="scheduler.schedule_conservativeness must be > 0"):
+        make_engine(capacity_policy="reserve_ratio", schedule_conservativeness=0.0)

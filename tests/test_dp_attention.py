@@ -165,6 +165,7 @@ def test_sglangs_chunked_prefill_size_is_divided_over_the_ranks():
     size = chunked_prefill_size(Version("0.5.7"), get_accelerator("h200-sxm").memory_bytes / 2**20)
     assert sc.scheduler.max_num_batched_tokens == size // 8
     assert any("divided by its 8 data-parallel attention ranks" in n for n in sc.engine_notes)
+    assert sc.scheduler.schedule_conservativeness == 0.3  # SGLang's flag x 0.3
     # up to v0.4.4 --enable-dp-attention set dp = tp itself and halved the chunk instead
     old = scenario_from_dict(merged(merged(DSV3, BURST),
                                     {"engine": {"name": "sglang", "version": "0.4.3.post2"}}))

@@ -227,6 +227,7 @@ class SimCluster:
             preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching, role=role,
             capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
             first_token_from_decode=s.first_token_from_decode,
+            schedule_conservativeness=s.schedule_conservativeness,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

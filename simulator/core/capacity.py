@@ -31,7 +31,9 @@ policy; `max_utilization` never calls into this module.
   requests' remaining output budgets (each at most 4096). Running requests then grow as under
   `max_utilization` and are preempted (SGLang "retracts") when blocks run out. The ratio starts
   at 0.7 (SGLANG_INIT_NEW_TOKEN_RATIO), falls by (0.7 - 0.098) / 600 after every step that
-  decodes, down to 0.098 (x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14), and after a preemption is
+  decodes, down to 0.098 (x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14), all scaled by
+  `schedule_conservativeness` (`reserve_ratios`); it starts over when the engine idles
+  (nothing running or waiting: SGLang's self_check_during_idle), and after a preemption is
   re-estimated from the requests still running: (their output tokens + 20 x their count) /
   (their max_tokens + 1), at most 1 (ScheduleBatch.retract_decode). A PD decode worker admits
   remote requests as under `max_utilization`. One deviation, so that nothing waits forever:
@@ -96,10 +98,22 @@ def reserved_blocks(kvm: KVCacheManager, running: Iterable[Request],
     return total
 
 
-# SGLang's estimate of what running requests still need (schedule_policy.py, environ.py, v0.5.6)
+# SGLang's estimate of what running requests still need (schedule_policy.py, environ.py, v0.5.6),
+# at --schedule-conservativeness 1
 RATIO_INIT = 0.7
-RATIO_MIN = RATIO_INIT * 0.14
-RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
+RATIO_MIN_FACTOR = 0.14
+RATIO_DECAY_STEPS = 600
+RATIO_MIN = RATIO_INIT * RATIO_MIN_FACTOR
+RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / RATIO_DECAY_STEPS
+
+
+def reserve_ratios(conservativeness: float) -> tuple[float, float, float]:
+    """(start, floor, decay per decoding step) of SGLang's ratio at its
+    --schedule-conservativeness (Scheduler.__init__: init = min(0.7 x c, 1), min = min(init x
+    0.14, 1), decay = (init - min) / 600)."""
+    init = min(RATIO_INIT * conservativeness, 1.0)
+    floor = min(init * RATIO_MIN_FACTOR, 1.0)
+    return init, floor, (init - floor) / RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
 

@@ -73,6 +73,9 @@ class SchedulerConfig:
     decodes together. False (SGLang's default, vLLM V0 without chunked prefill): a colocated
     step runs prompts or decodes, never both; prompts first, whenever a chunk is pending or a
     waiting request can be admitted, while the running decodes wait.
+    schedule_conservativeness: SGLang's --schedule-conservativeness under "reserve_ratio": its
+    share of the running outputs starts at min(0.7 x this, 1) and falls to 0.14 x that start
+    (`capacity.reserve_ratios`). SGLang with data-parallel attention runs 0.3 x its flag.
     first_token_from_decode: True (LMDeploy TurboMind before v0.1.0a2): a prompt's prefill
     stops one token short and its last token runs in the next step as a decode, which samples
     the first output token, so the first token costs a prefill plus a decode pass. False
@@ -91,8 +94,12 @@ class SchedulerConfig:
     capacity_policy: str = "max_utilization"
     mixed_batches: bool = True
     first_token_from_decode: bool = False
+    schedule_conservativeness: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.schedule_conservativeness > 0:
+            raise ValueError("scheduler.schedule_conservativeness must be > 0, got "
+                             f"{self.schedule_conservativeness!r}")
         _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)
         _check_min("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _check_min("scheduler.max_model_len", self.max_model_len, 1)

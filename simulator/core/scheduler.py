@@ -19,9 +19,6 @@ from bisect import insort
 
 from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.capacity import (
-    RATIO_DECAY,
-    RATIO_INIT,
-    RATIO_MIN,
     blocks_to_completion,
     ignore_eos_fits,
     ignore_eos_state,
@@ -30,6 +27,7 @@ from simulator.core.capacity import (
     ratio_after_preemption,
     ratio_need,
     ratio_reserved_blocks,
+    reserve_ratios,
     reserved_blocks,
 )
 from simulator.core.config import CacheConfig, SchedulerConfig
@@ -78,7 +76,10 @@ class Scheduler(PDHandoff, ParallelSampling):
         self.num_preemptions = 0
         self._no_evict = config.capacity_policy == "guaranteed_no_evict"
         self._by_ratio = config.capacity_policy == "reserve_ratio"
-        self.new_token_ratio = RATIO_INIT  # reserve_ratio's share of the running outputs
+        # reserve_ratio's share of the running outputs: start, floor, decay per decoding step
+        self._ratio_init, self._ratio_min, self._ratio_decay = reserve_ratios(
+            config.schedule_conservativeness)
+        self.new_token_ratio = self._ratio_init
         # decode bursts may run past finishing requests when nothing waits: set by a backend
         # whose replica state nobody reads between steps (`simulator.core.decode_burst`)
         self.burst_past_finishes = False
@@ -241,7 +242,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         """`steps` decode steps of reserve_ratio's decay (one subtraction each, as step by step)."""
         r = self.new_token_ratio
         for _ in range(steps):
-            r = max(r - RATIO_DECAY, RATIO_MIN)
+            r = max(r - self._ratio_decay, self._ratio_min)
         self.new_token_ratio = r
 
     def _prefill_pending(self) -> bool:
@@ -475,6 +476,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 self._decay_ratio(len(result.step_end_times) - 1)
         else:
             self._update_step(out, result.sampled_token_ids, now, finished)
+        if self._by_ratio and not self.running and not self.waiting:
+            # the engine idles: SGLang starts its ratio over (self_check_during_idle)
+            self.new_token_ratio = self._ratio_init
         self.step_id += 1
         return finished
 
