@@ -4,10 +4,13 @@ Each of the replica's tp GPUs is an attention rank with requests of its own: it 
 attention side of every layer (QKV and output projections, attention, norms, the LM head and
 sampling, the per-layer kernel floors, the host's per-step work) for its own tokens with the
 whole attention weights. Then all tp GPUs run the MoE layers together over every rank's
-tokens, the experts split ep ways (ep = tp: the EP all-to-all dispatch and combine) or tp
-ways (ep = 1: the hidden states are all-gathered before the experts and reduce-scattered
-after, together the bytes of one all-reduce per layer). The ranks meet at every layer, so a
-step takes the slowest rank's attention side plus the shared MoE side:
+tokens, the experts split ep ways (ep = tp: each GPU its E / ep experts) or tp ways (ep = 1):
+the hidden states are all-gathered before the experts and reduce-scattered after, together
+the bytes of one all-reduce per layer. That is what the engines do by default: SGLang without
+an all-to-all backend (`--moe-a2a-backend none`), vLLM's `allgather_reducescatter` all2all
+backend, TensorRT-LLM's allgather / reducescatter around its MoE; a DeepEP-style dispatch of
+each rank's own tokens is not modelled. The ranks meet at every layer, so a step takes the
+slowest rank's attention side plus the shared MoE side:
 
     step = max over ranks r of attention(rank r's batch) + moe(all ranks' tokens) + gather
 
@@ -26,8 +29,10 @@ from simulator.cost.costmodel import CostModel
 ATTENTION_OPS = frozenset({"qkv_proj", "attn_prefill", "attn_decode", "attn_decode_setup",
                            "o_proj", "norm_act_rope", "layer_overhead", "lm_head", "sampling",
                            "step_overhead"})
-EXPERT_OPS = frozenset({"mlp", "moe_experts", "ep_all_to_all"})
+EXPERT_OPS = frozenset({"mlp", "moe_experts"})
 GATHER_OP = "tp_allreduce"  # two all-reduces per layer at tp: half of it is gather + scatter
+# priced by the gather and scatter instead (the experts model's TP + EP dispatch and combine)
+REPLACED_OPS = frozenset({"ep_all_to_all"})
 
 
 def merged_shape(shapes: list[BatchShape]) -> BatchShape:
@@ -78,8 +83,8 @@ class DPAttentionCost:
         if cached is None:
             ops = explain_step(self.experts, shape).ops
             cached = sum(op.time_s for op in ops if op.name in EXPERT_OPS)
-            if self.ep == 1:  # all-gather before the experts, reduce-scatter after
-                cached += 0.5 * sum(op.time_s for op in ops if op.name == GATHER_OP)
+            # all-gather before the experts, reduce-scatter after: one all-reduce's bytes
+            cached += 0.5 * sum(op.time_s for op in ops if op.name == GATHER_OP)
             self._expert_s[t] = cached
         return cached
 
