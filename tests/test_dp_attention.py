@@ -176,3 +176,24 @@ def test_sglangs_chunked_prefill_size_is_divided_over_the_ranks():
                                     {"engine": {"name": "sglang", "version": "0.4.3.post2"}}))
     assert old.scheduler.max_num_batched_tokens == chunked_prefill_size(
         Version("0.4.3.post2"), get_accelerator("h200-sxm").memory_bytes / 2**20) // 2
+
+
+def test_estimate_spreads_the_step_over_the_ranks(capsys):
+    """`kvpd estimate --dp-attention`: the requests go to the ranks one by one; the step time
+    is the DP cost of those ranks' shapes, and the breakdown's operators sum to it."""
+    import json
+
+    from kvpd.cli import main as kvpd_main
+
+    args = ["estimate", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--dtype", "fp8",
+            "--tp", "8", "--ep", "8", "--dp-attention", "--decode", "20x3000", "--json"]
+    assert kvpd_main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    dp, _ = _costs()
+    ranks = [decodes(3, 3000)] * 4 + [decodes(2, 3000)] * 4
+    assert out["step_time_s"] == pytest.approx(dp.step_time(ranks))
+    assert sum(op["time_s"] for op in out["ops"]) == pytest.approx(out["step_time_s"])
+    assert {"dp_gather_scatter", "moe_experts", "attn_decode"} <= {op["name"] for op in out["ops"]}
+    assert out["memory_plan"]["dp_attention"] is True
+    assert kvpd_main(args[:-3] + ["--model", "llama-3-70b", "--decode", "8x100"]) == 2
+    assert "--dp-attention needs an MoE model" in capsys.readouterr().err

@@ -3,6 +3,8 @@
     kvpd estimate --model llama-3-8b --hardware h100-sxm --prefill 2048
     kvpd estimate --model llama-3-70b --hardware h100-sxm --tp 4 --decode 64x2048 --json
     kvpd estimate --model mixtral-8x7b --hardware h100-sxm --tp 2 --ep 2 --decode 32x1024 --explain
+    kvpd estimate --model deepseek-v3 --hardware h200-sxm --dtype fp8 --tp 8 --ep 8 \
+        --dp-attention --decode 256x4096
     kvpd estimate --model llama-3.1-8b --hardware a10 --dtype int4 --quantization awq \
         --decode 16x1024 --explain
 
@@ -31,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
+    p.add_argument("--dp-attention", action="store_true",
+                   help="data-parallel attention (MoE models, tp >= 2, pp 1): the step's "
+                        "requests spread over the tp GPUs' attention ranks one by one, the MoE "
+                        "layers over all their tokens (cluster.dp_attention)")
     p.add_argument("--attention-backend", default="flash_attn",
                    choices=ATTENTION_BACKENDS,
                    help="attention kernel: flash_attn (default), flash_attn_2 (vLLM's one "
@@ -130,28 +136,46 @@ def run(args: argparse.Namespace) -> int:
             quant["group_size"] = args.group_size
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
-    cm = CostModel(model, acc, dtype=args.dtype, tp=args.tp, pp=args.pp, params=params,
-                   kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
-                   attention_backend=args.attention_backend)
+    dp = args.dp_attention
+    if dp and (args.tp < 2 or args.pp != 1 or not model.is_moe):
+        raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "
+                         f"{model.name} ({'MoE' if model.is_moe else 'dense'}), tp={args.tp}, "
+                         f"pp={args.pp}")
+
+    def cost_model(tp: int, ep: int) -> CostModel:
+        return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,
+                         kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
+                         attention_backend=args.attention_backend)
+
+    cm = cost_model(args.tp, args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
                        free_gpu_memory_fraction=args.free_gpu_memory_fraction,
-                       mem_fraction_static=args.mem_fraction_static)
-    shape = BatchShape(window=model.sliding_window)  # sliding layers: capped at the window
-    kv_tokens = 0
+                       mem_fraction_static=args.mem_fraction_static, dp_attention=dp)
+    # the step's requests, one by one over the attention ranks (one rank without dp)
+    ranks = [BatchShape(window=model.sliding_window) for _ in range(args.tp if dp else 1)]
+    rank_kv = [0] * len(ranks)
     held = kv_tokens_held(model, plan.block_size)
+    reqs: list[tuple[int, int, int]] = []  # (new tokens, context before, KV tokens held)
     if args.prefill:
         b, n = parse_batch(args.prefill, "--prefill", need_batch=False)
-        for _ in range(b):
-            shape.add(n, 0)
-        kv_tokens += b * held(n, n)
+        reqs += [(n, 0, held(n, n))] * b
     if args.decode:
         b, c = parse_batch(args.decode, "--decode", need_batch=True)
-        for _ in range(b):
-            shape.add(1, c)
-        kv_tokens += b * held(c + 1, 1)
-    br = cm.explain(shape)
+        reqs += [(1, c, held(c + 1, 1))] * b
+    for i, (new, ctx, kv) in enumerate(reqs):
+        ranks[i % len(ranks)].add(new, ctx)
+        rank_kv[i % len(ranks)] += kv
+    kv_tokens = max(rank_kv)  # in the fullest pool (one per rank with dp)
+    if dp:
+        from simulator.cost.dp_attention import DPAttentionCost, merged_shape
+
+        shape = merged_shape(ranks)
+        br = DPAttentionCost(cost_model(1, 1), cm).breakdown(ranks)
+    else:
+        shape = ranks[0]
+        br = cm.explain(shape)
     out = br.to_dict()
     out["decode_tokens_per_s"] = shape.num_decode_reqs / br.total_s if shape.num_decode_reqs else 0.0
     out["memory_plan"] = plan.to_dict()
@@ -168,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
-          + (f", ep={args.ep}" if args.ep > 1 else "") + "), "
+          + (f", ep={args.ep}" if args.ep > 1 else "")
+          + (f", data-parallel attention over {args.tp} ranks" if dp else "") + "), "
           f"{cm.precision.label()}, GEMMs in {cm.precision.compute}"
           + ({"triton_attn": ", vLLM's Triton attention",
               "flash_attn_2": ", vLLM's FlashAttention-2 varlen attention"}
@@ -186,7 +211,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"dominant op   {br.dominant_op.name} ({br.dominant_op.bound})")
     print(f"memory        {plan.weight_bytes_per_gpu / 1e9:.1f} GB weights/GPU, KV pool "
           f"{plan.kv_pool_bytes / 1e9:.1f} GB = {plan.num_gpu_blocks} blocks "
-          f"({plan.max_num_tokens:,} tokens)")
+          f"({plan.max_num_tokens:,} tokens)" + (" per attention rank" if dp else ""))
+    if dp:
+        busiest = br.description["busiest_rank"]
+        print(f"ranks         the slowest rank's attention ({busiest['num_reqs']} requests, "
+              f"{busiest['num_tokens']} tokens) + the MoE layers over all {shape.num_tokens} "
+              "tokens with their gather and scatter")
     if note:
         print(f"precision     {note}; --quantization and --quantization-scope override it")
     if not out["fits_kv_pool"]:

@@ -21,9 +21,12 @@ slowest rank's attention side plus the shared MoE side:
 
 from __future__ import annotations
 
+import dataclasses
+
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.costmodel import CostModel
+from simulator.cost.op_cost import StepBreakdown
 
 # the operators each side runs (simulator/cost/breakdown.py names)
 ATTENTION_OPS = frozenset({"qkv_proj", "attn_prefill", "attn_decode", "attn_decode_setup",
@@ -95,3 +98,23 @@ class DPAttentionCost:
         if not busy:
             return 0.0
         return max(self.attention_s(s) for s in busy) + self.expert_s(merged_shape(busy))
+
+    def breakdown(self, shapes: list[BatchShape]) -> StepBreakdown:
+        """`step_time`'s operators: the slowest rank's attention side, then the MoE side over
+        all ranks' tokens with `dp_gather_scatter` (half the experts model's two all-reduces
+        per layer); its `total_s` is `step_time(shapes)`."""
+        busy = [s for s in shapes if s.num_tokens > 0]
+        if not busy:
+            raise ValueError("no rank has tokens to compute")
+        slow = max(busy, key=self.attention_s)
+        total = merged_shape(busy)
+        ops = [op for op in explain_step(self.attention, slow).ops if op.name in ATTENTION_OPS]
+        expert_ops = explain_step(self.experts, total).ops
+        ops += [op for op in expert_ops if op.name in EXPERT_OPS]
+        ops += [dataclasses.replace(op, name="dp_gather_scatter", bytes=0.5 * op.bytes,
+                                    time_s=0.5 * op.time_s, memory_s=0.5 * op.memory_s)
+                for op in expert_ops if op.name == GATHER_OP]
+        desc = {**self.experts.describe(), "dp_attention": True,
+                "busiest_rank": {"num_tokens": slow.num_tokens, "num_reqs": slow.num_reqs}}
+        return StepBreakdown(sum(op.time_s for op in ops), ops, total.num_tokens,
+                             total.num_reqs, desc)
