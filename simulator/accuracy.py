@@ -14,11 +14,12 @@ file and compares (`tests/test_accuracy.py`), so it cannot fall behind the model
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ACCURACY_FILE = Path(__file__).resolve().parent / "catalog" / "published_accuracy.json"
 GENERATOR = "python bench/published.py --write-accuracy"
@@ -31,21 +32,12 @@ METRIC_FAMILIES = {
 }
 
 
-def _percentile(values: list[float], q: float) -> float:
-    """The `q` quantile (0..1) of `values`, linear between order statistics (numpy's default)."""
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
-
-
 def _stats(errors: list[float]) -> dict[str, Any]:
     """Rows, median and 90th percentile |error|, and the median signed error (fractions)."""
-    mags = [abs(e) for e in errors]
-    return {"rows": len(errors), "median_abs_error": round(_percentile(mags, 0.5), 4),
-            "p90_abs_error": round(_percentile(mags, 0.9), 4),
-            "median_error": round(_percentile(errors, 0.5), 4)}
+    mags = np.abs(errors)
+    return {"rows": len(errors), "median_abs_error": round(float(np.percentile(mags, 50)), 4),
+            "p90_abs_error": round(float(np.percentile(mags, 90)), 4),
+            "median_error": round(float(np.percentile(errors, 50)), 4)}
 
 
 def accuracy_table(results: Iterable[tuple[bool, str, float]]) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class SimDPGroup:
             busy = [not o.is_empty for o in outs]
             for r, out, b in zip(ranks, outs, busy):
                 if not b:  # nothing to run on this rank: its bookkeeping, at once
-                    r._finish(r.scheduler.update(out, StepResult(0.0), now))
+                    r.report_finished(r.scheduler.update(out, StepResult(0.0), now))
             if not any(busy):
                 if not any(r.scheduler.running for r in ranks) \
                         and not any(o.preempted_req_ids for o in outs):
@@ -72,4 +72,4 @@ class SimDPGroup:
                     continue
                 r.mark_busy(now, end)
                 self.timeline.record_step(r.name, now, [end], out, r.scheduler)
-                r._finish(r.scheduler.update(out, StepResult(end - now), end))
+                r.report_finished(r.scheduler.update(out, StepResult(end - now), end))

@@ -126,7 +126,7 @@ class SimReplica:
             if out.kv_to_receive and self.on_kv_to_receive:
                 self.on_kv_to_receive(self, out.kv_to_receive)
             if out.is_empty:
-                self._finish(sched.update(out, StepResult(0.0), now))
+                self.report_finished(sched.update(out, StepResult(0.0), now))
                 if not sched.running and not out.preempted_req_ids:
                     yield from self._sleep()  # until an arrival or a KV transfer event
                 continue
@@ -144,7 +144,7 @@ class SimReplica:
             end = env.now
             self.mark_busy(now, end, result.num_steps)
             self.timeline.record_step(self.name, start, ends, out, sched)
-            self._finish(sched.update(out, result, end))
+            self.report_finished(sched.update(out, result, end))
             if self.on_kv_ready is not None:
                 ready = sched.pop_kv_ready()
                 if ready:
@@ -304,7 +304,8 @@ class SimReplica:
         self._wake = self.env.event()
         yield self._wake
 
-    def _finish(self, finished: list[Request]) -> None:
+    def report_finished(self, finished: list[Request]) -> None:
+        """Hand the requests a step finished to `on_finished` (its own loop's, or a group's)."""
         if not finished:
             return
         for req in finished:

@@ -41,7 +41,7 @@ policy; `max_utilization` never calls into this module.
   A request whose client set `ignore_eos` meets another test when prefix caching is off (SGLang
   with the radix cache disabled: PrefillAdder.add_one_req_ignore_eos, v0.5.7), since it will
   surely run to max_tokens: its prompt rest must fit the free blocks less the estimate, and
-  (`ignore_eos_fits`) every running request, this one included, must be able to finish with
+  (`FinishOrder`) every running request, this one included, must be able to finish with
   nothing preempted: taken in order of tokens left (max_tokens x 1 for an ignore_eos request, x
   the ratio for another, less its output), the free tokens when each finishes, counting those
   freed by the ones before it, must stay above one per request still running (with blocks of
@@ -106,6 +106,9 @@ RATIO_DECAY_STEPS = 600
 RATIO_MIN = RATIO_INIT * RATIO_MIN_FACTOR
 RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / RATIO_DECAY_STEPS
 
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
 
 def reserve_ratios(conservativeness: float) -> tuple[float, float, float]:
     """(start, floor, decay per decoding step) of SGLang's ratio at its
@@ -114,8 +117,6 @@ def reserve_ratios(conservativeness: float) -> tuple[float, float, float]:
     init = min(RATIO_INIT * conservativeness, 1.0)
     floor = min(init * RATIO_MIN_FACTOR, 1.0)
     return init, floor, (init - floor) / RATIO_DECAY_STEPS
-RETRACT_DECODE_STEPS = 20
-CLIP_MAX_NEW_TOKENS = 4096
 
 
 def output_budget(req: Request) -> int:
@@ -152,7 +153,7 @@ def ratio_after_preemption(running: Iterable[Request]) -> float:
 IGNORE_EOS_RESERVE_TOKENS = 1
 
 
-def ignore_eos_state(req: Request, ratio: float) -> tuple[float, int] | None:
+def _left_and_held(req: Request, ratio: float) -> tuple[float, int] | None:
     """(tokens left, tokens held) of `req` as SGLang's ignore-EOS test counts them: max_tokens
     x (1 for an ignore_eos request, else `ratio`) less its output; the prompt plus the output
     so far. None when it has nothing left."""
@@ -163,37 +164,53 @@ def ignore_eos_state(req: Request, ratio: float) -> tuple[float, int] | None:
     return left, req.num_prompt_tokens + req.num_output_tokens
 
 
-def ignore_eos_states(running: Iterable[Request], ratio: float) -> list[tuple[float, int]]:
-    """`ignore_eos_state` of the `running` requests, in order of tokens left."""
-    states = [s for s in (ignore_eos_state(r, ratio) for r in running if r.status == RUNNING)
-              if s is not None]
-    states.sort(key=lambda s: s[0])
-    return states
+class FinishOrder:
+    """One schedule's ignore-EOS admission (`reserve_ratio`): the running requests' (tokens
+    left, tokens held) in order of tokens left, built at the first ignore_eos request it
+    judges and kept up to date as requests are admitted."""
 
+    def __init__(self, running: list[Request], ratio: float) -> None:
+        self._running = running
+        self._ratio = ratio
+        self._states: list[tuple[float, int]] | None = None
 
-def ignore_eos_fits(kvm: KVCacheManager, req: Request, states: list[tuple[float, int]],
-                    prompt_blocks: int, ratio: float) -> bool:
-    """Whether admitting `req` (taking `prompt_blocks` free blocks for its prompt rest) leaves
-    every running request (`states`: `ignore_eos_states`, kept sorted; `req` joins it when it
-    fits) able to finish without a preemption: at the finish of each, in order of tokens left,
-    the free tokens (now, plus those freed by the requests that finished before it, less the
-    tokens left of this one times the requests still running) stay above
-    IGNORE_EOS_RESERVE_TOKENS per request still running. SGLang counts tokens (its page is one
-    token); in blocks of bs tokens each request's tokens left count bs - 1 more, so the test
-    keeps SGLang's promise at any block size (identical at bs = 1)."""
-    own = ignore_eos_state(req, ratio)
-    trial = list(states)
-    if own is not None:
-        insort(trial, own, key=lambda s: s[0])
-    bs = kvm.block_size
-    free = (kvm.num_free_blocks - prompt_blocks) * bs
-    slack = bs - 1  # a request growing by k tokens takes at most ceil(k / bs) blocks
-    freed = 0
-    n = len(trial)
-    for i, (left, held) in enumerate(trial):
-        live = n - i
-        if free + freed - (left + slack) * live <= IGNORE_EOS_RESERVE_TOKENS * live:
-            return False
-        freed += held
-    states[:] = trial
-    return True
+    def admits(self, kvm: KVCacheManager, req: Request, prompt_blocks: int) -> bool:
+        """Whether admitting `req` (taking `prompt_blocks` free blocks for its prompt rest)
+        leaves every running request able to finish without a preemption: at the finish of
+        each, in order of tokens left, the free tokens (now, plus those freed by the requests
+        that finished before it, less the tokens left of this one times the requests still
+        running) stay above IGNORE_EOS_RESERVE_TOKENS per request still running. SGLang
+        counts tokens (its page is one token); in blocks of bs tokens each request's tokens
+        left count bs - 1 more, so the test keeps SGLang's promise at any block size
+        (identical at bs = 1). Under a sliding window SGLang skips it: True. An admitted
+        `req` joins the order."""
+        if kvm.sliding_window:
+            return True
+        if self._states is None:
+            self._states = sorted(
+                (s for s in (_left_and_held(r, self._ratio) for r in self._running
+                             if r.status == RUNNING) if s is not None),
+                key=lambda s: s[0])
+        trial = list(self._states)
+        own = _left_and_held(req, self._ratio)
+        if own is not None:
+            insort(trial, own, key=lambda s: s[0])
+        bs = kvm.block_size
+        free = (kvm.num_free_blocks - prompt_blocks) * bs
+        slack = bs - 1  # a request growing by k tokens takes at most ceil(k / bs) blocks
+        freed = 0
+        n = len(trial)
+        for i, (left, held) in enumerate(trial):
+            live = n - i
+            if free + freed - (left + slack) * live <= IGNORE_EOS_RESERVE_TOKENS * live:
+                return False
+            freed += held
+        self._states = trial
+        return True
+
+    def add(self, req: Request) -> None:
+        """`req` was admitted by the budget test: it runs too (once the order is built)."""
+        if self._states is not None:
+            own = _left_and_held(req, self._ratio)
+            if own is not None:
+                insort(self._states, own, key=lambda s: s[0])

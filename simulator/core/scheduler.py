@@ -15,14 +15,10 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
-from bisect import insort
-
 from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.capacity import (
+    FinishOrder,
     blocks_to_completion,
-    ignore_eos_fits,
-    ignore_eos_state,
-    ignore_eos_states,
     promise,
     ratio_after_preemption,
     ratio_need,
@@ -313,9 +309,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         estimated = 0
         if by_ratio and waiting:
             estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio)
-        # reserve_ratio, an ignore_eos request, no prefix caching: the running requests'
-        # (tokens left, tokens held) in order, built at the first such request
-        eos_states: list[tuple[float, int]] | None = None
+        # reserve_ratio's test for ignore_eos requests without prefix caching
+        finish_order = FinishOrder(running, self.new_token_ratio) if by_ratio and waiting else None
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -354,26 +349,19 @@ class Scheduler(PDHandoff, ParallelSampling):
                     num_new = budget
                 if no_evict and promise(kvm, req, hits, cfg.role) > kvm.num_free_blocks - reserved:
                     break  # its whole length does not fit what is not yet promised
-                if by_ratio:
+                if finish_order is not None:
                     need = ratio_need(kvm, req, hits)
                     if running and req.sampling_params.ignore_eos and not kvm.enable_prefix_caching:
                         # it surely runs to max_tokens: its prompt must fit what is not
                         # estimated, and every running request must be able to finish
                         prompt = kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
-                        if prompt > kvm.num_free_blocks - estimated:
+                        if (prompt > kvm.num_free_blocks - estimated
+                                or not finish_order.admits(kvm, req, prompt)):
                             break
-                        if not kvm.sliding_window:  # (SGLang skips this test for SWA)
-                            if eos_states is None:
-                                eos_states = ignore_eos_states(running, self.new_token_ratio)
-                            if not ignore_eos_fits(kvm, req, eos_states, prompt,
-                                                   self.new_token_ratio):
-                                break
                     elif running and need >= kvm.num_free_blocks - estimated:
                         break  # its prompt and output budget do not fit what is not estimated
-                    elif eos_states is not None:  # admitted by the budget test: it runs too
-                        own = ignore_eos_state(req, self.new_token_ratio)
-                        if own is not None:
-                            insort(eos_states, own, key=lambda st: st[0])
+                    else:
+                        finish_order.add(req)
                     estimated += need  # (an idle engine takes the head request whatever it asks)
                 if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
                                       > kvm.num_free_blocks - promised):

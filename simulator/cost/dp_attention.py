@@ -26,7 +26,7 @@ import dataclasses
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.costmodel import CostModel
-from simulator.cost.op_cost import StepBreakdown
+from simulator.cost.op_cost import OpCost, StepBreakdown
 
 # the operators each side runs (simulator/cost/breakdown.py names)
 ATTENTION_OPS = frozenset({"qkv_proj", "attn_prefill", "attn_decode", "attn_decode_setup",
@@ -65,30 +65,38 @@ class DPAttentionCost:
             raise ValueError("the expert side runs over the replica's tp >= 2 GPUs at pp = 1")
         self.attention = attention
         self.experts = experts
-        self.tp, self.ep = experts.tp, experts.ep
         self.loop_overhead_s = attention.params.loop_overhead_s
         self._expert_s: dict[int, float] = {}
+
+    def attention_ops(self, shape: BatchShape) -> list[OpCost]:
+        """One rank's attention-side operators for its batch `shape`."""
+        return [op for op in explain_step(self.attention, shape).ops if op.name in ATTENTION_OPS]
+
+    def expert_ops(self, shape: BatchShape) -> list[OpCost]:
+        """The shared side's operators for the step's tokens over all ranks, `shape`: the MoE
+        (or dense MLP) layers and `dp_gather_scatter`, the all-gather before them and the
+        reduce-scatter after (one all-reduce's bytes: half the experts model's two per layer)."""
+        ops = explain_step(self.experts, shape).ops
+        return [op for op in ops if op.name in EXPERT_OPS] + [
+            dataclasses.replace(op, name="dp_gather_scatter", bytes=0.5 * op.bytes,
+                                time_s=0.5 * op.time_s, memory_s=0.5 * op.memory_s)
+            for op in ops if op.name == GATHER_OP]
 
     def attention_s(self, shape: BatchShape) -> float:
         """Seconds of one rank's attention side for its batch `shape` (0 for an idle rank)."""
         if shape.num_tokens <= 0:
             return 0.0
-        return sum(op.time_s for op in explain_step(self.attention, shape).ops
-                   if op.name in ATTENTION_OPS)
+        return sum(op.time_s for op in self.attention_ops(shape))
 
     def expert_s(self, shape: BatchShape) -> float:
-        """Seconds of the shared side (MoE or dense MLP layers, their collectives) for the
-        step's tokens over all ranks, `shape` (they depend on the token count alone)."""
+        """Seconds of the shared side for the step's tokens over all ranks, `shape` (they
+        depend on the token count alone: cached by it)."""
         t = shape.num_tokens
         if t <= 0:
             return 0.0
         cached = self._expert_s.get(t)
         if cached is None:
-            ops = explain_step(self.experts, shape).ops
-            cached = sum(op.time_s for op in ops if op.name in EXPERT_OPS)
-            # all-gather before the experts, reduce-scatter after: one all-reduce's bytes
-            cached += 0.5 * sum(op.time_s for op in ops if op.name == GATHER_OP)
-            self._expert_s[t] = cached
+            cached = self._expert_s[t] = sum(op.time_s for op in self.expert_ops(shape))
         return cached
 
     def step_time(self, shapes: list[BatchShape]) -> float:
@@ -108,12 +116,7 @@ class DPAttentionCost:
             raise ValueError("no rank has tokens to compute")
         slow = max(busy, key=self.attention_s)
         total = merged_shape(busy)
-        ops = [op for op in explain_step(self.attention, slow).ops if op.name in ATTENTION_OPS]
-        expert_ops = explain_step(self.experts, total).ops
-        ops += [op for op in expert_ops if op.name in EXPERT_OPS]
-        ops += [dataclasses.replace(op, name="dp_gather_scatter", bytes=0.5 * op.bytes,
-                                    time_s=0.5 * op.time_s, memory_s=0.5 * op.memory_s)
-                for op in expert_ops if op.name == GATHER_OP]
+        ops = self.attention_ops(slow) + self.expert_ops(total)
         desc = {**self.experts.describe(), "dp_attention": True,
                 "busiest_rank": {"num_tokens": slow.num_tokens, "num_reqs": slow.num_reqs}}
         return StepBreakdown(sum(op.time_s for op in ops), ops, total.num_tokens,

@@ -29,10 +29,8 @@ class ShardPlan:
 
     def layer_matrix_params(self, model: ModelSpec) -> int:
         """Attention + all experts' MLP weights of one layer on one rank."""
-        d, hd = model.hidden_size, model.head_dim
-        attn = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
-        mlp = (3 if model.gated_mlp else 2) * d * self.ffn
-        return attn + model.num_experts * mlp
+        mlp = (3 if model.gated_mlp else 2) * model.hidden_size * self.ffn
+        return self.attention_params(model) + model.num_experts * mlp
 
     def attention_params(self, model: ModelSpec) -> float:
         """Attention weights (QKV and output projections; MLA's latent ones) of one layer on
