@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simulator.cost.kernels import AttentionBackend
 from simulator.cost.memory_plan import MEMORY_RULES
+from simulator.cost.moe_cost import MoEA2ABackend
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
 from simulator.sglang_server import fill_max_running
@@ -47,10 +48,12 @@ class PoolSpec(_Strict):
     replicas: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
-    # expert parallelism (MoE models): 1, or tp (each GPU holds experts/ep whole experts;
-    # all-to-all dispatch/combine over ep_link). See simulator/cost/moe_cost.py.
+    # expert parallelism (MoE models): 1, or tp (each GPU holds experts/ep whole experts).
+    # See simulator/cost/moe_cost.py.
     ep: int = Field(1, ge=1)
-    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
+    # how the MoE layers reach the experts (ClusterSpec.moe_a2a_backend)
+    moe_a2a_backend: MoEA2ABackend = "none"
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
     hardware: Spec | None = None  # default: the scenario's hardware
     router: str = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
@@ -74,7 +77,13 @@ class ClusterSpec(_Strict):
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)  # expert parallelism, as PoolSpec.ep
-    ep_link: Literal["scale_up", "scale_out"] = "scale_up"
+    # how the MoE layers reach the experts with ep > 1: "none" (the engines' default: every
+    # rank holds every token, the hidden states are all-reduced, or with dp_attention
+    # all-gathered and reduce-scattered) or "all_to_all" (each token dispatched to its k
+    # experts' ranks and combined back over ep_link: SGLang --moe-a2a-backend deepep, vLLM's
+    # DeepEP / pplx all2all backends). See simulator/cost/moe_cost.py.
+    moe_a2a_backend: MoEA2ABackend = "none"
+    ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     # the TP all-reduce the engine calls: "custom" (vLLM's custom all-reduce, TensorRT-LLM's

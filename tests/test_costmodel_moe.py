@@ -68,9 +68,21 @@ def test_shared_experts_and_dense_layers_are_always_read():
 def test_expert_parallel_moves_tokens_not_weights():
     tp = CostModel("mixtral-8x7b", "h100-sxm", tp=2)
     ep = CostModel("mixtral-8x7b", "h100-sxm", tp=2, ep=2)
-    names = {op.name for op in ep.explain(_decode(32)).ops}
-    assert "ep_all_to_all" in names and "ep_all_to_all" not in {
-        op.name for op in tp.explain(_decode(32)).ops}
+    a2a = CostModel("mixtral-8x7b", "h100-sxm", tp=2, ep=2, moe_a2a_backend="all_to_all")
+    shape = _decode(32)
+    ops = {name: {op.name: op for op in cm.explain(shape).ops}
+           for name, cm in (("tp", tp), ("ep", ep), ("a2a", a2a))}
+    # the engines' default: no all-to-all, the same two all-reduces per layer as TP
+    assert "ep_all_to_all" not in ops["tp"] and "ep_all_to_all" not in ops["ep"]
+    assert ops["ep"]["tp_allreduce"].time_s == pytest.approx(ops["tp"]["tp_allreduce"].time_s)
+    # the all-to-all backend: dispatch + combine of 2 (k) x 1/2 ((ep-1)/ep) hidden states per
+    # token and MoE layer replaces the MLP's all-reduce (one of the two per layer)
+    m = get_model("mixtral-8x7b")
+    assert ops["a2a"]["ep_all_to_all"].bytes == pytest.approx(
+        32 * m.num_layers * 2 * 2 * 0.5 * m.hidden_size * 2)
+    assert ops["a2a"]["tp_allreduce"].bytes == pytest.approx(0.5 * ops["ep"]["tp_allreduce"].bytes)
+    assert a2a.step_time(shape) == pytest.approx(a2a.explain(shape).total_s)
+    assert ep.describe()["moe_a2a_backend"] == "none"
     assert ep.expected_experts_loaded(1) == pytest.approx(1.0)  # 2 of 8 experts over 2 GPUs
     assert tp.expected_experts_loaded(1) == pytest.approx(2.0)  # both, each a half slice
     mt, me = plan_memory("mixtral-8x7b", "h100-sxm", tp=2), plan_memory("mixtral-8x7b", "h100-sxm", tp=2, ep=2)
@@ -78,6 +90,12 @@ def test_expert_parallel_moves_tokens_not_weights():
     m = get_model("mixtral-8x7b")
     assert me.expert_weight_bytes_per_gpu == pytest.approx(
         32 * 4 * 3 * m.hidden_size * m.ffn_size * 2)  # 4 whole experts x 32 layers, bf16
+
+
+def test_unknown_a2a_backend_is_refused():
+    with pytest.raises(ValueError, match="moe_a2a_backend 'deepep' unknown; allowed: none, "
+                                         "all_to_all"):
+        CostModel("mixtral-8x7b", "h100-sxm", tp=2, ep=2, moe_a2a_backend="deepep")
 
 
 @pytest.mark.parametrize("ep,tp,match", [(3, 4, "does not divide the 8 experts"),
@@ -179,3 +197,38 @@ def test_fp8_fused_moe_runs_at_the_measured_speedup_over_bf16_not_the_doubled_pe
     qkv = ops["bf16"]["qkv_proj"].compute_s / ops["fp8"]["qkv_proj"].compute_s
     assert moe == pytest.approx(1.15, rel=0.03)  # router GEMM is dense: a little off 1.15
     assert qkv > 1.5
+
+
+MIXTRAL_BURST = {"model": "mixtral-8x7b", "hardware": "h100-sxm",
+                 "workload": {"synthetic": {"num_requests": 40, "arrival": {"process": "burst"},
+                                            "prompt_len": {"dist": "fixed", "value": 600},
+                                            "output_len": {"dist": "fixed", "value": 50}}}}
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"tp": 2, "ep": 1, "moe_a2a_backend": "all_to_all"},
+     "cluster.moe_a2a_backend: all_to_all, but cluster.ep is 1"),
+    ({"tp": 2, "ep": 2, "ep_link": "scale_out"},
+     "cluster.ep_link: scale_out is the link of the MoE all-to-all, which "
+     "cluster.moe_a2a_backend: none does not run"),
+    ({"tp": 2, "pd": {"prefill": {"tp": 2, "ep": 2, "ep_link": "scale_out"}}},
+     "cluster.pd.prefill.ep_link: scale_out"),
+    ({"tp": 2, "ep": 2, "moe_a2a_backend": "deepep"}, "cluster.moe_a2a_backend"),
+])
+def test_an_all_to_all_setting_that_cannot_run_is_refused_naming_the_key(cluster, message):
+    from tests.sim_helpers import merged, sim
+
+    with pytest.raises(ValueError) as err:
+        sim(merged(MIXTRAL_BURST, {"cluster": cluster}), base={})
+    assert message in str(err.value)
+
+
+def test_the_all_to_all_backend_slows_a_simulated_ep_replica():
+    from tests.sim_helpers import merged, sim
+
+    runs = {a2a: sim(merged(MIXTRAL_BURST, {"cluster": {"tp": 2, "ep": 2,
+                                                        "moe_a2a_backend": a2a}}), base={})
+            for a2a in ("none", "all_to_all")}
+    assert all(r.summary["requests"]["finished"] == 40 for r in runs.values())
+    # the same steps, each also dispatching and combining its tokens over NVLink
+    assert runs["all_to_all"].summary["span_s"] > runs["none"].summary["span_s"]

@@ -81,9 +81,9 @@ def test_mla_gets_far_more_kv_per_replica():
 
 
 # ------------------------------------------------------------------ cost
-def _costs(ep: int = 8) -> tuple[DPAttentionCost, CostModel]:
+def _costs(ep: int = 8, a2a: str = "none") -> tuple[DPAttentionCost, CostModel]:
     attn = CostModel("deepseek-v3", "h200-sxm", "fp8", tp=1)
-    experts = CostModel("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=ep)
+    experts = CostModel("deepseek-v3", "h200-sxm", "fp8", tp=8, ep=ep, moe_a2a_backend=a2a)
     return DPAttentionCost(attn, experts), experts
 
 
@@ -108,11 +108,27 @@ def test_the_moe_side_follows_the_expert_split():
     for ep in (1, 8):
         dp, experts = _costs(ep)
         ops = {op.name: op.time_s for op in explain_step(experts, shape).ops}
-        # the experts' GEMMs, then all-gather + reduce-scatter: half the two all-reduces (the
-        # TP + EP model's dispatch and combine are not the DP ranks' traffic)
+        # the experts' GEMMs, then all-gather + reduce-scatter: half the two all-reduces
         want = sum(t for name, t in ops.items() if name in EXPERT_OPS) + 0.5 * ops["tp_allreduce"]
         assert dp.expert_s(shape) == pytest.approx(want)
-        assert ("ep_all_to_all" in ops) == (ep > 1)
+        assert "ep_all_to_all" not in ops
+
+
+def test_the_all_to_all_moves_the_busiest_ranks_tokens():
+    dp, experts = _costs(8, "all_to_all")
+    ranks = [decodes(4)] * 7 + [decodes(36)]
+    total = merged_shape(ranks)
+    ops = {op.name: op for op in dp.expert_ops(total, ranks[-1])}
+    # the dispatch + combine of the rank with 36 tokens, not of the step's 64
+    want = next(op for op in explain_step(experts, decodes(36)).ops if op.name == "ep_all_to_all")
+    assert ops["ep_all_to_all"].time_s == pytest.approx(want.time_s)
+    # the 3 dense layers (of 61) still gather and scatter: 3 of the experts model's 61 + 3
+    # all-reduces (one per layer, one per dense MLP)
+    ar = next(op for op in explain_step(experts, total).ops if op.name == "tp_allreduce")
+    assert ops["dp_gather_scatter"].time_s == pytest.approx(ar.time_s * 3 / 64)
+    assert dp.step_time(ranks) == pytest.approx(dp.breakdown(ranks).total_s)
+    # the same 64 tokens spread evenly over the ranks move less than with one busy rank
+    assert dp.expert_s(total, decodes(8)) < dp.expert_s(total, ranks[-1])
 
 
 def test_every_operator_is_priced_on_one_side():
@@ -197,3 +213,24 @@ def test_estimate_spreads_the_step_over_the_ranks(capsys):
     assert out["memory_plan"]["dp_attention"] is True
     assert kvpd_main(args[:-3] + ["--model", "llama-3-70b", "--decode", "8x100"]) == 2
     assert "--dp-attention needs an MoE model" in capsys.readouterr().err
+
+
+def test_estimate_prices_the_all_to_all_when_asked(capsys):
+    """`kvpd estimate --moe-a2a-backend all_to_all`: the DP step as the cost with that backend
+    prices it (the busiest rank's dispatch and combine); refused without expert parallelism."""
+    import json
+
+    from kvpd.cli import main as kvpd_main
+
+    args = ["estimate", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--dtype", "fp8",
+            "--tp", "8", "--ep", "8", "--dp-attention", "--decode", "20x3000", "--json",
+            "--moe-a2a-backend", "all_to_all"]
+    assert kvpd_main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    dp, _ = _costs(8, "all_to_all")
+    ranks = [decodes(3, 3000)] * 4 + [decodes(2, 3000)] * 4
+    assert out["step_time_s"] == pytest.approx(dp.step_time(ranks))
+    assert "ep_all_to_all" in {op["name"] for op in out["ops"]}
+    assert kvpd_main(args[:7] + ["--tp", "8", "--ep", "1", "--decode", "8x100",
+                                 "--moe-a2a-backend", "all_to_all"]) == 2
+    assert "--moe-a2a-backend all_to_all needs --ep = --tp" in capsys.readouterr().err

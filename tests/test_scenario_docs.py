@@ -6,8 +6,8 @@ from pathlib import Path
 from simulator.scenario import scenario_keys
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
-POOL_KEYS = ("replicas", "tp", "pp", "ep", "ep_link", "hardware", "router", "num_gpu_blocks",
-             "attention_backend")
+POOL_KEYS = ("replicas", "tp", "pp", "ep", "moe_a2a_backend", "ep_link", "hardware", "router",
+             "num_gpu_blocks", "attention_backend")
 
 
 def _documented() -> set[str]:

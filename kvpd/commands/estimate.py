@@ -20,6 +20,7 @@ import json
 import re
 
 from simulator.cost.kernels import ATTENTION_BACKENDS
+from simulator.cost.moe_cost import MOE_A2A_BACKENDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
+    p.add_argument("--moe-a2a-backend", default="none", choices=MOE_A2A_BACKENDS,
+                   help="with --ep > 1: none (default; the engines' default: every rank holds "
+                        "every token and the TP all-reduce sums the experts' outputs) or "
+                        "all_to_all (each token dispatched to its experts' GPUs and combined "
+                        "back: DeepEP-style; cluster.moe_a2a_backend)")
     p.add_argument("--dp-attention", action="store_true",
                    help="data-parallel attention (MoE models, tp >= 2, pp 1): the step's "
                         "requests spread over the tp GPUs' attention ranks one by one, the MoE "
@@ -136,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
             quant["group_size"] = args.group_size
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
+    if args.moe_a2a_backend != "none" and args.ep == 1:
+        raise ValueError(f"--moe-a2a-backend {args.moe_a2a_backend} needs --ep = --tp (an "
+                         "all-to-all dispatches tokens to experts held on other GPUs)")
     dp = args.dp_attention
     if dp and (args.tp < 2 or args.pp != 1 or not model.is_moe):
         raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "
@@ -145,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     def cost_model(tp: int, ep: int) -> CostModel:
         return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,
                          kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
-                         attention_backend=args.attention_backend)
+                         attention_backend=args.attention_backend,
+                         moe_a2a_backend=args.moe_a2a_backend)
 
     cm = cost_model(args.tp, args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,

@@ -46,7 +46,8 @@ def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, params=params,
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link,
                      quantization=cm.precision.quantization(), ep=cm.ep, ep_link=cm.ep_link,
-                     allreduce=cm.allreduce, attention_backend=cm.attention_backend)
+                     allreduce=cm.allreduce, attention_backend=cm.attention_backend,
+                     moe_a2a_backend=cm.moe_a2a_backend)
 
 
 def step_groups(steps: Sequence) -> dict[str, list]:

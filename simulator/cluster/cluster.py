@@ -107,6 +107,15 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         check_ep(model, spec.tp, spec.ep)
     except ValueError as exc:
         raise ValueError(f"{key}: {exc}") from None
+    a2a_key = ("cluster.moe_a2a_backend" if role == "colocated"
+               else f"cluster.pd.{role}.moe_a2a_backend")
+    if spec.moe_a2a_backend != "none" and spec.ep == 1:
+        raise ValueError(f"{a2a_key}: {spec.moe_a2a_backend}, but {key} is 1 (an all-to-all "
+                         "dispatches tokens to experts held on other GPUs: set ep = tp)")
+    if spec.ep_link != "scale_up" and spec.moe_a2a_backend == "none":
+        raise ValueError(f"{key}_link: {spec.ep_link} is the link of the MoE all-to-all, which "
+                         f"{a2a_key}: none does not run (the TP all-reduce uses the "
+                         "replica's own link); set moe_a2a_backend: all_to_all or drop ep_link")
     ep_link = None
     if spec.ep > 1 and spec.ep_link == "scale_out":
         ep_link = acc.link("scale_out")
@@ -127,6 +136,7 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                          kv_cache_dtype=cache.kv_cache_dtype,
                          quantization=scenario.quantization_mapping(), ep=ep,
                          ep_link=ep_link, allreduce=scenario.cluster.allreduce,
+                         moe_a2a_backend=spec.moe_a2a_backend,
                          attention_backend=(spec.attention_backend
                                             or scenario.cluster.attention_backend))
     try:
@@ -162,7 +172,7 @@ class SimCluster:
         c = scenario.cluster
         if c.pd is None:
             pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
-                            router=c.router)
+                            moe_a2a_backend=c.moe_a2a_backend, router=c.router)
             self.pools = [plan_pool(scenario, model, pool, "colocated")]
             self.replicas = self._make_replicas(self.pools[0], "colocated", replica_names)
             self.router = Router(self.replicas, c.router, c.router_load_cap)

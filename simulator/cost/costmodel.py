@@ -64,7 +64,7 @@ from simulator.cost.decode_steps import (
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import check_attention_backend, kernel_profile
 from simulator.cost.models import ModelSpec, get_model
-from simulator.cost.moe_cost import expected_experts_hit
+from simulator.cost.moe_cost import MOE_A2A_BACKENDS, expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
@@ -82,7 +82,7 @@ class CostModel(StageTerms):
                  link: Link | str | dict | None = None,
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
                  ep_link: Link | str | dict | None = None, allreduce: str = "custom",
-                 attention_backend: str = "flash_attn") -> None:
+                 attention_backend: str = "flash_attn", moe_a2a_backend: str = "none") -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -93,6 +93,11 @@ class CostModel(StageTerms):
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)
         self.tp, self.pp, self.ep = tp, pp, ep
+        # the EP all-to-all (simulator/cost/moe_cost.py): "none" keeps the TP all-reduce
+        if moe_a2a_backend not in MOE_A2A_BACKENDS:
+            raise ValueError(f"moe_a2a_backend {moe_a2a_backend!r} unknown; allowed: "
+                             f"{', '.join(MOE_A2A_BACKENDS)}")
+        self.moe_a2a_backend = moe_a2a_backend
         # the TP all-reduce implementation (simulator/cost/collectives.py): NCCL's per-call extra
         self.allreduce = allreduce
         self._ar_extra = allreduce_extra_s(allreduce) if tp > 1 else 0.0
@@ -286,7 +291,8 @@ class CostModel(StageTerms):
         return {"model": self.model.name, "hardware": self.accelerator.name,
                 "dtype": self.dtype, "quantization": self.precision.method,
                 "gemm_compute": self.precision.compute, "kv_cache_dtype": self.kv_cache_dtype,
-                "tp": self.tp, "pp": self.pp, "ep": self.ep, "link": self.link.name,
+                "tp": self.tp, "pp": self.pp, "ep": self.ep,
+                "moe_a2a_backend": self.moe_a2a_backend, "link": self.link.name,
                 "allreduce": self.allreduce,
                 "attention_backend": self.attention_backend,
                 "params_source": self.params.source}

@@ -10,11 +10,17 @@ Experts (per rank, over the stage's MoE layers):
   the token-expert pairs (routing balanced on average; imbalance is not modelled).
 - always read: the router (d x E), shared experts, and the dense MLPs of the stage's dense
   layers (DeepSeek's first k), TP-split.
-- communication: TP all-reduces the hidden state twice per layer. With EP the MoE layers
-  replace the MLP's all-reduce by an all-to-all dispatch of each token to its k experts'
-  ranks and a combine back: 2 x k x (ep-1)/ep x d x activation bytes per token, plus two
-  link latencies, over the scale-up link (or the scale-out link when the EP group spans
-  nodes, `ep_link`).
+- communication: TP all-reduces the hidden state twice per layer. With EP it stays so by
+  default (`moe_a2a_backend` "none"): every rank holds every token after the attention's
+  all-reduce, runs its own experts' share of the token-expert pairs, and the MLP's
+  all-reduce sums the partial outputs, as the engines do without an all-to-all backend
+  (vLLM v0.11 fused_moe/layer.py: `use_all2all_kernels = dp_size > 1 and use_ep`, the output
+  then all-reduced; SGLang `--moe-a2a-backend none`; TensorRT-LLM's all-to-all needs
+  attention DP). With `moe_a2a_backend` "all_to_all" (DeepEP-, pplx-style kernels) the MoE
+  layers replace the MLP's all-reduce by a dispatch of each token to its k experts' ranks and
+  a combine back: 2 x k x (ep-1)/ep x d x activation bytes per token, plus two link
+  latencies, over the scale-up link (or the scale-out link when the EP group spans nodes,
+  `ep_link`).
 
 MLA (DeepSeek-V2/V3), per layer and rank: the cache holds `kv_lora_rank + qk_rope_head_dim`
 per token (replicated on every TP rank, as vLLM does). Prefill attention runs the expanded
@@ -26,8 +32,13 @@ the absorbed form (FlashMLA): each query attends to the latent itself, 2 x heads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from simulator.cost.models import ModelSpec
+
+# how MoE layers under expert parallelism reach the experts (module docstring)
+MoEA2ABackend = Literal["none", "all_to_all"]
+MOE_A2A_BACKENDS = ("none", "all_to_all")
 
 
 def expected_experts_hit(num_experts: float, k: int, experts_total: int, tokens: float) -> float:
@@ -60,7 +71,7 @@ class MoETerms:
     fixed_bytes: float  # router + shared experts + dense MLPs, read every step
     act_bytes_per_token: float
     mlp_elementwise_bytes_per_token: float  # activation and top-k sum passes (see moe_terms)
-    alltoall_bytes_per_token: float  # EP dispatch + combine (0 without EP)
+    alltoall_bytes_per_token: float  # EP dispatch + combine (0 without an all-to-all)
     alltoall_latency_s: float
     moe_layers: int
     dense_layers: int
@@ -68,10 +79,11 @@ class MoETerms:
 
 def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers: int,
               wb: float, ab: float, link_latency_s: float,
-              dense_wb: float | None = None) -> MoETerms:
+              dense_wb: float | None = None, all_to_all: bool = False) -> MoETerms:
     """The MLP terms of a stage with `dense_layers` dense and `moe_layers` MoE layers: routed
     experts at `wb` bytes per weight, shared experts and dense MLPs at `dense_wb` (default
-    `wb`; 16-bit when the quantization covers the experts only), the router at `ab`."""
+    `wb`; 16-bit when the quantization covers the experts only), the router at `ab`;
+    `all_to_all`: the EP dispatch and combine run (else no all-to-all bytes)."""
     dwb = wb if dense_wb is None else dense_wb
     d, k, E = model.hidden_size, model.experts_per_token, model.num_experts
     n_mats = 3 if model.gated_mlp else 2
@@ -97,13 +109,14 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
     elementwise = (moe_layers * (k * share * n_mats * f_rank + (k + 1) * d
                                  + n_mats * model.shared_expert_ffn_size / tp)
                    + dense_layers * n_mats * model.dense_ffn_size / tp) * ab
-    a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if ep > 1 else 0.0
+    a2a_on = all_to_all and ep > 1
+    a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if a2a_on else 0.0
     return MoETerms(
         flops_per_token=flops, expert_bytes=moe_layers * w_expert * wb, experts_per_rank=per_rank,
         fixed_bytes=moe_layers * (router * ab + w_shared * dwb) + dense_layers * w_dense * dwb,
         act_bytes_per_token=act, mlp_elementwise_bytes_per_token=elementwise,
         alltoall_bytes_per_token=a2a,
-        alltoall_latency_s=moe_layers * 2 * link_latency_s if ep > 1 else 0.0,
+        alltoall_latency_s=moe_layers * 2 * link_latency_s if a2a_on else 0.0,
         moe_layers=moe_layers, dense_layers=dense_layers)
 
 
