@@ -56,6 +56,8 @@ MODEL_NAMES = {
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air",
+    "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "openai/gpt-oss-20b": "gpt-oss-20b",
     # Dense Qwen3 releases (the hub ids of kvpd's catalog entries).

@@ -8,7 +8,7 @@ import pytest
 from simulator.cost.models import ModelSpec, get_model
 
 NEW = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
-       "deepseek-v2-lite", "deepseek-v3", "mistral-7b"]
+       "deepseek-v2-lite", "deepseek-v3", "mistral-7b", "glm-4.5-air", "glm-4.6"]
 
 
 def _catalog_config(name: str) -> dict:
@@ -26,7 +26,7 @@ def test_param_count_equals_transformers(name):
     arch = cfg.pop("architectures")[0]
     model_type = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
                   "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
-                  "MistralForCausalLM": "mistral"}[arch]
+                  "MistralForCausalLM": "mistral", "Glm4MoeForCausalLM": "glm4_moe"}[arch]
     hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
@@ -70,6 +70,8 @@ def test_sliding_window_layers_and_attention_flops():
                                         ("qwen3-30b-a3b", "num_experts"),
                                         ("deepseek-v3", "n_routed_experts"),
                                         ("deepseek-v3", "kv_lora_rank"),
+                                        ("glm-4.6", "head_dim"),
+                                        ("glm-4.5-air", "n_routed_experts"),
                                         ("mixtral-8x22b", "num_experts_per_tok")])
 def test_moe_config_missing_a_field_is_refused_naming_it(name, field):
     cfg = _catalog_config(name)

@@ -1,13 +1,16 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
-whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, gpt-oss,
-Llama 4). Errors name the config and the field."""
+whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5/4.6,
+gpt-oss, Llama 4). Errors name the config and the field."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from simulator.cost.model_variants import SINK_FAMILIES, mla_fields, moe_fields, window_fields
+
+# attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention
+NO_O_BIAS_FAMILIES = {"glm4_moe"}
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -21,6 +24,7 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
@@ -128,7 +132,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
                                                       and fam not in ("deepseek_v2", "deepseek_v3")),
-            o_bias=bool(cfg.get("attention_bias", False)),
+            o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
             or bool(cfg.get("use_qk_norm", False)),

@@ -11,6 +11,10 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `n_shared_experts` (x `moe_intermediate_size`), `first_k_dense_replace` dense layers of
   `intermediate_size`, and MLA: `kv_lora_rank`, `q_lora_rank` (null = plain q_proj),
   `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`.
+- GLM-4.5 / 4.6 (Glm4MoeForCausalLM): DeepSeek-V3's MoE fields (`n_routed_experts`,
+  `n_shared_experts`, `moe_intermediate_size`, `first_k_dense_replace`, `intermediate_size`)
+  with grouped-query attention of an explicit `head_dim` (GLM-4.6: 96 heads of 128 over a
+  5,120 hidden size), q/k/v biases (`attention_bias`, none on o_proj) and `use_qk_norm`.
 - gpt-oss: as Mixtral (`num_local_experts`, `num_experts_per_tok`, `intermediate_size` per
   expert); `sliding_window` on the layers `layer_types` marks "sliding_attention". Its
   attention sinks (one learned logit per head, in the architecture, not in config.json) cost
@@ -35,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3"}
+                "deepseek_v3", "glm4_moe"}
 MLA_FAMILIES = {"deepseek_v2", "deepseek_v3"}
 SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
 
@@ -96,8 +100,10 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             out["shared_expert_gate"] = True
         else:
             out["qk_norm"] = True
-    else:  # deepseek_v2 / v3
+    else:  # DeepSeek's keys: deepseek_v2 / v3, glm4_moe
         out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
+        if fam == "glm4_moe":  # GQA heads wider than hidden / heads: the config says
+            out["head_dim"] = _req(cfg, "head_dim", where, fam)
         shared = _opt(cfg, "n_shared_experts", where)
         out["num_shared_experts"] = shared
         out["shared_expert_ffn_size"] = shared * out["ffn_size"]
