@@ -126,7 +126,8 @@ def test_reduced_precision_runs():
 @pytest.mark.parametrize("name, family", [("tiny-mixtral", "Mixtral"),
                                           ("tiny-qwen2-moe", "Qwen2-MoE"),
                                           ("tiny-qwen3-moe", "Qwen3-MoE"),
-                                          ("tiny-deepseek-v3", "DeepSeek-V3")])
+                                          ("tiny-deepseek-v3", "DeepSeek-V3"),
+                                          ("tiny-glm4-moe", "GLM-4.5")])
 def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
     """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
     built from is refused naming it (transformers would fill in its largest release's value)."""

@@ -89,6 +89,16 @@ TINY: dict[str, dict[str, Any]] = {
                          "topk_group": 1, "moe_intermediate_size": 32, "n_shared_experts": 1,
                          "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
                          "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
+    # GLM-4.5 (Glm4MoeForCausalLM): q/k/v biases, per-head q/k RMSNorm, a rotary over half of
+    # each head (partial_rotary_factor 0.5), layer 0 dense (`first_k_dense_replace`), layer 1
+    # MoE with 4 routed experts top-2 (sigmoid router with a score-correction bias) and a
+    # shared expert
+    "tiny-glm4-moe": {"model_type": "glm4_moe", **_TINY_COMMON, "head_dim": 16,
+                      "attention_bias": True, "use_qk_norm": True,
+                      "partial_rotary_factor": 0.5, "n_routed_experts": 4,
+                      "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                      "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1,
+                      "topk_group": 1, "norm_topk_prob": True},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

@@ -1,5 +1,5 @@
 """Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
-Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, gpt-oss) for the real executor.
+Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, GLM-4.5, gpt-oss) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -30,6 +30,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen2_moe": "Qwen2-MoE",
     "qwen3_moe": "Qwen3-MoE",
     "deepseek_v3": "DeepSeek-V3",
+    "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
 }
 
@@ -56,6 +57,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "deepseek_v3": (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                     "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim",
                     "qk_rope_head_dim", "v_head_dim"),
+    "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
 }
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 

@@ -28,6 +28,16 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first `cos.shape[-1]` dims of each head (all of them, or a partial rotary
+    such as GLM-4.5's `partial_rotary_factor` 0.5) and pass the rest through, as HF does."""
+    d = cos.shape[-1]
+    if d == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    rot = x[..., :d]
+    return torch.cat((rot * cos + _rotate_half(rot) * sin, x[..., d:]), dim=-1)
+
+
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
@@ -51,7 +61,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
-MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"})
+MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "glm4_moe",
+                             "gpt_oss"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
@@ -62,7 +73,8 @@ _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM, or the MoE
-    Mixtral / Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / gpt-oss (sinks, mixed windows)."""
+    Mixtral / Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss
+    (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         config = hf_model.config
@@ -159,8 +171,7 @@ class PagedCausalLM:
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
                 o = attn.attend(i, q, k, v, self.scales[i], self.windows[i], sinks=sa.sinks)
             else:
-                q = q * cos + _rotate_half(q) * sin
-                k = k * cos + _rotate_half(k) * sin
+                q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
                 o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
             h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
             x = layer.post_attention_layernorm(h)
