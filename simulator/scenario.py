@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from simulator.cost.kernels import AttentionBackend
+from simulator.cost.kernels import AttentionBackend, FusedMoEConfig
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.cost.moe_cost import MoEA2ABackend
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
@@ -84,6 +84,9 @@ class ClusterSpec(_Strict):
     # DeepEP / pplx all2all backends). See simulator/cost/moe_cost.py.
     moe_a2a_backend: MoEA2ABackend = "none"
     ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
+    # the fused-MoE kernel config: "tuned" (or vLLM's defaults from v0.17) or "legacy_default"
+    # (vLLM's fallback before v0.17 for a shape without a tuned file; simulator/vllm_fused_moe.py)
+    fused_moe_config: FusedMoEConfig = "tuned"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     # the TP all-reduce the engine calls: "custom" (vLLM's custom all-reduce, TensorRT-LLM's

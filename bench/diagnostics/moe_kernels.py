@@ -96,6 +96,20 @@ ROWS = [
      "h100-sxm", 8, "fp8", {512: 2331.06, 1024: 2886.08, 1536: 3423.49, 2048: 3974.65},
      "vLLM PR #13932 (H100 results, DeepGEMM column, TP8)"),
 ]
+# vLLM's fallback config before v0.17 (no tuned file for the shape: BLOCK_SIZE_M 16 while the
+# tokens are at most the experts, else 64; BLOCK_SIZE_K 32; no num_warps / num_stages), priced
+# with `fused_moe_config="legacy_default"`. vLLM 0.11.0 ships no E=128,N=768 H100 fp8_w8a8
+# file (read in the wheel), so PR #24700's "Main" column ran that fallback; its hopper
+# `legacy_default.relative` is fitted to these rows from COMPUTE_BOUND_M tokens on
+# (`fit_legacy_relative`).
+LEGACY_ROWS = [
+    ("Qwen3-30B-A3B fp8 w8a8 per-tensor, H100 80GB HBM3, TP1 (E=128 N=768, vLLM's fallback "
+     "config, Sept 2025)", "qwen3-30b-a3b", "h100-sxm", 1, "fp8",
+     {1: 44.54, 2: 59.94, 4: 90.46, 8: 129.77, 16: 185.40, 24: 215.99, 32: 238.37, 48: 257.83,
+      64: 262.73, 96: 270.98, 128: 273.72, 256: 355.49, 512: 391.86, 1024: 536.33,
+      1536: 727.31, 2048: 911.64, 3072: 1279.17, 4096: 1647.57},
+     "vLLM PR #24700 (Qwen3 MoE FP8, the 'Main' column)"),
+]
 # From this many tokens on the fused experts are compute-bound in every table above: the CDNA
 # grouped_gemm `relative` (kernels.yaml) is fitted to these rows of AMD's own tables
 COMPUTE_BOUND_M = 2048
@@ -125,9 +139,41 @@ def fit_relative(part: str) -> tuple[float, list[float]]:
     return relative * math.exp(statistics.fmean(math.log(r) for r in ratios)), ratios
 
 
+# Between these token counts the fallback's experts stream their weights (memory-bound in
+# kvpd, with the fixed per-call time a small part): its `legacy_default.stream_efficiency` is
+# fitted to these rows
+STREAM_BOUND_M = (16, 128)
+
+
+def fit_legacy(part: str = "h100-sxm") -> tuple[float, float, list[float]]:
+    """The `grouped_gemm.legacy_default` `relative` and `stream_efficiency` of `part`'s arch
+    that make kvpd's expert time under vLLM's fallback config match LEGACY_ROWS in geometric
+    mean (compute from COMPUTE_BOUND_M tokens on, streaming within STREAM_BOUND_M; each time
+    inversely proportional to its term), and the ratios kvpd / measured at the catalog values."""
+    compute, stream = [], []
+    for _, model, hw, tp, dtype, measured, _ in LEGACY_ROWS:
+        if hw != part:
+            continue
+        cm = CostModel(model, hw, dtype, tp=tp, fused_moe_config="legacy_default")
+        for m, us in measured.items():
+            r = kvpd_us(cm, m) / us
+            if m >= COMPUTE_BOUND_M:
+                compute.append(r)
+            elif STREAM_BOUND_M[0] <= m <= STREAM_BOUND_M[1]:
+                stream.append(r)
+    g = kernel_profile(get_accelerator(part)).grouped_gemm.legacy()
+
+    def gmean(xs: list[float]) -> float:
+        return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+    return g.relative * gmean(compute), g.stream_efficiency * gmean(stream), compute + stream
+
+
 def main() -> None:
-    for label, model, hw, tp, dtype, measured, source in ROWS:
-        cm = CostModel(model, hw, dtype, tp=tp)
+    for label, model, hw, tp, dtype, measured, source in ROWS + LEGACY_ROWS:
+        legacy = (label, model, hw, tp, dtype, measured, source) in LEGACY_ROWS
+        cm = CostModel(model, hw, dtype, tp=tp,
+                       fused_moe_config="legacy_default" if legacy else "tuned")
         print(f"{label}\n  source: {source}")
         print(f"  {'M':>5s} {'measured us':>12s} {'kvpd us':>9s} {'kvpd/meas':>10s}")
         for m, us in measured.items():
@@ -139,6 +185,11 @@ def main() -> None:
               f"{min(ratios):.2f}-{max(ratios):.2f} (geometric mean "
               f"{math.exp(statistics.fmean(math.log(r) for r in ratios)):.3f}): the fitted "
               f"grouped_gemm.relative is {rel:.3f}")
+    rel, stream, ratios = fit_legacy()
+    print(f"hopper, vLLM's fallback config: kvpd / measured {min(ratios):.2f}-{max(ratios):.2f} "
+          f"at the catalog values; fitted grouped_gemm.legacy_default.relative {rel:.3f} "
+          f"(from {COMPUTE_BOUND_M} tokens on), stream_efficiency {stream:.3f} "
+          f"({STREAM_BOUND_M[0]}-{STREAM_BOUND_M[1]} tokens)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import argparse
 import json
 import re
 
-from simulator.cost.kernels import ATTENTION_BACKENDS
+from simulator.cost.kernels import ATTENTION_BACKENDS, FUSED_MOE_CONFIGS
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS
 
 
@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "every token and the TP all-reduce sums the experts' outputs) or "
                         "all_to_all (each token dispatched to its experts' GPUs and combined "
                         "back: DeepEP-style; cluster.moe_a2a_backend)")
+    p.add_argument("--fused-moe-config", default="tuned", choices=FUSED_MOE_CONFIGS,
+                   help="MoE models on NVIDIA: tuned (default; or vLLM's defaults from v0.17) "
+                        "or legacy_default (vLLM's fallback config before v0.17, for a shape "
+                        "without a tuned file; cluster.fused_moe_config)")
     p.add_argument("--dp-attention", action="store_true",
                    help="data-parallel attention (MoE models, tp >= 2, pp 1): the step's "
                         "requests spread over the tp GPUs' attention ranks one by one, the MoE "
@@ -155,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,
                          kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
                          attention_backend=args.attention_backend,
-                         moe_a2a_backend=args.moe_a2a_backend)
+                         moe_a2a_backend=args.moe_a2a_backend,
+                         fused_moe_config=args.fused_moe_config)
 
     cm = cost_model(args.tp, args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,

@@ -47,7 +47,7 @@ def cost_model_at(cm: CostModel, compute: float, memory: float) -> CostModel:
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link,
                      quantization=cm.precision.quantization(), ep=cm.ep, ep_link=cm.ep_link,
                      allreduce=cm.allreduce, attention_backend=cm.attention_backend,
-                     moe_a2a_backend=cm.moe_a2a_backend)
+                     moe_a2a_backend=cm.moe_a2a_backend, fused_moe_config=cm.fused_moe_config)
 
 
 def step_groups(steps: Sequence) -> dict[str, list]:

@@ -48,6 +48,7 @@ bench/costmodel.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,7 @@ from simulator.cost.decode_steps import (
     decode_step_time,
 )
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.cost.kernels import check_attention_backend, kernel_profile
+from simulator.cost.kernels import FUSED_MOE_CONFIGS, check_attention_backend, kernel_profile
 from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS, expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
@@ -82,7 +83,8 @@ class CostModel(StageTerms):
                  link: Link | str | dict | None = None,
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
                  ep_link: Link | str | dict | None = None, allreduce: str = "custom",
-                 attention_backend: str = "flash_attn", moe_a2a_backend: str = "none") -> None:
+                 attention_backend: str = "flash_attn", moe_a2a_backend: str = "none",
+                 fused_moe_config: str = "tuned") -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -92,6 +94,19 @@ class CostModel(StageTerms):
         self.dtype = self.precision.dtype
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)
+        # the fused-MoE kernel's config: tuned (or vLLM's defaults from v0.17), or vLLM's
+        # fallback before v0.17 for shapes without a tuned file (simulator/vllm_fused_moe.py)
+        if fused_moe_config not in FUSED_MOE_CONFIGS:
+            raise ValueError(f"fused_moe_config {fused_moe_config!r} unknown; allowed: "
+                             f"{', '.join(FUSED_MOE_CONFIGS)}")
+        self.fused_moe_config = fused_moe_config
+        if fused_moe_config == "legacy_default" and self.kernels.grouped_gemm is not None:
+            self.kernels = dataclasses.replace(
+                self.kernels, grouped_gemm=self.kernels.grouped_gemm.legacy())
+        elif fused_moe_config == "legacy_default":
+            raise ValueError(f"fused_moe_config legacy_default: {self.accelerator.name} has no "
+                             "grouped_gemm kernel terms (vLLM's Triton fallback config is "
+                             "priced on NVIDIA parts)")
         self.tp, self.pp, self.ep = tp, pp, ep
         # the EP all-to-all (simulator/cost/moe_cost.py): "none" keeps the TP all-reduce
         if moe_a2a_backend not in MOE_A2A_BACKENDS:
@@ -293,6 +308,6 @@ class CostModel(StageTerms):
                 "gemm_compute": self.precision.compute, "kv_cache_dtype": self.kv_cache_dtype,
                 "tp": self.tp, "pp": self.pp, "ep": self.ep,
                 "moe_a2a_backend": self.moe_a2a_backend, "link": self.link.name,
-                "allreduce": self.allreduce,
+                "allreduce": self.allreduce, "fused_moe_config": self.fused_moe_config,
                 "attention_backend": self.attention_backend,
                 "params_source": self.params.source}

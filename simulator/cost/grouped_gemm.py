@@ -12,6 +12,10 @@ grouped GEMM the engines run (vLLM/SGLang's Triton `fused_moe`), not as one dens
   BLOCK_SIZE_K of K) before the first MMA, and the non-persistent kernel does not hide it,
   so a GEMM of reduction length K runs at K / (K + k_half) of its long-K rate; with TP the
   down projection's K is moe_intermediate / tp (192 for Qwen3-235B at TP8);
+- vLLM before v0.17 ran shapes without a tuned config file on a fallback config
+  (`CostModel(fused_moe_config="legacy_default")`: BLOCK_SIZE_M 16 while the step's tokens
+  are at most the experts, else 64, BLOCK_SIZE_K 32, no warps or stages set; its own
+  `relative`, `grouped_gemm.legacy_default` in kernels.yaml);
 - a ceiling below dense GEMMs (`grouped_gemm.relative` x the part's dense efficiency);
   W8A8 (FP8/INT8) kernels run `grouped_gemm.fp8_speedup` x the BF16 kernel's rate
   (`CostModel._grouped_for_compute`), not the dense FP8 GEMMs' share of the doubled peak.
@@ -70,7 +74,10 @@ def padded_rows(tokens: float, ex: ExpertShape, g: GroupedGemm) -> float:
     pairs = tokens * k / ex.ep
     hit = (E / ex.ep) * (1.0 - (1.0 - k / E) ** tokens)
     m = pairs / hit
-    bm = block_m(m, *g.block_m)
+    if g.block_m_by_tokens:  # vLLM's fallback: BLOCK_SIZE_M by the step's tokens vs E
+        bm = g.block_m[0] if tokens <= E / ex.ep else g.block_m[1]
+    else:
+        bm = block_m(m, *g.block_m)
     return max(hit * bm, pairs + hit * bm / 2.0)
 
 
@@ -113,7 +120,11 @@ class MoELinearCost(LinearCost):
         hit = (ex.num_experts / ex.ep) * (1.0 - (1.0 - ex.top_k / ex.num_experts) ** r)
         m = pairs / hit
         lo, hi = g.block_m
-        bm = np.where(m < lo, lo, np.clip(2.0 ** np.floor(np.log2(np.maximum(m, 1.0))), lo, hi))
+        if g.block_m_by_tokens:  # vLLM's fallback: BLOCK_SIZE_M by the step's tokens vs E
+            bm = np.where(r <= ex.num_experts / ex.ep, lo, hi)
+        else:
+            bm = np.where(m < lo, lo,
+                          np.clip(2.0 ** np.floor(np.log2(np.maximum(m, 1.0))), lo, hi))
         padded = np.maximum(hit * bm, pairs + hit * bm / 2.0)
         t = r * self._dense_flops * self._dense_rate + padded * self._pair_s
         if self.weight_only is not None:

@@ -30,7 +30,7 @@ def contended_cost_model(cm: CostModel, share: float) -> CostModel:
     return CostModel(cm.model, acc, cm.dtype, cm.tp, cm.pp, cm.params,
                      kv_cache_dtype=cm.kv_cache_dtype, link=cm.link, ep=cm.ep, ep_link=cm.ep_link,
                      allreduce=cm.allreduce, attention_backend=cm.attention_backend,
-                     moe_a2a_backend=cm.moe_a2a_backend)
+                     moe_a2a_backend=cm.moe_a2a_backend, fused_moe_config=cm.fused_moe_config)
 
 
 def memory_seconds(alone_s: float, contended_s: float, share: float) -> float:

@@ -8,6 +8,7 @@ precomputes them per operator in `__init__` so that `step_time` stays plain floa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +39,10 @@ TRITON_ATTN_BLOCK_M = 16
 #              in a step with prompt tokens each decode reads its K/V once per query head
 # triton_attn  vLLM's Triton unified attention (triton_block_q below)
 AttentionBackend = Literal["flash_attn", "flash_attn_2", "triton_attn"]
+# the fused-MoE kernel config (cluster.fused_moe_config): a tuned one (or vLLM's defaults from
+# v0.17), or vLLM's fallback before v0.17 for shapes without a tuned file
+FusedMoEConfig = Literal["tuned", "legacy_default"]
+FUSED_MOE_CONFIGS = get_args(FusedMoEConfig)
 ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 
 
@@ -81,6 +86,19 @@ class GroupedGemm:
     stream_efficiency: float | None = None  # long-K fraction of bandwidth the weights stream at
     call_s: float = 0.0  # fixed seconds of one fused_experts call (align, 2 GEMMs, act, sum)
     fp8_k_half: float | None = None  # k_half of the W8A8 (block-quantised) configs
+    # BLOCK_SIZE_M by the step's tokens, not by rows per expert: block_m[0] while the tokens
+    # are at most the experts, else block_m[1] (vLLM's fallback config before v0.17)
+    block_m_by_tokens: bool = False
+    # vLLM's fallback config before v0.17 (grouped_gemm.legacy_default; None: not measured)
+    legacy_default: GroupedGemm | None = None
+
+    def legacy(self) -> GroupedGemm:
+        """These terms with vLLM's pre-v0.17 fallback config (`legacy_default`) in place of
+        a tuned one; ValueError where the part has no such entry."""
+        if self.legacy_default is None:
+            raise ValueError("no grouped_gemm.legacy_default entry (vLLM's Triton fallback "
+                             "config is measured on NVIDIA parts only)")
+        return self.legacy_default
 
 
 @dataclass(frozen=True)
@@ -303,10 +321,28 @@ def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
             raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.{key} must be a number >= 0, "
                              f"got {v!r}")
-    return GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
-                       float(g["k_half"]), None if speedup is None else float(speedup),
-                       None if stream is None else _frac(f"{arch}.grouped_gemm.stream_efficiency", stream),
-                       float(call_s), None if fp8_k_half is None else float(fp8_k_half))
+    out = GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
+                      float(g["k_half"]), None if speedup is None else float(speedup),
+                      None if stream is None else _frac(f"{arch}.grouped_gemm.stream_efficiency", stream),
+                      float(call_s), None if fp8_k_half is None else float(fp8_k_half))
+    legacy = g.get("legacy_default")
+    if legacy is None:
+        return out
+    key = f"{arch}.grouped_gemm.legacy_default"
+    if not isinstance(legacy, dict) or set(legacy) != {"relative", "block_m", "k_half",
+                                                       "stream_efficiency"}:
+        raise ValueError(f"{KERNELS_FILE}: {key} must be a mapping of relative, block_m, "
+                         f"k_half and stream_efficiency, got {legacy!r}")
+    llo, lhi = (int(x) for x in legacy["block_m"])
+    lk = legacy["k_half"]
+    if not 1 <= llo <= lhi or isinstance(lk, bool) or not isinstance(lk, (int, float)) or lk < 0:
+        raise ValueError(f"{KERNELS_FILE}: {key}: block_m must be [lo, hi] with 1 <= lo <= hi "
+                         f"and k_half a number >= 0, got {legacy!r}")
+    # the fallback tile's K depth is the same for every dtype (BLOCK_SIZE_K 32, 3 stages)
+    return dataclasses.replace(out, legacy_default=dataclasses.replace(
+        out, relative=_frac(f"{key}.relative", legacy["relative"]), block_m=(llo, lhi),
+        k_half=float(lk), fp8_k_half=float(lk), block_m_by_tokens=True,
+        stream_efficiency=_frac(f"{key}.stream_efficiency", legacy["stream_efficiency"])))
 
 
 def list_archs() -> list[str]:

@@ -1,0 +1,115 @@
+"""vLLM's fused-MoE fallback config before v0.17 (`cluster.fused_moe_config: legacy_default`):
+its price is the fit of the measured fallback kernel, and the vllm preset picks it exactly
+where vLLM finds no tuned file for the shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.costmodel import CostModel
+from simulator.cost.hardware import get_accelerator
+from simulator.cost.kernels import kernel_profile
+from simulator.engines import apply_engine
+from simulator.vllm_fused_moe import has_tuned_config, vllm_fused_moe_rule
+from tests.bench_helpers import load_diagnostic
+from tests.sim_helpers import merged, sim
+
+
+def test_the_fallback_terms_are_the_fit_of_vllms_measured_fallback_kernel():
+    """kernels.yaml hopper grouped_gemm.legacy_default: relative and stream_efficiency fitted
+    to vLLM PR #24700's 'Main' column; every one of its 18 batch sizes within 10%."""
+    diag = load_diagnostic("moe_kernels")
+    relative, stream, _ = diag.fit_legacy()
+    g = kernel_profile(get_accelerator("h100-sxm")).grouped_gemm.legacy()
+    assert g.relative == pytest.approx(relative, abs=0.003)
+    assert g.stream_efficiency == pytest.approx(stream, abs=0.005)
+    (_, model, hw, tp, dtype, measured, _), = diag.LEGACY_ROWS
+    cm = CostModel(model, hw, dtype, tp=tp, fused_moe_config="legacy_default")
+    ratios = [diag.kvpd_us(cm, m) / us for m, us in measured.items()]
+    assert all(0.9 <= r <= 1.1 for r in ratios), ratios
+
+
+def test_the_fallback_slows_prefill_not_decode():
+    def step(cfg: str, shape: BatchShape) -> float:
+        return CostModel("glm-4.6", "h200-sxm", tp=8, fused_moe_config=cfg).step_time(shape)
+
+    prefill = BatchShape.from_lists([2000] * 4, [0] * 4)
+    decode = BatchShape.from_lists([1] * 16, [2000] * 16)
+    assert step("legacy_default", prefill) > 1.3 * step("tuned", prefill)
+    assert step("legacy_default", decode) == pytest.approx(step("tuned", decode), rel=0.15)
+    # (BLOCK_SIZE_M by tokens: 64 once the step's tokens exceed the 160 experts)
+    legacy = CostModel("glm-4.6", "h200-sxm", tp=8, fused_moe_config="legacy_default")
+    assert legacy.kernels.grouped_gemm.block_m_by_tokens
+    assert legacy.describe()["fused_moe_config"] == "legacy_default"
+
+
+def _scenario(model: str, hardware: str, version: str, **cluster) -> dict:
+    return {"model": model, "hardware": hardware, "engine": {"name": "vllm", "version": version},
+            "cluster": {"tp": 8, **cluster}}
+
+
+@pytest.mark.parametrize("model, hardware, version, cluster, picked", [
+    # vLLM 0.11 has no E=160,N=192 H200 file for GLM-4.6 at TP8
+    ("glm-4.6", "h200-sxm", "0.11.0", {}, True),
+    # ... nor E=20,N=1536 with expert parallelism (whole experts, 160 / 8 per GPU)
+    ("glm-4.6", "h200-sxm", "0.11.0", {"ep": 8}, True),
+    # Qwen3-235B's E=128,N=192 H100 file ships in 0.11.0
+    ("qwen3-235b-a22b", "h100-sxm", "0.11.0", {}, False),
+    # v0.17 replaced the fallback
+    ("glm-4.6", "h200-sxm", "0.17.0", {}, False),
+    # a dense model, and an AMD part (not looked up: kvpd prices AMD's CK kernels)
+    ("llama-3.1-70b", "h200-sxm", "0.11.0", {}, False),
+    ("glm-4.6", "mi300x", "0.11.0", {}, False),
+    # the scenario's own choice wins
+    ("glm-4.6", "h200-sxm", "0.11.0", {"fused_moe_config": "tuned"}, False),
+])
+def test_the_vllm_preset_picks_the_fallback_where_vllm_has_no_tuned_file(
+        model, hardware, version, cluster, picked):
+    data = _scenario(model, hardware, version, **cluster)
+    notes = apply_engine(data)
+    assert (data["cluster"].get("fused_moe_config") == "legacy_default") == picked
+    assert any(n.startswith("fused_moe_config legacy_default") for n in notes) == picked
+
+
+def test_quantized_experts_keep_the_tuned_price():
+    data = {**_scenario("glm-4.6", "h200-sxm", "0.11.0"), "dtype": "fp8"}
+    assert vllm_fused_moe_rule(data, data["cluster"], "0.11.0") == []
+    # gpt-oss is released in MXFP4: with no dtype it runs as released, not as 16-bit experts
+    data = _scenario("gpt-oss-120b", "h100-sxm", "0.11.0")
+    assert vllm_fused_moe_rule(data, data["cluster"], "0.11.0") == []
+
+
+def test_tuned_files_count_from_the_first_catalogued_wheel_that_ships_them():
+    name = "E=128,N=192,device_name=NVIDIA_H100_80GB_HBM3"
+    from packaging.version import Version
+    assert has_tuned_config(name, Version("0.11.0"))
+    assert not has_tuned_config("E=160,N=192,device_name=NVIDIA_H200", Version("0.16.0"))
+
+
+BURST = {"workload": {"synthetic": {"num_requests": 24, "arrival": {"process": "burst"},
+                                    "prompt_len": {"dist": "fixed", "value": 800},
+                                    "output_len": {"dist": "fixed", "value": 8}}}}
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"model": "llama-3-8b", "cluster": {"fused_moe_config": "legacy_default"}},
+     "cluster.fused_moe_config: legacy_default, but llama-3-8b is a dense model"),
+    ({"model": "mixtral-8x7b", "hardware": "mi300x", "cluster": {"tp": 2,
+                                                                "fused_moe_config": "legacy_default"}},
+     "mi300x has no fallback-config entry"),
+    ({"model": "mixtral-8x7b", "cluster": {"tp": 2, "fused_moe_config": "untuned"}},
+     "cluster.fused_moe_config"),
+])
+def test_a_fallback_that_cannot_apply_is_refused_naming_the_key(patch, message):
+    with pytest.raises(ValueError) as err:
+        sim(merged(merged({"hardware": "h100-sxm"}, BURST), patch), base={})
+    assert message in str(err.value)
+
+
+def test_a_simulated_replica_on_the_fallback_takes_longer():
+    base = merged({"model": "mixtral-8x7b", "hardware": "h100-sxm", "cluster": {"tp": 2}}, BURST)
+    tuned = sim(base, base={})
+    legacy = sim(merged(base, {"cluster": {"fused_moe_config": "legacy_default"}}), base={})
+    assert legacy.summary["requests"]["finished"] == tuned.summary["requests"]["finished"] == 24
+    assert legacy.summary["span_s"] > tuned.summary["span_s"]
