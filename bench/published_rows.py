@@ -278,7 +278,7 @@ def to_scenario(row: Row) -> Converted:
                      f"{warmup} unmeasured requests first (steady state; see published_rows.py)")
     warmup = int(warmup or 0)
     # the offline entry point when the harness is vLLM's benchmark_throughput.py (the LLM
-    # class) or `trtllm-bench throughput` (which sizes its own limits: simulator.trtllm_bench)
+    # class) or `trtllm-bench throughput` (which sizes its own limits: simulator.engines.trtllm_bench)
     harness = str(row.source.get("harness", ""))
     offline = not closed and ("benchmark_throughput" in harness or "trtllm-bench" in harness)
     sc: dict[str, Any] = {

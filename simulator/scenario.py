@@ -30,8 +30,8 @@ from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.cost.moe_cost import MoEA2ABackend
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
-from simulator.sglang_server import fill_max_running
-from simulator.trtllm_bench import fill_limits
+from simulator.engines.sglang_server import fill_max_running
+from simulator.engines.trtllm_bench import fill_limits
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
 
@@ -85,7 +85,7 @@ class ClusterSpec(_Strict):
     moe_a2a_backend: MoEA2ABackend = "none"
     ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
     # the fused-MoE kernel config: "tuned" (or vLLM's defaults from v0.17) or "legacy_default"
-    # (vLLM's fallback before v0.17 for a shape without a tuned file; simulator/vllm_fused_moe.py)
+    # (vLLM's fallback before v0.17 for a shape without a tuned file; simulator/engines/vllm_fused_moe.py)
     fused_moe_config: FusedMoEConfig = "tuned"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
@@ -337,7 +337,7 @@ class Scenario(_Strict):
     sim: SimSpec = SimSpec()
     base_dir: str = Field(".", exclude=True)  # folder that relative paths start from
     source: str = Field("<scenario>", exclude=True)  # the file (or label) it was read from
-    # what `engine` filled in, one rule each (`simulator.engines.apply_engine`)
+    # what `engine` filled in, one rule each (`simulator.engines.presets.apply_engine`)
     engine_notes: list[str] = Field(default_factory=list, exclude=True)
 
     def resolve(self, path: str) -> Path:

@@ -181,7 +181,7 @@ def test_sglangs_chunked_prefill_size_is_divided_over_the_ranks():
     from packaging.version import Version
 
     from simulator.cost.hardware import get_accelerator
-    from simulator.sglang_server import chunked_prefill_size
+    from simulator.engines.sglang_server import chunked_prefill_size
 
     size = chunked_prefill_size(Version("0.5.7"), get_accelerator("h200-sxm").memory_bytes / 2**20)
     assert sc.scheduler.max_num_batched_tokens == size // 8

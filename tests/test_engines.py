@@ -1,5 +1,5 @@
 """`engine:` in a scenario: the engine's documented defaults fill the keys left out
-(`simulator.engines`), a key the scenario sets wins, and a bad engine is refused by name."""
+(`simulator.engines.presets`), a key the scenario sets wins, and a bad engine is refused by name."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from simulator import engines
+from simulator.engines import presets as engines
 from simulator.run import run_scenario
 from simulator.scenario import scenario_from_dict
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import published  # noqa: E402
 import published_rows as pr  # noqa: E402
 
-from simulator import engines  # noqa: E402
+from simulator.engines import presets as engines  # noqa: E402
 from simulator.scenario import Scenario, load_scenario  # noqa: E402
 
 # Scenario keys the converter writes that issue 30's other branches add (30-core, 30-cost).

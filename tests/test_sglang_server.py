@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from simulator.cost.memory_plan import plan_memory
-from simulator.engine_version import parse_version as parse
-from simulator.scenario import scenario_from_dict
-from simulator.sglang_server import (
+from simulator.engines.sglang_server import (
     chunked_prefill_size,
     max_running_requests,
     mem_fraction_static,
 )
+from simulator.engines.version import parse_version as parse
+from simulator.scenario import scenario_from_dict
 
 H100, H200, B200, A100_40, L4 = 81920, 144384, 184320, 40960, 24576  # MiB, as kvpd's catalog
 

@@ -10,8 +10,8 @@ import copy
 import pytest
 
 from simulator.cost.models import get_model
+from simulator.engines.trtllm_bench import bench_limits, kv_requests, round_batch, round_tokens
 from simulator.scenario import scenario_from_dict
-from simulator.trtllm_bench import bench_limits, kv_requests, round_batch, round_tokens
 
 GiB = 2**30
 

@@ -11,7 +11,7 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import kernel_profile
 from simulator.engines import apply_engine
-from simulator.vllm_fused_moe import has_tuned_config, vllm_fused_moe_rule
+from simulator.engines.vllm_fused_moe import has_tuned_config, vllm_fused_moe_rule
 from tests.bench_helpers import load_diagnostic
 from tests.sim_helpers import merged, sim
 

@@ -19,7 +19,7 @@ Families and the config.json keys each needs (the HF `transformers` names):
   expert); `sliding_window` on the layers `layer_types` marks "sliding_attention". Its
   attention sinks (one learned logit per head, in the architecture, not in config.json) cost
   nothing measurable themselves; they set `attention_sinks`, which decides vLLM's attention
-  kernel on pre-Hopper GPUs (simulator/engines.py).
+  kernel on pre-Hopper GPUs (simulator/engines/presets.py).
 - Llama 4 (the `text_config` of Llama4ForConditionalGeneration): `num_local_experts`,
   `num_experts_per_tok`, `intermediate_size` per routed expert and for the one shared
   expert of every MoE layer, `intermediate_size_mlp` for the dense layers, MoE layers every

@@ -24,7 +24,7 @@ from typing import Any
 from packaging.version import Version
 
 from simulator.cost.catalog_file import read_catalog
-from simulator.engine_version import parse_version
+from simulator.engines.version import parse_version
 
 CONFIGS_FILE = "vllm_fused_moe_configs.json"
 FIXED_FROM = Version("0.17.0")  # vLLM PR #34846's batch-aware defaults

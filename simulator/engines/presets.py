@@ -6,7 +6,7 @@
 A scenario that names the engine it stands for gets that engine's documented behaviour for
 every key it leaves out: the admission policy (`scheduler.capacity_policy`), the TP
 all-reduce (`cluster.allreduce`), vLLM's fused-MoE fallback config before v0.17
-(`cluster.fused_moe_config`, simulator/vllm_fused_moe.py), the KV-cache dtype of FP8 checkpoints
+(`cluster.fused_moe_config`, simulator/engines/vllm_fused_moe.py), the KV-cache dtype of FP8 checkpoints
 (`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
 (`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`) and whether
 prompts share steps with decodes (`scheduler.mixed_batches`). A key the
@@ -23,8 +23,8 @@ from packaging.version import Version
 
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
-from simulator.engine_version import parse_version
-from simulator.vllm_fused_moe import vllm_fused_moe_rule
+from simulator.engines.version import parse_version
+from simulator.engines.vllm_fused_moe import vllm_fused_moe_rule
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -135,7 +135,7 @@ VLLM_PRE_HOPPER_ARCHES = ("ampere", "ada")
 # and Max Num Tokens": a context request is scheduled only when its whole prompt fits the step's
 # max_num_tokens). The OpenAI server (trtllm-serve) passes BuildConfig's max_batch_size 2048 and
 # max_num_tokens 8192 (tensorrt_llm/commands/serve.py get_llm_args; builder.py BuildConfig);
-# trtllm-bench sizes its own (simulator/trtllm_bench.py).
+# trtllm-bench sizes its own (simulator/engines/trtllm_bench.py).
 TRTLLM_MAX_NUM_TOKENS = 8192
 TRTLLM_MAX_BATCH_SIZE = 2048
 # Prefix caching by default: vLLM's V1 engine (v0.8.0 on) caches prefixes unless told not to;
@@ -275,9 +275,9 @@ SGLANG_DP_DIVIDES_FROM = Version("0.4.5")
 def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[str, Any],
                      cluster: dict[str, Any], version: Any) -> list[str]:
     """SGLang's chunked_prefill_size and mem_fraction_static by version and GPU memory
-    (`simulator.sglang_server`) for the keys left out; its max_running_requests needs the KV
+    (`simulator.engines.sglang_server`) for the keys left out; its max_running_requests needs the KV
     pool and is filled once the scenario is read (`sglang_server.fill_max_running`)."""
-    import simulator.sglang_server as sglang_server
+    import simulator.engines.sglang_server as sglang_server
     from simulator.cost.hardware import scenario_accelerator
 
     v = parse_version(version)
@@ -452,7 +452,7 @@ def _trtllm_limits(sched: dict[str, Any], offline: bool) -> list[str]:
     """TensorRT-LLM's scheduler defaults (TRTLLM_* above) for the limits not set: whole
     prompts per step (no chunked prefill) within 8192 tokens. Offline (`trtllm-bench
     throughput`) the tool sizes the limits from the dataset instead: filled once the workload
-    is known (`simulator.trtllm_bench.fill_limits`)."""
+    is known (`simulator.engines.trtllm_bench.fill_limits`)."""
     if "enable_chunked_prefill" not in sched:
         sched["enable_chunked_prefill"] = False
     chunked = f"chunked prefill {'off' if sched.get('enable_chunked_prefill') is False else 'on'}"

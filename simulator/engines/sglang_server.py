@@ -33,7 +33,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from simulator.engine_version import parse_version
+from simulator.engines.version import parse_version
 
 FIRST_MODELLED = Version("0.4.0")
 GIB = 1024  # MiB
