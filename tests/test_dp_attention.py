@@ -234,3 +234,22 @@ def test_estimate_prices_the_all_to_all_when_asked(capsys):
     assert kvpd_main(args[:7] + ["--tp", "8", "--ep", "1", "--decode", "8x100",
                                  "--moe-a2a-backend", "all_to_all"]) == 2
     assert "--moe-a2a-backend all_to_all needs --ep = --tp" in capsys.readouterr().err
+
+
+def test_the_attention_side_from_the_fast_path_equals_its_operators():
+    """`attention_s` (the one-GPU model's step less its MLP operators, cached by tokens) is the
+    sum of `attention_ops` for any rank batch: decodes, prompt chunks and both."""
+    import random
+
+    dp, _ = _costs()
+    rng = random.Random(7)
+    for _ in range(60):
+        decodes_n, prompts = rng.randint(0, 30), rng.randint(0, 2)
+        tokens = [1] * decodes_n + [rng.randint(1, 600) for _ in range(prompts)]
+        if not tokens:
+            continue
+        ctx = [rng.randint(8, 3000) for _ in range(decodes_n)] + [rng.randint(0, 1500)
+                                                                for _ in range(prompts)]
+        shape = BatchShape.from_lists(tokens, ctx)
+        want = sum(op.time_s for op in dp.attention_ops(shape))
+        assert dp.attention_s(shape) == pytest.approx(want, rel=1e-9)
