@@ -85,7 +85,8 @@ class ClusterSpec(_Strict):
     moe_a2a_backend: MoEA2ABackend = "none"
     ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
     # the fused-MoE kernel config: "tuned" (or vLLM's defaults from v0.17) or "legacy_default"
-    # (vLLM's fallback before v0.17 for a shape without a tuned file; simulator/engines/vllm_fused_moe.py)
+    # (vLLM's before v0.17, SGLang's, for a shape without a tuned file;
+    # simulator/engines/fused_moe_fallback.py)
     fused_moe_config: FusedMoEConfig = "tuned"
     router: str = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)

@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "back: DeepEP-style; cluster.moe_a2a_backend)")
     p.add_argument("--fused-moe-config", default="tuned", choices=FUSED_MOE_CONFIGS,
                    help="MoE models on NVIDIA: tuned (default; or vLLM's defaults from v0.17) "
-                        "or legacy_default (vLLM's fallback config before v0.17, for a shape "
-                        "without a tuned file; cluster.fused_moe_config)")
+                        "or legacy_default (the old fallback config vLLM ran before v0.17 "
+                        "and SGLang runs, for a shape without a tuned file; "
+                        "cluster.fused_moe_config)")
     p.add_argument("--dp-attention", action="store_true",
                    help="data-parallel attention (MoE models, tp >= 2, pp 1): the step's "
                         "requests spread over the tp GPUs' attention ranks one by one, the MoE "

@@ -79,7 +79,7 @@ def _shape_note(lc: Any, rows: float) -> str:
         bits.append(f"dequantized every {lc.weight_only.rows_per_pass} rows")
     g = getattr(lc, "grouped", None)
     if g is not None:
-        kind = ("vLLM's pre-v0.17 fallback config (kernels.yaml grouped_gemm.legacy_default), "
+        kind = ("the old fused-MoE fallback config (kernels.yaml grouped_gemm.legacy_default), "
                 if g.block_m_by_tokens else "")
         bits.append(f"{kind}grouped GEMM {g.relative:.3g} of dense, {lc.padded(rows):.0f} padded "
                     f"rows for {rows * lc.experts.top_k / lc.experts.ep:.0f} token-expert pairs "

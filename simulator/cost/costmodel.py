@@ -95,7 +95,7 @@ class CostModel(StageTerms):
         self.kv_cache_dtype = self.precision.kv_cache_dtype
         self.kernels = kernel_profile(self.accelerator)
         # the fused-MoE kernel's config: tuned (or vLLM's defaults from v0.17), or vLLM's
-        # fallback before v0.17 for shapes without a tuned file (simulator/engines/vllm_fused_moe.py)
+        # fallback before v0.17 for shapes without a tuned file (simulator/engines/fused_moe_fallback.py)
         if fused_moe_config not in FUSED_MOE_CONFIGS:
             raise ValueError(f"fused_moe_config {fused_moe_config!r} unknown; allowed: "
                              f"{', '.join(FUSED_MOE_CONFIGS)}")

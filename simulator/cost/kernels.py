@@ -40,7 +40,7 @@ TRITON_ATTN_BLOCK_M = 16
 # triton_attn  vLLM's Triton unified attention (triton_block_q below)
 AttentionBackend = Literal["flash_attn", "flash_attn_2", "triton_attn"]
 # the fused-MoE kernel config (cluster.fused_moe_config): a tuned one (or vLLM's defaults from
-# v0.17), or vLLM's fallback before v0.17 for shapes without a tuned file
+# v0.17), or the old fallback (vLLM's before v0.17, SGLang's) for shapes without a tuned file
 FusedMoEConfig = Literal["tuned", "legacy_default"]
 FUSED_MOE_CONFIGS = get_args(FusedMoEConfig)
 ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
@@ -93,8 +93,8 @@ class GroupedGemm:
     legacy_default: GroupedGemm | None = None
 
     def legacy(self) -> GroupedGemm:
-        """These terms with vLLM's pre-v0.17 fallback config (`legacy_default`) in place of
-        a tuned one; ValueError where the part has no such entry."""
+        """These terms with the old fused-MoE fallback config (`legacy_default`: vLLM's before
+        v0.17, SGLang's) in place of a tuned one; ValueError where the part has no such entry."""
         if self.legacy_default is None:
             raise ValueError("no grouped_gemm.legacy_default entry (vLLM's Triton fallback "
                              "config is measured on NVIDIA parts only)")

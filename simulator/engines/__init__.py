@@ -6,7 +6,8 @@ fills every key a scenario leaves out and says which rule it used).
 - `version`: engine version strings read leniently.
 - `sglang_server`: SGLang's chunked prefill size, memory fraction and request limit.
 - `trtllm_bench`: `trtllm-bench throughput`'s own batch and token limits.
-- `vllm_fused_moe`: whether vLLM runs a tuned fused-MoE config or its pre-v0.17 fallback.
+- `fused_moe_fallback`: whether vLLM or SGLang runs a tuned fused-MoE config or the old
+  fallback.
 """
 
 from simulator.engines.presets import ENGINES, ENTRY_POINTS, apply_engine

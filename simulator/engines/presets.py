@@ -5,8 +5,8 @@
 
 A scenario that names the engine it stands for gets that engine's documented behaviour for
 every key it leaves out: the admission policy (`scheduler.capacity_policy`), the TP
-all-reduce (`cluster.allreduce`), vLLM's fused-MoE fallback config before v0.17
-(`cluster.fused_moe_config`, simulator/engines/vllm_fused_moe.py), the KV-cache dtype of FP8 checkpoints
+all-reduce (`cluster.allreduce`), vLLM's and SGLang's old fused-MoE fallback config
+(`cluster.fused_moe_config`, simulator/engines/fused_moe_fallback.py), the KV-cache dtype of FP8 checkpoints
 (`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
 (`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`) and whether
 prompts share steps with decodes (`scheduler.mixed_batches`). A key the
@@ -23,8 +23,8 @@ from packaging.version import Version
 
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
 from simulator.engines.version import parse_version
-from simulator.engines.vllm_fused_moe import vllm_fused_moe_rule
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -214,8 +214,8 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
     notes += _allreduce(cluster, name, version, label)
     if name == "vllm" and "attention_backend" not in cluster:
         notes += _vllm_attention(data, cluster, cache, version)
-    if name == "vllm":
-        notes += vllm_fused_moe_rule(data, cluster, version)
+    if name in ("vllm", "sglang"):
+        notes += fused_moe_fallback_rule(name, data, cluster, version)
     return notes
 
 

@@ -1,6 +1,6 @@
-"""vLLM's fused-MoE fallback config before v0.17 (`cluster.fused_moe_config: legacy_default`):
-its price is the fit of the measured fallback kernel, and the vllm preset picks it exactly
-where vLLM finds no tuned file for the shape."""
+"""The old fused-MoE fallback config (`cluster.fused_moe_config: legacy_default`): its price is
+the fit of vLLM's measured fallback kernel, and the vllm and sglang presets pick it exactly
+where the engine finds no tuned file for the shape."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import kernel_profile
 from simulator.engines import apply_engine
-from simulator.engines.vllm_fused_moe import has_tuned_config, vllm_fused_moe_rule
+from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule, has_tuned_config
 from tests.bench_helpers import load_diagnostic
 from tests.sim_helpers import merged, sim
 
@@ -74,17 +74,36 @@ def test_the_vllm_preset_picks_the_fallback_where_vllm_has_no_tuned_file(
 
 def test_quantized_experts_keep_the_tuned_price():
     data = {**_scenario("glm-4.6", "h200-sxm", "0.11.0"), "dtype": "fp8"}
-    assert vllm_fused_moe_rule(data, data["cluster"], "0.11.0") == []
+    assert fused_moe_fallback_rule("vllm", data, data["cluster"], "0.11.0") == []
     # gpt-oss is released in MXFP4: with no dtype it runs as released, not as 16-bit experts
     data = _scenario("gpt-oss-120b", "h100-sxm", "0.11.0")
-    assert vllm_fused_moe_rule(data, data["cluster"], "0.11.0") == []
+    assert fused_moe_fallback_rule("vllm", data, data["cluster"], "0.11.0") == []
 
 
 def test_tuned_files_count_from_the_first_catalogued_wheel_that_ships_them():
-    name = "E=128,N=192,device_name=NVIDIA_H100_80GB_HBM3"
     from packaging.version import Version
-    assert has_tuned_config(name, Version("0.11.0"))
-    assert not has_tuned_config("E=160,N=192,device_name=NVIDIA_H200", Version("0.16.0"))
+
+    name = "E=128,N=192,device_name=NVIDIA_H100_80GB_HBM3"
+    assert has_tuned_config("vllm", name, Version("0.11.0"))
+    assert not has_tuned_config("vllm", "E=160,N=192,device_name=NVIDIA_H200", Version("0.16.0"))
+    # SGLang 0.5.7 ships Qwen3-235B's TP8 H200 file (in a triton_* folder it searches)
+    assert has_tuned_config("sglang", "E=128,N=192,device_name=NVIDIA_H200", Version("0.5.7"))
+
+
+@pytest.mark.parametrize("model, version, cluster, picked", [
+    # SGLang 0.5.7 has no 16-bit E=160,N=192 H200 file for GLM-4.6 at TP8: its fallback
+    ("glm-4.6", "0.5.7", {}, True),
+    # ... but has Qwen3-235B's E=128,N=192
+    ("qwen3-235b-a22b", "0.5.7", {}, False),
+    # releases after the last one read are not judged
+    ("glm-4.6", "0.5.9", {}, False),
+])
+def test_the_sglang_preset_picks_its_fallback_the_same_way(model, version, cluster, picked):
+    data = {"model": model, "hardware": "h200-sxm",
+            "engine": {"name": "sglang", "version": version}, "cluster": {"tp": 8, **cluster}}
+    notes = apply_engine(data)
+    assert (data["cluster"].get("fused_moe_config") == "legacy_default") == picked
+    assert any("SGLang" in n and n.startswith("fused_moe_config") for n in notes) == picked
 
 
 BURST = {"workload": {"synthetic": {"num_requests": 24, "arrival": {"process": "burst"},
