@@ -21,7 +21,7 @@ def test_the_fallback_terms_are_the_fit_of_vllms_measured_fallback_kernel():
     to vLLM PR #24700's 'Main' column; every one of its 18 batch sizes within 10%."""
     diag = load_diagnostic("moe_kernels")
     relative, stream, _ = diag.fit_legacy()
-    g = kernel_profile(get_accelerator("h100-sxm")).grouped_gemm.legacy()
+    g = kernel_profile(get_accelerator("h100-sxm")).grouped_gemm.legacy_default
     assert g.relative == pytest.approx(relative, abs=0.003)
     assert g.stream_efficiency == pytest.approx(stream, abs=0.005)
     (_, model, hw, tp, dtype, measured, _), = diag.LEGACY_ROWS

@@ -161,7 +161,7 @@ def fit_legacy(part: str = "h100-sxm") -> tuple[float, float, list[float]]:
                 compute.append(r)
             elif STREAM_BOUND_M[0] <= m <= STREAM_BOUND_M[1]:
                 stream.append(r)
-    g = kernel_profile(get_accelerator(part)).grouped_gemm.legacy()
+    g = kernel_profile(get_accelerator(part)).grouped_gemm.legacy_default
 
     def gmean(xs: list[float]) -> float:
         return math.exp(statistics.fmean(math.log(x) for x in xs))

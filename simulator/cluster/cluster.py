@@ -43,7 +43,7 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.dp_attention import DPAttentionCost
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
-from simulator.cost.kernels import AttentionBackendError, kernel_profile
+from simulator.cost.kernels import AttentionBackendError, fallback_grouped_gemm, kernel_profile
 from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
 from simulator.cost.parallel import check_ep
@@ -122,13 +122,12 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         if ep_link is None:
             raise ValueError(f"{key}_link: scale_out, but {acc.name} names no scale-out link")
     if scenario.cluster.fused_moe_config == "legacy_default":
-        g = kernel_profile(acc).grouped_gemm
-        if not model.is_moe or g is None or g.legacy_default is None:
-            why = (f"{model.name} is a dense model" if not model.is_moe else
-                   f"{acc.name} has no fallback-config entry (kernels.yaml "
-                   "grouped_gemm.legacy_default: vLLM's Triton fallback is priced on NVIDIA "
-                   "parts)")
-            raise ValueError(f"cluster.fused_moe_config: legacy_default, but {why}; use tuned")
+        try:
+            if not model.is_moe:
+                raise ValueError(f"{model.name} is a dense model")
+            fallback_grouped_gemm(kernel_profile(acc), acc.name)
+        except ValueError as exc:
+            raise ValueError(f"cluster.fused_moe_config: legacy_default, but {exc}; use tuned") from None
     cache = scenario.cache
     dp = scenario.cluster.dp_attention and role == "colocated"
     if dp and not model.is_moe:

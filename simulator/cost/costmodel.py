@@ -63,7 +63,12 @@ from simulator.cost.decode_steps import (
     decode_step_time,
 )
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
-from simulator.cost.kernels import FUSED_MOE_CONFIGS, check_attention_backend, kernel_profile
+from simulator.cost.kernels import (
+    FUSED_MOE_CONFIGS,
+    check_attention_backend,
+    fallback_grouped_gemm,
+    kernel_profile,
+)
 from simulator.cost.models import ModelSpec, get_model
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS, expected_experts_hit
 from simulator.cost.op_cost import StepBreakdown
@@ -100,13 +105,9 @@ class CostModel(StageTerms):
             raise ValueError(f"fused_moe_config {fused_moe_config!r} unknown; allowed: "
                              f"{', '.join(FUSED_MOE_CONFIGS)}")
         self.fused_moe_config = fused_moe_config
-        if fused_moe_config == "legacy_default" and self.kernels.grouped_gemm is not None:
-            self.kernels = dataclasses.replace(
-                self.kernels, grouped_gemm=self.kernels.grouped_gemm.legacy())
-        elif fused_moe_config == "legacy_default":
-            raise ValueError(f"fused_moe_config legacy_default: {self.accelerator.name} has no "
-                             "grouped_gemm kernel terms (vLLM's Triton fallback config is "
-                             "priced on NVIDIA parts)")
+        if fused_moe_config == "legacy_default":
+            self.kernels = dataclasses.replace(self.kernels, grouped_gemm=fallback_grouped_gemm(
+                self.kernels, self.accelerator.name))
         self.tp, self.pp, self.ep = tp, pp, ep
         # the EP all-to-all (simulator/cost/moe_cost.py): "none" keeps the TP all-reduce
         if moe_a2a_backend not in MOE_A2A_BACKENDS:

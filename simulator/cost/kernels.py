@@ -39,11 +39,11 @@ TRITON_ATTN_BLOCK_M = 16
 #              in a step with prompt tokens each decode reads its K/V once per query head
 # triton_attn  vLLM's Triton unified attention (triton_block_q below)
 AttentionBackend = Literal["flash_attn", "flash_attn_2", "triton_attn"]
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 # the fused-MoE kernel config (cluster.fused_moe_config): a tuned one (or vLLM's defaults from
 # v0.17), or the old fallback (vLLM's before v0.17, SGLang's) for shapes without a tuned file
 FusedMoEConfig = Literal["tuned", "legacy_default"]
-FUSED_MOE_CONFIGS = get_args(FusedMoEConfig)
-ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+FUSED_MOE_CONFIGS: tuple[str, ...] = get_args(FusedMoEConfig)
 
 
 class AttentionBackendError(ValueError):
@@ -89,16 +89,9 @@ class GroupedGemm:
     # BLOCK_SIZE_M by the step's tokens, not by rows per expert: block_m[0] while the tokens
     # are at most the experts, else block_m[1] (vLLM's fallback config before v0.17)
     block_m_by_tokens: bool = False
-    # vLLM's fallback config before v0.17 (grouped_gemm.legacy_default; None: not measured)
+    # these terms under the old fallback config (grouped_gemm.legacy_default; None: not
+    # measured for the arch): `fallback_grouped_gemm`
     legacy_default: GroupedGemm | None = None
-
-    def legacy(self) -> GroupedGemm:
-        """These terms with the old fused-MoE fallback config (`legacy_default`: vLLM's before
-        v0.17, SGLang's) in place of a tuned one; ValueError where the part has no such entry."""
-        if self.legacy_default is None:
-            raise ValueError("no grouped_gemm.legacy_default entry (vLLM's Triton fallback "
-                             "config is measured on NVIDIA parts only)")
-        return self.legacy_default
 
 
 @dataclass(frozen=True)
@@ -303,13 +296,24 @@ def _layer_floor(arch: str, f: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _block_m(key: str, value: Any) -> tuple[int, int]:
+    """A `block_m` entry [lo, hi] with 1 <= lo <= hi; ValueError naming `key` otherwise."""
+    lo, hi = (int(x) for x in value)
+    if not 1 <= lo <= hi:
+        raise ValueError(f"{KERNELS_FILE}: {key}.block_m must be [lo, hi] with 1 <= lo <= hi, "
+                         f"got {value!r}")
+    return lo, hi
+
+
+def _nonneg(key: str, v: Any) -> None:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+        raise ValueError(f"{KERNELS_FILE}: {key} must be a number >= 0, got {v!r}")
+
+
 def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
     if g is None:
         return None
-    lo, hi = (int(x) for x in g["block_m"])
-    if not 1 <= lo <= hi:
-        raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.block_m must be [lo, hi] with "
-                         f"1 <= lo <= hi, got {g['block_m']!r}")
+    lo, hi = _block_m(f"{arch}.grouped_gemm", g["block_m"])
     speedup = g.get("fp8_speedup")
     if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, (int, float))
                                 or not 0 < speedup <= 4):
@@ -318,9 +322,7 @@ def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
     stream = g.get("stream_efficiency")
     call_s, fp8_k_half = g.get("call_s", 0.0), g.get("fp8_k_half")
     for key, v in (("call_s", call_s), ("fp8_k_half", fp8_k_half)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise ValueError(f"{KERNELS_FILE}: {arch}.grouped_gemm.{key} must be a number >= 0, "
-                             f"got {v!r}")
+        _nonneg(f"{arch}.grouped_gemm.{key}", v)
     out = GroupedGemm(_frac(f"{arch}.grouped_gemm.relative", g["relative"]), (lo, hi),
                       float(g["k_half"]), None if speedup is None else float(speedup),
                       None if stream is None else _frac(f"{arch}.grouped_gemm.stream_efficiency", stream),
@@ -333,16 +335,26 @@ def _grouped(arch: str, g: dict[str, Any] | None) -> GroupedGemm | None:
                                                        "stream_efficiency"}:
         raise ValueError(f"{KERNELS_FILE}: {key} must be a mapping of relative, block_m, "
                          f"k_half and stream_efficiency, got {legacy!r}")
-    llo, lhi = (int(x) for x in legacy["block_m"])
     lk = legacy["k_half"]
-    if not 1 <= llo <= lhi or isinstance(lk, bool) or not isinstance(lk, (int, float)) or lk < 0:
-        raise ValueError(f"{KERNELS_FILE}: {key}: block_m must be [lo, hi] with 1 <= lo <= hi "
-                         f"and k_half a number >= 0, got {legacy!r}")
+    _nonneg(f"{key}.k_half", lk)
     # the fallback tile's K depth is the same for every dtype (BLOCK_SIZE_K 32, 3 stages)
     return dataclasses.replace(out, legacy_default=dataclasses.replace(
-        out, relative=_frac(f"{key}.relative", legacy["relative"]), block_m=(llo, lhi),
+        out, relative=_frac(f"{key}.relative", legacy["relative"]),
+        block_m=_block_m(key, legacy["block_m"]),
         k_half=float(lk), fp8_k_half=float(lk), block_m_by_tokens=True,
         stream_efficiency=_frac(f"{key}.stream_efficiency", legacy["stream_efficiency"])))
+
+
+def fallback_grouped_gemm(profile: KernelProfile, part: str) -> GroupedGemm:
+    """`part`'s fused-MoE terms under the old fallback config (vLLM's before v0.17, SGLang's:
+    cluster.fused_moe_config legacy_default); ValueError naming `part` where its arch has no
+    `grouped_gemm.legacy_default` entry."""
+    g = profile.grouped_gemm
+    if g is None or g.legacy_default is None:
+        raise ValueError(f"{part} has no fallback-config entry (kernels.yaml "
+                         f"{profile.arch}.grouped_gemm.legacy_default: the Triton fallback is "
+                         "priced on NVIDIA parts)")
+    return g.legacy_default
 
 
 def list_archs() -> list[str]:
