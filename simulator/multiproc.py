@@ -132,5 +132,8 @@ def run_split(sc: Scenario, model, trace, t0: float, *, progress: bool, keep_req
         prefix_queries_tokens=sum(r.prefix_queries_tokens for r, _ in results),
         prefix_hit_tokens=sum(r.prefix_hit_tokens for r, _ in results),
         has_links=False,
+        api_server_busy_s=dict(sorted(
+            ((k, v) for r, _ in results for k, v in r.api_server_busy_s.items()),
+            key=lambda kv: int(kv[0][1:]))),
     )
     return finish_result(sc, merged, time.perf_counter() - t0)

@@ -301,6 +301,17 @@ class EngineSpec(_Strict):
         return None if v is None else str(v)
 
 
+class APIServerSpec(_Strict):
+    """The OpenAI-compatible server's front end (`simulator.cluster.api_server`): each request
+    runs `preprocess_s` of synchronous work on one of `processes` event loops before it reaches
+    the engine (0: not modelled). An engine preset prices the route clients call (`endpoint`)
+    for the versions that do per-request work there (`simulator.engines.chat_template`)."""
+
+    endpoint: Literal["chat_completions", "completions"] | None = None  # /v1/chat/completions, /v1/completions
+    preprocess_s: float = Field(0.0, ge=0)  # seconds per request in its API-server process
+    processes: int = Field(1, ge=1, strict=True)  # API-server processes per server (--api-server-count)
+
+
 class SLOSpec(_Strict):
     ttft_s: float | None = Field(None, gt=0)
     tpot_s: float | None = Field(None, gt=0)
@@ -329,6 +340,7 @@ class Scenario(_Strict):
     quantization: QuantizationSpec | None = None
     hardware: Spec = DEFAULT_HARDWARE
     engine: EngineSpec | None = None  # its documented defaults fill the keys left out
+    api_server: APIServerSpec = APIServerSpec()
     cluster: ClusterSpec = ClusterSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     cache: CacheSpec = CacheSpec()
@@ -340,6 +352,19 @@ class Scenario(_Strict):
     source: str = Field("<scenario>", exclude=True)  # the file (or label) it was read from
     # what `engine` filled in, one rule each (`simulator.engines.presets.apply_engine`)
     engine_notes: list[str] = Field(default_factory=list, exclude=True)
+
+    @model_validator(mode="after")
+    def _api_server(self):
+        front = self.api_server
+        if self.engine is not None and self.engine.entry_point == "offline" and (
+                front.preprocess_s > 0 or front.endpoint is not None):
+            raise ValueError(
+                "engine.entry_point: offline runs the engine's LLM class, with no API server; "
+                "drop api_server (got " + ", ".join(
+                    f"api_server.{k} = {v}" for k, v in (("endpoint", front.endpoint),
+                                                         ("preprocess_s", front.preprocess_s))
+                    if v) + ")")
+        return self
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()

@@ -116,6 +116,7 @@ class RowsResult:
     prefix_hit_tokens: int
     has_links: bool
     load: dict | None = None
+    api_server_busy_s: dict[str, float] = field(default_factory=dict)  # handler s per server
 
 
 @contextmanager
@@ -192,6 +193,7 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
         has_links=hasattr(cluster, "kv_links"),
         load=None if loop is None else {"max_concurrency": loop.max_concurrency,
                                         "max_in_flight": loop.max_in_flight},
+        api_server_busy_s={name: s.busy_s for name, s in cluster.front_ends.items()},
     )
 
 
@@ -212,6 +214,12 @@ def finish_result(sc: Scenario, res: RowsResult, wall: float) -> SimResult:
     }
     if res.load is not None:
         extra["load"] = res.load
+    front = sc.api_server
+    if res.api_server_busy_s:  # the share of each server's process-seconds its handlers took
+        extra["api_server"] = {
+            "preprocess_s": front.preprocess_s, "processes": front.processes,
+            "busy_fraction": {name: (b / (now * front.processes) if now else 0.0)
+                              for name, b in res.api_server_busy_s.items()}}
     q = res.prefix_queries_tokens
     summary = summarize(
         None,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import simpy
 
 from simulator.calibrate.calibrated import at_speed, serving_speed
+from simulator.cluster.api_server import APIServer
 from simulator.cluster.dp_group import SimDPGroup
 from simulator.cluster.links import SimLink
 from simulator.cluster.replica import SimReplica
@@ -177,6 +178,11 @@ class SimCluster:
         self.timeline = timeline
         self._on_finished = on_finished
         self.groups: list[SimDPGroup] = []  # data-parallel attention: one per replica
+        # the API server in front of each replica requests arrive at (a DP group's ranks share
+        # their group's), by the name routers pick; and each once, by its replica's (or
+        # group's) name. Only when its handlers take time (`api_server.preprocess_s`)
+        self.api_servers: dict[str, APIServer] = {}
+        self.front_ends: dict[str, APIServer] = {}
         c = scenario.cluster
         if c.pd is None:
             pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
@@ -258,19 +264,29 @@ class SimCluster:
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
         )
         pcie_link = plan.accelerator.link("pcie")
+        front = sc.api_server
+        served = role != "decode" and front.preprocess_s > 0  # decodes arrive by KV hand-off
         out = []
         for i in range(plan.spec.replicas):
             name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
             if only is not None and name not in only:
                 continue
+            server = (APIServer(self.env, front.preprocess_s, front.processes)
+                      if served else None)
+            if server is not None:
+                self.front_ends[name] = server
             if plan.dp_cost is not None:  # tp attention ranks, stepped by one group
                 ranks = [SimReplica(self.env, f"{name}.dp{j}", Scheduler(sched_cfg, cache_cfg),
                                     plan.cost_model, None, self.timeline,
                                     on_finished=self._on_finished, start=False)
                          for j in range(plan.spec.tp)]
                 self.groups.append(SimDPGroup(self.env, name, ranks, plan.dp_cost, self.timeline))
+                if server is not None:
+                    self.api_servers.update((r.name, server) for r in ranks)
                 out += ranks
                 continue
+            if server is not None:
+                self.api_servers[name] = server
             pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
                            pcie_link.latency_s) if pcie_link else None
             out.append(SimReplica(
@@ -284,7 +300,13 @@ class SimCluster:
 
     # ---- arrivals ----
     def submit(self, req: Request) -> None:
-        self.router.route(req).submit(req)
+        rep = self.router.route(req)
+        server = self.api_servers.get(rep.name)
+        if server is None:
+            rep.submit(req)
+        else:  # routed (and counted) now, in the engine once its API server has handled it
+            rep.assign(req)
+            server.submit(req, rep.admit)
 
     # ---- PD hand-off ----
     def _on_kv_ready(self, prefill: SimReplica, reqs: list[Request]) -> None:

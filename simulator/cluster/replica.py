@@ -83,9 +83,18 @@ class SimReplica:
 
     # ---- intake (called by routers and the PD link) ----
     def submit(self, req: Request) -> None:
+        self.assign(req)
+        self.admit(req)
+
+    def assign(self, req: Request) -> None:
+        """Count `req` as this replica's (routers read `outstanding_tokens`) before it reaches
+        the scheduler: at once, or after an API server's handling (`admit`)."""
         req.annotations.setdefault("replicas", []).append(self.name)
         req.annotations["replica"] = self.name
         self.outstanding_tokens += req.num_prompt_tokens + req.max_tokens
+
+    def admit(self, req: Request) -> None:
+        """Hand an assigned request to the scheduler (now)."""
         self.scheduler.add_request(req, self.env.now)
         self.wake()
 

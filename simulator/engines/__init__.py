@@ -8,6 +8,7 @@ fills every key a scenario leaves out and says which rule it used).
 - `trtllm_bench`: `trtllm-bench throughput`'s own batch and token limits.
 - `fused_moe_fallback`: whether vLLM or SGLang runs a tuned fused-MoE config or the old
   fallback.
+- `chat_template`: the vLLM releases that re-parse the chat template per chat request.
 """
 
 from simulator.engines.presets import ENGINES, ENTRY_POINTS, apply_engine

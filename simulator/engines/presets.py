@@ -8,8 +8,9 @@ every key it leaves out: the admission policy (`scheduler.capacity_policy`), the
 all-reduce (`cluster.allreduce`), vLLM's and SGLang's old fused-MoE fallback config
 (`cluster.fused_moe_config`, simulator/engines/fused_moe_fallback.py), the KV-cache dtype of FP8 checkpoints
 (`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
-(`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`) and whether
-prompts share steps with decodes (`scheduler.mixed_batches`). A key the
+(`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`), whether
+prompts share steps with decodes (`scheduler.mixed_batches`) and vLLM's per-request
+chat-template work (`api_server.preprocess_s`, simulator/engines/chat_template.py). A key the
 scenario sets always wins. `apply_engine` fills the raw mapping before validation and returns
 one line per rule it used, with where the engine documents it. The published-results suite
 (bench/published_rows.py) writes its scenarios this way.
@@ -23,6 +24,7 @@ from packaging.version import Version
 
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+from simulator.engines.chat_template import chat_template_rule
 from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
 from simulator.engines.version import parse_version
 
@@ -216,6 +218,8 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         notes += _vllm_attention(data, cluster, cache, version)
     if name in ("vllm", "sglang"):
         notes += fused_moe_fallback_rule(name, data, cluster, version)
+    if name == "vllm" and entry == "server":
+        notes += chat_template_rule(data, version)
     return notes
 
 
