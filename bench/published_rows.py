@@ -80,6 +80,10 @@ HARDWARE_NAMES = {
     "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
 }
 
+# The route a harness's client calls, as published (e.g. `--endpoint /v1/chat/completions`)
+# -> `api_server.endpoint` (an engine preset prices that route's per-request work).
+ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions"}
+
 # A PD pair "inside one node" moves KV over the node's GPU fabric.
 SAME_NODE_LINK = {
     "a100-80gb-sxm": "nvlink3",
@@ -334,6 +338,8 @@ def to_scenario(row: Row) -> Converted:
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
         sc["workload"]["ignore_eos"] = True
+    if s.get("endpoint") and not offline:
+        sc["api_server"] = {"endpoint": _lookup(ENDPOINTS, s["endpoint"], "endpoint", row)}
     try:  # the engine's documented defaults (simulator.engines) for all the source leaves unset
         notes += apply_engine(sc, row.key)
     except ValueError as exc:

@@ -371,3 +371,16 @@ def test_summary_splits_dense_and_moe_rows(rows):
     kinds = published.summarize(outs)["median_abs_by_kind"]
     assert kinds["dense"] == (pytest.approx(0.10), 3, 1)
     assert kinds["MoE"] == (pytest.approx(0.5), 1, 1)
+
+
+def test_the_published_route_reaches_the_api_server(rows):
+    r = next(x for x in rows if x.source["id"] == "gpustack-qwen3-14b-a100")
+    c = pr.to_scenario(r)
+    assert c.scenario["api_server"] == {"endpoint": "chat_completions", "preprocess_s": 0.010}
+    assert any(a.startswith("api_server.preprocess_s 10 ms: vLLM 0.11.0") for a in c.assumptions)
+    plain = pr.to_scenario(_with(r, endpoint="/v1/completions")).scenario
+    assert plain["api_server"] == {"endpoint": "completions"}
+    offline = pr.to_scenario(_with(r, {"harness": "benchmark_throughput.py"})).scenario
+    assert "api_server" not in offline  # the LLM class has no server
+    with pytest.raises(ValueError, match="no rule maps the published endpoint '/v2/chat'"):
+        pr.to_scenario(_with(r, endpoint="/v2/chat"))
