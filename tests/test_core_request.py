@@ -64,3 +64,15 @@ def test_status_order_and_finish_reason():
     r = Request("a", num_prompt_tokens=4)
     r.finish(RequestStatus.FINISHED_REJECTED, 3.0, "too long")
     assert r.finish_reason == "rejected" and r.stop_reason == "too long" and r.finish_time == 3.0
+
+
+def test_sampling_params_pickle_as_they_are():
+    # multi-process runs ship kept requests back by pickle; the compiled core's frozen
+    # instances cannot be restored field by field
+    import pickle
+
+    sp = SamplingParams(temperature=0.5, top_k=3, stop_token_ids=[7, 9], max_tokens=12, seed=4)
+    back = pickle.loads(pickle.dumps(sp))
+    assert back == sp and back.stop_token_ids == (7, 9)
+    req = Request("r", prompt_token_ids=[1, 2, 3], sampling_params=sp)
+    assert pickle.loads(pickle.dumps(req)).sampling_params == sp

@@ -104,6 +104,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its constructor's arguments: a frozen instance cannot have its fields
+        set one by one, which is how the compiled core's objects are otherwise restored
+        (`simulator.multiproc` ships kept requests between processes)."""
+        return (SamplingParams, tuple(getattr(self, f.name) for f in fields(self)))
+
 
 @dataclass(eq=False)
 class Request:
