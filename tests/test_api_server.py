@@ -214,3 +214,14 @@ def test_replicas_split_across_processes_give_the_same_run():
     one, two = sim(patch), sim(merged(patch, {"sim": {"processes": 2}}))
     np.testing.assert_array_equal(np.sort(one.records["ttft_s"]), np.sort(two.records["ttft_s"]))
     assert two.summary["api_server"] == one.summary["api_server"]
+
+
+def test_sweeps_get_the_servers_busy_fraction_as_mean_and_max():
+    from simulator.plan.worker import flatten_summary
+
+    res = sim(merged(BURST, {"api_server": {"preprocess_s": C}, "cluster": {"replicas": 2}}))
+    flat = flatten_summary(res.summary)
+    busy = res.summary["api_server"]["busy_fraction"]
+    assert flat["api_server.busy_fraction.max"] == max(busy.values())
+    assert flat["api_server.busy_fraction.mean"] == pytest.approx(sum(busy.values()) / 2)
+    assert not any(k.startswith("api_server.busy_fraction.r") for k in flat)

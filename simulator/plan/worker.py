@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # the summary is the same, tests/test_sweep_run.py checks it) unless a point sets it.
 POINT_DEFAULTS = {"output.timeseries": False, "output.plots": False}
 # Per-replica dicts become these aggregates (replica names vary between points).
-PER_REPLICA = ("replica_busy_fraction",)
+PER_REPLICA = ("replica_busy_fraction", "api_server.busy_fraction")
 # Metrics that measure this machine, not the simulated system.
 WALL_CLOCK_METRICS = ("wall_s", "sim.requests_per_wall_s")
 
