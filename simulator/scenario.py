@@ -425,6 +425,11 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=3)
             hint = f"; did you mean {close}?" if close else ""
             lines.append(f"  {key}: unknown key{hint} (allowed: {', '.join(allowed)})")
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
+            # a check across a section's keys: its message names them; the mapping itself
+            # (the whole scenario, for a top-level check) would only bury it
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"  {key or 'scenario'}: {msg}")
         else:
             lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
     return "\n".join(lines)

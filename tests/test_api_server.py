@@ -225,3 +225,17 @@ def test_sweeps_get_the_servers_busy_fraction_as_mean_and_max():
     assert flat["api_server.busy_fraction.max"] == max(busy.values())
     assert flat["api_server.busy_fraction.mean"] == pytest.approx(sum(busy.values()) / 2)
     assert not any(k.startswith("api_server.busy_fraction.r") for k in flat)
+
+
+def test_a_check_across_sections_names_its_keys_not_the_whole_scenario(tmp_path):
+    from simulator.scenario import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama-3-8b\nengine: {name: vllm, entry_point: offline}\n"
+                    "api_server: {preprocess_s: 0.01}\n")
+    with pytest.raises(ValueError) as err:
+        load_scenario(path)
+    text = str(err.value)
+    assert f"{path}: invalid scenario" in text
+    assert "  scenario: engine.entry_point: offline runs the engine's LLM class" in text
+    assert "'model'" not in text and "Value error" not in text
