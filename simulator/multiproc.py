@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -126,14 +127,17 @@ def run_split(sc: Scenario, model, trace, t0: float, *, progress: bool, keep_req
         simulated_s=max(r.simulated_s for r, _ in results),
         num_steps=sum(r.num_steps for r, _ in results),
         pools=[dict(first.pools[0], replicas=R)],
-        busy_s=dict(sorted(((k, v) for r, _ in results for k, v in r.busy_s.items()),
-                           key=lambda kv: int(kv[0][1:]))),
+        busy_s=_by_replica(r.busy_s for r, _ in results),
         kv_peak_usage=max(r.kv_peak_usage for r, _ in results),
         prefix_queries_tokens=sum(r.prefix_queries_tokens for r, _ in results),
         prefix_hit_tokens=sum(r.prefix_hit_tokens for r, _ in results),
         has_links=False,
-        api_server_busy_s=dict(sorted(
-            ((k, v) for r, _ in results for k, v in r.api_server_busy_s.items()),
-            key=lambda kv: int(kv[0][1:]))),
+        api_server_busy_s=_by_replica(r.api_server_busy_s for r, _ in results),
     )
     return finish_result(sc, merged, time.perf_counter() - t0)
+
+
+def _by_replica(parts: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per-replica figures of every process, one mapping in replica order (r0, r1, ...)."""
+    return dict(sorted(((k, v) for part in parts for k, v in part.items()),
+                       key=lambda kv: int(kv[0][1:])))

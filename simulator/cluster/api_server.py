@@ -44,7 +44,6 @@ class APIServer:
         self._seq = count()
         self._next = 0
         self.busy_s = 0.0  # handler seconds run, all processes
-        self.max_waiting = 0  # the most handlers queued on one process at once
         for store in self._loops:
             env.process(self._run(store))
 
@@ -54,9 +53,6 @@ class APIServer:
         store = self._loops[self._next]
         self._next = (self._next + 1) % len(self._loops)
         self._put(store, _HANDLER, req, admit)
-        waiting = len(store.items)
-        if waiting > self.max_waiting:
-            self.max_waiting = waiting
 
     def _put(self, store: simpy.PriorityStore, kind: int, req: Request,
              admit: Callable[[Request], None]) -> None:

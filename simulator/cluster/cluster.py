@@ -271,31 +271,27 @@ class SimCluster:
             name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
             if only is not None and name not in only:
                 continue
-            server = (APIServer(self.env, front.preprocess_s, front.processes)
-                      if served else None)
-            if server is not None:
-                self.front_ends[name] = server
             if plan.dp_cost is not None:  # tp attention ranks, stepped by one group
-                ranks = [SimReplica(self.env, f"{name}.dp{j}", Scheduler(sched_cfg, cache_cfg),
-                                    plan.cost_model, None, self.timeline,
-                                    on_finished=self._on_finished, start=False)
-                         for j in range(plan.spec.tp)]
-                self.groups.append(SimDPGroup(self.env, name, ranks, plan.dp_cost, self.timeline))
-                if server is not None:
-                    self.api_servers.update((r.name, server) for r in ranks)
-                out += ranks
-                continue
-            if server is not None:
-                self.api_servers[name] = server
-            pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
-                           pcie_link.latency_s) if pcie_link else None
-            out.append(SimReplica(
-                self.env, name, Scheduler(sched_cfg, cache_cfg), plan.cost_model, pcie,
-                self.timeline, max_decode_burst=sc.sim.max_decode_burst,
-                on_finished=self._on_finished,
-                on_kv_ready=self._on_kv_ready if role == "prefill" else None,
-                on_kv_to_receive=self._on_kv_to_receive if role == "decode" else None,
-            ))
+                made = [SimReplica(self.env, f"{name}.dp{j}", Scheduler(sched_cfg, cache_cfg),
+                                   plan.cost_model, None, self.timeline,
+                                   on_finished=self._on_finished, start=False)
+                        for j in range(plan.spec.tp)]
+                self.groups.append(SimDPGroup(self.env, name, made, plan.dp_cost, self.timeline))
+            else:
+                pcie = SimLink(self.env, f"pcie-{name}", pcie_link.bandwidth_bytes_per_s,
+                               pcie_link.latency_s) if pcie_link else None
+                made = [SimReplica(
+                    self.env, name, Scheduler(sched_cfg, cache_cfg), plan.cost_model, pcie,
+                    self.timeline, max_decode_burst=sc.sim.max_decode_burst,
+                    on_finished=self._on_finished,
+                    on_kv_ready=self._on_kv_ready if role == "prefill" else None,
+                    on_kv_to_receive=self._on_kv_to_receive if role == "decode" else None,
+                )]
+            if served:  # one server per replica name (a DP group's ranks share it)
+                server = self.front_ends[name] = APIServer(self.env, front.preprocess_s,
+                                                           front.processes)
+                self.api_servers.update((r.name, server) for r in made)
+            out += made
         return out
 
     # ---- arrivals ----

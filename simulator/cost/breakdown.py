@@ -211,7 +211,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
             c_src += f"; {min(cm.tp - 1, link.mesh_links)} of {link.mesh_links} mesh links"
         ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * rate["allreduce"],
                           "communication", efficiency=c_eff, source=c_src))
-    if cm.ep > 1 and cm.moe_a2a_backend == "all_to_all":  # dispatch + combine, EP link
+    if cm.all_to_all:  # dispatch + combine over the EP link
         per_tok, lat = raw["ep_alltoall"]
         c_eff, c_src = src["comm_efficiency"]
         ops.append(OpCost("ep_all_to_all", 0.0, T * per_tok, lat + T * per_tok * rate["ep_link"],

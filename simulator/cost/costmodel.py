@@ -114,6 +114,7 @@ class CostModel(StageTerms):
             raise ValueError(f"moe_a2a_backend {moe_a2a_backend!r} unknown; allowed: "
                              f"{', '.join(MOE_A2A_BACKENDS)}")
         self.moe_a2a_backend = moe_a2a_backend
+        self.all_to_all = moe_a2a_backend == "all_to_all" and ep > 1  # dispatch + combine run
         # the TP all-reduce implementation (simulator/cost/collectives.py): NCCL's per-call extra
         self.allreduce = allreduce
         self._ar_extra = allreduce_extra_s(allreduce) if tp > 1 else 0.0

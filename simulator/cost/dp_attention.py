@@ -71,7 +71,7 @@ class DPAttentionCost:
         self.attention = attention
         self.experts = experts
         self.loop_overhead_s = attention.params.loop_overhead_s
-        self.all_to_all = experts.ep > 1 and experts.moe_a2a_backend == "all_to_all"
+        self.all_to_all = experts.all_to_all
         self._expert_s: dict[tuple[int, int], float] = {}
         self._attention_mlp_s: dict[int, float] = {}  # the one-GPU model's MLP ops by tokens
 
@@ -129,10 +129,10 @@ class DPAttentionCost:
             cached = self._expert_s[key] = sum(op.time_s for op in self.expert_ops(shape, b))
         return cached
 
-    @staticmethod
-    def _busiest(busy: list[BatchShape]) -> BatchShape:
-        """The rank shape with the most tokens (what its all-to-all moves)."""
-        return max(busy, key=lambda s: s.num_tokens)
+    def _busiest(self, busy: list[BatchShape]) -> BatchShape | None:
+        """The rank shape with the most tokens, whose tokens the all-to-all moves (None
+        without an all-to-all: nothing depends on it)."""
+        return max(busy, key=lambda s: s.num_tokens) if self.all_to_all else None
 
     def step_time(self, shapes: list[BatchShape]) -> float:
         """Seconds of one lockstep step whose ranks computed `shapes` (idle ranks may be left

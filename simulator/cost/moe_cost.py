@@ -32,13 +32,13 @@ the absorbed form (FlashMLA): each query attends to the latent itself, 2 x heads
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from simulator.cost.models import ModelSpec
 
 # how MoE layers under expert parallelism reach the experts (module docstring)
 MoEA2ABackend = Literal["none", "all_to_all"]
-MOE_A2A_BACKENDS = ("none", "all_to_all")
+MOE_A2A_BACKENDS: tuple[str, ...] = get_args(MoEA2ABackend)
 
 
 def expected_experts_hit(num_experts: float, k: int, experts_total: int, tokens: float) -> float:

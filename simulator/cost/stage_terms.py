@@ -5,7 +5,7 @@ part's rates and kernel shape terms into the seconds-per-unit constants (`StageC
 each is priced); the linears carry tile/wave, grouped-GEMM and dequantization terms.
 
 The mixin reads the attributes `CostModel.__init__` sets (model, shard, accelerator,
-precision, kernels, params, tp, ep, link, ep_link, _ar_extra).
+precision, kernels, params, tp, ep, all_to_all, link, ep_link, _ar_extra).
 """
 
 from __future__ import annotations
@@ -324,16 +324,15 @@ class StageTerms:
             raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
         if m.is_moe:
             dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
-            a2a = self.moe_a2a_backend == "all_to_all"
             mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s, dense_wb=dwb,
-                           all_to_all=a2a)
+                           all_to_all=self.all_to_all)
             raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
             raw["expert_stream"] = self._expert_stream()
             raw["router_bytes"] = mt.fixed_bytes  # router + shared experts + dense MLPs
             raw["experts_per_rank"] = mt.experts_per_rank
             raw["moe_layers"] = moe
             raw["mlp_elementwise"] = mt.mlp_elementwise_bytes_per_token
-            if ep > 1 and a2a:  # the MoE layers' MLP all-reduce becomes the all-to-all
+            if self.all_to_all:  # the MoE layers' MLP all-reduce becomes the all-to-all
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
                                     n_ar * (self.link.allreduce_fixed_s(tp) + self._ar_extra))

@@ -50,16 +50,15 @@ def chat_template_rule(data: dict[str, Any], version: Any) -> list[str]:
     from simulator.cost.models import get_model
     from simulator.defaults import DEFAULT_MODEL
 
-    front = data.get("api_server")
-    if front is None:
-        front = {}
+    front = data.get("api_server") or {}
     if not isinstance(front, dict) or "preprocess_s" in front:
         return []  # (the scenario check names a bad mapping; a set value wins)
     v = parse_version(version)
-    band = next((b for b in VLLM_PER_REQUEST_PARSE if v is not None and b[0] <= v <= b[1]), None)
+    band = None if v is None else next(
+        (b for b in VLLM_PER_REQUEST_PARSE if b[0] <= v <= b[1]), None)
     if band is None:
         return []
-    first, last, seconds, what = band
+    seconds, what = band[2:]
     endpoint = front.get("endpoint")
     if endpoint is None:
         return [f"api_server.preprocess_s not charged: vLLM {v} {what}, on the chat route; "
