@@ -78,11 +78,13 @@ ROWS = [
      "ROCm/aiter e4048607a5 aiter/configs/model_configs/a8w8_blockscale_tuned_fmoe_ds_v3.csv, "
      "cu_num 256 (gfx950), inter_dim 512, column us (its inter_dim 256 rows repeat one time "
      "from 1,024 tokens on and are left out)"),
-    # a check of an engine era, not fitted: vLLM's block-FP8 fused MoE of February 2025 (the
-    # Triton kernel with that time's configs, and the first DeepGEMM integration), the kernels
-    # of the dstack DeepSeek-R1 rows' vLLM 0.7.3. kvpd (a current kernel's rates; its
-    # moe_experts also holds the shared expert, which benchmark_moe leaves out) comes out
-    # 0.2-0.6x these times: the engine's age, not the model, is the dstack gap
+    # a check of an engine era, not fitted: vLLM's block-FP8 fused MoE of February 2025 on H100
+    # (the Triton kernel, and the first DeepGEMM integration). kvpd (a current kernel's rates;
+    # its moe_experts also holds the shared expert, which benchmark_moe leaves out) comes out
+    # 0.2-0.6x these times. These Triton columns ran vLLM's fallback config: vLLM 0.7.3 ships
+    # no tuned E=256 block-FP8 file for the H100 at N=256 (TP8) or N=2048 (TP1). They do not
+    # price the dstack H200 rows: 0.7.3 ships the tuned H200 N=256 file, byte for byte the
+    # one vLLM 0.9.1 still ships (read in both wheels)
     ("DeepSeek-V3 fp8 block-scale, H100, TP1 (E=256 N=4096, Triton, Feb 2025)", "deepseek-v3",
      "h100-sxm", 1, "fp8", {512: 13017.54, 1024: 13322.31, 1536: 13777.98, 2048: 19839.38},
      "vLLM PR #13932 (H100 results, Triton column, TP1)"),
