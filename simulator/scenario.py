@@ -310,6 +310,12 @@ class APIServerSpec(_Strict):
     endpoint: Literal["chat_completions", "completions"] | None = None  # /v1/chat/completions, /v1/completions
     preprocess_s: float = Field(0.0, ge=0)  # seconds per request in its API-server process
     processes: int = Field(1, ge=1, strict=True)  # API-server processes per server (--api-server-count)
+    # under cluster.pd, the servers a request passes: "prefill" (one front end, at its prefill
+    # replica: Dynamo's frontend; SGLang's router sends to both servers at once, so the decode
+    # side's handler overlaps the prefill) or "prefill_then_decode" (vLLM's disaggregated
+    # proxy: the prefill instance's server, then once the prefill answered the decode
+    # instance's, whose handler runs before its engine takes the request and pulls the KV)
+    pd_route: Literal["prefill", "prefill_then_decode"] = "prefill"
 
 
 class SLOSpec(_Strict):
@@ -364,6 +370,10 @@ class Scenario(_Strict):
                     f"api_server.{k} = {v}" for k, v in (("endpoint", front.endpoint),
                                                          ("preprocess_s", front.preprocess_s))
                     if v) + ")")
+        if front.pd_route != "prefill" and self.cluster.pd is None:
+            raise ValueError(f"api_server.pd_route: {front.pd_route} routes a request through "
+                             "a decode instance's server after its prefill, which needs "
+                             "cluster.pd (disaggregated prefill/decode); drop it or add cluster.pd")
         return self
 
     def resolve(self, path: str) -> Path:

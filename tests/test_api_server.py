@@ -118,6 +118,51 @@ def test_pd_serves_the_prefill_pool_only():
                            "link": "nvlink4"}}}))
     cluster = SimCluster(simpy.Environment(), sc, sc.model_spec(), Timeline(False), lambda *a: None)
     assert set(cluster.api_servers) == {"p0", "p1"}
+    sc = sc.model_copy(update={"api_server": sc.api_server.model_copy(
+        update={"pd_route": "prefill_then_decode"})})
+    cluster = SimCluster(simpy.Environment(), sc, sc.model_spec(), Timeline(False), lambda *a: None)
+    assert set(cluster.api_servers) == {"p0", "p1", "d0"}
+
+
+PD = {"model": "llama-3-8b", "hardware": "h100-sxm",
+      "cluster": {"pd": {"prefill": {"replicas": 2}, "decode": {"replicas": 1}, "link": "nvlink4"}}}
+
+
+def pd_run(route: str, patch: dict | None = None):
+    return sim(merged(merged(BURST, PD), {"api_server": {"preprocess_s": C, "pd_route": route},
+                                          **(patch or {})}))
+
+
+def test_vllms_proxy_route_adds_the_decode_servers_handler_to_ttft():
+    one = {"workload": {"synthetic": {"num_requests": 1}}}
+    alone, twice = pd_run("prefill", one), pd_run("prefill_then_decode", one)
+    # the handler runs after the prefill and before the decode engine pulls the KV
+    assert twice.records["ttft_s"][0] == pytest.approx(alone.records["ttft_s"][0] + C)
+    r = twice.requests[0]
+    assert r.annotations["replicas"] == ["p0", "d0"]
+    assert r.annotations["kv_ready_s"] == pytest.approx(alone.requests[0].annotations["kv_ready_s"])
+
+
+def test_the_decode_server_queues_a_burst_of_prefilled_requests():
+    alone, twice = pd_run("prefill"), pd_run("prefill_then_decode")
+    busy = twice.summary["api_server"]["busy_fraction"]
+    span = twice.summary["sim"]["simulated_s"]
+    # the one decode server handled all 60, each prefill server its 30
+    assert busy["d0"] == pytest.approx(60 * C / span)
+    assert busy["p0"] == pytest.approx(30 * C / span) == busy["p1"]
+    assert "d0" not in alone.summary["api_server"]["busy_fraction"]
+    # 60 handlers in a row on one loop: the last prefilled request waits for all before it
+    assert twice.records["ttft_s"].max() >= alone.records["ttft_s"].max() + C
+    assert twice.records["ttft_s"].mean() >= alone.records["ttft_s"].mean() + C
+    assert (twice.records["ttft_s"] >= alone.records["ttft_s"].min() + C).all()
+
+
+def test_the_proxy_route_needs_pd():
+    with pytest.raises(ValueError, match=r"api_server.pd_route: prefill_then_decode .*cluster.pd"):
+        scenario_from_dict(merged(BURST, {"api_server": {"preprocess_s": C,
+                                                         "pd_route": "prefill_then_decode"}}))
+    with pytest.raises(ValueError, match="api_server.pd_route"):
+        scenario_from_dict(merged(merged(BURST, PD), {"api_server": {"pd_route": "decode"}}))
 
 
 def test_dp_attention_ranks_share_their_replicas_server():
@@ -188,6 +233,26 @@ def test_a_set_value_wins_and_offline_has_no_server():
                                               "entry_point": "offline"}}
     assert not [n for n in apply_engine(data) if n.startswith("api_server")]
     assert "api_server" not in data
+
+
+def test_vllm_pd_takes_the_proxy_route_when_its_servers_take_time():
+    def notes_for(api: dict, engine: str = "vllm", pd: bool = True) -> tuple[dict, list[str]]:
+        data = {"model": "qwen3-14b", "engine": {"name": engine, "version": "0.11.0"},
+                "api_server": dict(api)}
+        if pd:
+            data["cluster"] = {"pd": {"prefill": {}, "decode": {}}}
+        notes = apply_engine(data)
+        return data["api_server"], [n for n in notes if "pd_route" in n]
+
+    api, notes = notes_for({"endpoint": "chat_completions"})
+    assert api["pd_route"] == "prefill_then_decode" and len(notes) == 1
+    # nothing to charge (the completions route), a route already said, no PD, not vLLM
+    for api_in, engine, pd in (({"endpoint": "completions"}, "vllm", True),
+                               ({"endpoint": "chat_completions", "pd_route": "prefill"}, "vllm", True),
+                               ({"endpoint": "chat_completions"}, "vllm", False),
+                               ({"preprocess_s": C}, "sglang", True)):
+        api, notes = notes_for(api_in, engine, pd)
+        assert api.get("pd_route", "prefill") == "prefill" and not notes
 
 
 def test_the_preset_value_runs_end_to_end():

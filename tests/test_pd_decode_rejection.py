@@ -4,13 +4,18 @@ request is counted as rejected, not lost."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.sim_helpers import BASE, merged, sim
 
 
-def test_decode_side_rejection_frees_the_prefill_blocks():
+# refused at once, or once the decode instance's API server handled it (vLLM's proxy route)
+@pytest.mark.parametrize("api_server", [{}, {"preprocess_s": 0.01, "pd_route": "prefill_then_decode"}])
+def test_decode_side_rejection_frees_the_prefill_blocks(api_server):
     # decode pool of 40 blocks x 16 = 640 tokens: prompts of 700+ tokens fit the prefill pool
     # but never the decode pool
     res = sim(merged(BASE, {
+        "api_server": api_server,
         "cluster": {"pd": {"decode": {"num_gpu_blocks": 40}}},
         "workload": {"synthetic": {"num_requests": 40,
                                    "arrival": {"process": "poisson", "rate": 20.0},

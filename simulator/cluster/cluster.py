@@ -10,6 +10,12 @@ decode replica holds the KV (as with vLLM's disaggregated proxy), so the transfe
 counts in TTFT, not TPOT; `pd.first_token: prefill` streams it from the prefill
 replica instead (as DistServe and kvpd's real PD front end do).
 
+API servers (`api_server.preprocess_s` > 0, `simulator.cluster.api_server`): one in front of
+each replica requests are routed to, under PD each prefill replica's; with
+`api_server.pd_route: prefill_then_decode` (vLLM's disaggregated proxy sends the request to
+the decode instance once the prefill answered) each decode replica's too, whose handler runs
+before the decode engine takes the request and pulls its KV.
+
 Link model: each prefill replica has one egress link of the scenario's link type,
 with min(tp_prefill, tp_decode) NICs in parallel (one per GPU, as in 8-GPU nodes with
 one NIC per GPU); transfers in flight on it share its bandwidth. Layer-wise transfer
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 import simpy
 
@@ -265,7 +272,9 @@ class SimCluster:
         )
         pcie_link = plan.accelerator.link("pcie")
         front = sc.api_server
-        served = role != "decode" and front.preprocess_s > 0  # decodes arrive by KV hand-off
+        # decodes arrive by KV hand-off, through a server only on vLLM's proxy route
+        served = front.preprocess_s > 0 and (role != "decode"
+                                              or front.pd_route == "prefill_then_decode")
         out = []
         for i in range(plan.spec.replicas):
             name = f"{role[0]}{i}" if role != "colocated" else f"r{i}"
@@ -312,11 +321,25 @@ class SimCluster:
             prefill.outstanding_tokens -= req.num_prompt_tokens + req.max_tokens
             req.annotations["prefill_replica"] = prefill.name
             req.annotations["kv_ready_s"] = now
-            self.decode_router.route(req).submit(req)
+            decode = self.decode_router.route(req)
+            server = self.api_servers.get(decode.name)
+            if server is not None:  # the proxy's second request: its decode server first
+                decode.assign(req)
+                server.submit(req, partial(self._admit_decode, decode, prefill))
+                continue
+            decode.submit(req)
             if req.is_finished:  # the decode pool refused it: nothing will take the KV
                 prefill.scheduler.release_transferred(req.request_id)
                 refused = True
         if refused:
+            prefill.wake()
+
+    def _admit_decode(self, decode: SimReplica, prefill: SimReplica, req: Request) -> None:
+        """Hand a prefilled request to its decode engine once its decode-side API server has
+        handled it; if the engine refuses it, nothing will take its KV: the prefill frees it."""
+        decode.admit(req)
+        if req.is_finished:
+            prefill.scheduler.release_transferred(req.request_id)
             prefill.wake()
 
     def _on_kv_to_receive(self, decode: SimReplica, items: list[tuple[Request, int]]) -> None:

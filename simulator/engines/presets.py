@@ -220,7 +220,24 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         notes += fused_moe_fallback_rule(name, data, cluster, version)
     if name == "vllm" and entry == "server":
         notes += chat_template_rule(data, version)
+        if "pd" in cluster:
+            notes += _vllm_pd_route(data)
     return notes
+
+
+def _vllm_pd_route(data: dict[str, Any]) -> list[str]:
+    """api_server.pd_route prefill_then_decode for a vLLM PD scenario whose API servers take
+    time: vLLM's disaggregated proxies (tests/v1/kv_connector/nixl_integration/
+    toy_proxy_server.py, examples/online_serving/disaggregated_serving) send each request to
+    a prefill instance's OpenAI server with max_tokens 1, await its answer, then send it to a
+    decode instance's OpenAI server, which handles it again before its engine pulls the KV."""
+    front = data.get("api_server")
+    if not isinstance(front, dict) or "pd_route" in front or not front.get("preprocess_s"):
+        return []
+    front["pd_route"] = "prefill_then_decode"
+    return ["api_server.pd_route prefill_then_decode: vLLM's disaggregated proxy sends each "
+            "request to a decode instance's API server once its prefill answered, so the "
+            "decode side handles it too"]
 
 
 def _prefix_caching(cache: dict[str, Any], name: str, version: Any) -> list[str]:
