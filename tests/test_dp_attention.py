@@ -233,7 +233,7 @@ def test_estimate_prices_the_all_to_all_when_asked(capsys):
     assert "ep_all_to_all" in {op["name"] for op in out["ops"]}
     assert kvpd_main(args[:7] + ["--tp", "8", "--ep", "1", "--decode", "8x100",
                                  "--moe-a2a-backend", "all_to_all"]) == 2
-    assert "--moe-a2a-backend all_to_all needs --ep = --tp" in capsys.readouterr().err
+    assert "--moe-a2a-backend all_to_all, but --ep is 1: an all-to-all" in capsys.readouterr().err
 
 
 def test_the_attention_side_from_the_fast_path_equals_its_operators():

@@ -21,6 +21,7 @@ import re
 
 from simulator.cost.kernels import ATTENTION_BACKENDS, FUSED_MOE_CONFIGS
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS
+from simulator.cost.parallel import check_a2a
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -147,9 +148,8 @@ def run(args: argparse.Namespace) -> int:
             quant["group_size"] = args.group_size
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
-    if args.moe_a2a_backend != "none" and args.ep == 1:
-        raise ValueError(f"--moe-a2a-backend {args.moe_a2a_backend} needs --ep = --tp (an "
-                         "all-to-all dispatches tokens to experts held on other GPUs)")
+    check_a2a(args.moe_a2a_backend, args.ep, a2a="--moe-a2a-backend", ep_key="--ep",
+              tp_key="--tp")
     dp = args.dp_attention
     if dp and (args.tp < 2 or args.pp != 1 or not model.is_moe):
         raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "

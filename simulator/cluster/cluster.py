@@ -54,7 +54,7 @@ from simulator.cost.host_share import HostSharing
 from simulator.cost.kernels import AttentionBackendError, fallback_grouped_gemm, kernel_profile
 from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
-from simulator.cost.parallel import check_ep
+from simulator.cost.parallel import check_a2a, check_ep
 from simulator.cost.params import LOOP_FIELDS, CostParams
 from simulator.scenario import PoolSpec, Scenario, Spec
 
@@ -117,9 +117,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         raise ValueError(f"{key}: {exc}") from None
     a2a_key = ("cluster.moe_a2a_backend" if role == "colocated"
                else f"cluster.pd.{role}.moe_a2a_backend")
-    if spec.moe_a2a_backend != "none" and spec.ep == 1:
-        raise ValueError(f"{a2a_key}: {spec.moe_a2a_backend}, but {key} is 1 (an all-to-all "
-                         "dispatches tokens to experts held on other GPUs: set ep = tp)")
+    check_a2a(spec.moe_a2a_backend, spec.ep, a2a=f"{a2a_key}:", ep_key=key,
+              tp_key=key.removesuffix("ep") + "tp")
     if spec.ep_link != "scale_up" and spec.moe_a2a_backend == "none":
         raise ValueError(f"{key}_link: {spec.ep_link} is the link of the MoE all-to-all, which "
                          f"{a2a_key}: none does not run (the TP all-reduce uses the "

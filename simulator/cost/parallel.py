@@ -143,5 +143,13 @@ def check_ep(model: ModelSpec, tp: int, ep: int) -> None:
                          "form the expert-parallel group (ep: 1 splits every expert tp ways)")
 
 
+def check_a2a(backend: str, ep: int, *, a2a: str, ep_key: str, tp_key: str) -> None:
+    """ValueError unless the MoE all-to-all `backend` has experts on other GPUs to reach
+    (`ep` > 1) or is "none"; `a2a`, `ep_key` and `tp_key` name where the caller read them."""
+    if backend != "none" and ep == 1:
+        raise ValueError(f"{a2a} {backend}, but {ep_key} is 1: an all-to-all dispatches tokens "
+                         f"to experts held on other GPUs, so it needs {ep_key} = {tp_key} > 1")
+
+
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
