@@ -1,0 +1,109 @@
+"""vLLM's own V1 `Scheduler`, run on the CPU with no model: the vLLM side of
+`bench/diagnostics/vllm_scheduler.py`, which starts this file under an interpreter that can
+import a released vLLM (see that file). Not imported by kvpd.
+
+    python vllm_v1_driver.py '{"num_blocks": ..., "n": ..., "prompt": ..., "out": ...,
+                               "budget": ..., "seqs": ..., "prefix": true}'
+
+Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
+are all computed after the step samples one token (as vLLM's model runner does: a partial
+prefill's sample is discarded); nothing stops early (ignore_eos). Prints one JSON line:
+{"trace": [[scheduled tokens, scheduled requests, preemptions so far], ...]} for every step
+that scheduled tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import vllm.model_executor.models.registry as registry
+from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+ARCH = "Qwen3ForCausalLM"  # the scheduler reads no model shape; any text model serves
+
+
+def _skip_model_inspection() -> None:
+    """vLLM inspects the model class in a subprocess that imports its CUDA ops; the scheduler
+    never builds the model, so answer the inspection for a plain text-generation model."""
+    info = registry._ModelInfo(
+        architecture=ARCH, is_text_generation_model=True, is_pooling_model=False,
+        default_pooling_type="LAST", supports_cross_encoding=False, supports_multimodal=False,
+        supports_multimodal_raw_input_only=False, supports_multimodal_encoder_tp_data=False,
+        supports_pp=True, has_inner_state=False, is_attention_free=False, is_hybrid=False,
+        has_noops=False, supports_transcription=False, supports_transcription_only=False,
+        supports_v0_only=False)
+    registry._ModelRegistry._try_inspect_model_cls = lambda self, arch: info
+
+
+def prompt_ids(i: int, n: int) -> list[int]:
+    """Request i's prompt: distinct token ids per request (no shared prefix); the same
+    function as the kvpd side's."""
+    return [(i * 7919 + j * 104729) % 150000 + 1 for j in range(n)]
+
+
+def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
+        prefix: bool = True, block: int = 16, max_len: int = 40960) -> list[list[int]]:
+    _skip_model_inspection()
+    model_dir = Path(tempfile.mkdtemp())
+    (model_dir / "config.json").write_text(json.dumps({
+        "architectures": [ARCH], "model_type": "qwen3", "hidden_size": 1024,
+        "intermediate_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": max_len, "torch_dtype": "bfloat16"}))
+    sched_cfg = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget,
+                                max_model_len=max_len, enable_chunked_prefill=True)
+    model_cfg = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16",
+                            max_model_len=max_len, seed=0)
+    cache_cfg = CacheConfig(block_size=block, gpu_memory_utilization=0.9, swap_space=0,
+                            cache_dtype="auto", enable_prefix_caching=prefix)
+    cache_cfg.num_gpu_blocks = num_blocks
+    cfg = VllmConfig(scheduler_config=sched_cfg, model_config=model_cfg, cache_config=cache_cfg,
+                     device_config=DeviceConfig(device="cpu"))
+    kv_cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block, 1, 1, torch.float32, False))])
+    sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cfg, log_stats=False,
+                      structured_output_manager=StructuredOutputManager(cfg))
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(block, sha256)
+    for i in range(n):
+        sched.add_request(Request(str(i), prompt_ids(i, prompt),
+                                  SamplingParams(max_tokens=out, ignore_eos=True), None,
+                                  eos_token_id=None, block_hasher=hasher))
+    preempted = [0]
+    prepend = sched.waiting.prepend_request  # (only a preemption puts a request back here)
+
+    def counted(req: Request) -> None:
+        preempted[0] += 1
+        prepend(req)
+
+    sched.waiting.prepend_request = counted
+    trace = []
+    while sched.has_requests():
+        so = sched.schedule()
+        ids = list(so.num_scheduled_tokens)
+        # schedule() has advanced num_computed_tokens: sample iff every token is computed
+        sampled = [[1] if sched.requests[r].num_computed_tokens >= sched.requests[r].num_tokens
+                   else [] for r in ids]
+        if so.total_num_scheduled_tokens:
+            trace.append([so.total_num_scheduled_tokens, len(ids), preempted[0]])
+        sched.update_from_output(so, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
+            sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+            pooler_output=[]))
+    return trace
+
+
+if __name__ == "__main__":
+    print(json.dumps({"trace": run(**json.loads(sys.argv[1]))}))

@@ -1,0 +1,37 @@
+"""The kvpd side of bench/diagnostics/vllm_scheduler.py (its vLLM side needs a vLLM wheel and
+is run by hand): the trace it compares is kvpd's scheduler under the vllm preset."""
+
+from __future__ import annotations
+
+from tests.bench_helpers import load_diagnostic
+
+diag = load_diagnostic("vllm_scheduler")
+
+
+def test_the_preset_limits_and_pool_are_vllm_0_11s_for_the_gpu():
+    h100, prefix, blocks = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.11.0")
+    a100, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
+    assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    assert prefix and blocks > 10_000
+
+
+def test_a_starved_pool_preempts_and_every_token_is_accounted_for():
+    cfg, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
+    n, prompt, out = 40, 256, 300
+    trace = diag.kvpd_trace(cfg, blocks=200, prefix=False, n=n, prompt=prompt, out=out)
+    steps = len(trace)
+    preempted = trace[-1][2]
+    assert preempted > 0
+    # each request computes its prompt and out - 1 decodes at least (its first token comes
+    # from the prompt's step); a preemption recomputes what it had
+    assert sum(s[0] for s in trace) > n * (prompt + out - 1)
+    assert all(s[0] <= cfg.max_num_batched_tokens and s[1] <= cfg.max_num_seqs for s in trace)
+    assert [s[2] for s in trace] == sorted(s[2] for s in trace) and steps >= out
+
+
+def test_first_difference():
+    a = [[1, 1, 0], [2, 1, 0]]
+    assert diag.first_difference(a, [r[:] for r in a]) is None
+    assert diag.first_difference(a, [[1, 1, 0], [2, 1, 1]]) == 1
+    assert diag.first_difference(a, a[:1]) == 1
