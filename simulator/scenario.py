@@ -160,6 +160,12 @@ class SchedulerSpec(_Strict):
     # capacity_policy reserve_ratio: SGLang's --schedule-conservativeness (its ratio of the
     # running outputs starts at min(0.7 x this, 1); SchedulerConfig.schedule_conservativeness)
     schedule_conservativeness: float = Field(1.0, gt=0)
+    # "per_chunk": a prompt takes blocks as its chunks run (vLLM V1); "whole_prompt": a waiting
+    # request is admitted only when the blocks of all its tokens fit, and takes them at once
+    # (vLLM V0's BlockSpaceManager; SchedulerConfig.prompt_allocation)
+    prompt_allocation: Literal["per_chunk", "whole_prompt"] = "per_chunk"
+    # the share of the pool an admission must leave free (vLLM V0's watermark, 0.01)
+    admission_watermark: float = Field(0.0, ge=0, lt=1)
 
 
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "

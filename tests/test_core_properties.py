@@ -34,6 +34,9 @@ knobs = st.fixed_dictionaries(
         "caching": st.booleans(),
         "mixed": st.booleans(),
         "first_token": st.sampled_from([False, False, True]),
+        # vLLM V0's block manager: whole-prompt allocation at admission, a watermark
+        "whole_prompt": st.sampled_from([False, False, True]),
+        "watermark": st.sampled_from([0.0, 0.0, 0.1]),
     }
 )
 workload = st.lists(
@@ -68,6 +71,8 @@ def build(k, wl, seed):
         batching=k["batching"],
         mixed_batches=k["mixed"],
         first_token_from_decode=k["first_token"],
+        prompt_allocation="whole_prompt" if k.get("whole_prompt") else "per_chunk",
+        admission_watermark=k.get("watermark", 0.0),
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 

@@ -1,23 +1,28 @@
-"""kvpd's scheduler against vLLM's own V1 scheduler, step by step, on the CPU.
+"""kvpd's scheduler against vLLM's own scheduler, step by step, on the CPU.
 
 Both run the same burst with no model: every request waits at t = 0, and a request whose
 tokens are all computed after a step samples one token. vLLM's side is the `Scheduler` class
-of a released vLLM wheel (`vllm_v1_driver.py`, run under an interpreter that can import it);
-kvpd's side is `simulator.core.Scheduler` with what `engine: {name: vllm, version: ...}` sets
-(scheduler limits, prefix caching) and the KV pool kvpd plans for the model and GPU. vLLM's
-block pool keeps one block back (its null block), so vLLM is given kvpd's count + 1.
-Each case prints both sides' steps, scheduled tokens and preemptions, and the first step
-whose (scheduled tokens, scheduled requests, preemptions so far) differ, if any.
+of a released vLLM wheel, run under an interpreter that can import it: the V1 scheduler
+(`vllm_v1_driver.py`) from 0.8 on, the V0 one (`vllm_v0_driver.py`) before. kvpd's side is
+`simulator.core.Scheduler` with what `engine: {name: vllm, version: ...}` sets (scheduler
+limits, chunked prefill, prefix caching, V0's whole-prompt allocation and watermark) and the
+KV pool kvpd plans for the model and GPU. vLLM V1's block pool keeps one block back (its null
+block), so V1 is given kvpd's count + 1. Each case prints both sides' steps, scheduled tokens
+and preemptions, and the first step whose (scheduled tokens, scheduled requests, preemptions
+so far) differ, if any.
 
     # once: vLLM's wheel unpacked, and an interpreter with its pure-Python dependencies
     pip download --no-deps vllm==0.11.0 -d /tmp/w && unzip -q /tmp/w/vllm-0.11.0-*.whl -d /tmp/vllm-0.11.0
     python -m venv --system-site-packages /tmp/vv && /tmp/vv/bin/pip install cachetools \
         msgspec blake3 cbor2 psutil setproctitle aiohttp openai-harmony pybase64 diskcache
     python bench/diagnostics/vllm_scheduler.py --vllm /tmp/vllm-0.11.0 --python /tmp/vv/bin/python
+    # V0: the same with vllm==0.7.3 and --version 0.7.3
 
-The cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
+The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
 A100, vLLM 0.11.0's limits for each) and a KV-starved decode-heavy run without prefix caching
-that preempts hundreds of times.
+that preempts hundreds of times. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
+and others, with the long-context default (chunked prefill) and with max_model_len 8,192
+(whole prompts in steps of their own).
 """
 
 from __future__ import annotations
@@ -40,24 +45,36 @@ from simulator.core import (
     Scheduler,
     SchedulerConfig,
 )
+from simulator.engines.presets import VLLM_V1_FROM, version3
 from simulator.scenario import PoolSpec, scenario_from_dict
 
-DRIVER = Path(__file__).with_name("vllm_v1_driver.py")
+DRIVERS = {"v1": Path(__file__).with_name("vllm_v1_driver.py"),
+           "v0": Path(__file__).with_name("vllm_v0_driver.py")}
 BLOCK = 16
-# (label, model, hardware, requests, prompt tokens, output tokens, prefix caching or None for
-# the engine's default, pool blocks or None for kvpd's plan)
-CASES = [
-    ("Qwen3-14B 1 x H100, 32000/100 x 100", "qwen3-14b", "h100-sxm", 100, 32000, 100, None, None),
-    ("Qwen3-14B 1 x H100, 4000/200 x 500", "qwen3-14b", "h100-sxm", 500, 4000, 200, None, None),
-    ("Qwen3-14B 1 x H100, 2000/100 x 500", "qwen3-14b", "h100-sxm", 500, 2000, 100, None, None),
-    ("Qwen3-14B 1 x H100, 128/4 x 1000", "qwen3-14b", "h100-sxm", 1000, 128, 4, None, None),
+# (label, model, hardware, requests, prompt tokens, output tokens, max_model_len or None for
+# the model's, prefix caching or None for the engine's default, pool blocks or None for kvpd's
+# plan)
+V1_CASES = [
+    ("Qwen3-14B 1 x H100, 32000/100 x 100", "qwen3-14b", "h100-sxm", 100, 32000, 100, None,
+     None, None),
+    ("Qwen3-14B 1 x H100, 4000/200 x 500", "qwen3-14b", "h100-sxm", 500, 4000, 200, None, None,
+     None),
+    ("Qwen3-14B 1 x H100, 2000/100 x 500", "qwen3-14b", "h100-sxm", 500, 2000, 100, None, None,
+     None),
+    ("Qwen3-14B 1 x H100, 128/4 x 1000", "qwen3-14b", "h100-sxm", 1000, 128, 4, None, None, None),
     ("Qwen3-14B 1 x A100, 32000/100 x 100", "qwen3-14b", "a100-80gb-sxm", 100, 32000, 100, None,
-     None),
+     None, None),
     ("Qwen3-14B 1 x A100, 4000/200 x 500", "qwen3-14b", "a100-80gb-sxm", 500, 4000, 200, None,
-     None),
+     None, None),
     ("KV-starved, 512/1000 x 300, no prefix caching, 3000 blocks", "qwen3-14b", "a100-80gb-sxm",
-     300, 512, 1000, False, 3000),
+     300, 512, 1000, None, False, 3000),
 ]
+V0_CASES = [
+    (f"Qwen3-14B 1 x H100, {p}/{o} x {n}{', max_model_len 8192' if ml else ''}", "qwen3-14b",
+     "h100-sxm", n, p, o, ml, None, None)
+    for ml in (None, 8192) for n, p, o in ((100, 3200, 800), (500, 4000, 200), (1024, 3200, 800))
+] + [("KV-starved, 512/1000 x 300, 3000 blocks", "qwen3-14b", "h100-sxm", 300, 512, 1000, None,
+      None, 3000)]
 
 
 def prompt_ids(i: int, n: int) -> list[int]:
@@ -65,18 +82,23 @@ def prompt_ids(i: int, n: int) -> list[int]:
     return [(i * 7919 + j * 104729) % 150000 + 1 for j in range(n)]
 
 
-def kvpd_setup(model: str, hardware: str, version: str) -> tuple[SchedulerConfig, bool, int]:
-    """kvpd's scheduler limits, prefix-caching default and planned KV blocks for `model` on
+def kvpd_setup(model: str, hardware: str, version: str,
+               max_model_len: int | None = None) -> tuple[SchedulerConfig, bool, int]:
+    """kvpd's scheduler config, prefix-caching default and planned KV blocks for `model` on
     one `hardware` under vLLM `version`'s preset."""
-    sc = scenario_from_dict({"model": model, "hardware": hardware,
-                             "engine": {"name": "vllm", "version": version}})
+    data = {"model": model, "hardware": hardware, "engine": {"name": "vllm", "version": version}}
+    if max_model_len:
+        data["scheduler"] = {"max_model_len": max_model_len}
+    sc = scenario_from_dict(data)
     s = sc.scheduler
     cfg = SchedulerConfig(max_num_seqs=s.max_num_seqs,
                           max_num_batched_tokens=s.max_num_batched_tokens,
                           max_model_len=s.max_model_len or sc.model_spec().max_position_embeddings,
                           enable_chunked_prefill=s.enable_chunked_prefill,
                           long_prefill_token_threshold=s.long_prefill_token_threshold,
-                          capacity_policy=s.capacity_policy)
+                          capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
+                          prompt_allocation=s.prompt_allocation,
+                          admission_watermark=s.admission_watermark)
     blocks = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated").num_gpu_blocks
     return cfg, sc.cache.enable_prefix_caching, blocks
 
@@ -103,9 +125,9 @@ def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: 
     return trace
 
 
-def vllm_trace(python: str, vllm_dir: str, args: dict) -> list[list[int]]:
+def vllm_trace(python: str, vllm_dir: str, engine: str, args: dict) -> list[list[int]]:
     env = {**os.environ, "PYTHONPATH": vllm_dir, "VLLM_LOGGING_LEVEL": "ERROR"}
-    done = subprocess.run([python, str(DRIVER), json.dumps(args)], env=env, text=True,
+    done = subprocess.run([python, str(DRIVERS[engine]), json.dumps(args)], env=env, text=True,
                           capture_output=True, check=False)
     if done.returncode:
         sys.exit(f"vLLM's side failed:\n{done.stderr[-3000:]}")
@@ -126,29 +148,39 @@ def main() -> None:
                     help="interpreter that can import that vLLM (default: this one)")
     ap.add_argument("--version", default="0.11.0", help="that vLLM's version, for kvpd's preset")
     a = ap.parse_args()
+    v = version3(a.version)
+    if v is None:
+        sys.exit(f"--version {a.version!r}: not a vLLM version")
+    engine = "v1" if v[:2] >= VLLM_V1_FROM else "v0"
+    print(f"vLLM {a.version} ({engine.upper()} scheduler)")
     print(f"{'case':58s} {'side':5s} {'steps':>6s} {'tokens':>9s} {'preempt':>7s}  agreement")
-    for label, model, hw, n, prompt, out, prefix, blocks in CASES:
-        cfg, default_prefix, planned = kvpd_setup(model, hw, a.version)
+    for label, model, hw, n, prompt, out, max_len, prefix, blocks in (
+            V1_CASES if engine == "v1" else V0_CASES):
+        cfg, default_prefix, planned = kvpd_setup(model, hw, a.version, max_len)
         prefix = default_prefix if prefix is None else prefix
         blocks = planned if blocks is None else blocks
         t0 = time.perf_counter()
         ours = kvpd_trace(cfg, blocks, prefix, n, prompt, out)
         t1 = time.perf_counter()
-        theirs = vllm_trace(a.python, a.vllm, {
-            "num_blocks": blocks + 1, "n": n, "prompt": prompt, "out": out,
-            "budget": cfg.max_num_batched_tokens, "seqs": cfg.max_num_seqs, "prefix": prefix,
-            "block": BLOCK, "max_len": cfg.max_model_len})
+        args = {"num_blocks": blocks + (engine == "v1"), "n": n, "prompt": prompt, "out": out,
+                "budget": cfg.max_num_batched_tokens, "seqs": cfg.max_num_seqs,
+                "prefix": prefix, "block": BLOCK, "max_len": cfg.max_model_len}
+        if engine == "v0":
+            args["chunked"] = cfg.enable_chunked_prefill
+        theirs = vllm_trace(a.python, a.vllm, engine, args)
         t2 = time.perf_counter()
         where = first_difference(ours, theirs)
+        tokens = [sum(s[0] for s in tr) for tr in (ours, theirs)]
         verdict = ("identical, step for step" if where is None
-                   else f"first differs at step {where}: kvpd {ours[where:where + 1]}, "
-                        f"vLLM {theirs[where:where + 1]}")
+                   else f"first differs at step {where} (kvpd {ours[where:where + 1]}, vLLM "
+                        f"{theirs[where:where + 1]}); tokens {tokens[0] / tokens[1] - 1:+.2%}")
         for side, tr, secs in (("kvpd", ours, t1 - t0), ("vLLM", theirs, t2 - t1)):
             print(f"{label if side == 'kvpd' else '':58s} {side:5s} {len(tr):6d} "
                   f"{sum(s[0] for s in tr):9d} {tr[-1][2] if tr else 0:7d}  "
                   f"{verdict if side == 'kvpd' else f'({secs:.1f} s)'}")
         print(f"{'':58s} {'':5s} (limits {cfg.max_num_seqs} seqs / {cfg.max_num_batched_tokens} "
-              f"tokens, {blocks} blocks, prefix caching {'on' if prefix else 'off'})")
+              f"tokens, chunked prefill {'on' if cfg.enable_chunked_prefill else 'off'}, "
+              f"{blocks} blocks, prefix caching {'on' if prefix else 'off'})")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ class LLM:
         capacity_policy: str = "max_utilization",
         mixed_batches: bool = True,
         first_token_from_decode: bool = False,
+        prompt_allocation: str = "per_chunk",
+        admission_watermark: float = 0.0,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -159,6 +161,8 @@ class LLM:
             capacity_policy=capacity_policy,
             mixed_batches=mixed_batches,
             first_token_from_decode=first_token_from_decode,
+            prompt_allocation=prompt_allocation,
+            admission_watermark=admission_watermark,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

@@ -258,6 +258,7 @@ class SimCluster:
             capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
             first_token_from_decode=s.first_token_from_decode,
             schedule_conservativeness=s.schedule_conservativeness,
+            prompt_allocation=s.prompt_allocation, admission_watermark=s.admission_watermark,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

@@ -11,6 +11,8 @@ ROLES = ("colocated", "prefill", "decode")
 # how the scheduler commits KV blocks: vLLM's admit-while-free-and-preempt, or TensorRT-LLM's
 # GUARANTEED_NO_EVICT (reserve a request's whole length at admission, never preempt)
 CAPACITY_POLICIES = ("max_utilization", "guaranteed_no_evict", "reserve_ratio")
+# when a prompt takes its blocks: as each chunk runs (vLLM V1) or all at admission (vLLM V0)
+PROMPT_ALLOCATIONS = ("per_chunk", "whole_prompt")
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -80,6 +82,13 @@ class SchedulerConfig:
     stops one token short and its last token runs in the next step as a decode, which samples
     the first output token, so the first token costs a prefill plus a decode pass. False
     (everyone else): the step that computes the prompt's last token samples it.
+    prompt_allocation: "per_chunk" (vLLM V1): a prompt takes blocks as its chunks run.
+    "whole_prompt" (vLLM V0's BlockSpaceManager): a waiting request (a preempted one with its
+    outputs) is admitted only when the blocks of all its tokens fit, and takes them all at
+    once, so its later chunks take none and never preempt.
+    admission_watermark: the share of the pool an admission must leave free (vLLM V0's
+    BlockSpaceManager watermark, 0.01: int(0.01 x blocks) blocks); 0: none. Running
+    requests' growth ignores it.
     """
 
     max_num_seqs: int = 256
@@ -95,8 +104,14 @@ class SchedulerConfig:
     mixed_batches: bool = True
     first_token_from_decode: bool = False
     schedule_conservativeness: float = 1.0
+    prompt_allocation: str = "per_chunk"
+    admission_watermark: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.admission_watermark < 1.0:
+            raise ValueError("scheduler.admission_watermark must be in [0, 1), got "
+                             f"{self.admission_watermark!r}")
+        _check_choice("scheduler.prompt_allocation", self.prompt_allocation, PROMPT_ALLOCATIONS)
         if not self.schedule_conservativeness > 0:
             raise ValueError("scheduler.schedule_conservativeness must be > 0, got "
                              f"{self.schedule_conservativeness!r}")

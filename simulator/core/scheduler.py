@@ -72,6 +72,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         self.num_preemptions = 0
         self._no_evict = config.capacity_policy == "guaranteed_no_evict"
         self._by_ratio = config.capacity_policy == "reserve_ratio"
+        self._whole_prompt = config.prompt_allocation == "whole_prompt"
+        # blocks an admission must leave free (vLLM V0: int(watermark x blocks))
+        self._watermark = int(config.admission_watermark * cache_config.num_gpu_blocks)
         # reserve_ratio's share of the running outputs: start, floor, decay per decoding step
         self._ratio_init, self._ratio_min, self._ratio_decay = reserve_ratios(
             config.schedule_conservativeness)
@@ -106,7 +109,8 @@ class Scheduler(PDHandoff, ParallelSampling):
 
     def rejection_reason(self, req: Request) -> str | None:
         """Why `req` could never be served here (None if it can): longer than max_model_len,
-        more blocks than the whole pool, or a prompt over the step budget with chunking off."""
+        more blocks than the whole pool (less the admission watermark, which it must leave
+        free when admitted), or a prompt over the step budget with chunking off."""
         cfg = self.config
         total = req.num_prompt_tokens + req.max_tokens
         if total > cfg.max_model_len:
@@ -117,11 +121,13 @@ class Scheduler(PDHandoff, ParallelSampling):
         need = total if cfg.role != "prefill" else req.num_prompt_tokens + 1
         kvm = self.kv_cache_manager
         blocks = kvm.max_blocks_held(need)
-        if blocks > kvm.num_gpu_blocks:
+        if blocks > kvm.num_gpu_blocks - self._watermark:
             at_once = f" at once (sliding window {kvm.sliding_window})" if kvm.sliding_window else ""
+            kept = (f", {self._watermark} of them kept free at admission (admission_watermark)"
+                    if self._watermark else "")
             return (
                 f"needs {blocks} KV blocks{at_once} for {need} tokens but the whole pool has "
-                f"{kvm.num_gpu_blocks}"
+                f"{kvm.num_gpu_blocks}{kept}"
             )
         if not cfg.enable_chunked_prefill and req.num_prompt_tokens > cfg.max_num_batched_tokens:
             return (
@@ -311,6 +317,7 @@ class Scheduler(PDHandoff, ParallelSampling):
             estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio)
         # reserve_ratio's test for ignore_eos requests without prefix caching
         finish_order = FinishOrder(running, self.new_token_ratio) if by_ratio and waiting else None
+        whole_prompt, watermark = self._whole_prompt, self._watermark
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -335,7 +342,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 out.swap_in_bytes += len(mapping) * kvm.block_bytes
                 hits: list[KVCacheBlock] = []
                 num_hit = 0
+                take_rest = False
             else:
+                take_rest = whole_prompt
                 # an unforked parent must compute >= 1 prompt token before its fork point
                 fork_limit = (req.num_prompt_tokens - 2 if req.sampling_params.n > 1
                               and not req.num_forked else None)
@@ -366,8 +375,16 @@ class Scheduler(PDHandoff, ParallelSampling):
                 if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
                                       > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
+                if whole_prompt or watermark:
+                    # the blocks it takes now (all of its tokens', or this chunk's) must leave
+                    # the watermark free
+                    upto = req.num_tokens if whole_prompt else req.num_computed_tokens + num_hit + num_new
+                    if kvm.blocks_to_grow(upto, len(hits), num_revived(hits)) > kvm.num_free_blocks - watermark:
+                        break
             if not kvm.allocate_slots(req, num_new, hits):
                 break
+            if take_rest:  # the blocks of all its tokens at once (they fit: checked above)
+                kvm.allocate_slots(req, req.num_tokens - req.num_computed_tokens, cache=False)
             waiting.pop()
             if promised >= 0:
                 promised += self._blocks_to_hold(req)

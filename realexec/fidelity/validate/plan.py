@@ -42,6 +42,8 @@ class RunKnobs:
     capacity_policy: str = "max_utilization"
     mixed_batches: bool = True
     first_token_from_decode: bool = False
+    prompt_allocation: str = "per_chunk"
+    admission_watermark: float = 0.0
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,7 +84,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                                             "enable_chunked_prefill", "long_prefill_token_threshold",
                                             "preemption_mode", "policy", "batching",
                                             "capacity_policy", "mixed_batches",
-                                            "first_token_from_decode")}
+                                            "first_token_from_decode", "prompt_allocation",
+                                            "admission_watermark")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {

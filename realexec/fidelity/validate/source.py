@@ -141,7 +141,9 @@ def _knobs(sc, src: str, model_config: dict[str, Any], dtype: str, context: int,
                     enable_prefix_caching=c.enable_prefix_caching,
                     preemption_mode=s.preemption_mode, policy=s.policy, batching=s.batching,
                     capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
-                    first_token_from_decode=s.first_token_from_decode, max_model_len=context)
+                    first_token_from_decode=s.first_token_from_decode,
+                    prompt_allocation=s.prompt_allocation,
+                    admission_watermark=s.admission_watermark, max_model_len=context)
 
 
 def _check_cluster(sc, src: str) -> str:
