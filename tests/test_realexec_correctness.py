@@ -108,6 +108,19 @@ def test_sglangs_decaying_reservation(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_v0s_whole_prompt_blocks_and_watermark(name):
+    """prompt_allocation whole_prompt with an admission watermark (vLLM V0's block manager) in
+    a pool too small for every request, chunked prompts preempted and recomputed: output is
+    unchanged."""
+    prompts = random_prompts(8, [9, 22, 14, 30, 5, 17])
+    params = [_greedy(10 + i) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=26, block_size=4, max_num_batched_tokens=16,
+              prompt_allocation="whole_prompt", admission_watermark=0.1, record_steps=True)
+    _check(name, llm, prompts, params)
+    assert llm.runner.steps[0].shape.num_reqs < len(prompts)  # not everyone was admitted at once
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_shared_prefixes_and_full_prompt_hits(name):
     bs = 4
     (base,) = random_prompts(3, [21])
