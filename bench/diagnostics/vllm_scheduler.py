@@ -51,6 +51,7 @@ from simulator.scenario import PoolSpec, scenario_from_dict
 DRIVERS = {"v1": Path(__file__).with_name("vllm_v1_driver.py"),
            "v0": Path(__file__).with_name("vllm_v0_driver.py")}
 BLOCK = 16
+VLLM_ASYNC_FROM = (0, 14, 0)  # SchedulerConfig.async_scheduling None (on where supported) from here
 # (label, model, hardware, requests, prompt tokens, output tokens, max_model_len or None for
 # the model's, prefix caching or None for the engine's default, pool blocks or None for kvpd's
 # plan)
@@ -147,12 +148,18 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter that can import that vLLM (default: this one)")
     ap.add_argument("--version", default="0.11.0", help="that vLLM's version, for kvpd's preset")
+    ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                    help="V1: schedule each step before the one in flight has finished (vLLM's "
+                         "default from 0.14; kvpd schedules after it)")
     a = ap.parse_args()
     v = version3(a.version)
     if v is None:
         sys.exit(f"--version {a.version!r}: not a vLLM version")
     engine = "v1" if v[:2] >= VLLM_V1_FROM else "v0"
-    print(f"vLLM {a.version} ({engine.upper()} scheduler)")
+    asynchronous = engine == "v1" and (a.async_scheduling or (a.async_scheduling is None
+                                                               and v >= VLLM_ASYNC_FROM))
+    print(f"vLLM {a.version} ({engine.upper()} scheduler"
+          f"{', async scheduling' if asynchronous else ''})")
     print(f"{'case':58s} {'side':5s} {'steps':>6s} {'tokens':>9s} {'preempt':>7s}  agreement")
     for label, model, hw, n, prompt, out, max_len, prefix, blocks in (
             V1_CASES if engine == "v1" else V0_CASES):
@@ -167,6 +174,8 @@ def main() -> None:
                 "prefix": prefix, "block": BLOCK, "max_len": cfg.max_model_len}
         if engine == "v0":
             args["chunked"] = cfg.enable_chunked_prefill
+        elif a.async_scheduling or (a.async_scheduling is None and v >= VLLM_ASYNC_FROM):
+            args["async_scheduling"] = True
         theirs = vllm_trace(a.python, a.vllm, engine, args)
         t2 = time.perf_counter()
         where = first_difference(ours, theirs)

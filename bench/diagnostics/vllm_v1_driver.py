@@ -14,6 +14,7 @@ that scheduled tokens.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import tempfile
@@ -23,7 +24,11 @@ import torch
 import vllm.model_executor.models.registry as registry
 from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
-from vllm.utils import sha256
+
+try:
+    from vllm.utils.hashing import sha256  # (from 0.12)
+except ImportError:
+    from vllm.utils import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -37,13 +42,12 @@ ARCH = "Qwen3ForCausalLM"  # the scheduler reads no model shape; any text model 
 def _skip_model_inspection() -> None:
     """vLLM inspects the model class in a subprocess that imports its CUDA ops; the scheduler
     never builds the model, so answer the inspection for a plain text-generation model."""
-    info = registry._ModelInfo(
-        architecture=ARCH, is_text_generation_model=True, is_pooling_model=False,
-        default_pooling_type="LAST", supports_cross_encoding=False, supports_multimodal=False,
-        supports_multimodal_raw_input_only=False, supports_multimodal_encoder_tp_data=False,
-        supports_pp=True, has_inner_state=False, is_attention_free=False, is_hybrid=False,
-        has_noops=False, supports_transcription=False, supports_transcription_only=False,
-        supports_v0_only=False)
+    fields = registry._ModelInfo.__dataclass_fields__  # (they change between releases)
+    known = {"architecture": ARCH, "is_text_generation_model": True, "supports_pp": True,
+             "default_pooling_type": "LAST", "default_seq_pooling_type": "LAST",
+             "default_tok_pooling_type": "ALL", "attn_type": "decoder"}
+    info = registry._ModelInfo(**{name: known.get(name, False)
+                                  for name, f in fields.items() if f.init})
     registry._ModelRegistry._try_inspect_model_cls = lambda self, arch: info
 
 
@@ -54,7 +58,8 @@ def prompt_ids(i: int, n: int) -> list[int]:
 
 
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
-        prefix: bool = True, block: int = 16, max_len: int = 40960) -> list[list[int]]:
+        prefix: bool = True, block: int = 16, max_len: int = 40960,
+        async_scheduling: bool = False) -> list[list[int]]:
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -62,25 +67,42 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         "intermediate_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 8,
         "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
         "max_position_embeddings": max_len, "torch_dtype": "bfloat16"}))
+    init_vars = {"is_encoder_decoder": False}  # (an InitVar from 0.12)
+    if "is_encoder_decoder" not in getattr(SchedulerConfig, "__dataclass_fields__", {}):
+        init_vars = {}
     sched_cfg = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget,
-                                max_model_len=max_len, enable_chunked_prefill=True)
+                                max_model_len=max_len, enable_chunked_prefill=True, **init_vars)
+    extra = {}  # 0.10's config asks the platform about async output processing otherwise
+    if "use_async_output_proc" in getattr(ModelConfig, "__dataclass_fields__", {}):
+        extra["use_async_output_proc"] = False
     model_cfg = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16",
-                            max_model_len=max_len, seed=0)
+                            max_model_len=max_len, seed=0, **extra)
     cache_cfg = CacheConfig(block_size=block, gpu_memory_utilization=0.9, swap_space=0,
                             cache_dtype="auto", enable_prefix_caching=prefix)
     cache_cfg.num_gpu_blocks = num_blocks
     cfg = VllmConfig(scheduler_config=sched_cfg, model_config=model_cfg, cache_config=cache_cfg,
                      device_config=DeviceConfig(device="cpu"))
+    spec_args = {"block_size": block, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
+    if "use_mla" in FullAttentionSpec.__dataclass_fields__:  # (a field in 0.10 only)
+        spec_args["use_mla"] = False
     kv_cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(block, 1, 1, torch.float32, False))])
-    sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cfg, log_stats=False,
-                      structured_output_manager=StructuredOutputManager(cfg))
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(**spec_args))])
+    extra_args = {}
+    if "block_size" in inspect.signature(Scheduler.__init__).parameters:  # (from 0.14 or so)
+        extra_args["block_size"] = block
+    cls = Scheduler
+    if async_scheduling:  # (vLLM's default from 0.14 where the executor supports it)
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler as cls
+    sched = cls(vllm_config=cfg, kv_cache_config=kv_cfg, log_stats=False,
+                      structured_output_manager=StructuredOutputManager(cfg), **extra_args)
     init_none_hash(sha256)
     hasher = get_request_block_hasher(block, sha256)
+    eos = ({"eos_token_id": None}  # (moved into SamplingParams in 0.17)
+           if "eos_token_id" in inspect.signature(Request.__init__).parameters else {})
     for i in range(n):
         sched.add_request(Request(str(i), prompt_ids(i, prompt),
                                   SamplingParams(max_tokens=out, ignore_eos=True), None,
-                                  eos_token_id=None, block_hasher=hasher))
+                                  block_hasher=hasher, **eos))
     preempted = [0]
     prepend = sched.waiting.prepend_request  # (only a preemption puts a request back here)
 
@@ -90,18 +112,26 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
 
     sched.waiting.prepend_request = counted
     trace = []
-    while sched.has_requests():
-        so = sched.schedule()
-        ids = list(so.num_scheduled_tokens)
-        # schedule() has advanced num_computed_tokens: sample iff every token is computed
-        sampled = [[1] if sched.requests[r].num_computed_tokens >= sched.requests[r].num_tokens
-                   else [] for r in ids]
-        if so.total_num_scheduled_tokens:
-            trace.append([so.total_num_scheduled_tokens, len(ids), preempted[0]])
-        sched.update_from_output(so, ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
-            sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-            pooler_output=[]))
+    pending = None  # async scheduling: the step in flight while the next one is scheduled
+    while sched.has_requests() or pending:
+        so = sched.schedule() if sched.has_requests() else None
+        if so is not None:
+            ids = list(so.num_scheduled_tokens)
+            # schedule() has advanced num_computed_tokens: sample iff every token is computed
+            sampled = [[1] if sched.requests[r].num_computed_tokens >= sched.requests[r].num_tokens
+                       else [] for r in ids]
+            if so.total_num_scheduled_tokens:
+                trace.append([so.total_num_scheduled_tokens, len(ids), preempted[0]])
+            result = ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
+                sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+                pooler_output=[])
+        if not async_scheduling:
+            sched.update_from_output(so, result)
+            continue
+        if pending is not None:  # the step before this one finishes only now
+            sched.update_from_output(*pending)
+        pending = (so, result) if so is not None else None
     return trace
 
 
