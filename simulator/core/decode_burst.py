@@ -35,6 +35,10 @@ from simulator.core.request import Request
 from simulator.core.scheduler_output import SchedulerOutput
 
 
+class WaitingQueue(Sized, Protocol):
+    def peek(self) -> Request: ...
+
+
 class BurstCore(Protocol):
     """The scheduler state a burst reads (`simulator.core.scheduler.Scheduler`)."""
 
@@ -45,7 +49,7 @@ class BurstCore(Protocol):
     burst_past_finishes: bool
 
     @property
-    def waiting(self) -> Sized: ...
+    def waiting(self) -> WaitingQueue: ...
 
 
 def _remaining(out: SchedulerOutput) -> list[int]:
@@ -88,6 +92,13 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         core.waiting or core.config.role != "colocated" or kvm.sliding_window or out.shape.window
     ):
         return 1  # step 2 could admit a request, or a lead step is not modelled here
+    cfg = core.config
+    if (core.waiting and len(core.running) < cfg.max_num_seqs
+            and len(out.reqs) < cfg.max_num_batched_tokens
+            and kvm.has_evictable_hits(core.waiting.peek())):
+        # the next request's cached prefix sits in the free queue: a decode's new block may
+        # evict part of it, which changes what its admission needs at the next step
+        return 1
     past = (core.burst_past_finishes and not core.waiting and not kvm.sliding_window
             and not out.shape.window)
     rems = out.remaining = _remaining(out)

@@ -160,6 +160,16 @@ class KVCacheManager(BlockCopies):
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids.get(request_id, [])
 
+    def has_evictable_hits(self, request: Request) -> bool:
+        """Whether `request`'s cached prefix includes blocks nobody holds: blocks in the free
+        queue, which any allocation may evict, changing what the request would find."""
+        if not self.enable_prefix_caching:
+            return False
+        collisions = self.num_collisions  # (a look, not a lookup: counted by the real one)
+        hits, _ = self.get_computed_blocks(request)
+        self.num_collisions = collisions
+        return any(b.ref_cnt == 0 for b in hits if b is not NULL_BLOCK)
+
     def get_computed_blocks(
         self, request: Request, max_hit_tokens: int | None = None
     ) -> tuple[list[KVCacheBlock], int]:
