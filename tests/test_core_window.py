@@ -45,6 +45,7 @@ knobs = st.fixed_dictionaries(
         "caching": st.booleans(),
         "capacity": st.sampled_from(["max_utilization", "max_utilization", "guaranteed_no_evict"]),
         "mixed": st.sampled_from([True, True, False]),
+        "whole_prompt": st.sampled_from([False, False, True]),  # vLLM V0's admission
     }
 )
 workload = st.lists(
@@ -77,6 +78,8 @@ def build(k, wl, seed, window=True):
         policy=k["policy"],
         capacity_policy=k["capacity"],
         mixed_batches=k.get("mixed", True),
+        prompt_allocation="whole_prompt" if k.get("whole_prompt") else "per_chunk",
+        admission_watermark=0.1 if k.get("whole_prompt") else 0.0,
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=50)
 

@@ -85,7 +85,9 @@ class SchedulerConfig:
     prompt_allocation: "per_chunk" (vLLM V1): a prompt takes blocks as its chunks run.
     "whole_prompt" (vLLM V0's BlockSpaceManager): a waiting request (a preempted one with its
     outputs) is admitted only when the blocks of all its tokens fit, and takes them all at
-    once, so its later chunks take none and never preempt.
+    once, so its later chunks take none and never preempt (where blocks slide out of a
+    window, the admission check is capped at what its table holds at once and the blocks are
+    taken per chunk).
     admission_watermark: the share of the pool an admission must leave free (vLLM V0's
     BlockSpaceManager watermark, 0.01: int(0.01 x blocks) blocks); 0: none. Running
     requests' growth ignores it.

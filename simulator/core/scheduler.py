@@ -344,7 +344,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 num_hit = 0
                 take_rest = False
             else:
-                take_rest = whole_prompt
+                # (where blocks slide out of a window its table never holds them all at once:
+                # they are taken per chunk, as the admission check caps them)
+                take_rest = whole_prompt and not kvm.sliding_window
                 # an unforked parent must compute >= 1 prompt token before its fork point
                 fork_limit = (req.num_prompt_tokens - 2 if req.sampling_params.n > 1
                               and not req.num_forked else None)
