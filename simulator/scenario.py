@@ -166,6 +166,9 @@ class SchedulerSpec(_Strict):
     prompt_allocation: Literal["per_chunk", "whole_prompt"] = "per_chunk"
     # the share of the pool an admission must leave free (vLLM V0's watermark, 0.01)
     admission_watermark: float = Field(0.0, ge=0, lt=1)
+    # a running request is scheduled only while a block is free, needed or not (vLLM V0's
+    # can_append_slots; SchedulerConfig.append_needs_free_block)
+    append_needs_free_block: bool = False
 
 
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "

@@ -174,7 +174,8 @@ def test_no_evict_never_preempts_never_deadlocks_and_finishes_everyone(k, wl, se
     for r in reqs:
         assert r.status.is_finished and r.num_preemptions == 0
         total = r.num_prompt_tokens + r.max_tokens
-        kept = int(k["watermark"] * pool)  # blocks an admission leaves free
+        # blocks a request never holds: the watermark, or one every append wants free
+        kept = max(int(k["watermark"] * pool), 1 if k["append_reserve"] else 0)
         never_fits = total > sched.config.max_model_len or -(-total // bs) > pool - kept or (
             not k["chunked"] and r.num_prompt_tokens > sched.config.max_num_batched_tokens)
         assert (r.status == RequestStatus.FINISHED_REJECTED) == never_fits, r

@@ -37,6 +37,7 @@ knobs = st.fixed_dictionaries(
         # vLLM V0's block manager: whole-prompt allocation at admission, a watermark
         "whole_prompt": st.sampled_from([False, False, True]),
         "watermark": st.sampled_from([0.0, 0.0, 0.1]),
+        "append_reserve": st.sampled_from([False, False, True]),
     }
 )
 workload = st.lists(
@@ -73,6 +74,7 @@ def build(k, wl, seed):
         first_token_from_decode=k["first_token"],
         prompt_allocation="whole_prompt" if k.get("whole_prompt") else "per_chunk",
         admission_watermark=k.get("watermark", 0.0),
+        append_needs_free_block=k.get("append_reserve", False),
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 

@@ -64,7 +64,7 @@ def test_a_request_that_only_fits_into_the_watermark_is_rejected_on_arrival():
     big = make_request("big", 60, max_tokens=8)  # 17 blocks: more than 20 - 5
     eng.add_request(big)
     assert big.status == RequestStatus.FINISHED_REJECTED
-    assert "whole pool has 20, 5 of them kept free at admission" in big.stop_reason
+    assert "whole pool has 20, 5 of them kept free (admission_watermark" in big.stop_reason
 
 
 def test_a_running_prompt_never_preempts_under_whole_prompt():
@@ -86,6 +86,30 @@ def test_a_running_prompt_never_preempts_under_whole_prompt():
     assert preempted > 0
     assert all(r.status == RequestStatus.FINISHED_LENGTH for r in reqs)
     assert eng.scheduler.kv_cache_manager.num_free_blocks == 18
+
+
+def test_with_none_free_a_running_request_preempts_before_it_appends():
+    # V0's can_append_slots: in 5 blocks of 4, "a" (8 tokens) takes a 3rd block for its first
+    # decode, leaving none free; "b" (7 tokens) has room in its 2nd block, but with no block
+    # free it is preempted (the newest) rather than appended to
+    for reserve, preempted in ((False, []), (True, ["b"])):
+        eng = make_engine(num_gpu_blocks=5, block_size=4, max_num_batched_tokens=64,
+                          append_needs_free_block=reserve)
+        eng.add_request(make_request("a", 8, max_tokens=3))
+        eng.add_request(make_request("b", 7, max_tokens=3))
+        step = eng.step(0.0)
+        assert step.scheduler_output.new_req_ids == ["a", "b"]
+        out = eng.step(step.end_time).scheduler_output
+        assert out.preempted_req_ids == preempted, reserve
+        assert eng.scheduler.kv_cache_manager.num_free_blocks == (0 if not reserve else 2)
+
+
+def test_a_request_that_would_fill_the_pool_is_rejected_when_appends_want_a_free_block():
+    eng = make_engine(num_gpu_blocks=4, block_size=4, append_needs_free_block=True)
+    full = make_request("full", 12, max_tokens=4)  # 16 tokens: all 4 blocks
+    eng.add_request(full)
+    assert full.status == RequestStatus.FINISHED_REJECTED
+    assert "1 of them kept free" in full.stop_reason
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -110,8 +134,9 @@ def test_the_vllm_preset_runs_v0s_block_manager_before_0_8(version, v0):
     data = {"model": "llama-3-8b", "engine": {"name": "vllm", "version": version}}
     notes = apply_engine(data)
     sched = data.get("scheduler", {})
-    assert (sched.get("prompt_allocation"), sched.get("admission_watermark")) == (
-        ("whole_prompt", 0.01) if v0 else (None, None))
+    assert (sched.get("prompt_allocation"), sched.get("admission_watermark"),
+            sched.get("append_needs_free_block")) == (
+        ("whole_prompt", 0.01, True) if v0 else (None, None, None))
     assert any("V0 engine) admits" in n for n in notes) == v0
 
 
@@ -120,4 +145,5 @@ def test_a_set_value_wins_over_the_preset():
             "scheduler": {"admission_watermark": 0.0}}
     apply_engine(data)
     assert data["scheduler"] == {**data["scheduler"], "admission_watermark": 0.0,
-                                 "prompt_allocation": "whole_prompt"}
+                                 "prompt_allocation": "whole_prompt",
+                                 "append_needs_free_block": True}

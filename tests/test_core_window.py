@@ -80,6 +80,7 @@ def build(k, wl, seed, window=True):
         mixed_batches=k.get("mixed", True),
         prompt_allocation="whole_prompt" if k.get("whole_prompt") else "per_chunk",
         admission_watermark=0.1 if k.get("whole_prompt") else 0.0,
+        append_needs_free_block=bool(k.get("whole_prompt")),
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=50)
 

@@ -39,7 +39,8 @@ def test_first_difference():
 
 def test_before_0_8_the_preset_runs_v0s_block_manager():
     cfg, prefix, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3")
-    assert (cfg.prompt_allocation, cfg.admission_watermark, prefix) == ("whole_prompt", 0.01, False)
+    assert (cfg.prompt_allocation, cfg.admission_watermark, cfg.append_needs_free_block,
+            prefix) == ("whole_prompt", 0.01, True, False)
     short, _, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3", max_model_len=8192)
     assert not short.enable_chunked_prefill and not short.mixed_batches
     assert short.max_num_batched_tokens == 8192

@@ -99,7 +99,8 @@ def kvpd_setup(model: str, hardware: str, version: str,
                           long_prefill_token_threshold=s.long_prefill_token_threshold,
                           capacity_policy=s.capacity_policy, mixed_batches=s.mixed_batches,
                           prompt_allocation=s.prompt_allocation,
-                          admission_watermark=s.admission_watermark)
+                          admission_watermark=s.admission_watermark,
+                          append_needs_free_block=s.append_needs_free_block)
     blocks = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated").num_gpu_blocks
     return cfg, sc.cache.enable_prefix_caching, blocks
 

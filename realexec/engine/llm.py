@@ -132,6 +132,7 @@ class LLM:
         first_token_from_decode: bool = False,
         prompt_allocation: str = "per_chunk",
         admission_watermark: float = 0.0,
+        append_needs_free_block: bool = False,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -163,6 +164,7 @@ class LLM:
             first_token_from_decode=first_token_from_decode,
             prompt_allocation=prompt_allocation,
             admission_watermark=admission_watermark,
+            append_needs_free_block=append_needs_free_block,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

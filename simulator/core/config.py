@@ -91,6 +91,12 @@ class SchedulerConfig:
     admission_watermark: the share of the pool an admission must leave free (vLLM V0's
     BlockSpaceManager watermark, 0.01: int(0.01 x blocks) blocks); 0: none. Running
     requests' growth ignores it.
+    append_needs_free_block: True (vLLM V0's BlockSpaceManager.can_append_slots, which counts
+    the block a step writes into as touched): a running request is scheduled only while a
+    block is free, whether or not it needs a new one; with none free, the lowest-priority
+    running request is preempted first. An admission then leaves at least one block free
+    (V0's 1% watermark does in any pool of 100 blocks or more). False (vLLM V1): only a new
+    block must be free.
     """
 
     max_num_seqs: int = 256
@@ -108,6 +114,7 @@ class SchedulerConfig:
     schedule_conservativeness: float = 1.0
     prompt_allocation: str = "per_chunk"
     admission_watermark: float = 0.0
+    append_needs_free_block: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.admission_watermark < 1.0:

@@ -126,6 +126,10 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         return 1
     bs = core.block_size
     free = kvm.num_free_blocks
+    if cfg.append_needs_free_block:
+        free -= 1  # every append wants a block free: the burst must leave one
+        if free < 0:
+            return 1
     # tokens each request's blocks hold beyond step 1's, and the steps it runs at most
     slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, _decode_before(out))]
     if len(slack) * (-(-(k - 1) // bs)) <= free:

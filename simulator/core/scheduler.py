@@ -73,8 +73,12 @@ class Scheduler(PDHandoff, ParallelSampling):
         self._no_evict = config.capacity_policy == "guaranteed_no_evict"
         self._by_ratio = config.capacity_policy == "reserve_ratio"
         self._whole_prompt = config.prompt_allocation == "whole_prompt"
+        self._append_reserve = config.append_needs_free_block
         # blocks an admission must leave free (vLLM V0: int(watermark x blocks))
         self._watermark = int(config.admission_watermark * cache_config.num_gpu_blocks)
+        # blocks an admission leaves free, and a request may never hold beyond the pool's: the
+        # watermark, and with append_needs_free_block the one block every append wants free
+        self._kept = max(self._watermark, 1 if config.append_needs_free_block else 0)
         # reserve_ratio's share of the running outputs: start, floor, decay per decoding step
         self._ratio_init, self._ratio_min, self._ratio_decay = reserve_ratios(
             config.schedule_conservativeness)
@@ -121,10 +125,10 @@ class Scheduler(PDHandoff, ParallelSampling):
         need = total if cfg.role != "prefill" else req.num_prompt_tokens + 1
         kvm = self.kv_cache_manager
         blocks = kvm.max_blocks_held(need)
-        if blocks > kvm.num_gpu_blocks - self._watermark:
+        if blocks > kvm.num_gpu_blocks - self._kept:
             at_once = f" at once (sliding window {kvm.sliding_window})" if kvm.sliding_window else ""
-            kept = (f", {self._watermark} of them kept free at admission (admission_watermark)"
-                    if self._watermark else "")
+            kept = (f", {self._kept} of them kept free (admission_watermark, "
+                    "append_needs_free_block)" if self._kept else "")
             return (
                 f"needs {blocks} KV blocks{at_once} for {need} tokens but the whole pool has "
                 f"{kvm.num_gpu_blocks}{kept}"
@@ -186,6 +190,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         # and their one new token each when folded in) and sums the decodes' shape here
         before_add, ids_add = out.num_computed_before.append, out.block_ids.append
         nd = dctx = maxd = 0
+        touch = self._append_reserve  # V0: appending to a running request wants a free block
         i = 0
         n_running = len(running)  # (changed only by a preemption, after which it is re-read)
         while i < n_running and budget > 0:
@@ -198,6 +203,7 @@ class Scheduler(PDHandoff, ParallelSampling):
                 # fast path: a decode whose token fits its last block and completes no block
                 # the prefix cache would register (allocate_slots would change nothing)
                 if computed and computed < len(ids) * bs and not (
+                    touch and not kvm.block_pool.num_free_blocks) and not (
                     caching and (computed + 1) % bs == 0 and (computed + 1) // bs > num_cached[rid]
                 ) and not (slides and kvm.slides_out(rid, computed)):
                     before_add(computed)
@@ -281,7 +287,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         blocks fit (or it is the victim); returns the change in the step's token budget."""
         kvm = self.kv_cache_manager
         delta = 0
-        while not kvm.allocate_slots(req, num_new):
+        while (self._append_reserve and not kvm.num_free_blocks) or not kvm.allocate_slots(req, num_new):
             if self._no_evict:
                 raise RuntimeError(
                     f"guaranteed_no_evict: request {req.request_id!r} found no block "
@@ -317,7 +323,9 @@ class Scheduler(PDHandoff, ParallelSampling):
             estimated = ratio_reserved_blocks(kvm, running, self.new_token_ratio)
         # reserve_ratio's test for ignore_eos requests without prefix caching
         finish_order = FinishOrder(running, self.new_token_ratio) if by_ratio and waiting else None
-        whole_prompt, watermark = self._whole_prompt, self._watermark
+        # an admission leaves the watermark free, and with append_needs_free_block at least the
+        # one block the request's next chunk wants free (else it preempts itself, and again)
+        whole_prompt, watermark = self._whole_prompt, self._kept
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:

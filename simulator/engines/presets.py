@@ -262,20 +262,23 @@ def _vllm_v0_blocks(sched: dict[str, Any], version: Any) -> list[str]:
     """vLLM V0's block manager for the keys not set: a waiting request is admitted only when
     the blocks of all its tokens fit with 1% of the pool left free, and takes them at once
     (v0.7.3 Scheduler._schedule_prefills: BlockSpaceManager.can_allocate with watermark 0.01,
-    then allocate for the whole sequence, chunked prefill or not). Its schedule, driven by
-    `bench/diagnostics/vllm_scheduler.py` against the 0.7.3 wheel, is kvpd's to within 0.5% of
-    the tokens."""
+    then allocate for the whole sequence, chunked prefill or not); a running request is
+    scheduled only while a block is free (can_append_slots counts the block it writes into).
+    Driven by `bench/diagnostics/vllm_scheduler.py` against the 0.7.3 wheel, V0's schedule is
+    kvpd's at every step."""
     v3 = version3(version)
     if v3 is None or v3[:2] >= VLLM_V1_FROM:
         return []
     out = {k: v for k, v in (("prompt_allocation", "whole_prompt"),
-                             ("admission_watermark", VLLM_V0_WATERMARK)) if k not in sched}
+                             ("admission_watermark", VLLM_V0_WATERMARK),
+                             ("append_needs_free_block", True)) if k not in sched}
     if not out:
         return []
     sched.update(out)
     return [f"{', '.join(f'{k} {v}' for k, v in out.items())}: vLLM {version} (V0 engine) "
             "admits a request when the blocks of its whole sequence fit with 1% of the pool "
-            "left free, and allocates them at once"]
+            "left free, allocates them at once, and appends to a running request only while a "
+            "block is free"]
 
 
 def _turbomind_first_token(sched: dict[str, Any], version: Any) -> list[str]:

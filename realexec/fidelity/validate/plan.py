@@ -44,6 +44,7 @@ class RunKnobs:
     first_token_from_decode: bool = False
     prompt_allocation: str = "per_chunk"
     admission_watermark: float = 0.0
+    append_needs_free_block: bool = False
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                                             "preemption_mode", "policy", "batching",
                                             "capacity_policy", "mixed_batches",
                                             "first_token_from_decode", "prompt_allocation",
-                                            "admission_watermark")}
+                                            "admission_watermark", "append_needs_free_block")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {
