@@ -16,7 +16,11 @@ so far) differ, if any.
     python -m venv --system-site-packages /tmp/vv && /tmp/vv/bin/pip install cachetools \
         msgspec blake3 cbor2 psutil setproctitle aiohttp openai-harmony pybase64 diskcache
     python bench/diagnostics/vllm_scheduler.py --vllm /tmp/vllm-0.11.0 --python /tmp/vv/bin/python
-    # V0: the same with vllm==0.7.3 and --version 0.7.3
+    # V0: the same with vllm==0.7.3 and --version 0.7.3 (0.6.x also wants mistral-common and
+    # opencv-python-headless; 0.17 gguf, llguidance and xgrammar)
+
+Checked (2026-12-03): V1 0.10.2, 0.11.0 and 0.17.0 identical at every step in every case (0.17.0
+with async scheduling: within 1%); V0 0.6.6 and 0.7.3 identical at every step in every case.
 
 The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
 A100, vLLM 0.11.0's limits for each) and a KV-starved decode-heavy run without prefix caching
