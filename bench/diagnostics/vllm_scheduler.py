@@ -121,13 +121,12 @@ def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: 
                                                                   ignore_eos=True)), 0.0)
     trace, preempted, now = [], 0, 0.0
     while engine.has_unfinished_requests():
-        so = sched.schedule(now)
+        step = engine.step(now)
+        so = step.scheduler_output
         preempted += len(so.preempted_req_ids)
         if so.num_new_tokens:
             trace.append([sum(so.num_new_tokens), len(so.reqs), preempted])
-        result = engine.executor.execute(so)
-        now += result.duration_s
-        sched.update(so, result, now)
+        now = step.end_time
     return trace
 
 

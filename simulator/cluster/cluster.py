@@ -307,11 +307,11 @@ class SimCluster:
     # ---- arrivals ----
     def submit(self, req: Request) -> None:
         rep = self.router.route(req)
+        rep.assign(req)  # routed (and counted) now; in the engine once its API server handled it
         server = self.api_servers.get(rep.name)
         if server is None:
-            rep.submit(req)
-        else:  # routed (and counted) now, in the engine once its API server has handled it
-            rep.assign(req)
+            rep.admit(req)
+        else:
             server.submit(req, rep.admit)
 
     # ---- PD hand-off ----
@@ -323,24 +323,27 @@ class SimCluster:
             req.annotations["prefill_replica"] = prefill.name
             req.annotations["kv_ready_s"] = now
             decode = self.decode_router.route(req)
+            decode.assign(req)
             server = self.api_servers.get(decode.name)
-            if server is not None:  # the proxy's second request: its decode server first
-                decode.assign(req)
+            if server is None:
+                refused |= self._to_decode_engine(decode, prefill, req)
+            else:  # the proxy's second request: its decode server first
                 server.submit(req, partial(self._admit_decode, decode, prefill))
-                continue
-            decode.submit(req)
-            if req.is_finished:  # the decode pool refused it: nothing will take the KV
-                prefill.scheduler.release_transferred(req.request_id)
-                refused = True
         if refused:
             prefill.wake()
 
-    def _admit_decode(self, decode: SimReplica, prefill: SimReplica, req: Request) -> None:
-        """Hand a prefilled request to its decode engine once its decode-side API server has
-        handled it; if the engine refuses it, nothing will take its KV: the prefill frees it."""
+    def _to_decode_engine(self, decode: SimReplica, prefill: SimReplica, req: Request) -> bool:
+        """Hand a prefilled request to its decode engine; True if the engine refused it
+        (nothing will take its KV: the prefill frees it, and must be woken)."""
         decode.admit(req)
-        if req.is_finished:
-            prefill.scheduler.release_transferred(req.request_id)
+        if not req.is_finished:
+            return False
+        prefill.scheduler.release_transferred(req.request_id)
+        return True
+
+    def _admit_decode(self, decode: SimReplica, prefill: SimReplica, req: Request) -> None:
+        """`_to_decode_engine` once the decode-side API server has handled the request."""
+        if self._to_decode_engine(decode, prefill, req):
             prefill.wake()
 
     def _on_kv_to_receive(self, decode: SimReplica, items: list[tuple[Request, int]]) -> None:

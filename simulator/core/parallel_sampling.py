@@ -52,7 +52,8 @@ class ParallelSampling(SchedulerState):
         no_evict = self._no_evict
         role = self.config.role
         if no_evict:  # a child runs only if its length beyond the shared blocks is promised
-            reserved = reserved_blocks(kvm, self.running, self.waiting_for_kv.values(), role)
+            reserved = reserved_blocks(kvm, self.running, self.waiting_for_kv.values(),
+                                       role) + self._kept
             shared = parent.num_computed_tokens // self.block_size  # table entries it shares
         for child in self._make_children(parent):
             child.first_scheduled_time = parent.first_scheduled_time

@@ -74,11 +74,11 @@ class Scheduler(PDHandoff, ParallelSampling):
         self._by_ratio = config.capacity_policy == "reserve_ratio"
         self._whole_prompt = config.prompt_allocation == "whole_prompt"
         self._append_reserve = config.append_needs_free_block
-        # blocks an admission must leave free (vLLM V0: int(watermark x blocks))
-        self._watermark = int(config.admission_watermark * cache_config.num_gpu_blocks)
         # blocks an admission leaves free, and a request may never hold beyond the pool's: the
-        # watermark, and with append_needs_free_block the one block every append wants free
-        self._kept = max(self._watermark, 1 if config.append_needs_free_block else 0)
+        # watermark (vLLM V0: int(watermark x blocks)), and with append_needs_free_block the
+        # one block every append wants free
+        self._kept = max(int(config.admission_watermark * cache_config.num_gpu_blocks),
+                         1 if config.append_needs_free_block else 0)
         # reserve_ratio's share of the running outputs: start, floor, decay per decoding step
         self._ratio_init, self._ratio_min, self._ratio_decay = reserve_ratios(
             config.schedule_conservativeness)
@@ -315,8 +315,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         waiting = self.waiting
         no_evict = self._no_evict
         reserved = 0
-        if no_evict and waiting:
-            reserved = reserved_blocks(kvm, running, self.waiting_for_kv.values(), cfg.role)
+        if no_evict and waiting:  # (what is promised, and the blocks kept free beside it)
+            reserved = reserved_blocks(kvm, running, self.waiting_for_kv.values(),
+                                       cfg.role) + self._kept
         by_ratio = self._by_ratio
         estimated = 0
         if by_ratio and waiting:
@@ -325,7 +326,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         finish_order = FinishOrder(running, self.new_token_ratio) if by_ratio and waiting else None
         # an admission leaves the watermark free, and with append_needs_free_block at least the
         # one block the request's next chunk wants free (else it preempts itself, and again)
-        whole_prompt, watermark = self._whole_prompt, self._kept
+        whole_prompt, kept = self._whole_prompt, self._kept
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
             if req.status == REMOTE:
@@ -385,11 +386,11 @@ class Scheduler(PDHandoff, ParallelSampling):
                 if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
                                       > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
-                if whole_prompt or watermark:
+                if whole_prompt or kept:
                     # the blocks it takes now (all of its tokens', or this chunk's) must leave
-                    # the watermark free
+                    # `kept` free
                     upto = req.num_tokens if whole_prompt else req.num_computed_tokens + num_hit + num_new
-                    if kvm.blocks_to_grow(upto, len(hits), num_revived(hits)) > kvm.num_free_blocks - watermark:
+                    if kvm.blocks_to_grow(upto, len(hits), num_revived(hits)) > kvm.num_free_blocks - kept:
                         break
             if not kvm.allocate_slots(req, num_new, hits):
                 break

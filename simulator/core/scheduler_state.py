@@ -29,3 +29,4 @@ class SchedulerState:
     _pending_copies: list[tuple[int, int]]
     _kv_ready: list[Request]
     _no_evict: bool
+    _kept: int  # blocks admissions leave free beside what is promised (Scheduler.__init__)
