@@ -78,6 +78,8 @@ HARDWARE_NAMES = {
     "NVIDIA H200 SXM": "h200-sxm",
     "NVIDIA H100 SXM": "h100-sxm",
     "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
+    # NVIDIA DGX Cloud's H100 instances are DGX H100 systems: eight H100 SXM5 80GB.
+    "NVIDIA H100 (DGX Cloud)": "h100-sxm",
 }
 
 # The route a harness's client calls, as published (e.g. `--endpoint /v1/chat/completions`)
