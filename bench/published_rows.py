@@ -73,6 +73,7 @@ HARDWARE_NAMES = {
     "MI300X": "mi300x",
     "H200": "h200-sxm",
     "B200": "b200",
+    "B300": "b300",
     # Names that state the form factor exactly.
     "H200 SXM5": "h200-sxm",
     "NVIDIA H200 SXM": "h200-sxm",
