@@ -333,6 +333,8 @@ def to_scenario(row: Row) -> Converted:
         sc["scheduler"]["max_model_len"] = int(s["max_model_len"])
     if s.get("enable_chunked_prefill") is not None:
         sc["scheduler"]["enable_chunked_prefill"] = bool(s["enable_chunked_prefill"])
+    if s.get("scheduler_recv_interval"):  # SGLang's --scheduler-recv-interval
+        sc["scheduler"]["recv_interval"] = int(s["scheduler_recv_interval"])
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
     if closed:

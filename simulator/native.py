@@ -35,8 +35,8 @@ PACKAGE = Path(__file__).resolve().parent  # simulator/
 # the load generator, and the all-decode prices they ask for most
 MODULES = tuple(f"simulator.core.{m}" for m in (
     "batch_shape", "block_copies", "block_hash", "block_pool", "capacity", "config",
-    "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "request",
-    "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
+    "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "recv_gate",
+    "request", "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
     "simulator.cluster.replica", "simulator.cluster.load", "simulator.cost.decode_steps")
 ENV = "KVPD_NATIVE"  # "1": load a matching build
 BUILD_TIMEOUT_S = 900

@@ -169,6 +169,9 @@ class SchedulerSpec(_Strict):
     # a running request is scheduled only while a block is free, needed or not (vLLM V0's
     # can_append_slots; SchedulerConfig.append_needs_free_block)
     append_needs_free_block: bool = False
+    # SGLang's --scheduler-recv-interval: a decoding engine takes arrivals in every N-th step
+    # (SchedulerConfig.recv_interval; colocated replicas without data-parallel attention)
+    recv_interval: int = Field(1, ge=1)
 
 
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "
@@ -383,6 +386,16 @@ class Scenario(_Strict):
             raise ValueError(f"api_server.pd_route: {front.pd_route} routes a request through "
                              "a decode instance's server after its prefill, which needs "
                              "cluster.pd (disaggregated prefill/decode); drop it or add cluster.pd")
+        return self
+
+    @model_validator(mode="after")
+    def _recv_interval(self):
+        n = self.scheduler.recv_interval
+        if n > 1 and (self.cluster.pd is not None or self.cluster.dp_attention):
+            clash = "cluster.pd" if self.cluster.pd is not None else "cluster.dp_attention: true"
+            raise ValueError(f"scheduler.recv_interval: {n} (SGLang's --scheduler-recv-interval) "
+                             f"is modelled for colocated replicas without data-parallel attention "
+                             f"(SGLang itself refuses it with DP attention); drop it or {clash}")
         return self
 
     def resolve(self, path: str) -> Path:

@@ -38,6 +38,8 @@ knobs = st.fixed_dictionaries(
         "whole_prompt": st.sampled_from([False, False, True]),
         "watermark": st.sampled_from([0.0, 0.0, 0.1]),
         "append_reserve": st.sampled_from([False, False, True]),
+        # SGLang's --scheduler-recv-interval: arrivals taken in every N-th decoding step
+        "recv_interval": st.sampled_from([1, 1, 1, 2, 5]),
     }
 )
 workload = st.lists(
@@ -75,6 +77,7 @@ def build(k, wl, seed):
         prompt_allocation="whole_prompt" if k.get("whole_prompt") else "per_chunk",
         admission_watermark=k.get("watermark", 0.0),
         append_needs_free_block=k.get("append_reserve", False),
+        recv_interval=k.get("recv_interval", 1),
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 

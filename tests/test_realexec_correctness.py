@@ -206,3 +206,23 @@ def test_mixed_full_and_sliding_layers_keep_every_block():
         assert o.token_ids == hf_greedy(hf, p, 8)
     assert kvm.num_slid_out_blocks == 0
     assert_pool_whole(llm)
+
+
+def test_arrivals_behind_the_recv_interval():
+    """recv_interval (SGLang's --scheduler-recv-interval) in the real engine: a request added
+    while another decodes is taken in at the 3rd step after (the checks count 1, 2, 3), and
+    both outputs equal transformers' greedy ones."""
+    name = "tiny-llama"
+    a, b = random_prompts(11, [9, 14])
+    llm = LLM(name, num_gpu_blocks=64, block_size=4, recv_interval=3)
+    ra = llm.add_request("a", a, _greedy(12))
+    llm.step()  # a's prompt (the check before the next step opens)
+    llm.step()  # a decode: from here the counter runs 1, 2, 3
+    rb = llm.add_request("b", b, _greedy(6))
+    admitted = [("b" in llm.step().scheduler_output.new_req_ids) for _ in range(3)]
+    assert admitted == [False, False, True]
+    while llm.has_unfinished_requests():
+        llm.step()
+    assert list(ra.output_token_ids) == reference(name, a, 12)
+    assert list(rb.output_token_ids) == reference(name, b, 6)
+    assert_pool_whole(llm)

@@ -133,6 +133,7 @@ class LLM:
         prompt_allocation: str = "per_chunk",
         admission_watermark: float = 0.0,
         append_needs_free_block: bool = False,
+        recv_interval: int = 1,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -165,6 +166,7 @@ class LLM:
             prompt_allocation=prompt_allocation,
             admission_watermark=admission_watermark,
             append_needs_free_block=append_needs_free_block,
+            recv_interval=recv_interval,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

@@ -260,6 +260,7 @@ class SimCluster:
             schedule_conservativeness=s.schedule_conservativeness,
             prompt_allocation=s.prompt_allocation, admission_watermark=s.admission_watermark,
             append_needs_free_block=s.append_needs_free_block,
+            recv_interval=s.recv_interval,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

@@ -97,6 +97,12 @@ class SchedulerConfig:
     running request is preempted first. An admission then leaves at least one block free
     (V0's 1% watermark does in any pool of 100 blocks or more). False (vLLM V1): only a new
     block must be free.
+    recv_interval: SGLang's --scheduler-recv-interval (colocated only). 1: arrivals reach the
+    waiting queue before the next step. N > 1: SGLang's SchedulerRecvSkipper. Before each
+    step a counter grows by the weight of the step before it (1 for an all-decode step, N for
+    one with prompt tokens, which SGLang weighs 1000), and arrivals are taken in only when it
+    reaches N (then it restarts from 0). So while the engine decodes, new requests wait for
+    every N-th step. An idle engine takes them in at once: its loop spins.
     """
 
     max_num_seqs: int = 256
@@ -115,8 +121,13 @@ class SchedulerConfig:
     prompt_allocation: str = "per_chunk"
     admission_watermark: float = 0.0
     append_needs_free_block: bool = False
+    recv_interval: int = 1
 
     def __post_init__(self) -> None:
+        _check_min("scheduler.recv_interval", self.recv_interval, 1)
+        if self.recv_interval > 1 and self.role != "colocated":
+            raise ValueError(f"scheduler.recv_interval ({self.recv_interval}) applies to "
+                             f"colocated replicas, not the {self.role} role")
         if not 0.0 <= self.admission_watermark < 1.0:
             raise ValueError("scheduler.admission_watermark must be in [0, 1), got "
                              f"{self.admission_watermark!r}")

@@ -31,6 +31,7 @@ from simulator.core.decode_burst import max_decode_burst, update_burst
 from simulator.core.kv_cache_manager import KVCacheManager
 from simulator.core.parallel_sampling import ParallelSampling
 from simulator.core.pd_handoff import PDHandoff
+from simulator.core.recv_gate import RecvGate
 from simulator.core.request import Request, RequestStatus
 from simulator.core.request_queue import make_queue
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
@@ -86,6 +87,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         # decode bursts may run past finishing requests when nothing waits: set by a backend
         # whose replica state nobody reads between steps (`simulator.core.decode_burst`)
         self.burst_past_finishes = False
+        # SGLang's --scheduler-recv-interval: arrivals wait in the inbox until the gate opens
+        self._gate = RecvGate(config.recv_interval) if config.recv_interval > 1 else None
+        self._inbox: list[Request] = []
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request, now: float | None = None) -> None:
@@ -105,11 +109,12 @@ class Scheduler(PDHandoff, ParallelSampling):
         else:
             req.status = RequestStatus.WAITING
         self.requests[req.request_id] = req
+        enqueue = self._inbox.append if self._gate is not None else self.waiting.add
         if req.sampling_params.n > 1 and req.num_prompt_tokens == 1 and not req.num_forked:
             for child in self._make_children(req):  # nothing to share: independent requests
                 self.requests[child.request_id] = child
-                self.waiting.add(child)
-        self.waiting.add(req)
+                enqueue(child)
+        enqueue(req)
 
     def rejection_reason(self, req: Request) -> str | None:
         """Why `req` could never be served here (None if it can): longer than max_model_len,
@@ -151,6 +156,8 @@ class Scheduler(PDHandoff, ParallelSampling):
             del self.waiting_for_kv[request_id]
         elif request_id in self.transferring:
             del self.transferring[request_id]
+        elif req in self._inbox:
+            self._inbox.remove(req)
         else:
             self.waiting.remove(req)
         req.finish(RequestStatus.FINISHED_ABORTED, now, reason)
@@ -160,6 +167,10 @@ class Scheduler(PDHandoff, ParallelSampling):
 
     # ---------------------------------------------------------------- schedule
     def schedule(self, now: float) -> SchedulerOutput:
+        if self._gate is not None and self._gate.opens(not self.running and not self.waiting):
+            for req in self._inbox:
+                self.waiting.add(req)
+            self._inbox.clear()
         cfg = self.config
         kvm = self.kv_cache_manager
         out = SchedulerOutput(step_id=self.step_id)
@@ -492,6 +503,9 @@ class Scheduler(PDHandoff, ParallelSampling):
                 self._decay_ratio(len(result.step_end_times) - 1)
         else:
             self._update_step(out, result.sampled_token_ids, now, finished)
+        if self._gate is not None:
+            self._gate.stepped(out.shape.num_prefill_reqs > 0,
+                               len(result.step_end_times) if result.step_end_times else 1)
         if self._by_ratio and not self.running and not self.waiting:
             # the engine idles: SGLang starts its ratio over (self_check_during_idle)
             self.new_token_ratio = self._ratio_init
@@ -534,6 +548,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         at once (`simulator.core.decode_burst`); 1 means "one step only"."""
         if self._by_ratio and self.waiting:
             return 1  # reserve_ratio's decay may let a waiting request in at any step
+        if self._inbox and self._gate is not None:  # end before the check that takes them in
+            max_steps = min(max_steps, self._gate.steps_before_open(out.shape.num_prefill_reqs > 0))
         return max_decode_burst(self, out, max_steps)
 
     # ----------------------------------------------------------------- helpers
@@ -551,13 +567,14 @@ class Scheduler(PDHandoff, ParallelSampling):
     def has_unfinished_requests(self) -> bool:
         return bool(
             self.running or self.waiting or self.waiting_for_kv or self._finished_pending
+            or self._inbox
         )
 
     def get_stats(self) -> dict[str, float]:
         kvm = self.kv_cache_manager
         return {
             "num_running": len(self.running),
-            "num_waiting": len(self.waiting),
+            "num_waiting": len(self.waiting) + len(self._inbox),
             "num_waiting_for_kv": len(self.waiting_for_kv),
             "num_transferring": len(self.transferring),
             "kv_usage": kvm.usage,

@@ -45,6 +45,7 @@ class RunKnobs:
     prompt_allocation: str = "per_chunk"
     admission_watermark: float = 0.0
     append_needs_free_block: bool = False
+    recv_interval: int = 1
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,7 +87,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                                             "preemption_mode", "policy", "batching",
                                             "capacity_policy", "mixed_batches",
                                             "first_token_from_decode", "prompt_allocation",
-                                            "admission_watermark", "append_needs_free_block")}
+                                            "admission_watermark", "append_needs_free_block",
+                                            "recv_interval")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {

@@ -144,7 +144,8 @@ def _knobs(sc, src: str, model_config: dict[str, Any], dtype: str, context: int,
                     first_token_from_decode=s.first_token_from_decode,
                     prompt_allocation=s.prompt_allocation,
                     admission_watermark=s.admission_watermark,
-                    append_needs_free_block=s.append_needs_free_block, max_model_len=context)
+                    append_needs_free_block=s.append_needs_free_block,
+                    recv_interval=s.recv_interval, max_model_len=context)
 
 
 def _check_cluster(sc, src: str) -> str:
