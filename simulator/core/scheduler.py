@@ -183,9 +183,12 @@ class Scheduler(PDHandoff, ParallelSampling):
         threshold = cfg.long_prefill_token_threshold
         separate = not cfg.mixed_batches and cfg.role == "colocated"
         if separate and self._prefill_pending():
-            # prompts in a step of their own; only if none can run do the decodes step
+            # prompts in a step of their own; only if none can run do the decodes step (also
+            # when a running prompt's next chunk found no block and preempted itself: the
+            # decodes' step is what frees blocks, else that prompt is readmitted and preempts
+            # itself again, step after step)
             self._schedule_prompts(out, budget, threshold, now)
-            if out.reqs or out.preempted_req_ids:
+            if out.reqs:
                 if self._by_ratio:
                     self._update_ratio(out)
                 return out
