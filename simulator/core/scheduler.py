@@ -8,7 +8,8 @@ the previous one has fully finished (the request-level baseline). Roles `prefill
 and `decode` split a request across two schedulers for PD disaggregation.
 
 `capacity_policy="guaranteed_no_evict"` reserves each admitted request's whole length
-instead and never preempts (`simulator.core.capacity`).
+instead and never preempts (`simulator.core.capacity`). With `recv_interval` > 1, arrivals wait
+in an inbox until SGLang's receive counter lets them in (`simulator.core.recv_gate`).
 
 Time is a number passed in; this module imports neither simpy nor torch.
 """
