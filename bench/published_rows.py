@@ -335,6 +335,9 @@ def to_scenario(row: Row) -> Converted:
         sc["scheduler"]["enable_chunked_prefill"] = bool(s["enable_chunked_prefill"])
     if s.get("scheduler_recv_interval"):  # SGLang's --scheduler-recv-interval
         sc["scheduler"]["recv_interval"] = int(s["scheduler_recv_interval"])
+    for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):  # TensorRT-LLM's
+        if s.get(key):
+            sc["scheduler"][key] = s[key]
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
     if closed:

@@ -34,7 +34,7 @@ PACKAGE = Path(__file__).resolve().parent  # simulator/
 # protocol, where the time is the executor's), and the simulator's loop: a replica's steps,
 # the load generator, and the all-decode prices they ask for most
 MODULES = tuple(f"simulator.core.{m}" for m in (
-    "batch_shape", "block_copies", "block_hash", "block_pool", "capacity", "config",
+    "batch_shape", "batch_wait", "block_copies", "block_hash", "block_pool", "capacity", "config",
     "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "recv_gate",
     "request", "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
     "simulator.cluster.replica", "simulator.cluster.load", "simulator.cost.decode_steps")

@@ -172,6 +172,11 @@ class SchedulerSpec(_Strict):
     # SGLang's --scheduler-recv-interval: a decoding engine takes arrivals in every N-th step
     # (SchedulerConfig.recv_interval; colocated replicas without data-parallel attention)
     recv_interval: int = Field(1, ge=1)
+    # TensorRT-LLM's batch waiting: in a decoding step, waiting requests wait until this many
+    # steps were held or their tokens reach the ratio x max_num_batched_tokens (both set: on;
+    # SchedulerConfig.batch_wait_timeout_iters / batch_wait_max_tokens_ratio)
+    batch_wait_timeout_iters: int = Field(0, ge=0)
+    batch_wait_max_tokens_ratio: float = Field(0.0, ge=0, le=1)
 
 
 MEMORY_RULES_TEXT = ("gpu_memory_utilization is vLLM's share of all memory for weights, "
@@ -386,6 +391,21 @@ class Scenario(_Strict):
             raise ValueError(f"api_server.pd_route: {front.pd_route} routes a request through "
                              "a decode instance's server after its prefill, which needs "
                              "cluster.pd (disaggregated prefill/decode); drop it or add cluster.pd")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_wait(self):
+        s = self.scheduler
+        if not (s.batch_wait_timeout_iters > 0 and s.batch_wait_max_tokens_ratio > 0):
+            return self
+        clash = [k for k, on in (("cluster.pd", self.cluster.pd is not None),
+                                 ("cluster.dp_attention: true", self.cluster.dp_attention),
+                                 ("scheduler.mixed_batches: false", not s.mixed_batches)) if on]
+        if clash:
+            raise ValueError("scheduler.batch_wait_timeout_iters / batch_wait_max_tokens_ratio "
+                             "(TensorRT-LLM's batch waiting) are modelled for colocated replicas "
+                             "whose steps mix prompts and decodes, without attention DP (where "
+                             "TensorRT-LLM skips it); drop them or " + ", ".join(clash))
         return self
 
     @model_validator(mode="after")

@@ -40,6 +40,8 @@ knobs = st.fixed_dictionaries(
         "append_reserve": st.sampled_from([False, False, True]),
         # SGLang's --scheduler-recv-interval: arrivals taken in every N-th decoding step
         "recv_interval": st.sampled_from([1, 1, 1, 2, 5]),
+        # TensorRT-LLM's batch waiting (timeout steps, token ratio): mixed batches only
+        "batch_wait": st.sampled_from([(0, 0.0), (0, 0.0), (0, 0.0), (2, 0.5), (4, 0.9)]),
     }
 )
 workload = st.lists(
@@ -78,6 +80,8 @@ def build(k, wl, seed):
         admission_watermark=k.get("watermark", 0.0),
         append_needs_free_block=k.get("append_reserve", False),
         recv_interval=k.get("recv_interval", 1),
+        batch_wait_timeout_iters=k.get("batch_wait", (0, 0.0))[0] if k["mixed"] else 0,
+        batch_wait_max_tokens_ratio=k.get("batch_wait", (0, 0.0))[1] if k["mixed"] else 0.0,
     )
     return Scheduler(cfg, cache), workload_requests(wl, seed, prefix_len=30)
 

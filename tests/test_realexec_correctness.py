@@ -226,3 +226,23 @@ def test_arrivals_behind_the_recv_interval():
     assert list(ra.output_token_ids) == reference(name, a, 12)
     assert list(rb.output_token_ids) == reference(name, b, 6)
     assert_pool_whole(llm)
+
+
+def test_batch_waiting_holds_an_arrival_beside_decodes():
+    """batch_wait_timeout_iters / batch_wait_max_tokens_ratio (TensorRT-LLM's batch waiting) in
+    the real engine: a request added while another decodes waits out the timeout (two held
+    steps) and runs at the third, and both outputs equal transformers' greedy ones."""
+    name = "tiny-llama"
+    a, b = random_prompts(12, [9, 14])
+    llm = LLM(name, num_gpu_blocks=64, block_size=4, max_num_batched_tokens=64,
+              batch_wait_timeout_iters=2, batch_wait_max_tokens_ratio=0.9)
+    ra = llm.add_request("a", a, _greedy(12))
+    llm.step()  # a's prompt
+    rb = llm.add_request("b", b, _greedy(6))
+    admitted = [("b" in llm.step().scheduler_output.new_req_ids) for _ in range(3)]
+    assert admitted == [False, False, True]
+    while llm.has_unfinished_requests():
+        llm.step()
+    assert list(ra.output_token_ids) == reference(name, a, 12)
+    assert list(rb.output_token_ids) == reference(name, b, 6)
+    assert_pool_whole(llm)

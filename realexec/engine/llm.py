@@ -134,6 +134,8 @@ class LLM:
         admission_watermark: float = 0.0,
         append_needs_free_block: bool = False,
         recv_interval: int = 1,
+        batch_wait_timeout_iters: int = 0,
+        batch_wait_max_tokens_ratio: float = 0.0,
     ) -> None:
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
@@ -167,6 +169,8 @@ class LLM:
             admission_watermark=admission_watermark,
             append_needs_free_block=append_needs_free_block,
             recv_interval=recv_interval,
+            batch_wait_timeout_iters=batch_wait_timeout_iters,
+            batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
         spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,

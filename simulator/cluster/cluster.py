@@ -261,6 +261,8 @@ class SimCluster:
             prompt_allocation=s.prompt_allocation, admission_watermark=s.admission_watermark,
             append_needs_free_block=s.append_needs_free_block,
             recv_interval=s.recv_interval,
+            batch_wait_timeout_iters=s.batch_wait_timeout_iters,
+            batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
         )
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,

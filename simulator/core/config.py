@@ -103,6 +103,13 @@ class SchedulerConfig:
     one with prompt tokens, which SGLang weighs 1000), and arrivals are taken in only when it
     reaches N (then it restarts from 0). So while the engine decodes, new requests wait for
     every N-th step. An idle engine takes them in at once: its loop spins.
+    batch_wait_timeout_iters, batch_wait_max_tokens_ratio: TensorRT-LLM's batch waiting
+    (`simulator.core.batch_wait`; mixed batches, colocated). In a step that decodes, waiting
+    requests that could join are held back until the step count held reaches the timeout, or
+    until their whole token counts plus one per decode reach the ratio x
+    max_num_batched_tokens. The candidates are counted in queue order while seats and the
+    step's tokens last, without the KV check; running prompt chunks are not held (TensorRT-LLM
+    holds those too: they arise only with prompts longer than the step). Either at 0: off.
     """
 
     max_num_seqs: int = 256
@@ -122,8 +129,19 @@ class SchedulerConfig:
     admission_watermark: float = 0.0
     append_needs_free_block: bool = False
     recv_interval: int = 1
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
+        _check_min("scheduler.batch_wait_timeout_iters", self.batch_wait_timeout_iters, 0)
+        if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
+            raise ValueError("scheduler.batch_wait_max_tokens_ratio must be in [0, 1], got "
+                             f"{self.batch_wait_max_tokens_ratio!r}")
+        if self.batch_waits and (self.role != "colocated" or not self.mixed_batches):
+            raise ValueError("scheduler.batch_wait_timeout_iters / batch_wait_max_tokens_ratio "
+                             "(TensorRT-LLM's batch waiting) apply to colocated replicas whose "
+                             f"steps mix prompts and decodes, not role {self.role} with "
+                             f"mixed_batches {self.mixed_batches}")
         _check_min("scheduler.recv_interval", self.recv_interval, 1)
         if self.recv_interval > 1 and self.role != "colocated":
             raise ValueError(f"scheduler.recv_interval ({self.recv_interval}) applies to "
@@ -144,6 +162,11 @@ class SchedulerConfig:
         _check_choice("scheduler.batching", self.batching, BATCHING_MODES)
         _check_choice("scheduler.role", self.role, ROLES)
         _check_choice("scheduler.capacity_policy", self.capacity_policy, CAPACITY_POLICIES)
+
+    @property
+    def batch_waits(self) -> bool:
+        """Whether batch waiting can hold anything (both knobs set)."""
+        return self.batch_wait_timeout_iters > 0 and self.batch_wait_max_tokens_ratio > 0
 
     def validate_with(self, cache: CacheConfig) -> None:
         """Checks that involve both configs."""

@@ -16,6 +16,7 @@ Time is a number passed in; this module imports neither simpy nor torch.
 
 from __future__ import annotations
 
+from simulator.core.batch_wait import BatchWait
 from simulator.core.block_pool import KVCacheBlock, num_revived
 from simulator.core.capacity import (
     FinishOrder,
@@ -91,6 +92,15 @@ class Scheduler(PDHandoff, ParallelSampling):
         # SGLang's --scheduler-recv-interval: arrivals wait in the inbox until the gate opens
         self._gate = RecvGate(config.recv_interval) if config.recv_interval > 1 else None
         self._inbox: list[Request] = []
+        # TensorRT-LLM's batch waiting: waiting requests held back in decoding steps
+        self._batch_wait = (BatchWait(config.batch_wait_timeout_iters,
+                                      config.batch_wait_max_tokens_ratio
+                                      * config.max_num_batched_tokens)
+                            if config.batch_waits else None)
+        self._held = False  # the step just scheduled held its waiting requests back
+        self._wait_tokens: int | None = None  # the tokens its batch-waiting check counted
+        self._wait_steady = True  # ... with no running prompt among them
+        self._burst_tokens: int | None = None  # what the checks of a burst's later steps count
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request, now: float | None = None) -> None:
@@ -175,6 +185,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         cfg = self.config
         kvm = self.kv_cache_manager
         out = SchedulerOutput(step_id=self.step_id)
+        self._held, self._wait_tokens, self._burst_tokens = False, None, None
         window = self._window
         if window:
             out.shape.window = window
@@ -247,11 +258,50 @@ class Scheduler(PDHandoff, ParallelSampling):
 
         # 2. waiting requests (none while preempting, none mid-batch when static, none into
         # a decode step when prompts run in steps of their own)
-        if not separate:
+        if not separate and not (self._batch_wait is not None and self._holds_waiting(out, budget)):
             self._admit_waiting(out, budget, threshold, now)
         if self._by_ratio:
             self._update_ratio(out)
         return out
+
+    def _holds_waiting(self, out: SchedulerOutput, budget: int) -> bool:
+        """TensorRT-LLM's batch waiting (`simulator.core.batch_wait`) for a step that decodes:
+        whether the waiting requests that could join it wait. They are counted in queue order
+        while seats and the step's tokens last (their whole token counts), with the running
+        prompt chunks already in the step; one token per decode."""
+        gen = out.shape.num_decode_reqs
+        seats = self.config.max_num_seqs - len(self.running)
+        if not gen or not self.waiting or seats <= 0 or budget <= 0 or out.preempted_req_ids:
+            return False  # no context request could join: nothing is counted
+        running = sum(req.num_tokens for req, before in zip(out.reqs, out.num_computed_before)
+                      if before < req.num_prompt_tokens)
+        self._wait_steady = not running
+        ctx = running + self._waiting_context_tokens(seats, budget)
+        assert self._batch_wait is not None
+        self._wait_tokens = ctx + gen
+        self._held = self._batch_wait.holds(ctx, gen)
+        return self._held
+
+    def _waiting_context_tokens(self, seats: int, budget: int) -> int:
+        """The whole token counts of the waiting requests that could join a step, in queue
+        order while `seats` and the step's `budget` tokens last (no KV check)."""
+        ctx = 0
+        for req in self.waiting:
+            if seats <= 0 or budget <= 0:
+                break
+            ctx += req.num_tokens
+            budget -= req.num_tokens - req.num_computed_tokens
+            seats -= 1
+        return ctx
+
+    def _decode_step_wait_tokens(self) -> int | None:
+        """What the batch-waiting check of an all-decode step of the running requests counts
+        (None: the check does not apply: nothing waits, or no seat or token is left)."""
+        n = len(self.running)
+        seats, budget = self.config.max_num_seqs - n, self.config.max_num_batched_tokens - n
+        if not n or not self.waiting or seats <= 0 or budget <= 0:
+            return None
+        return self._waiting_context_tokens(seats, budget) + n
 
     def _update_ratio(self, out: SchedulerOutput) -> None:
         """reserve_ratio after a step: re-estimated after a preemption, else one decay when the
@@ -510,6 +560,9 @@ class Scheduler(PDHandoff, ParallelSampling):
         if self._gate is not None:
             self._gate.stepped(out.shape.num_prefill_reqs > 0,
                                len(result.step_end_times) if result.step_end_times else 1)
+        if (self._burst_tokens is not None and self._batch_wait is not None
+                and result.step_end_times is not None and len(result.step_end_times) > 1):
+            self._batch_wait.burst(len(result.step_end_times), self._burst_tokens)
         if self._by_ratio and not self.running and not self.waiting:
             # the engine idles: SGLang starts its ratio over (self_check_during_idle)
             self.new_token_ratio = self._ratio_init
@@ -554,6 +607,13 @@ class Scheduler(PDHandoff, ParallelSampling):
             return 1  # reserve_ratio's decay may let a waiting request in at any step
         if self._inbox and self._gate is not None:  # end before the check that takes them in
             max_steps = min(max_steps, self._gate.steps_before_open(out.shape.num_prefill_reqs > 0))
+        if self._batch_wait is not None:
+            if self._wait_tokens is not None and not self._wait_steady:
+                return 1  # a running prompt was counted: the next step's check counts otherwise
+            if self._held:  # end before the step that lets the waiting requests in
+                max_steps = min(max_steps, self._batch_wait.steps_before_release())
+            # the later steps' checks (held back or tried in vain: step 1 left them waiting)
+            self._burst_tokens = self._decode_step_wait_tokens()
         return max_decode_burst(self, out, max_steps)
 
     # ----------------------------------------------------------------- helpers

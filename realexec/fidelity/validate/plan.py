@@ -46,6 +46,8 @@ class RunKnobs:
     admission_watermark: float = 0.0
     append_needs_free_block: bool = False
     recv_interval: int = 1
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
     max_model_len: int | None = None  # default: the model's context
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +90,8 @@ def scenario_dict(model_config: dict[str, Any], dtype: str, calibration: Path,
                                             "capacity_policy", "mixed_batches",
                                             "first_token_from_decode", "prompt_allocation",
                                             "admission_watermark", "append_needs_free_block",
-                                            "recv_interval")}
+                                            "recv_interval", "batch_wait_timeout_iters",
+                                            "batch_wait_max_tokens_ratio")}
     if knobs.max_model_len:
         sched["max_model_len"] = knobs.max_model_len
     sc: dict[str, Any] = {

@@ -145,7 +145,10 @@ def _knobs(sc, src: str, model_config: dict[str, Any], dtype: str, context: int,
                     prompt_allocation=s.prompt_allocation,
                     admission_watermark=s.admission_watermark,
                     append_needs_free_block=s.append_needs_free_block,
-                    recv_interval=s.recv_interval, max_model_len=context)
+                    recv_interval=s.recv_interval,
+                    batch_wait_timeout_iters=s.batch_wait_timeout_iters,
+                    batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
+                    max_model_len=context)
 
 
 def _check_cluster(sc, src: str) -> str:
