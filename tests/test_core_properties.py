@@ -202,8 +202,18 @@ def test_same_seed_gives_the_same_schedule_step_for_step(k, wl, seed):
     assert t1 == t2
 
 
+# a whole-prompt request swapped out mid-prompt holds host blocks beyond its computed tokens:
+# the swap-in check counted only those, and the swap-in then found too few device blocks
+SWAP_IN_KNOBS = {**LIVELOCK_KNOBS, "block_size": 2, "num_gpu_blocks": 14, "num_cpu_blocks": 8,
+                 "budget_blocks": 2, "max_num_seqs": 3, "threshold": 3, "swap": True,
+                 "mixed": True, "first_token": True, "whole_prompt": True,
+                 "append_reserve": False, "batch_wait": (0, 0.0)}
+SWAP_IN_WORKLOAD = [(1, 1, 0, 0.0, 1, 0), (3, 6, 0, 0.0, 2, 0), (15, 1, 0, 0.03125, 1, 0)]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(knobs, workload, st.integers(0, 1000))
+@example(SWAP_IN_KNOBS, SWAP_IN_WORKLOAD, 0)
 def test_fcfs_admits_in_arrival_order(k, wl, seed):
     k = dict(k, policy="fcfs")
     sched, reqs = build(k, wl, seed)
@@ -227,8 +237,18 @@ def test_decode_bursts_give_identical_timestamps(k, wl, seed):
     assert s2.kv_cache_manager.peak_usage == s1.kv_cache_manager.peak_usage
 
 
+# prompts in steps of their own: a forked request's one-token last prompt chunk looked like a
+# decode, so a burst ran past the step at which the blocks it had been promised let a waiting
+# request in
+PROMISE_KNOBS = {**LIVELOCK_KNOBS, "block_size": 2, "num_gpu_blocks": 12, "max_num_seqs": 3,
+                 "threshold": 0, "policy": "priority", "append_reserve": False}
+PROMISE_WORKLOAD = [(1, 1, 0, 0.0, 1, 0), (12, 6, 0, 0.0, 1, 0), (5, 3, 0, 0.046875, 1, 0),
+                    (17, 1, 0, 0.0, 1, 1), (3, 2, 0, 0.0, 2, 0)]
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(knobs, workload, st.integers(0, 1000))
+@example(PROMISE_KNOBS, PROMISE_WORKLOAD, 0)
 def test_decode_bursts_past_finishes_give_identical_timestamps(k, wl, seed):
     """With nothing waiting a burst runs on past finishing requests (their blocks freed after
     their last step): timestamps, finish times, preemptions and peak KV equal step by step."""

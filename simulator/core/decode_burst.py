@@ -92,6 +92,11 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         core.waiting or core.config.role != "colocated" or kvm.sliding_window or out.shape.window
     ):
         return 1  # step 2 could admit a request, or a lead step is not modelled here
+    if core.waiting and not core.config.mixed_batches and any(
+            before < req.num_prompt_tokens for req, before in zip(out.reqs, out.num_computed_before)):
+        # a one-token prompt chunk (decode-shaped) ends a prompt this step: the blocks that
+        # prompt was promised (`Scheduler._schedule_prompts`) free up for an admission at step 2
+        return 1
     cfg = core.config
     if (core.waiting and len(core.running) < cfg.max_num_seqs
             and len(out.reqs) < cfg.max_num_batched_tokens

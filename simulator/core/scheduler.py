@@ -405,8 +405,11 @@ class Scheduler(PDHandoff, ParallelSampling):
                 computed = req.num_computed_tokens
                 num_new = min(self._cap_last_token(req, req.num_tokens - computed, computed),
                               budget)
-                need = kvm.blocks_needed(req.num_computed_tokens + num_new) \
-                    - kvm.cpu_skipped_blocks.get(req.request_id, 0)  # slid out: not restored
+                # every host block comes back (a whole-prompt request holds blocks beyond its
+                # computed tokens), then the step's tokens take what more they need
+                need = max(kvm.blocks_needed(req.num_computed_tokens + num_new)
+                           - kvm.cpu_skipped_blocks.get(req.request_id, 0),  # slid out
+                           len(kvm.req_to_cpu_blocks.get(req.request_id, ())))
                 if need > kvm.num_free_blocks:
                     break
                 mapping = kvm.swap_in(req)
