@@ -30,6 +30,16 @@ def make_engine(
     return EngineCore(scheduler, executor or IdealExecutor(step_s=0.01, token_s=0.001))
 
 
+def admitted_at(eng: EngineCore, rid: str, now: float, steps: int) -> int | None:
+    """Step (1-based, from `now`) whose output admits `rid`, or None within `steps`."""
+    for i in range(1, steps + 1):
+        out = eng.step(now)
+        now = out.end_time
+        if rid in out.scheduler_output.new_req_ids:
+            return i
+    return None
+
+
 def make_request(
     rid: str,
     prompt: list[int] | int,

@@ -11,6 +11,7 @@ from simulator.core import SchedulerConfig
 from simulator.core.batch_wait import BatchWait
 from simulator.engines import apply_engine
 from simulator.scenario import scenario_from_dict
+from tests.core_helpers import admitted_at as _admitted_at
 from tests.core_helpers import make_engine, make_request
 
 
@@ -20,15 +21,6 @@ def _decoding_engine(timeout: int, ratio: float, budget: int = 64):
                       batch_wait_timeout_iters=timeout, batch_wait_max_tokens_ratio=ratio)
     eng.add_request(make_request("a", 8, max_tokens=100))
     return eng, eng.step(0.0).end_time
-
-
-def _admitted_at(eng, rid: str, now: float, steps: int) -> int | None:
-    for i in range(1, steps + 1):
-        out = eng.step(now)
-        now = out.end_time
-        if rid in out.scheduler_output.new_req_ids:
-            return i
-    return None
 
 
 def test_an_arrival_waits_out_the_timeout_beside_decodes():

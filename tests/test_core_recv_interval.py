@@ -10,17 +10,8 @@ from simulator.core import SchedulerConfig
 from simulator.core.recv_gate import PROMPT_STEP_WEIGHT, RecvGate
 from simulator.engines import apply_engine
 from simulator.scenario import scenario_from_dict
+from tests.core_helpers import admitted_at as _admitted_at
 from tests.core_helpers import make_engine, make_request
-
-
-def _admitted_at(eng, rid: str, now: float, steps: int) -> int | None:
-    """Step (1-based, from now) whose output admits `rid`, or None within `steps`."""
-    for i in range(1, steps + 1):
-        out = eng.step(now)
-        now = out.end_time
-        if rid in out.scheduler_output.new_req_ids:
-            return i
-    return None
 
 
 def _decoding_engine(interval: int):

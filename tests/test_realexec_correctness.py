@@ -212,37 +212,34 @@ def test_arrivals_behind_the_recv_interval():
     """recv_interval (SGLang's --scheduler-recv-interval) in the real engine: a request added
     while another decodes is taken in at the 3rd step after (the checks count 1, 2, 3), and
     both outputs equal transformers' greedy ones."""
+    # a's prompt (the check before the next step opens), a decode: from there it counts 1, 2, 3
+    llm = LLM("tiny-llama", num_gpu_blocks=64, block_size=4, recv_interval=3)
+    assert _second_arrival(llm, 11, steps_before=2) == [False, False, True]
+
+
+def _second_arrival(llm, seed: int, steps_before: int) -> list[bool]:
+    """Add "a", step `steps_before` times, add "b", and return whether each of the next three
+    steps admitted "b"; then run both to the end and check their outputs against transformers'
+    greedy ones and the pool."""
     name = "tiny-llama"
-    a, b = random_prompts(11, [9, 14])
-    llm = LLM(name, num_gpu_blocks=64, block_size=4, recv_interval=3)
+    a, b = random_prompts(seed, [9, 14])
     ra = llm.add_request("a", a, _greedy(12))
-    llm.step()  # a's prompt (the check before the next step opens)
-    llm.step()  # a decode: from here the counter runs 1, 2, 3
+    for _ in range(steps_before):
+        llm.step()
     rb = llm.add_request("b", b, _greedy(6))
     admitted = [("b" in llm.step().scheduler_output.new_req_ids) for _ in range(3)]
-    assert admitted == [False, False, True]
     while llm.has_unfinished_requests():
         llm.step()
     assert list(ra.output_token_ids) == reference(name, a, 12)
     assert list(rb.output_token_ids) == reference(name, b, 6)
     assert_pool_whole(llm)
+    return admitted
 
 
 def test_batch_waiting_holds_an_arrival_beside_decodes():
     """batch_wait_timeout_iters / batch_wait_max_tokens_ratio (TensorRT-LLM's batch waiting) in
     the real engine: a request added while another decodes waits out the timeout (two held
     steps) and runs at the third, and both outputs equal transformers' greedy ones."""
-    name = "tiny-llama"
-    a, b = random_prompts(12, [9, 14])
-    llm = LLM(name, num_gpu_blocks=64, block_size=4, max_num_batched_tokens=64,
+    llm = LLM("tiny-llama", num_gpu_blocks=64, block_size=4, max_num_batched_tokens=64,
               batch_wait_timeout_iters=2, batch_wait_max_tokens_ratio=0.9)
-    ra = llm.add_request("a", a, _greedy(12))
-    llm.step()  # a's prompt
-    rb = llm.add_request("b", b, _greedy(6))
-    admitted = [("b" in llm.step().scheduler_output.new_req_ids) for _ in range(3)]
-    assert admitted == [False, False, True]
-    while llm.has_unfinished_requests():
-        llm.step()
-    assert list(ra.output_token_ids) == reference(name, a, 12)
-    assert list(rb.output_token_ids) == reference(name, b, 6)
-    assert_pool_whole(llm)
+    assert _second_arrival(llm, 12, steps_before=1) == [False, False, True]  # after a's prompt

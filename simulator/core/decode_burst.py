@@ -92,11 +92,6 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         core.waiting or core.config.role != "colocated" or kvm.sliding_window or out.shape.window
     ):
         return 1  # step 2 could admit a request, or a lead step is not modelled here
-    if core.waiting and not core.config.mixed_batches and any(
-            before < req.num_prompt_tokens for req, before in zip(out.reqs, out.num_computed_before)):
-        # a one-token prompt chunk (decode-shaped) ends a prompt this step: the blocks that
-        # prompt was promised (`Scheduler._schedule_prompts`) free up for an admission at step 2
-        return 1
     cfg = core.config
     if (core.waiting and len(core.running) < cfg.max_num_seqs
             and len(out.reqs) < cfg.max_num_batched_tokens
@@ -107,7 +102,13 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     past = (core.burst_past_finishes and not core.waiting and not kvm.sliding_window
             and not out.shape.window)
     rems = out.remaining = _remaining(out)
+    # prompts in steps of their own: a one-token chunk (decode-shaped) that ends a prompt frees
+    # the blocks that prompt was promised (`Scheduler._schedule_prompts`) for an admission at
+    # step 2
+    promised = bool(core.waiting) and not cfg.mixed_batches
     for req, before, n in zip(out.reqs, out.num_computed_before, out.num_new_tokens):
+        if promised and before < req.num_prompt_tokens:
+            return 1
         if before + n != req.num_tokens or (req.sampling_params.n > 1 and not req.num_forked):
             return 1  # this step does not sample, or a fork is due
     k = min(max_steps, max(rems) if past else min(rems))

@@ -98,8 +98,7 @@ class Scheduler(PDHandoff, ParallelSampling):
                                       * config.max_num_batched_tokens)
                             if config.batch_waits else None)
         self._held = False  # the step just scheduled held its waiting requests back
-        self._wait_tokens: int | None = None  # the tokens its batch-waiting check counted
-        self._wait_steady = True  # ... with no running prompt among them
+        self._wait_steady = True  # ... and its check counted no running prompt
         self._burst_tokens: int | None = None  # what the checks of a burst's later steps count
 
     # ------------------------------------------------------------------ intake
@@ -185,7 +184,6 @@ class Scheduler(PDHandoff, ParallelSampling):
         cfg = self.config
         kvm = self.kv_cache_manager
         out = SchedulerOutput(step_id=self.step_id)
-        self._held, self._wait_tokens, self._burst_tokens = False, None, None
         window = self._window
         if window:
             out.shape.window = window
@@ -269,6 +267,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         whether the waiting requests that could join it wait. They are counted in queue order
         while seats and the step's tokens last (their whole token counts), with the running
         prompt chunks already in the step; one token per decode."""
+        self._held, self._wait_steady, self._burst_tokens = False, True, None
         gen = out.shape.num_decode_reqs
         seats = self.config.max_num_seqs - len(self.running)
         if not gen or not self.waiting or seats <= 0 or budget <= 0 or out.preempted_req_ids:
@@ -278,7 +277,6 @@ class Scheduler(PDHandoff, ParallelSampling):
         self._wait_steady = not running
         ctx = running + self._waiting_context_tokens(seats, budget)
         assert self._batch_wait is not None
-        self._wait_tokens = ctx + gen
         self._held = self._batch_wait.holds(ctx, gen)
         return self._held
 
@@ -563,7 +561,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         if self._gate is not None:
             self._gate.stepped(out.shape.num_prefill_reqs > 0,
                                len(result.step_end_times) if result.step_end_times else 1)
-        if (self._burst_tokens is not None and self._batch_wait is not None
+        if (self._batch_wait is not None and self._burst_tokens is not None
                 and result.step_end_times is not None and len(result.step_end_times) > 1):
             self._batch_wait.burst(len(result.step_end_times), self._burst_tokens)
         if self._by_ratio and not self.running and not self.waiting:
@@ -611,7 +609,7 @@ class Scheduler(PDHandoff, ParallelSampling):
         if self._inbox and self._gate is not None:  # end before the check that takes them in
             max_steps = min(max_steps, self._gate.steps_before_open(out.shape.num_prefill_reqs > 0))
         if self._batch_wait is not None:
-            if self._wait_tokens is not None and not self._wait_steady:
+            if not self._wait_steady:
                 return 1  # a running prompt was counted: the next step's check counts otherwise
             if self._held:  # end before the step that lets the waiting requests in
                 max_steps = min(max_steps, self._batch_wait.steps_before_release())
