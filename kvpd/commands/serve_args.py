@@ -5,7 +5,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simulator.core.config import CAPACITY_POLICIES
+from simulator.core.config import CAPACITY_POLICIES, SchedulerConfig
+
+# scheduler flags of `kvpd serve` / `kvpd replay` -> the `realexec.LLM` keyword (and the
+# scenario's scheduler.<key>) each sets; errors from SchedulerConfig name the flag
+SCHEDULER_FLAGS = {
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "capacity_policy": "--capacity-policy",
+    "enable_chunked_prefill": "--no-chunked-prefill",
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "mixed_batches": "--no-mixed-batches",
+    "recv_interval": "--recv-interval",
+    "batch_wait_timeout_iters": "--batch-wait-timeout-iters",
+    "batch_wait_max_tokens_ratio": "--batch-wait-max-tokens-ratio",
+}
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -26,6 +40,22 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    "out (vLLM); guaranteed_no_evict: reserve prompt + max_tokens at admission, "
                    "never preempt (TensorRT-LLM); reserve_ratio: admit when prompt + output "
                    "budget fit beside a decaying share of the running outputs (SGLang)")
+    e.add_argument("--no-chunked-prefill", action="store_true",
+                   help="a prompt longer than the step's token budget is not split over steps")
+    e.add_argument("--long-prefill-token-threshold", type=int, default=0, metavar="N",
+                   help="cap one request's prompt chunk per step at N tokens (0: off)")
+    e.add_argument("--no-mixed-batches", action="store_true",
+                   help="a step runs prompts or decodes, never both, prompts first (SGLang's "
+                   "default; scheduler.mixed_batches false)")
+    e.add_argument("--recv-interval", type=int, default=1, metavar="N",
+                   help="SGLang's --scheduler-recv-interval: while the engine decodes, new "
+                   "requests are taken in every N-th step (default 1; colocated only)")
+    e.add_argument("--batch-wait-timeout-iters", type=int, default=0, metavar="N",
+                   help="TensorRT-LLM's batch waiting: hold waiting requests beside decodes for "
+                   "up to N steps (with --batch-wait-max-tokens-ratio; 0: off)")
+    e.add_argument("--batch-wait-max-tokens-ratio", type=float, default=0.0, metavar="R",
+                   help="... or until their tokens reach R x --max-num-batched-tokens "
+                   "(0: off)")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
     e.add_argument("--seed", type=int, default=0, help="sampling seed of the engine")
     d = p.add_argument_group("deployment")
@@ -50,17 +80,43 @@ def serve_config(args: argparse.Namespace) -> Any:
         "enable_prefix_caching": not args.no_prefix_caching, "seed": args.seed,
         "model_seed": args.model_seed,
     }
-    if args.capacity_policy != "max_utilization":
-        llm_kwargs["capacity_policy"] = args.capacity_policy
+    sched = {
+        "capacity_policy": args.capacity_policy,
+        "enable_chunked_prefill": not args.no_chunked_prefill,
+        "long_prefill_token_threshold": args.long_prefill_token_threshold,
+        "mixed_batches": not args.no_mixed_batches,
+        "recv_interval": args.recv_interval,
+        "batch_wait_timeout_iters": args.batch_wait_timeout_iters,
+        "batch_wait_max_tokens_ratio": args.batch_wait_max_tokens_ratio,
+    }
+    defaults = SchedulerConfig()
+    llm_kwargs.update({k: v for k, v in sched.items() if v != getattr(defaults, k)})
     if args.device != "auto":
         llm_kwargs["device"] = args.device
     if args.num_gpu_blocks is not None:
         llm_kwargs["num_gpu_blocks"] = args.num_gpu_blocks
     if args.max_model_len is not None:
         llm_kwargs["max_model_len"] = args.max_model_len
+    pd = parse_pd(args.pd) if args.pd else None
+    check_scheduler_flags(llm_kwargs, ("prefill", "decode") if pd else ("colocated",))
     return ServeConfig(
         model=args.model, llm_kwargs=llm_kwargs,
-        pd=parse_pd(args.pd) if args.pd else None, kv_mode=args.kv_mode,
+        pd=pd, kv_mode=args.kv_mode,
         transport=args.transport, kv_timeout_s=args.kv_timeout_s,
         num_threads=args.num_threads, log_level=args.log_level.upper(),
     )
+
+
+def check_scheduler_flags(llm_kwargs: dict[str, Any], roles: tuple[str, ...]) -> None:
+    """Check the scheduler flags for every worker role before any worker starts; ValueError
+    naming the flag (as `SchedulerConfig` checks them in each worker)."""
+    knobs = {k: llm_kwargs[k] for k in SCHEDULER_FLAGS if k in llm_kwargs}
+    for role in roles:
+        try:
+            SchedulerConfig(role=role, **knobs)
+        except ValueError as exc:
+            msg = str(exc)
+            for key, flag in SCHEDULER_FLAGS.items():
+                msg = msg.replace(f"scheduler.{key}", flag)
+            where = f" (the {role} workers of --pd)" if role != "colocated" else ""
+            raise ValueError(f"{msg}{where}") from None

@@ -138,7 +138,8 @@ class SchedulerConfig:
             raise ValueError("scheduler.batch_wait_max_tokens_ratio must be in [0, 1], got "
                              f"{self.batch_wait_max_tokens_ratio!r}")
         if self.batch_waits and (self.role != "colocated" or not self.mixed_batches):
-            raise ValueError("scheduler.batch_wait_timeout_iters / batch_wait_max_tokens_ratio "
+            raise ValueError("scheduler.batch_wait_timeout_iters / "
+                             "scheduler.batch_wait_max_tokens_ratio "
                              "(TensorRT-LLM's batch waiting) apply to colocated replicas whose "
                              f"steps mix prompts and decodes, not role {self.role} with "
                              f"mixed_batches {self.mixed_batches}")
