@@ -1,7 +1,11 @@
 """Cheap checks of a scenario before anything is simulated: catalog names (model, hardware,
 link), the model config and trace files, and the synthetic spec. Every error names the key
 path, the value and what is allowed, so `kvpd simulate`, sweeps and capacity search report a
-typo up front (prefixed with the scenario file by the caller) instead of deep in a run."""
+typo up front (prefixed with the scenario file by the caller) instead of deep in a run.
+With `pools=True` (`kvpd simulate`, which runs one scenario) it also plans each pool, so a
+precision the part cannot run or a memory plan with no room for KV blocks is refused before
+any run starts; sweeps and capacity search leave that to each point, which records it as that
+point's failure."""
 
 from __future__ import annotations
 
@@ -44,14 +48,15 @@ def _keyed(key: str, call, *args) -> None:
         raise ValueError(f"{key}: {exc}") from None
 
 
-def preflight_as(sc: Scenario, where: str) -> None:
+def preflight_as(sc: Scenario, where: str, pools: bool = False) -> None:
     """`preflight`, its errors prefixed with `where` (the scenario file, a candidate, ...)."""
-    _keyed(where, preflight, sc)
+    _keyed(where, preflight, sc, pools)
 
 
-def preflight(sc: Scenario) -> None:
-    """Raise ValueError / FileNotFoundError naming the key path when a name or file is wrong."""
-    from simulator.cluster.cluster import resolve_hardware
+def preflight(sc: Scenario, pools: bool = False) -> None:
+    """Raise ValueError / FileNotFoundError naming the key path when a name or file is wrong
+    (and with `pools`, when a pool cannot be planned)."""
+    from simulator.cluster.cluster import plan_pool, pool_specs, resolve_hardware
 
     model = sc.model
     if isinstance(model, str):
@@ -72,3 +77,7 @@ def preflight(sc: Scenario) -> None:
                                 f"(relative paths start from the scenario's folder)")
     if w.synthetic:
         workloads.validate_spec(w.synthetic, where="workload.synthetic")
+    if pools:
+        model_spec = sc.model_spec()
+        for role, pool in pool_specs(sc):  # errors name the pool and the scenario keys
+            plan_pool(sc, model_spec, pool, role)

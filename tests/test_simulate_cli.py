@@ -102,6 +102,11 @@ def test_label_and_default_out(tmp_path):
                                      "prompt_len": {"dist": "constant", "value": 9},
                                      "output_len": {"dist": "fixed", "value": 9}}}},
          {}, ["workload.synthetic.prompt_len.dist", "constant", "fixed"]),
+        # planned before the run: a precision the part cannot run, weights that do not fit
+        ({"hardware": "a100-80gb-sxm", "dtype": "fp8"}, {},
+         ["colocated pool", "dtype/quantization", "a100-80gb-sxm cannot run fp8", "supports"]),
+        ({"cache": {"gpu_memory_utilization": 0.05}}, {},
+         ["weights do not fit", "gpu_memory_utilization=0.05"]),
     ],
 )
 def test_errors_name_scenario_file_key_and_value(tmp_path, capsys, patch, files, expected):

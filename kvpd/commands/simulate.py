@@ -74,7 +74,7 @@ def _load(path: str, overrides: list[str]) -> Any:
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path, overrides)
-    preflight_as(sc, path)
+    preflight_as(sc, path, pools=True)
     return sc
 
 

@@ -173,6 +173,17 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
 
 
+def pool_specs(scenario: Scenario) -> list[tuple[str, PoolSpec]]:
+    """(role, pool) of each pool the cluster builds: one colocated pool, or PD's prefill
+    and decode pools."""
+    c = scenario.cluster
+    if c.pd is None:
+        return [("colocated", PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep,
+                                       ep_link=c.ep_link, moe_a2a_backend=c.moe_a2a_backend,
+                                       router=c.router))]
+    return [("prefill", c.pd.prefill), ("decode", c.pd.decode)]
+
+
 class SimCluster:
     def __init__(self, env: simpy.Environment, scenario: Scenario, model: ModelSpec,
                  timeline: Timeline, on_finished, replica_names: list[str] | None = None) -> None:
@@ -190,17 +201,14 @@ class SimCluster:
         self.api_servers: dict[str, APIServer] = {}
         self.front_ends: dict[str, APIServer] = {}
         c = scenario.cluster
+        self.pools = [plan_pool(scenario, model, pool, role)
+                      for role, pool in pool_specs(scenario)]
         if c.pd is None:
-            pool = PoolSpec(replicas=c.replicas, tp=c.tp, pp=c.pp, ep=c.ep, ep_link=c.ep_link,
-                            moe_a2a_backend=c.moe_a2a_backend, router=c.router)
-            self.pools = [plan_pool(scenario, model, pool, "colocated")]
             self.replicas = self._make_replicas(self.pools[0], "colocated", replica_names)
             self.router = Router(self.replicas, c.router, c.router_load_cap)
             self.decode_router = None
         else:
-            pre = plan_pool(scenario, model, c.pd.prefill, "prefill")
-            dec = plan_pool(scenario, model, c.pd.decode, "decode")
-            self.pools = [pre, dec]
+            pre, dec = self.pools
             self.prefill_replicas = self._make_replicas(pre, "prefill")
             self.decode_replicas = self._make_replicas(dec, "decode")
             self.replicas = self.prefill_replicas + self.decode_replicas
