@@ -49,6 +49,19 @@ def test_prefix_hit_after_free_and_full_hit_rule():
     assert kvm.get_computed_blocks(d)[1] == 0
 
 
+def test_blocks_registered_for_tokens_never_computed_are_not_hit_after_a_free():
+    """A request allocated (and its full blocks registered) for 12 tokens but preempted before
+    the step computed more than 4 of them: only the computed block may be hit afterwards."""
+    kvm = KVCacheManager(num_gpu_blocks=16, block_size=4)
+    a = _req("a", range(13))
+    assert kvm.allocate_slots(a, 12)  # registers the three full blocks as it allocates
+    a.num_computed_tokens = 4  # the step that would have computed 4..11 never ran for it
+    kvm.free(a, preempted=True)
+    hits, n = kvm.get_computed_blocks(_req("b", range(13)))
+    assert n == 4 and len(hits) == 1
+    assert kvm.block_pool.num_evictions == 0  # forgetting is not an eviction
+
+
 def test_hit_blocks_carry_the_same_tokens_and_collisions_are_refused():
     kvm = KVCacheManager(num_gpu_blocks=8, block_size=2)
     a = _req("a", [1, 2, 3, 4, 5])
@@ -83,6 +96,7 @@ def test_trace_prefix_reuse_through_manager():
     kvm = KVCacheManager(num_gpu_blocks=200, block_size=16)
     a = Request("a", num_prompt_tokens=1100, prompt_hash_ids=[1, 2, 3], hash_block_size=512)
     kvm.allocate_slots(a, 1100)
+    a.num_computed_tokens = 1100  # its prompt ran
     kvm.free(a)
     b = Request("b", num_prompt_tokens=700, prompt_hash_ids=[1, 5], hash_block_size=512)
     assert kvm.get_computed_blocks(b)[1] == 512

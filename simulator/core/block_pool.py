@@ -153,6 +153,18 @@ class BlockPool:
         block.token_ids = None
         self.num_evictions += 1
 
+    def forget(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Unregister the hash of each of `blocks` that only its holder references: its
+        content is not the KV the hash names (it was never computed). Not an eviction."""
+        cached = self.cached_hash_to_block
+        for block in blocks:
+            h = block.block_hash
+            if h is not None and block.ref_cnt == 1:
+                if cached.get(h) is block:
+                    del cached[h]
+                block.block_hash = None
+                block.token_ids = None
+
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Take a reference on cached blocks (prefix hits or sharing), reviving free ones."""
         queue = self._queue

@@ -392,6 +392,12 @@ class KVCacheManager(BlockCopies):
         skipped = self.num_skipped_blocks.pop(rid, 0)
         if blocks:
             assert ids is not None  # (popped with the blocks)
+            done = request.num_computed_tokens // self.block_size
+            if self.enable_prefix_caching and done < len(blocks):
+                # blocks registered for tokens scheduled in a step that never ran for it (it
+                # was preempted, swapped out or aborted in the pass that allocated them) hold
+                # no such KV: a later prefix hit must not find them
+                self.block_pool.forget(blocks[done:])
             if skipped:
                 self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
             else:
