@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.cost.eager_dispatch import SGLANG_EAGER_LAYER_S
 from simulator.cost.kernels import AttentionBackend, FusedMoEConfig
 from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.cost.moe_cost import MoEA2ABackend
@@ -117,6 +118,13 @@ class ClusterSpec(_Strict):
     # over every rank's tokens, experts split ep ways (ep = tp) or tp ways (ep = 1); the ranks
     # step in lockstep (simulator/cluster/dp_group.py, simulator/cost/dp_attention.py)
     dp_attention: bool = Field(False, strict=True)
+    # steps outside CUDA graphs (simulator/cost/eager_dispatch.py): a step with prompt tokens
+    # and more tokens than this runs eagerly, its layers' host dispatch (eager_layer_s each)
+    # added to it. 0: every such step (SGLang before v0.5.10); N: SGLang's
+    # piecewise_cuda_graph_max_tokens; None: every step under graphs (kvpd's default). The
+    # sglang engine preset sets it by version (simulator/engines/presets.py)
+    prefill_graph_max_tokens: int | None = Field(None, ge=0)
+    eager_layer_s: float = Field(SGLANG_EAGER_LAYER_S, ge=0)
 
     @model_validator(mode="after")
     def _dp_attention(self):

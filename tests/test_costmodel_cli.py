@@ -48,6 +48,8 @@ def test_estimate_text_mixed_step_with_tp(capsys) -> None:
     (["--model", "llama-3-70b", "--hardware", "h100-sxm", "--decode", "1x10"], "short by"),
     (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--decode", "2048"], "expected BxC"),
     (["--model", "llama-3-8b", "--hardware", "h100-sxm"], "--prefill N, --decode BxC"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--prefill", "10",
+      "--prefill-graph-max-tokens", "-1"], "--prefill-graph-max-tokens must be >= 0"),
 ])
 def test_estimate_bad_input_exits_2_with_the_reason(capsys, argv: list[str], message: str) -> None:
     rc, _, err = run_cli(capsys, "estimate", *argv)
@@ -135,3 +137,16 @@ def test_estimate_sizes_the_kv_as_tensorrt_llm_on_request(capsys) -> None:
         0.85 * plan["memory_bytes"] - plan["weight_bytes_per_gpu"], rel=1e-12)
     with pytest.raises(SystemExit):
         main([*args, "--mem-fraction-static", "0.85", "--free-gpu-memory-fraction", "0.9"])
+
+
+def test_estimate_prices_a_prompt_step_outside_cuda_graphs(capsys) -> None:
+    base = ["estimate", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--prefill", "512",
+            "--json"]
+    graphed = json.loads(run_cli(capsys, *base)[1])
+    eager = json.loads(run_cli(capsys, *base, "--prefill-graph-max-tokens", "256")[1])
+    within = json.loads(run_cli(capsys, *base, "--prefill-graph-max-tokens", "512")[1])
+    ops = {op["name"]: op for op in eager["ops"]}
+    assert eager["step_time_s"] == pytest.approx(graphed["step_time_s"]
+                                                 + ops["eager_dispatch"]["time_s"])
+    assert within["step_time_s"] == graphed["step_time_s"]
+    assert "eager_dispatch" not in {op["name"] for op in within["ops"]}

@@ -166,3 +166,51 @@ def test_prefix_caching_by_engine_and_version(engine, want):
     assert sc.cache.enable_prefix_caching is want
     assert any("enable_prefix_caching false" in n for n in sc.engine_notes) == (not want)
     assert _resolve(engine, cache={"enable_prefix_caching": True}).cache.enable_prefix_caching
+
+
+@pytest.mark.parametrize(("engine", "data", "want"), [
+    # before v0.5.10 piecewise CUDA graphs are opt-in: every prefill batch runs eagerly
+    ({"name": "sglang", "version": "0.5.7"}, {}, 0),
+    ({"name": "sglang", "version": "0.5.9"}, {"model": "deepseek-v3", "hardware": "h200-sxm",
+                                              "dtype": "fp8", "cluster": {"tp": 8}}, 0),
+    # from v0.5.10 on by default: up to 2048 tokens for an MLA model, the chunk size otherwise
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "deepseek-v3", "hardware": "h200-sxm",
+                                               "dtype": "fp8", "cluster": {"tp": 8}}, 2048),
+    ({"name": "sglang", "version": "0.5.10"}, {"scheduler": {"max_num_batched_tokens": 8192}},
+     8192),
+    # ... and off with what SGLang turns them off for
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "deepseek-v3", "hardware": "h200-sxm",
+                                               "dtype": "fp8", "cluster": {"tp": 8,
+                                                                           "dp_attention": True}}, 0),
+    ({"name": "sglang", "version": "0.5.12"}, {"cluster": {"tp": 2, "pp": 2}}, 0),
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "llama-3.1-8b", "hardware": "mi300x"}, 0),
+    # a key the scenario sets wins; other engines and an unstated version price graphs
+    ({"name": "sglang", "version": "0.5.7"}, {"cluster": {"prefill_graph_max_tokens": 512}}, 512),
+    ({"name": "sglang"}, {}, None),
+    ({"name": "vllm", "version": "0.7.3"}, {}, None),
+    ({"name": "tensorrt-llm"}, {}, None),
+])
+def test_sglang_prefill_steps_outside_cuda_graphs_by_version(engine, data, want):
+    sc = _resolve(engine, **data)
+    assert sc.cluster.prefill_graph_max_tokens == want
+    if want is not None and "prefill_graph_max_tokens" not in data.get("cluster", {}):
+        assert any("prefill_graph_max_tokens" in n for n in sc.engine_notes)
+
+
+def test_the_run_prices_sglangs_eager_prefill():
+    """A one-request SGLang 0.5.7 run: the prompt's step pays every layer's dispatch, so the
+    first token comes that much later than with graphs; the decode steps do not."""
+    def run(cluster: dict) -> dict:
+        sc = _resolve({"name": "sglang", "version": "0.5.7"}, model="llama-3.1-8b",
+                      cluster=cluster, workload={"synthetic": {
+                          "num_requests": 1, "arrival": {"process": "burst"},
+                          "prompt_len": {"dist": "fixed", "value": 512},
+                          "output_len": {"dist": "fixed", "value": 8}}})
+        return run_scenario(sc).summary
+    eager, graphed = run({}), run({"prefill_graph_max_tokens": 4096})
+    layers = 32
+    from simulator.cost.eager_dispatch import SGLANG_EAGER_LAYER_S
+
+    assert eager["ttft_s"]["mean"] - graphed["ttft_s"]["mean"] == pytest.approx(
+        layers * SGLANG_EAGER_LAYER_S, rel=1e-6)
+    assert eager["tpot_s"]["mean"] == pytest.approx(graphed["tpot_s"]["mean"], rel=1e-9)

@@ -55,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "FlashAttention-2 call per step on A100/L40S: decodes beside prompt "
                         "tokens unpacked) or triton_attn (vLLM's Triton unified attention, "
                         "which it runs for gpt-oss on A100/L40S)")
+    p.add_argument("--prefill-graph-max-tokens", type=int, default=None, metavar="N",
+                   help="a step with prompt tokens and more than N tokens runs outside CUDA "
+                   "graphs and pays its layers' host dispatch (0: every such step, as SGLang "
+                   "before v0.5.10; default: every step under graphs)")
     p.add_argument("--explain", action="store_true",
                    help="also say what bounds the step: each operator's efficiency, its source "
                         "and bound, expected experts loaded (MoE), the attention form (MLA)")
@@ -129,6 +133,7 @@ def kv_tokens_held(model, block_size: int):
 def run(args: argparse.Namespace) -> int:
     from simulator.core.batch_shape import BatchShape
     from simulator.cost.costmodel import CostModel
+    from simulator.cost.eager_dispatch import EagerDispatch
     from simulator.cost.hardware import get_accelerator
     from simulator.cost.memory_plan import plan_memory
     from simulator.cost.models import get_model
@@ -161,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
                          kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
                          attention_backend=args.attention_backend,
                          moe_a2a_backend=args.moe_a2a_backend,
-                         fused_moe_config=args.fused_moe_config)
+                         fused_moe_config=args.fused_moe_config, eager=eager)
+
+    if args.prefill_graph_max_tokens is not None and args.prefill_graph_max_tokens < 0:
+        raise ValueError("--prefill-graph-max-tokens must be >= 0 (0: every prompt step runs "
+                         f"outside CUDA graphs), got {args.prefill_graph_max_tokens}")
+    eager = (None if args.prefill_graph_max_tokens is None
+             else EagerDispatch(args.prefill_graph_max_tokens))
 
     cm = cost_model(args.tp, args.ep)
     plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,

@@ -49,6 +49,7 @@ from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.cost.costmodel import CostModel
 from simulator.cost.dp_attention import DPAttentionCost
+from simulator.cost.eager_dispatch import EagerDispatch
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.host_share import HostSharing
 from simulator.cost.kernels import AttentionBackendError, fallback_grouped_gemm, kernel_profile
@@ -145,6 +146,10 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         raise ValueError("cluster.dp_attention: scheduler.preemption_mode swap is not modelled "
                          "with data-parallel attention; use recompute")
 
+    graphs = scenario.cluster.prefill_graph_max_tokens  # steps outside CUDA graphs
+    eager = (None if graphs is None
+             else EagerDispatch(graphs, scenario.cluster.eager_layer_s))
+
     def cost_model(tp: int, ep: int) -> CostModel:
         return CostModel(model, acc, scenario.dtype, tp, spec.pp, params,
                          kv_cache_dtype=cache.kv_cache_dtype,
@@ -153,7 +158,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                          moe_a2a_backend=spec.moe_a2a_backend,
                          fused_moe_config=scenario.cluster.fused_moe_config,
                          attention_backend=(spec.attention_backend
-                                            or scenario.cluster.attention_backend))
+                                            or scenario.cluster.attention_backend),
+                         eager=eager)
     try:
         cost = cost_model(spec.tp, spec.ep)
         dp_cost = DPAttentionCost(cost_model(1, 1), cost) if dp else None

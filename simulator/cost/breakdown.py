@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from simulator.core.batch_shape import BatchShape
+from simulator.cost.eager_dispatch import EAGER_LAYER_SOURCE, SGLANG_EAGER_LAYER_S
 from simulator.cost.kernels import triton_block_q
 from simulator.cost.models import ModelSpec
 from simulator.cost.op_cost import OpCost, StepBreakdown
@@ -31,6 +32,7 @@ class CostModel(Protocol):
     _slide: float  # share of layers that slide
     _window: int
     _decode_terms: dict[tuple[int, int, int], Any]  # `decode_steps.DecodeTerms` per shape
+    eager: Any  # `eager_dispatch.EagerDispatch` or None
 
     def _windowed(self, shape: BatchShape) -> bool: ...
     def efficiency_sources(self) -> dict[str, tuple[float, str]]: ...
@@ -297,6 +299,15 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
     ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead",
                       source=_overhead_source(cm.params)))
+    eager = cm.eager
+    if eager is not None and eager.layer_s and eager.runs_eagerly(T, shape.num_prefill_tokens):
+        ops.append(OpCost("eager_dispatch", 0.0, 0.0, cm.model.num_layers * eager.layer_s,
+                          "overhead", source=(
+                              f"{cm.model.num_layers} layers x {eager.layer_s * 1e3:.3f} ms: a "
+                              f"step with prompt tokens and more than {eager.max_graph_tokens} "
+                              "tokens runs outside CUDA graphs (cluster.prefill_graph_max_tokens; "
+                              + (EAGER_LAYER_SOURCE if eager.layer_s == SGLANG_EAGER_LAYER_S
+                                 else "cluster.eager_layer_s") + ")")))
     return StepBreakdown(sum(op.time_s for op in ops), ops, T, shape.num_reqs, desc)
 
 

@@ -62,6 +62,7 @@ from simulator.cost.decode_steps import (
     decode_run_times,
     decode_step_time,
 )
+from simulator.cost.eager_dispatch import EagerDispatch
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import (
     FUSED_MOE_CONFIGS,
@@ -89,7 +90,7 @@ class CostModel(StageTerms):
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
                  ep_link: Link | str | dict | None = None, allreduce: str = "custom",
                  attention_backend: str = "flash_attn", moe_a2a_backend: str = "none",
-                 fused_moe_config: str = "tuned") -> None:
+                 fused_moe_config: str = "tuned", eager: EagerDispatch | None = None) -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -147,6 +148,11 @@ class CostModel(StageTerms):
         # share of the layers that slide (their attention is capped at the window)
         self._slide = m.num_sliding_layers / m.num_layers if m.sliding_window else 0.0
         self._window = m.sliding_window
+        # steps that run outside CUDA graphs: their layers' host dispatch adds to the step
+        # (simulator/cost/eager_dispatch.py); None: every step under graphs
+        self.eager = eager
+        self._eager_tokens = eager.max_graph_tokens if eager is not None else 0
+        self._eager_s = m.num_layers * eager.layer_s if eager is not None else 0.0
 
     def expected_experts_loaded(self, num_tokens: float) -> float:
         """Routed experts whose weights one rank streams per MoE layer for a step of
@@ -168,17 +174,18 @@ class CostModel(StageTerms):
         else:
             P, Pctx, Dctx = (shape.prefill_attn_pairs, shape.prefill_context_tokens,
                              self.decode_attn_tokens(shape))
+        host = self._step_ovh + T * self._tok_ovh + shape.num_reqs * self._req_ovh
+        if self._eager_s and shape.num_prefill_tokens and self._eager_tokens < T:
+            host += self._eager_s
         if self.pp == 1:
-            t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
-                                 P, Pctx, shape.num_decode_reqs, Dctx)
-            return t + self._step_ovh + T * self._tok_ovh + shape.num_reqs * self._req_ovh
+            return self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
+                                    P, Pctx, shape.num_decode_reqs, Dctx) + host
         mb = self.num_microbatches(shape)
         times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
                                   shape.num_prefill_tokens / mb, P / mb, Pctx / mb,
                                   shape.num_decode_reqs / mb, Dctx / mb)
                  for st in self._stages]
-        return (sum(times) + (mb - 1) * max(times) + self._step_ovh + T * self._tok_ovh
-                + shape.num_reqs * self._req_ovh)
+        return sum(times) + (mb - 1) * max(times) + host
 
     def decode_attn_tokens(self, shape: BatchShape) -> float:
         """KV tokens (per layer) decode attention reads and multiplies this step: the decodes'
@@ -312,4 +319,6 @@ class CostModel(StageTerms):
                 "moe_a2a_backend": self.moe_a2a_backend, "link": self.link.name,
                 "allreduce": self.allreduce, "fused_moe_config": self.fused_moe_config,
                 "attention_backend": self.attention_backend,
+                "prefill_graph_max_tokens": (None if self.eager is None
+                                             else self.eager.max_graph_tokens),
                 "params_source": self.params.source}

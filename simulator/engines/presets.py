@@ -9,7 +9,8 @@ all-reduce (`cluster.allreduce`), vLLM's and SGLang's old fused-MoE fallback con
 (`cluster.fused_moe_config`, simulator/engines/fused_moe_fallback.py), the KV-cache dtype of FP8 checkpoints
 (`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
 (`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`), whether
-prompts share steps with decodes (`scheduler.mixed_batches`) and vLLM's per-request
+prompts share steps with decodes (`scheduler.mixed_batches`), which of SGLang's prefill steps run outside CUDA graphs
+(`cluster.prefill_graph_max_tokens`) and vLLM's per-request
 chat-template work (`api_server.preprocess_s`, simulator/engines/chat_template.py). A key the
 scenario sets always wins. `apply_engine` fills the raw mapping before validation and returns
 one line per rule it used, with where the engine documents it. The published-results suite
@@ -209,6 +210,8 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
                 notes.append("mixed_batches false: SGLang runs prefill batches of their own "
                              "first, decodes waiting (--enable-mixed-chunk off by default)")
             notes += _sglang_defaults(data, scheduler, cache, cluster, version)
+    if name == "sglang":
+        notes += _sglang_prefill_graphs(data, scheduler, cluster, version)
     if "enable_prefix_caching" not in cache:
         notes += _prefix_caching(cache, name, version)
     if name == "vllm":
@@ -316,6 +319,19 @@ def _modelopt_weights(data: dict[str, Any]) -> str | None:
     return "NVFP4" if released in ("", "nvfp4") else None
 
 
+# SGLang's CUDA graphs for prefill (extend) batches, read in the released wheels: piecewise
+# CUDA graphs were opt-in through v0.5.9 (--enable-piecewise-cuda-graph; ServerArgs
+# enable_piecewise_cuda_graph False) and are on by default from v0.5.10
+# (disable_piecewise_cuda_graph False). When on, a batch of up to piecewise_cuda_graph_max_tokens
+# tokens replays a graph: 2048 for MLA models ("to avoid the performance regression"), the
+# chunked prefill size otherwise (ServerArgs, v0.5.10 to v0.5.12). SGLang turns them off with
+# DP attention, PP > 1, non-CUDA hardware (ROCm), an MoE all-to-all backend and PD
+# disaggregation (_handle_piecewise_cuda_graph; also LoRA, speculative decoding and others kvpd
+# does not model). Steps outside the graphs pay their layers' dispatch
+# (simulator/cost/eager_dispatch.py): cluster.prefill_graph_max_tokens.
+SGLANG_PCG_DEFAULT_FROM = Version("0.5.10")
+SGLANG_PCG_MLA_MAX_TOKENS = 2048
+
 # SGLang's ServerArgs divides chunked_prefill_size by dp under DP attention from this version
 # (v0.4.4 and before: halves it; read in the released wheels)
 SGLANG_DP_DIVIDES_FROM = Version("0.4.5")
@@ -359,6 +375,50 @@ def _sglang_defaults(data: dict[str, Any], sched: dict[str, Any], cache: dict[st
         notes.append(f"mem_fraction_static {f:.3f}: SGLang {v}'s share of memory for weights and "
                      f"KV on a {gpu_mem / 1024:.0f} GiB GPU at TP {tp} x PP {pp}")
     return notes
+
+
+def _sglang_prefill_graphs(data: dict[str, Any], sched: dict[str, Any],
+                           cluster: dict[str, Any], version: Any) -> list[str]:
+    """cluster.prefill_graph_max_tokens for SGLang by version (SGLANG_PCG_DEFAULT_FROM) and
+    what turns its piecewise graphs off, when the scenario leaves it out."""
+    from simulator.cost.eager_dispatch import SGLANG_EAGER_LAYER_S
+    from simulator.cost.hardware import scenario_accelerator
+    from simulator.cost.models import get_model
+
+    if "prefill_graph_max_tokens" in cluster:
+        return []
+    v = parse_version(version)
+    if v is None:
+        return ["SGLang version not given: every step priced under CUDA graphs (before v0.5.10 "
+                "SGLang ran prefill batches eagerly; set cluster.prefill_graph_max_tokens)"]
+    cost = (f"each adds its layers' dispatch, {cluster.get('eager_layer_s', SGLANG_EAGER_LAYER_S) * 1e3:.3f}"
+            " ms per layer (simulator/cost/eager_dispatch.py)")
+    if v < SGLANG_PCG_DEFAULT_FROM:
+        cluster["prefill_graph_max_tokens"] = 0
+        return [f"prefill_graph_max_tokens 0: SGLang {v} runs prefill batches eagerly (piecewise "
+                f"CUDA graphs opt-in before {SGLANG_PCG_DEFAULT_FROM}); {cost}"]
+    try:
+        vendor = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).vendor
+        mla = get_model(data.get("model", DEFAULT_MODEL)).is_mla
+    except (ValueError, OSError):  # the scenario check names what it cannot read
+        return []
+    off = [why for why, on in (
+        ("data-parallel attention", cluster.get("dp_attention") is True),
+        ("pipeline parallelism", int(cluster.get("pp", 1)) > 1),
+        ("non-CUDA hardware", vendor not in ("nvidia", "")),
+        ("an MoE all-to-all backend", cluster.get("moe_a2a_backend") == "all_to_all"),
+        ("PD disaggregation", "pd" in cluster)) if on]
+    if off:
+        cluster["prefill_graph_max_tokens"] = 0
+        return [f"prefill_graph_max_tokens 0: SGLang {v} turns its piecewise CUDA graphs off "
+                f"with {off[0]}, so prefill batches run eagerly; {cost}"]
+    limit = SGLANG_PCG_MLA_MAX_TOKENS if mla else sched.get("max_num_batched_tokens")
+    if limit is None:
+        return []
+    cluster["prefill_graph_max_tokens"] = int(limit)
+    why = "an MLA model's limit" if mla else "its chunked prefill size"
+    return [f"prefill_graph_max_tokens {limit}: SGLang {v} replays piecewise CUDA graphs for "
+            f"prefill batches of up to {limit} tokens ({why}); larger ones run eagerly, {cost}"]
 
 
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
