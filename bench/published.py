@@ -51,10 +51,14 @@ class Outcome:
     moe: bool = False  # the row's model is a mixture of experts (issue 34's rows)
 
 
-def write_scenario(scenario: dict, out_dir: Path, row: Row, notes: list[str]) -> Path:
-    """One YAML scenario per row, headed by where the published number is."""
+def write_scenario(scenario: dict, out_dir: Path, row: Row, notes: list[str],
+                   files: dict[str, str] | None = None) -> Path:
+    """One YAML scenario per row, headed by where the published number is, with the files it
+    reads (`files`: name -> text) beside it."""
     path = out_dir / row.source["id"] / f"{row.id}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (path.parent / name).write_text(text)
     head = [f"# {row.source['title']} ({row.source['date']})", f"# {row.source['url']}",
             f"# {row.where}",
             f"# published {row.metric['name']} {row.metric['stat']}: {row.metric['value']} {row.metric['unit']}"]
@@ -74,7 +78,7 @@ def run_row(row: Row, out_dir: Path, overrides: list[str] | None = None) -> Outc
         if overrides:
             apply_overrides(conv.scenario, overrides)
             conv.assumptions.extend(f"what-if --set {o} (not the published setup)" for o in overrides)
-        path = write_scenario(conv.scenario, out_dir, row, conv.assumptions)
+        path = write_scenario(conv.scenario, out_dir, row, conv.assumptions, conv.files)
         sc = load_scenario(path)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         return Outcome(row, skipped=" ".join(str(exc).split())[:300])

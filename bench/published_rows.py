@@ -45,6 +45,7 @@ MODEL_NAMES = {
     "meta/llama-3.3-70b-instruct": "llama-3.3-70b",
     "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "Meta-Llama/Llama-3.1-70B": "llama-3.1-70b",  # the base model (SGLang's cookbook spelling)
     "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
     "amd/Llama-3.1-70B-Instruct-FP8-KV": "llama-3.1-70b",
     "amd/Llama-3.1-405B-Instruct-FP8-KV": "llama-3.1-405b",
@@ -69,6 +70,9 @@ MODEL_NAMES = {
 # lists its H100 as "SXM/NVLink 80GB". "A100-80G": LMDeploy's (x8) A100-80G node.
 HARDWARE_NAMES = {
     "A100-80G": "a100-80gb-sxm",
+    # SGLang's cookbook states no memory: 8-GPU A100 nodes (HGX A100) are mostly the 80 GB
+    # SXM part (the 40 GB one streams 1.56 TB/s, not 2.04: decode rows would be ~25% slower)
+    "NVIDIA A100 GPU (8x)": "a100-80gb-sxm",
     "H100 80G": "h100-sxm",
     "MI300X": "mi300x",
     "H200": "h200-sxm",
@@ -160,6 +164,8 @@ class Converted:
     row: Row
     scenario: dict[str, Any]
     assumptions: list[str] = field(default_factory=list)
+    # files the scenario reads, written beside it: name -> text (a row's request lengths)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 def _fail(where: str, msg: str) -> None:
@@ -346,6 +352,13 @@ def to_scenario(row: Row) -> Converted:
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
         sc["workload"]["ignore_eos"] = True
+    files: dict[str, str] = {}
+    if s.get("lengths") is not None:  # the harness's own per-request lengths
+        name, text = _harness_lengths(row, s, n + warmup, notes)
+        synthetic = sc["workload"].pop("synthetic")
+        sc["workload"].update({"trace": name, "format": "lengths",
+                               "options": {"arrival": synthetic["arrival"]}})
+        files[name] = text
     if s.get("endpoint") and not offline:
         sc["api_server"] = {"endpoint": _lookup(ENDPOINTS, s["endpoint"], "endpoint", row)}
     try:  # the engine's documented defaults (simulator.engines) for all the source leaves unset
@@ -355,7 +368,41 @@ def to_scenario(row: Row) -> Converted:
     for section in ("cache", "scheduler"):
         if not sc[section]:
             del sc[section]
-    return Converted(row, sc, notes)
+    return Converted(row, sc, notes, files)
+
+
+# Harnesses whose random dataset draws each request's lengths from a seeded generator, as
+# `setup.lengths` names them: the converter draws the same lengths and writes them as the
+# scenario's length table (`workload.format: lengths`).
+#   sglang.bench_serving (python -m sglang.bench_serving --dataset-name random): np.random.seed
+#   (--seed, default 1), then for the inputs and then the outputs
+#   np.random.randint(max(int(L x r), 1), L + 1, size=num_prompts), r = --random-range-ratio
+#   (default 0.0) (bench_serving.py compute_random_lens / sample_random_requests, v0.5.7).
+HARNESS_LENGTHS = ("sglang.bench_serving",)
+
+
+def _harness_lengths(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[str, str]:
+    """(file name, CSV text) of the `n` requests' lengths as `setup.lengths`'s harness draws
+    them; ValueError when the draw does not give the published input token total."""
+    import numpy as np
+
+    harness = s["lengths"]
+    if harness not in HARNESS_LENGTHS:
+        raise ValueError(f"{row.key}: setup.lengths {harness!r} has no rule (known: "
+                         f"{', '.join(HARNESS_LENGTHS)})")
+    seed, r = int(s.get("lengths_seed", 1)), float(s.get("random_range_ratio", 0.0))
+    rs = np.random.RandomState(seed)  # (numpy's global generator after np.random.seed)
+    ins, outs = (rs.randint(max(int(int(s[k]) * r), 1), int(s[k]) + 1, size=n)
+                 for k in ("input_len", "output_len"))
+    want = s.get("published_input_tokens")
+    if want is not None and int(ins.sum()) != int(want):
+        raise ValueError(f"{row.key}: {harness}'s lengths (seed {seed}) sum to {int(ins.sum())} "
+                         f"input tokens, the source says {want}")
+    notes.append(f"lengths as {harness} draws them (seed {seed}, random_range_ratio {r}): "
+                 f"{int(ins.sum())} input and {int(outs.sum())} output tokens"
+                 + (" (the published input total)" if want is not None else ""))
+    rows = "\n".join(f"{i},{o}" for i, o in zip(ins.tolist(), outs.tolist()))
+    return f"{row.id}.lengths.csv", "num_prefill_tokens,num_decode_tokens\n" + rows + "\n"
 
 
 def _lengths(row: Row, s: dict[str, Any], key: str, notes: list[str]) -> dict[str, Any]:

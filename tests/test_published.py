@@ -89,6 +89,12 @@ def test_every_row_converts(rows):
     for r in rows:
         c = pr.to_scenario(r)
         sc = c.scenario
+        if r.setup.get("lengths"):  # the harness's own draw, as a length table
+            assert sc["workload"]["options"]["arrival"] == {"process": "burst"}
+            assert len(c.files[sc["workload"]["trace"]].splitlines()) == 1 + int(
+                r.setup["num_requests"])
+            assert sc["workload"]["max_concurrency"] == int(r.setup["concurrency"])
+            continue
         syn = sc["workload"]["synthetic"]
         assert syn["arrival"] == {"process": "burst"}
         if r.setup.get("random_range_ratio"):  # uniform lengths, as the harness samples them
@@ -134,7 +140,7 @@ def test_written_scenario_is_accepted_by_the_loader(rows, tmp_path):
     of issue 30's other branches are merged; until then the loader must name them)."""
     for r in rows[:: max(1, len(rows) // 12)]:
         c = pr.to_scenario(r)
-        path = published.write_scenario(c.scenario, tmp_path, r, c.assumptions)
+        path = published.write_scenario(c.scenario, tmp_path, r, c.assumptions, c.files)
         assert path.read_text().startswith(f"# {r.source['title']}")
         if _runnable_here(c.scenario):
             sc = load_scenario(path)
@@ -344,6 +350,35 @@ def test_random_range_ratio_gives_the_harness_uniform_lengths(rows):
                  row.metric, row.file)
     with pytest.raises(ValueError, match="random_range_ratio must be in"):
         pr.to_scenario(bad)
+
+
+def test_sglang_bench_serving_lengths_are_the_harness_draw(rows, tmp_path):
+    """`setup.lengths: sglang.bench_serving`: each request's lengths as the harness draws them
+    (numpy seeded with --seed 1, uniform on 1..L at --random-range-ratio 0), written beside the
+    scenario as its length table; the draw must give the block's published input total."""
+    row = next(x for x in rows if x.key == "sglang-cookbook/qwen3-8k1k-c16-ttft")
+    c = pr.to_scenario(row)
+    wl = c.scenario["workload"]
+    assert "synthetic" not in wl and wl["format"] == "lengths" and wl["max_concurrency"] == 16
+    (name, text), = c.files.items()
+    assert wl["trace"] == name
+    lines = text.strip().splitlines()
+    assert lines[0] == "num_prefill_tokens,num_decode_tokens" and len(lines) == 81
+    ins = [int(x.split(",")[0]) for x in lines[1:]]
+    outs = [int(x.split(",")[1]) for x in lines[1:]]
+    assert sum(ins) == 300020 and all(1 <= i <= 8000 for i in ins)  # the page's total
+    assert all(1 <= o <= 1000 for o in outs)
+    path = published.write_scenario(c.scenario, tmp_path, row, c.assumptions, c.files)
+    sc = load_scenario(path)
+    assert sc.workload.trace == name
+    bad = pr.Row(row.source, row.id, row.where, {**row.setup, "published_input_tokens": 300021},
+                 row.metric, row.file)
+    with pytest.raises(ValueError, match="sum to 300020 input tokens, the source says 300021"):
+        pr.to_scenario(bad)
+    unknown = pr.Row(row.source, row.id, row.where, {**row.setup, "lengths": "aiperf"},
+                     row.metric, row.file)
+    with pytest.raises(ValueError, match="setup.lengths 'aiperf' has no rule"):
+        pr.to_scenario(unknown)
 
 
 def test_a_what_if_override_reaches_every_row_and_is_recorded(rows, tmp_path):
