@@ -214,3 +214,13 @@ def test_the_run_prices_sglangs_eager_prefill():
     assert eager["ttft_s"]["mean"] - graphed["ttft_s"]["mean"] == pytest.approx(
         layers * SGLANG_EAGER_LAYER_S, rel=1e-6)
     assert eager["tpot_s"]["mean"] == pytest.approx(graphed["tpot_s"]["mean"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("cluster", "says"), [
+    ({"eager_layer_s": "abc"}, "cluster.eager_layer_s"),
+    ({"eager_layer_s": -1.0}, "cluster.eager_layer_s"),
+    ({"prefill_graph_max_tokens": -5}, "cluster.prefill_graph_max_tokens"),
+])
+def test_bad_eager_keys_are_refused_by_name_not_a_crash(cluster, says):
+    with pytest.raises(ValueError, match=says):
+        _resolve({"name": "sglang", "version": "0.5.7"}, cluster=cluster)

@@ -9,8 +9,8 @@ all-reduce (`cluster.allreduce`), vLLM's and SGLang's old fused-MoE fallback con
 (`cluster.fused_moe_config`, simulator/engines/fused_moe_fallback.py), the KV-cache dtype of FP8 checkpoints
 (`cache.kv_cache_dtype`), the scheduler's limits by version, GPU and entry point
 (`scheduler.max_num_seqs`, `max_num_batched_tokens`, `enable_chunked_prefill`), whether
-prompts share steps with decodes (`scheduler.mixed_batches`), which of SGLang's prefill steps run outside CUDA graphs
-(`cluster.prefill_graph_max_tokens`) and vLLM's per-request
+prompts share steps with decodes (`scheduler.mixed_batches`), which of SGLang's prefill steps
+run outside CUDA graphs (`cluster.prefill_graph_max_tokens`) and vLLM's per-request
 chat-template work (`api_server.preprocess_s`, simulator/engines/chat_template.py). A key the
 scenario sets always wins. `apply_engine` fills the raw mapping before validation and returns
 one line per rule it used, with where the engine documents it. The published-results suite
@@ -391,8 +391,11 @@ def _sglang_prefill_graphs(data: dict[str, Any], sched: dict[str, Any],
     if v is None:
         return ["SGLang version not given: every step priced under CUDA graphs (before v0.5.10 "
                 "SGLang ran prefill batches eagerly; set cluster.prefill_graph_max_tokens)"]
-    cost = (f"each adds its layers' dispatch, {cluster.get('eager_layer_s', SGLANG_EAGER_LAYER_S) * 1e3:.3f}"
-            " ms per layer (simulator/cost/eager_dispatch.py)")
+    layer_s = cluster.get("eager_layer_s", SGLANG_EAGER_LAYER_S)  # (checked by the loader)
+    per_layer = (f"{layer_s * 1e3:.3f} ms" if isinstance(layer_s, (int, float))
+                 else f"{layer_s!r} s")
+    cost = (f"each adds its layers' dispatch, {per_layer} per layer "
+            "(simulator/cost/eager_dispatch.py)")
     if v < SGLANG_PCG_DEFAULT_FROM:
         cluster["prefill_graph_max_tokens"] = 0
         return [f"prefill_graph_max_tokens 0: SGLang {v} runs prefill batches eagerly (piecewise "
