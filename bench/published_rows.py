@@ -310,8 +310,9 @@ def to_scenario(row: Row) -> Converted:
             "name": row.id,
             "num_requests": n + warmup,
             "arrival": {"process": "burst"},
-            "prompt_len": _lengths(row, s, "input_len", notes),
-            "output_len": _lengths(row, s, "output_len", notes),
+            # (a harness's own draw, `setup.lengths`, replaces these below)
+            "prompt_len": None if s.get("lengths") else _lengths(row, s, "input_len", notes),
+            "output_len": None if s.get("lengths") else _lengths(row, s, "output_len", notes),
         }},
         "output": {"plots": False, "timeseries": False},
     }
