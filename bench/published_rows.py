@@ -294,6 +294,7 @@ def to_scenario(row: Row) -> Converted:
     # class) or `trtllm-bench throughput` (which sizes its own limits: simulator.engines.trtllm_bench)
     harness = str(row.source.get("harness", ""))
     offline = not closed and ("benchmark_throughput" in harness or "trtllm-bench" in harness)
+    workload, files = _burst(row, s, n + warmup, notes)
     sc: dict[str, Any] = {
         "name": f"{row.source['id']}--{row.id}",
         "description": f"{row.source['title']} | {row.where}",
@@ -306,14 +307,7 @@ def to_scenario(row: Row) -> Converted:
         "cluster": {"tp": int(s["tp"]), "pp": int(s.get("pp") or 1)},
         "scheduler": {},
         "cache": {},
-        "workload": {"synthetic": {
-            "name": row.id,
-            "num_requests": n + warmup,
-            "arrival": {"process": "burst"},
-            # (a harness's own draw, `setup.lengths`, replaces these below)
-            "prompt_len": None if s.get("lengths") else _lengths(row, s, "input_len", notes),
-            "output_len": None if s.get("lengths") else _lengths(row, s, "output_len", notes),
-        }},
+        "workload": workload,
         "output": {"plots": False, "timeseries": False},
     }
     if quant is not None:
@@ -353,13 +347,6 @@ def to_scenario(row: Row) -> Converted:
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
         sc["workload"]["ignore_eos"] = True
-    files: dict[str, str] = {}
-    if s.get("lengths") is not None:  # the harness's own per-request lengths
-        name, text = _harness_lengths(row, s, n + warmup, notes)
-        synthetic = sc["workload"].pop("synthetic")
-        sc["workload"].update({"trace": name, "format": "lengths",
-                               "options": {"arrival": synthetic["arrival"]}})
-        files[name] = text
     if s.get("endpoint") and not offline:
         sc["api_server"] = {"endpoint": _lookup(ENDPOINTS, s["endpoint"], "endpoint", row)}
     try:  # the engine's documented defaults (simulator.engines) for all the source leaves unset
@@ -370,6 +357,18 @@ def to_scenario(row: Row) -> Converted:
         if not sc[section]:
             del sc[section]
     return Converted(row, sc, notes, files)
+
+
+def _burst(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict, dict[str, str]]:
+    """The workload of `n` requests sent at t = 0, and the files it reads: a synthetic spec of
+    the published lengths, or the harness's own draw (`setup.lengths`) as a length table."""
+    burst = {"process": "burst"}
+    if s.get("lengths") is not None:
+        name, text = _harness_lengths(row, s, n, notes)
+        return {"trace": name, "format": "lengths", "options": {"arrival": burst}}, {name: text}
+    return {"synthetic": {"name": row.id, "num_requests": n, "arrival": burst,
+                          "prompt_len": _lengths(row, s, "input_len", notes),
+                          "output_len": _lengths(row, s, "output_len", notes)}}, {}
 
 
 # Harnesses whose random dataset draws each request's lengths from a seeded generator, as

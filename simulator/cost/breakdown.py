@@ -33,6 +33,7 @@ class CostModel(Protocol):
     _window: int
     _decode_terms: dict[tuple[int, int, int], Any]  # `decode_steps.DecodeTerms` per shape
     eager: Any  # `eager_dispatch.EagerDispatch` or None
+    _eager_s: float  # an eager step's dispatch: layers x eager.layer_s
 
     def _windowed(self, shape: BatchShape) -> bool: ...
     def efficiency_sources(self) -> dict[str, tuple[float, str]]: ...
@@ -300,8 +301,8 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
     ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead",
                       source=_overhead_source(cm.params)))
     eager = cm.eager
-    if eager is not None and eager.layer_s and eager.runs_eagerly(T, shape.num_prefill_tokens):
-        ops.append(OpCost("eager_dispatch", 0.0, 0.0, cm.model.num_layers * eager.layer_s,
+    if cm._eager_s and eager.runs_eagerly(T, shape.num_prefill_tokens):
+        ops.append(OpCost("eager_dispatch", 0.0, 0.0, cm._eager_s,
                           "overhead", source=(
                               f"{cm.model.num_layers} layers x {eager.layer_s * 1e3:.3f} ms: a "
                               f"step with prompt tokens and more than {eager.max_graph_tokens} "

@@ -9,8 +9,9 @@ default (v0.5.10, `disable_piecewise_cuda_graph` False; before, `enable_piecewis
 False), and from then on the batches with more tokens than `piecewise_cuda_graph_max_tokens`
 (2048 for MLA models, the chunked prefill size otherwise; simulator/engines/presets.py).
 
-`EagerDispatch.seconds` adds `layer_s` per decoder layer to a step with prompt tokens and
-more than `max_graph_tokens` tokens; decode-only steps run under the decode graphs.
+`CostModel` adds `layer_s` per decoder layer to a step that `EagerDispatch.runs_eagerly`: one
+with prompt tokens and more than `max_graph_tokens` tokens; decode-only steps run under the
+decode graphs.
 """
 
 from __future__ import annotations
