@@ -157,7 +157,8 @@ def test_replicated_kv_heads_and_too_many_stages() -> None:
 
 def test_fp32_needs_an_fp32_figure() -> None:
     with pytest.raises(ValueError, match="fp32_tflops"):
-        CostModel("gpt2", "b200", dtype="fp32")
+        CostModel("gpt2", {"base": "b200", "name": "b200-nofp32", "fp32_tflops": None},
+                  dtype="fp32")
 
 
 def test_catalog_matmul_efficiency_becomes_the_default() -> None:

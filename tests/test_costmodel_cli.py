@@ -50,6 +50,11 @@ def test_estimate_text_mixed_step_with_tp(capsys) -> None:
     (["--model", "llama-3-8b", "--hardware", "h100-sxm"], "--prefill N, --decode BxC"),
     (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--prefill", "10",
       "--prefill-graph-max-tokens", "-1"], "--prefill-graph-max-tokens must be >= 0"),
+    (["--model", "llama-3-8b", "--hardware", "h100-sxm", "--prefill", "10",
+      "--fused-moe-config", "legacy_default"], "llama-3-8b is a dense model"),
+    (["--model", "mixtral-8x7b", "--hardware", "m3-max", "--prefill", "10",
+      "--fused-moe-config", "legacy_default"], "m3-max has no fallback-config entry (it has no "
+     "kernel tables"),
 ])
 def test_estimate_bad_input_exits_2_with_the_reason(capsys, argv: list[str], message: str) -> None:
     rc, _, err = run_cli(capsys, "estimate", *argv)

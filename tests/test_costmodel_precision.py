@@ -10,7 +10,7 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import wave_utilization
 from simulator.cost.memory_plan import plan_memory
-from simulator.cost.precision import QUANT_METHODS, resolve
+from simulator.cost.precision import QUANT_METHODS, resolve, supported
 from simulator.scenario import scenario_from_dict
 
 
@@ -58,6 +58,16 @@ def test_a_precision_the_part_cannot_run_is_refused_naming_it(hw: str, dtype: st
                                                               supported: str) -> None:
     with pytest.raises(ValueError, match=rf"{hw} cannot run .*supports: .*{supported}"):
         CostModel("llama-3-8b", hw, dtype=dtype, quantization=quant)
+
+
+def test_weight_only_on_a_part_with_no_fp32_figure_is_refused_before_pricing() -> None:
+    # the dequantization runs at fp32_tflops: without it the part is refused by name, listing
+    # what it can run, rather than failing inside the GEMM pricing
+    part = {"base": "h100-sxm", "name": "h100-nofp32", "fp32_tflops": None}
+    with pytest.raises(ValueError, match=r"h100-nofp32 cannot run int4/awq weights \(weight-only "
+                                         r"kernels dequantize at the part's fp32_tflops"):
+        CostModel("llama-3-8b", part, dtype="int4", quantization="awq")
+    assert "int4/awq" in supported(get_accelerator("b200"))  # B200 has its FP32 figure
 
 
 def test_method_and_dtype_must_agree() -> None:

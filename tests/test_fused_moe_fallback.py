@@ -117,6 +117,9 @@ BURST = {"workload": {"synthetic": {"num_requests": 24, "arrival": {"process": "
     ({"model": "mixtral-8x7b", "hardware": "mi300x", "cluster": {"tp": 2,
                                                                 "fused_moe_config": "legacy_default"}},
      "mi300x has no fallback-config entry"),
+    ({"model": "qwen3-30b-a3b", "hardware": "m4-max",
+      "cluster": {"fused_moe_config": "legacy_default"}},
+     "m4-max has no fallback-config entry (it has no kernel tables"),
     ({"model": "mixtral-8x7b", "cluster": {"tp": 2, "fused_moe_config": "untuned"}},
      "cluster.fused_moe_config"),
 ])

@@ -155,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
             quant["scope"] = args.quantization_scope
     check_a2a(args.moe_a2a_backend, args.ep, a2a="--moe-a2a-backend", ep_key="--ep",
               tp_key="--tp")
+    if args.fused_moe_config == "legacy_default" and not model.is_moe:
+        raise ValueError(f"--fused-moe-config legacy_default: {model.name} is a dense model "
+                         "(the fallback prices MoE expert kernels); drop the flag")
     dp = args.dp_attention
     if dp and (args.tp < 2 or args.pp != 1 or not model.is_moe):
         raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "

@@ -351,9 +351,10 @@ def fallback_grouped_gemm(profile: KernelProfile, part: str) -> GroupedGemm:
     `grouped_gemm.legacy_default` entry."""
     g = profile.grouped_gemm
     if g is None or g.legacy_default is None:
-        raise ValueError(f"{part} has no fallback-config entry (kernels.yaml "
-                         f"{profile.arch}.grouped_gemm.legacy_default: the Triton fallback is "
-                         "priced on NVIDIA parts)")
+        where = (f"kernels.yaml {profile.arch}.grouped_gemm.legacy_default" if profile.arch
+                 else "it has no kernel tables in kernels.yaml")
+        raise ValueError(f"{part} has no fallback-config entry ({where}): the Triton fallback "
+                         "is priced on NVIDIA parts")
     return g.legacy_default
 
 
@@ -372,6 +373,7 @@ class NoKernels:
 
     arch: str = ""
     weight_only: None = None
+    grouped_gemm: None = None
 
     def k_half(self, flops_per_s: float, sm_count: int | None) -> float:
         return 0.0

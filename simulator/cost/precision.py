@@ -163,7 +163,8 @@ def supported(acc: Accelerator) -> list[str]:
         out.append("fp8")
     if acc.int8_tops:
         out.append("int8/w8a8")
-    wo = kernel_profile(acc).weight_only is not None
+    # Marlin-style weight-only GEMMs: a kernel profile, and the FP32 rate their dequantization runs at
+    wo = kernel_profile(acc).weight_only is not None and bool(acc.fp32_tflops)
     if wo:
         out += ["int8/gptq", "int4/awq", "int4/gptq"]
     if acc.fp4_tflops or wo:
@@ -232,7 +233,9 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
                "int8/w8a8": " (int8_tops is null: no INT8 tensor path)",
                "fp4/nvfp4": " (fp4_tflops is null and no weight-only kernel profile)",
                "fp4/mxfp4": " (fp4_tflops is null and no weight-only kernel profile)"}.get(
-            want, f" (no weight-only kernel profile for arch {acc.arch or 'none'!r})")
+            want, f" (no weight-only kernel profile for arch {acc.arch or 'none'!r})"
+            if kernel_profile(acc).weight_only is None else
+            " (weight-only kernels dequantize at the part's fp32_tflops, which is null)")
         raise ValueError(f"{pre}{acc.name} cannot run {want} weights{why}; it supports: "
                          f"{', '.join(can)}")
     kv = check_kv_cache_dtype(kv_cache_dtype or "auto", f"{pre}kv_cache_dtype",
