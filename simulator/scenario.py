@@ -413,7 +413,7 @@ class Scenario(_Strict):
             raise ValueError("scheduler.batch_wait_timeout_iters / batch_wait_max_tokens_ratio "
                              "(TensorRT-LLM's batch waiting) are modelled for colocated replicas "
                              "whose steps mix prompts and decodes, without attention DP (where "
-                             "TensorRT-LLM skips it); drop them or " + ", ".join(clash))
+                             "TensorRT-LLM skips it); drop them, or drop " + " and ".join(clash))
         return self
 
     @model_validator(mode="after")
@@ -423,7 +423,7 @@ class Scenario(_Strict):
             clash = "cluster.pd" if self.cluster.pd is not None else "cluster.dp_attention: true"
             raise ValueError(f"scheduler.recv_interval: {n} (SGLang's --scheduler-recv-interval) "
                              f"is modelled for colocated replicas without data-parallel attention "
-                             f"(SGLang itself refuses it with DP attention); drop it or {clash}")
+                             f"(SGLang itself refuses it with DP attention); drop it, or drop {clash}")
         return self
 
     def resolve(self, path: str) -> Path:

@@ -107,6 +107,11 @@ def test_label_and_default_out(tmp_path):
          ["colocated pool", "dtype/quantization", "a100-80gb-sxm cannot run fp8", "supports"]),
         ({"cache": {"gpu_memory_utilization": 0.05}}, {},
          ["weights do not fit", "gpu_memory_utilization=0.05"]),
+        # swap preemption without a host pool: the scenario's key, not the core's
+        ({"scheduler": {"preemption_mode": "swap"}}, {},
+         ["preemption_mode: swap needs a host pool", "cache.swap_space_gb = 0.0"]),
+        ({"scheduler": {"preemption_mode": "swap"}, "cache": {"swap_space_gb": 0.0001}}, {},
+         ["cache.swap_space_gb = 0.0001 holds no colocated KV block"]),
     ],
 )
 def test_errors_name_scenario_file_key_and_value(tmp_path, capsys, patch, files, expected):

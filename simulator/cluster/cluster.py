@@ -174,6 +174,11 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")
     cpu_blocks = int(cache.swap_space_gb * 1e9 // mem.kv_bytes_per_block) if cache.swap_space_gb else 0
+    if scenario.scheduler.preemption_mode == "swap" and cpu_blocks == 0:
+        raise ValueError(f"scheduler.preemption_mode: swap needs a host pool, but "
+                         f"cache.swap_space_gb = {cache.swap_space_gb} holds no {role} KV block "
+                         f"({mem.kv_bytes_per_block / 1e6:.3g} MB each); set it larger, or use "
+                         "preemption_mode: recompute")
     if dp_cost is not None:
         return PoolPlan(role, spec, acc, dp_cost.attention, mem, blocks, cpu_blocks, dp_cost)
     return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
