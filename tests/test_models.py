@@ -165,6 +165,22 @@ def test_bad_config_fields_are_named(change: dict, message: str) -> None:
         ModelSpec.from_hf_config(cfg)
 
 
+@pytest.mark.parametrize("family, change, message", [
+    # found by a fuzz of mutated catalog configs: each crashed with a TypeError or a
+    # ZeroDivisionError before it was named
+    ("llama", {"architectures": True}, "field 'architectures' must be a list of class names"),
+    ("llama", {"hidden_size": 1}, "hidden_size=1 is smaller than num_attention_heads=32"),
+    ("gpt2", {"n_head": 1024}, "n_embd=768 is smaller than n_head=1024"),
+    ("mixtral", {"num_hidden_layers": 0.5}, "'num_hidden_layers' must be a positive integer"),
+    ("mistral", {"layer_types": 2}, "field 'layer_types' must be a list of strs"),
+    ("mistral", {"layer_types": [[]] * 32}, "field 'layer_types' must be a list of strs"),
+])
+def test_malformed_config_fields_are_named_not_crashed_on(family: str, change: dict,
+                                                          message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ModelSpec.from_hf_config({**FAMILY_CONFIGS[family], **change})
+
+
 def test_invalid_json_names_the_file_and_line(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{\n  "hidden_size": 4096,\n  oops\n}')

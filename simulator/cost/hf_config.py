@@ -35,6 +35,9 @@ def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
     if archs:
         if isinstance(archs, str):
             archs = [archs]
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ValueError(f"{where}: field 'architectures' must be a list of class names "
+                             f"(e.g. [\"LlamaForCausalLM\"]), got {archs!r}")
         for arch in archs:
             if arch in SUPPORTED_ARCHITECTURES:
                 return arch, SUPPORTED_ARCHITECTURES[arch]
@@ -48,6 +51,14 @@ def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
     raise ValueError(
         f"{where}: no 'architectures' and unsupported model_type {model_type!r}; supported "
         "architectures: " + ", ".join(SUPPORTED_ARCHITECTURES))
+
+
+def _head_dim(d: int, heads: int, where: str, d_key: str, heads_key: str) -> int:
+    """The default head size, d // heads (HF's), refused where it would be 0."""
+    if d < heads:
+        raise ValueError(f"{where}: {d_key}={d} is smaller than {heads_key}={heads}, so the "
+                         f"head size ({d_key} // {heads_key}) would be 0")
+    return d // heads
 
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -97,7 +108,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         n_pos = _int(cfg, "n_positions", where, 1024)
         spec = dict(
             name=name, architecture=arch, num_layers=_int(cfg, "n_layer", where),
-            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            hidden_size=d, num_heads=heads, num_kv_heads=heads,
+            head_dim=_head_dim(d, heads, where, "n_embd", "n_head"),
             ffn_size=_int(cfg, "n_inner", where, 4 * d), vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=n_pos, tie_word_embeddings=True, gated_mlp=False,
             qkv_bias=True, o_bias=True, mlp_bias=True, norm="layer", num_learned_positions=n_pos)
@@ -109,7 +121,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         proj = _int(cfg, "word_embed_proj_dim", where, d)
         spec = dict(
             name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
-            hidden_size=d, num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+            hidden_size=d, num_heads=heads, num_kv_heads=heads,
+            head_dim=_head_dim(d, heads, where, "hidden_size", "num_attention_heads"),
             ffn_size=_int(cfg, "ffn_dim", where), vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=max_pos,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
@@ -125,7 +138,9 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
             hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
-            head_dim=variant.pop("head_dim", None) or _int(cfg, "head_dim", where, d // heads),
+            head_dim=variant.pop("head_dim", None) or (
+                _int(cfg, "head_dim", where) if cfg.get("head_dim") is not None
+                else _head_dim(d, heads, where, "hidden_size", "num_attention_heads")),
             ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
             vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),

@@ -54,6 +54,28 @@ def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
     return value
 
 
+def _list(cfg: dict[str, Any], key: str, where: str, item: type = int) -> list[Any]:
+    """A list-valued field of `item`s (layer indices or flags, layer-type names); [] where
+    absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+            isinstance(v, item) and not (item is int and isinstance(v, bool)) for v in value):
+        raise ValueError(f"{where}: field {key!r} must be a list of {item.__name__}s, "
+                         f"got {value!r}")
+    return value
+
+
+def _layers(cfg: dict[str, Any], where: str) -> int:
+    """num_hidden_layers, validated (the variant fields index layers by it)."""
+    value = cfg.get("num_hidden_layers")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: field 'num_hidden_layers' must be a positive integer, "
+                         f"got {value!r}")
+    return value
+
+
 def _opt(cfg: dict[str, Any], key: str, where: str, default: int = 0) -> int:
     value = cfg.get(key)
     if value is None:
@@ -67,7 +89,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """ModelSpec fields of the experts of family `fam` (empty for a dense family)."""
     if fam not in MOE_FAMILIES:
         return {}
-    L = cfg.get("num_hidden_layers") or 0
+    L = _layers(cfg, where)
     if fam in ("mixtral", "gpt_oss"):
         return {"num_experts": _req(cfg, "num_local_experts", where, fam),
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
@@ -75,7 +97,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam == "llama4":
         expert = _req(cfg, "intermediate_size", where, fam)
         step = _opt(cfg, "interleave_moe_layer_step", where, 1) or 1
-        moe = cfg.get("moe_layers")
+        moe = _list(cfg, "moe_layers", where)
         moe = set(moe) if moe else set(range(step - 1, L, step))
         return {"num_experts": _req(cfg, "num_local_experts", where, fam),
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
@@ -91,7 +113,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam.startswith("qwen"):
         out["num_experts"] = _req(cfg, "num_experts", where, fam)
         step = _opt(cfg, "decoder_sparse_step", where, 1) or 1
-        dense_only = set(cfg.get("mlp_only_layers") or [])
+        dense_only = set(_list(cfg, "mlp_only_layers", where))
         out["dense_layer_ids"] = tuple(i for i in range(L) if i in dense_only or (i + 1) % step)
         out["num_dense_layers"] = len(out["dense_layer_ids"])
         if fam == "qwen2_moe":
@@ -143,9 +165,10 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         key = "attention_chunk_size" if fam == "llama4" else "sliding_window"
         raise ValueError(f"{where}: field {key!r} must be a positive integer or null, "
                          f"got {window!r}")
-    L = cfg.get("num_hidden_layers") or 0
+    L = _layers(cfg, where)
     types = cfg.get("layer_types")
     if types is not None:
+        types = _list(cfg, "layer_types", where, str)
         local = "chunked_attention" if fam == "llama4" else "sliding_attention"
         bad = sorted({t for t in types if t not in (local, "full_attention")})
         if bad or len(types) != L:
@@ -153,7 +176,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
                              f"{local!r} / 'full_attention', got {types!r}")
         sliding = sum(t == local for t in types)
     elif fam == "llama4":  # no layer_types: every no_rope_layers 0 entry is global
-        nope = cfg.get("no_rope_layers") or []
+        nope = _list(cfg, "no_rope_layers", where)
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
     elif fam in ("qwen2", "qwen2_moe"):  # HF: layers from max_window_layers on slide
         mwl = _opt(cfg, "max_window_layers", where, L)
