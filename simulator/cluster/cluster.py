@@ -294,6 +294,13 @@ class SimCluster:
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
         )
         pcie_link = plan.accelerator.link("pcie")
+        # least_kv_usage reads each replica's KV usage, which changes inside a decode burst
+        # (a decode's new block): those replicas step one by one, so routing sees what it
+        # would step by step
+        router = sc.cluster.router if role == "colocated" else (
+            sc.cluster.pd.decode.router if role == "decode" and sc.cluster.pd else None)
+        max_burst = (1 if router == "least_kv_usage" and plan.spec.replicas > 1
+                     else sc.sim.max_decode_burst)
         front = sc.api_server
         # decodes arrive by KV hand-off, through a server only on vLLM's proxy route
         served = front.preprocess_s > 0 and (role != "decode"
@@ -314,7 +321,7 @@ class SimCluster:
                                pcie_link.latency_s) if pcie_link else None
                 made = [SimReplica(
                     self.env, name, Scheduler(sched_cfg, cache_cfg), plan.cost_model, pcie,
-                    self.timeline, max_decode_burst=sc.sim.max_decode_burst,
+                    self.timeline, max_decode_burst=max_burst,
                     on_finished=self._on_finished,
                     on_kv_ready=self._on_kv_ready if role == "prefill" else None,
                     on_kv_to_receive=self._on_kv_to_receive if role == "decode" else None,
