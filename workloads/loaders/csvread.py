@@ -197,7 +197,7 @@ def _read_slow(
                 if len(row) != width:
                     collector.rows_read += 1
                     collector.bad(
-                        line, None, f"{width} fields as in the header", f"{len(row)} fields"
+                        line, None, f"{width} fields as in the header", len(row)
                     )
                     continue
                 collector.add(line, lambda f, row=row: row[index[f.key]])

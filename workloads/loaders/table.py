@@ -134,7 +134,8 @@ class RowCollector:
         if n_bad and not skip_invalid:
             line, column, expected, got = self._first_error  # type: ignore[misc]
             at = ", ".join(map(str, self._bad_line_list))
-            note = f"{n_bad} invalid row(s) in total, first at lines {at}"
+            rows = "1 invalid row" if n_bad == 1 else f"{n_bad} invalid rows in total"
+            note = f"{rows}, first at line{'s' if len(self._bad_line_list) > 1 else ''} {at}"
             raise TraceError(self.file, line, expected, field=column, got=got, note=note,
                              skippable=True)
         report = LoadReport(self.file, self.fmt, rows_read=self.rows_read, rows_kept=self.rows_read)
