@@ -60,6 +60,10 @@ class SimReplica:
         self.on_kv_ready = on_kv_ready
         self.on_kv_to_receive = on_kv_to_receive
         self._wake = env.event()
+        # the exact end (s) of the step just run while the loop runs straight on: the next
+        # step starts there, not at env.now, which a timeout of (end - now) can leave an ulp
+        # off; so a burst's planned ends and steps one by one add the same floats
+        self._clock: float | None = None
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
         # busy time: closed runs of back-to-back steps plus the open one [start, end] (s);
@@ -128,29 +132,33 @@ class SimReplica:
         sched = self.scheduler
         while True:
             if not sched.has_unfinished_requests():
+                self._clock = None
                 yield from self._sleep()
                 continue
-            now = env.now
+            now = env.now if self._clock is None else self._clock
             out = sched.schedule(now)
             if out.kv_to_receive and self.on_kv_to_receive:
                 self.on_kv_to_receive(self, out.kv_to_receive)
             if out.is_empty:
                 self.report_finished(sched.update(out, StepResult(0.0), now))
                 if not sched.running and not out.preempted_req_ids:
+                    self._clock = None
                     yield from self._sleep()  # until an arrival or a KV transfer event
                 continue
+            start = now
             swap_bytes = out.swap_in_bytes + out.swap_out_bytes
             if swap_bytes and self.pcie is not None:
                 yield self.pcie.transfer(swap_bytes)
+                start = env.now
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
-            start = env.now
-            ends = yield from self._steps(out.shape, k, burst_segments(out, k) if k > 1 else None)
+            ends = yield from self._steps(start, out.shape, k,
+                                          burst_segments(out, k) if k > 1 else None)
             handoff = self._handoff_s(out) if self.on_kv_ready else 0.0
             if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
                 yield env.timeout(handoff)
                 ends[-1] = env.now
             result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
-            end = env.now
+            end = self._clock = ends[-1]
             self.mark_busy(now, end, result.num_steps)
             self.timeline.record_step(self.name, start, ends, out, sched)
             self.report_finished(sched.update(out, result, end))
@@ -167,10 +175,11 @@ class SimReplica:
         self._busy_end = end
         self.num_steps += num_steps
 
-    def _steps(self, shape: BatchShape, k: int,
+    def _steps(self, start: float, shape: BatchShape, k: int,
                segments: Iterator[tuple[BatchShape, int]] | None = None):
-        """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
-        times (s). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
+        """Run the next `k` steps from `shape` (k > 1: a decode burst), the first from `start`
+        (s); returns their end times (s), each the previous end plus a step's price (the
+        timeouts only wait for them). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
         step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
         `segments`: the burst as runs of one batch shape each (`burst_segments`: after a lead
         step, past finishing requests), priced in chunks (`_in_chunks`), each only once the
@@ -183,20 +192,21 @@ class SimReplica:
         segments = _in_chunks(segments if segments is not None else iter(((shape, k),)))
         base, mem = self._begin_steps(*next(segments))
         if k == 1 and self.host_sharing is None:  # nothing can change its price
-            yield env.timeout(base[0])
-            return [env.now]
+            end = start + base[0]
+            yield env.timeout(end - env.now)
+            return [end]
         if len(base) == 1 and k > 1:  # a one-step first run (a lead step): price the next too
             self._price_more(base, mem, next(segments))
         ends: list[float] = []
         work = 1.0  # of step len(ends) still to do
+        seg = start  # where the next run of planned steps begins (s)
         while len(ends) < len(base):
-            seg = env.now
             prices = self._prices(base[len(ends):] if ends else base, mem[len(ends):])
             plan = list(accumulate(prices if work == 1.0 else [work * prices[0], *prices[1:]],
                                    initial=seg))
             del plan[0]
             self._wake = wake = env.event()
-            timer = env.timeout(plan[-1] - seg)
+            timer = env.timeout(plan[-1] - env.now)
             yield _first_of(env, timer, wake)
             now = env.now
             # (plan is non-decreasing: the steps that ended by now lead it)
@@ -207,6 +217,7 @@ class SimReplica:
                 if nxt is None:
                     break
                 self._price_more(base, mem, nxt)
+                seg = ends[-1]
                 continue
             if done and plan[done - 1] == now:
                 break  # woken just as a step ended: none in progress
@@ -218,6 +229,7 @@ class SimReplica:
             work = (1.0 if done else work) - (now - began) / prices[done]
             base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
             segments = iter(())
+            seg = now  # the rest of the step in progress runs from the wake-up
         self._leave_step()
         return ends
 
