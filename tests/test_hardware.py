@@ -160,6 +160,13 @@ def test_hypothetical_accelerator_scales_and_overrides_a_base() -> None:
     ({"bf16_tflops": 1}, "name"),
     ({"base": "h100-sxm", "scale_up_link": "nvlink9"}, "unknown link"),
     ({"base": "h100-sxm", "matmul_efficiency": 1.5}, "matmul_efficiency"),
+    # found by a fuzz of inline parts (each crashed with an OverflowError or TypeError)
+    ({"base": "b200", "sm_count": float("inf")}, "'sm_count' must be a finite"),
+    ({"base": "l4", "memory_gib": float("inf")}, "'memory_gib' must be a finite"),
+    ({"base": "l4", "bf16_tflops": {}, "bf16_tflops_scale": 2}, "cannot scale bf16_tflops: {}"),
+    ({"base": "l4", "fp8_tflops_scale": float("inf")}, "fp8_tflops_scale must be a positive"),
+    ({"base": "l4", "name": 1}, "'name' must be a string, got 1"),
+    ({"base": "l4", "arch": True}, "'arch' must be a string, got True"),
 ])
 def test_bad_hypothetical_accelerators_are_rejected_with_the_field(spec: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -18,6 +18,7 @@ catalog names, never mapped to another part.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -178,12 +179,20 @@ def _apply_overrides(where: str, base: dict[str, Any], spec: dict[str, Any],
         if not key.endswith("_scale"):
             continue
         target = key[: -len("_scale")]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        if not _is_real(value) or value <= 0:
             raise ValueError(f"{where}: {key} must be a positive number, got {value!r}")
         if out.get(target) is None:
             raise ValueError(f"{where}: cannot scale {target}: the base has no value for it")
+        if not _is_real(out[target]):
+            raise ValueError(f"{where}: cannot scale {target}: {out[target]!r} is not a number")
         out[target] = out[target] * value
     return out
+
+
+def _is_real(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _number(where: str, entry: dict[str, Any], key: str, required: bool) -> float | None:
@@ -192,8 +201,9 @@ def _number(where: str, entry: dict[str, Any], key: str, required: bool) -> floa
         if required:
             raise ValueError(f"{where}: field {key!r} is required (a positive number)")
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{where}: field {key!r} must be a non-negative number, got {value!r}")
+    if not _is_real(value) or value < 0:
+        raise ValueError(f"{where}: field {key!r} must be a finite non-negative number, "
+                         f"got {value!r}")
     return float(value)
 
 
@@ -261,6 +271,13 @@ def _check_renamed(where: str, spec: dict[str, Any]) -> None:
 def _accelerator_from_entry(name: str, entry: dict[str, Any], where: str) -> Accelerator:
     _check_renamed(where, entry)
     _check_keys(where, entry, {"name", "placeholder", "aliases", *ACCEL_NUMERIC, *ACCEL_TEXT})
+    for key in ACCEL_TEXT:  # (a link may also be an inline mapping)
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str) and not (
+                key in LINK_KINDS and isinstance(value, dict)):
+            raise ValueError(f"{where}: field {key!r} must be a string"
+                             + (" or an inline link mapping" if key in LINK_KINDS else "")
+                             + f", got {value!r}")
     nums = {k: _number(where, entry, k, k in ACCEL_REQUIRED) for k in ACCEL_NUMERIC}
     if not nums["bf16_tflops"] or not nums["mem_bw_tbps"] or not nums["memory_gib"]:
         raise ValueError(f"{where}: bf16_tflops, memory_gib and mem_bw_tbps must be > 0")
@@ -361,6 +378,8 @@ def get_accelerator(name_or_spec: str | dict[str, Any]) -> Accelerator:
     _check_keys("inline hardware", spec, allowed)
     base: dict[str, Any] = {}
     name = spec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"inline hardware: field 'name' must be a string, got {name!r}")
     if "base" in spec:
         base_key = _resolve_accel_name(str(spec["base"]))
         base = catalog[base_key]
