@@ -40,7 +40,8 @@ Spec = str | dict[str, Any]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # unknown keys and non-finite numbers (nan, inf) are refused by name
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PoolSpec(_Strict):

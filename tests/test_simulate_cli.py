@@ -107,6 +107,10 @@ def test_label_and_default_out(tmp_path):
          ["colocated pool", "dtype/quantization", "a100-80gb-sxm cannot run fp8", "supports"]),
         ({"cache": {"gpu_memory_utilization": 0.05}}, {},
          ["weights do not fit", "gpu_memory_utilization=0.05"]),
+        # a non-finite number (a fuzz found inf SLOs and API-server times accepted, and
+        # written to summary.json as Infinity)
+        ({"slo": {"ttft_s": float("inf")}}, {}, ["slo.ttft_s", "finite number", "inf"]),
+        ({"api_server": {"preprocess_s": float("nan")}}, {}, ["api_server.preprocess_s", "finite"]),
         # swap preemption without a host pool: the scenario's key, not the core's
         ({"scheduler": {"preemption_mode": "swap"}}, {},
          ["preemption_mode: swap needs a host pool", "cache.swap_space_gb = 0.0"]),
