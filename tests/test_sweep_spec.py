@@ -149,6 +149,10 @@ def test_empty_sweep_is_refused():
     ({"seed": [1]}, {"axis": 1}, "unknown keys axis .did you mean axes"),
     ({"seed": [1], "split": {"linked": [{"seed": 2}]}}, {}, "set seed more than once"),
     ({"seed": 3}, {}, "expected a list of values"),
+    # a range over a whole-number key sampled reals, refused point by point (a fuzz found it)
+    ({"scheduler.max_num_seqs": {"min": 1, "max": 256, "log": True}}, {"mode": "random",
+                                                                      "samples": 2},
+     "scheduler.max_num_seqs takes whole numbers.*add integer: true"),
 ])
 def test_bad_sweep_files(axes, extra, match):
     with pytest.raises(ValueError, match=match):

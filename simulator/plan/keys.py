@@ -67,6 +67,22 @@ def _open_keys() -> list[str]:
     return out
 
 
+def integer_key(key: str) -> bool:
+    """Whether scenario key `key` takes whole numbers only (an `int` field, no float)."""
+    model: Any = Scenario
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return False
+        args = _union_args(fields[part].annotation)
+        if i == len(parts) - 1:
+            return int in args and float not in args
+        model = next((a for a in args if isinstance(a, type) and hasattr(a, "model_fields")),
+                     None)
+    return False
+
+
 def check_key(key: str, where: str) -> None:
     """Refuse a key that is not a scenario key path, naming the closest ones."""
     known = scenario_keys()

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.plan.keys import build_scenario, check_key, set_path
+from simulator.plan.keys import build_scenario, check_key, integer_key, set_path
 from simulator.scenario import Scenario, parse_override, read_scenario_yaml
 from simulator.yaml_file import read_yaml_mapping
 
@@ -197,6 +197,9 @@ def parse_axis(name: Any, spec: Any, where: str) -> Axis:
             raise ValueError(f"{w}: 'log' and 'integer' must be true or false")
         if log and lo <= 0:
             raise ValueError(f"{w}: a log range needs min > 0, got {lo:g}")
+        if not integer and integer_key(name):
+            raise ValueError(f"{w}: {name} takes whole numbers, and a range samples real "
+                             "ones; add integer: true")
         num = spec.get("num")
         if num is not None and (isinstance(num, bool) or not isinstance(num, int) or num < 1):
             raise ValueError(f"{w}.num: expected an integer >= 1, got {num!r}")
