@@ -194,6 +194,7 @@ def test_params_roundtrip_and_refuse_another_device_or_model(tmp_path) -> None:
 @pytest.mark.parametrize("text, message", [
     ("params: {gemm_compute_efficiency: 1.5}", "gemm_compute_efficiency must be a fraction"),
     ("params: {step_overhead_s: -1}", "step_overhead_s must be seconds >= 0"),
+    ("params: {step_overhead_s: .inf}", "step_overhead_s must be seconds >= 0, got inf"),
     ("params: {decode_padding: 1.5}", r"decode_padding must be a fraction in \[0, 1\]"),
     ("params: {overlap: -0.1}", r"overlap must be a fraction in \[0, 1\]"),
     ("params: {gemm_row_passes_below: 2.5}", "gemm_row_passes_below must be an integer >= 0"),

@@ -173,7 +173,8 @@ class CostParams:
                 raise ValueError(f"{where}: {name} must be a fraction in (0, 1], got {v!r}")
         for name in OVERHEAD_FIELDS:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
                 raise ValueError(f"{where}: {name} must be seconds >= 0, got {v!r}")
         for name in BEHAVIOUR_FIELDS:
             v = getattr(self, name)
