@@ -161,6 +161,13 @@ def run(sched, reqs, executor, max_burst=1, check=True):
         now = end
     else:
         raise AssertionError("did not finish")
+    for r in reqs:  # every served parent forked its n - 1 children, and they finished
+        n = r.sampling_params.n
+        if n > 1 and r.status != RequestStatus.FINISHED_REJECTED:
+            assert r.num_forked == n - 1, (r.request_id, r.num_forked, n)
+            for i in range(1, n):
+                child = all_reqs.get(f"{i}_{r.request_id}")
+                assert child is not None and child.status.is_finished, (r.request_id, i)
     return trace, admitted_order
 
 
@@ -176,9 +183,19 @@ LIVELOCK_WORKLOAD = [(1, 1, 0, 0.0, 1, 0), (1, 1, 0, 0.0, 1, 0), (12, 7, 0, 0.0,
                      (1, 4, 0, 0.0625, 1, 0), (1, 4, 0, 0.0, 2, 0), (14, 3, 0, 0.0, 1, 0)]
 
 
+# a parallel-sampling parent swapped out before its fork point resumed with its whole
+# remaining prompt in one step, past the fork point, so it never forked: its n - 1 children
+# were silently lost (the real executor returned one sequence for n = 2; a fuzz found it)
+FORK_SWAP_KNOBS = {**LIVELOCK_KNOBS, "block_size": 2, "num_gpu_blocks": 13, "num_cpu_blocks": 1,
+                   "budget_blocks": 3, "max_num_seqs": 2, "chunked": True, "threshold": 0,
+                   "swap": True, "mixed": True, "append_reserve": False, "batch_wait": (0, 0.0)}
+FORK_SWAP_WORKLOAD = [(24, 2, 0, 0.0, 1, 0), (4, 1, 0, 0.0, 2, 0)]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(knobs, workload, st.integers(0, 1000), st.booleans())
 @example(LIVELOCK_KNOBS, LIVELOCK_WORKLOAD, 0, False)
+@example(FORK_SWAP_KNOBS, FORK_SWAP_WORKLOAD, 0, True)
 def test_every_request_finishes_and_pool_is_whole_again(k, wl, seed, ids):
     sched, reqs = build(k, wl, seed)
     run(sched, reqs, TokenExecutor(seed, ids))

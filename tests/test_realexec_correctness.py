@@ -170,6 +170,26 @@ def test_parallel_sampling_children(name):
     assert_pool_whole(llm)
 
 
+def test_a_parent_swapped_out_before_its_fork_point_still_forks():
+    """A fuzz found an n = 2 request returning one sequence: swapped out mid-prompt (a
+    threshold of 8 tokens per step, a 25-block pool), it resumed with its whole remaining
+    prompt in one step, past its fork point. It now resumes up to the fork point, forks, and
+    each sequence equals the same sampling without preemption."""
+    name = "tiny-gpt2"
+    prompts = random_prompts(3, [75, 25, 63, 79, 18])
+    params = [SamplingParams(temperature=0.8, top_k=20, seed=100 + i, max_tokens=17,
+                             n=2 if i == 3 else 1) for i in range(len(prompts))]
+    llm = LLM(name, num_gpu_blocks=25, block_size=4, max_num_seqs=2,
+              long_prefill_token_threshold=8, preemption_mode="swap", num_cpu_blocks=64)
+    outs = llm.generate(prompts, params)
+    assert llm.scheduler.num_preemptions > 0
+    assert [len(o.outputs) for o in outs] == [1, 1, 1, 2, 1]
+    alone = LLM(name, num_gpu_blocks=1024).generate(prompts, params)
+    assert [[c.token_ids for c in o.outputs] for o in outs] == \
+        [[c.token_ids for c in o.outputs] for o in alone]
+    assert_pool_whole(llm)
+
+
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_sliding_window_frees_blocks_so_long_sequences_fit(mode):
     """A 10-token window (tiny-mistral-sw), prompts 2-6x longer and a pool of 16 blocks of 4

@@ -401,8 +401,10 @@ class Scheduler(PDHandoff, ParallelSampling):
             if req.is_swapped:
                 # a resumed request may continue in chunks, whatever the chunking knob
                 computed = req.num_computed_tokens
-                num_new = min(self._cap_last_token(req, req.num_tokens - computed, computed),
-                              budget)
+                num_new = req.num_tokens - computed
+                if num_new > 1:  # no threshold, but a fork point and first_token_from_decode
+                    num_new = self._cap_prefill(req, num_new, 0, computed)
+                num_new = min(num_new, budget)
                 # every host block comes back (a whole-prompt request holds blocks beyond its
                 # computed tokens), then the step's tokens take what more they need
                 need = max(kvm.blocks_needed(req.num_computed_tokens + num_new)
