@@ -185,6 +185,10 @@ def test_colocated_search_runs_one_replica():
     sc = load_scenario(QUICKSTART, ["cluster.replicas=4"])
     [(name, over)] = candidates(sc, None, None)
     assert name == "h100-sxm" and over == {"cluster.replicas": 1}
+    # and says so, rather than dropping the scenario's replicas silently
+    from simulator.plan.candidates import _unit_note
+    assert "cluster.replicas = 4 is searched as one replica" in _unit_note(sc, None)
+    assert _unit_note(load_scenario(QUICKSTART), None) is None
 
 
 def test_pd_candidates_per_ratio():

@@ -70,8 +70,10 @@ def format_result(result: dict) -> str:
         rows.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
-    out = [f"{result['name']}: {result['slo_text']} (unit: {result['unit']})", line(head),
-           line(["-" * w for w in widths]), *map(line, rows)]
+    out = [f"{result['name']}: {result['slo_text']} (unit: {result['unit']})"]
+    if result.get("unit_note"):
+        out.append(f"note: {result['unit_note']}")
+    out += [line(head), line(["-" * w for w in widths]), *map(line, rows)]
     prices = sorted({c["price_assumption"] for c in result["candidates"] if c.get("price_assumption")})
     if prices:
         out.append(f"prices assumed: {'; '.join(prices)} (--cost-table FILE sets your own)")

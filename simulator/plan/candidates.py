@@ -160,6 +160,15 @@ def best_candidate(rows: list[dict[str, Any]]) -> str | None:
     return max(ok, key=lambda r: r.get("max_rate_per_gpu") or 0.0)["name"] if ok else None
 
 
+def _unit_note(sc: Scenario, peak_rps: float | None) -> str | None:
+    """What the search did with a colocated scenario's own `cluster.replicas` (it searches one)."""
+    n = sc.cluster.replicas
+    if sc.cluster.pd is not None or n == 1:
+        return None
+    return (f"the scenario's cluster.replicas = {n} is searched as one replica: the rates are "
+            "per replica" + ("" if peak_rps else "; --peak-rate RPS gives the replicas a peak needs"))
+
+
 def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[str] | None = None,
                   hardware: list[str] | None = None, pd_ratios: list[tuple[int, int]] | None = None,
                   peak_rps: float | None = None, cost_table: dict[str, float] | None = None,
@@ -211,6 +220,7 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
         "kind": "capacity", "scenario": str(path), "name": sc.name, "overrides": overrides or [],
         "slo": slos.to_dict(), "slo_text": slos.describe(), "peak_rps": peak_rps,
         "cost_table": cost_table or {}, "unit": "one PD group" if sc.cluster.pd else "one replica",
+        "unit_note": _unit_note(sc, peak_rps),
         "candidates": done, "best": best_candidate(done),
         "num_simulations": sum(r.get("num_simulations", 0) for r in done),
         "wall_s": time.perf_counter() - t0,

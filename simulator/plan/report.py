@@ -127,7 +127,8 @@ def capacity_report(folder: Path) -> Report:
     rep = Report(f"Capacity {res['name']}")
     rep.p(f"Scenario {res['scenario']}; SLOs: {res['slo_text']}; unit searched: {res['unit']}"
           + (f"; peak {res['peak_rps']:g} req/s" if res.get("peak_rps") else "") + ". "
-          f"{res['num_simulations']} simulations in {res['wall_s']:.1f} s. Best: {res['best'] or '-'}.")
+          f"{res['num_simulations']} simulations in {res['wall_s']:.1f} s. Best: {res['best'] or '-'}."
+          + (f" Note: {res['unit_note']}." if res.get("unit_note") else ""))
     head = ["candidate", "status", "max req/s", "req/s per GPU", "GPUs/unit", "USD/h per unit",
             "USD per M output tokens", "units for peak", "GPUs for peak", "USD/h for peak",
             "simulations"]
