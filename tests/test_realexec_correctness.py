@@ -10,6 +10,7 @@ from realexec import LLM, SamplingParams
 from tests.realexec_reference import (
     FAMILIES,
     assert_pool_whole,
+    hf_model,
     one_thread,  # noqa: F401  (fixture)
     random_prompts,
     reference,
@@ -168,6 +169,28 @@ def test_parallel_sampling_children(name):
                                     ignore_eos=True))
         assert [o.outputs[k].token_ids for o in forked] == [o.token_ids for o in alone]
     assert_pool_whole(llm)
+
+
+def test_llm_returns_log_probabilities_that_match_transformers():
+    """`SamplingParams(logprobs=k)`: each output token's {token id: log-probability}, the
+    sampled token's and the k most likely, equal to log_softmax of HF's own logits."""
+    import torch
+
+    name = "tiny-llama"
+    prompt = random_prompts(4, [11])[0]
+    out = LLM(name).generate([prompt], SamplingParams(temperature=0.0, max_tokens=5,
+                                                      logprobs=3))[0].outputs[0]
+    assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids) == 5
+    with torch.no_grad():
+        ids = torch.tensor([prompt + out.token_ids[:-1]])
+        ref = hf_model(name)(ids).logits[0, len(prompt) - 1:].float().log_softmax(-1)
+    for pos, (token, row) in enumerate(zip(out.token_ids, out.logprobs)):
+        top = ref[pos].topk(3)
+        assert set(row) == {token, *top.indices.tolist()}
+        for tid, lp in row.items():
+            assert lp == pytest.approx(float(ref[pos, tid]), abs=1e-4)
+    plain = LLM(name).generate([prompt], SamplingParams(temperature=0.0, max_tokens=2))
+    assert plain[0].outputs[0].logprobs is None
 
 
 def test_a_parent_swapped_out_before_its_fork_point_still_forks():

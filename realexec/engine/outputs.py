@@ -21,6 +21,10 @@ class CompletionOutput:
     finish_time: float | None
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_preemptions: int
+    # with SamplingParams(logprobs=k): per output token, {token id: log-probability} of the
+    # sampled token and the k most likely ones, of the raw model output (vLLM's
+    # CompletionOutput.logprobs); None without
+    logprobs: list[dict[int, float]] | None = None
 
     @classmethod
     def from_request(cls, index: int, req: Request) -> CompletionOutput:
@@ -35,6 +39,10 @@ class CompletionOutput:
             finish_time=req.finish_time,
             num_cached_tokens=max(req.num_cached_tokens, 0),
             num_preemptions=req.num_preemptions,
+            logprobs=None if req.logprobs is None else [
+                {token: sampled, **dict(zip(top_ids, top_values))}
+                for token, (sampled, top_ids, top_values)
+                in zip(req.output_token_ids, req.logprobs)],
         )
 
 
