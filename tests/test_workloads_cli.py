@@ -193,3 +193,17 @@ def test_plot_writes_png(files, tmp_path):
     assert main(["trace", "plot", str(files["mc"]), "-o", str(png), "--bucket-s", "1"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.frombuffer(png.read_bytes(), np.uint8).size > 10_000
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--rate", "-1", "argument --rate: expects a number > 0, got '-1'"),
+    ("--time-scale", "0", "argument --time-scale: expects a number > 0"),
+    ("--scale-prompt", "inf", "argument --scale-prompt: expects a number > 0"),
+    ("--first", "0", "argument --first: expects a positive integer"),
+])
+def test_convert_refuses_bad_transform_flags_by_name(tmp_path, capsys, flag, value, message):
+    src = tmp_path / "g.csv"
+    src.write_text("arrival_s,prompt_len,output_len\n0,5,1\n1,6,2\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "convert", str(src), "-o", str(tmp_path / "o.csv"), flag, value])
+    assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvpd.commands.arg_types import non_negative_int, positive_float, positive_int
 from kvpd.commands.serve_args import add_engine_args, serve_config
 
 
@@ -15,23 +16,6 @@ def _window(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--window-s expects START:END seconds, got {text!r}") from None
     return a, b
-
-
-def _int_at_least(low: int, what: str):
-    """An argparse type: a whole number >= `low` (`what` names the kind in the error)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low or str(value) != text.strip():
-            raise argparse.ArgumentTypeError(f"expects {what}, got {text!r}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1, "a positive integer")
-_non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def _arrival(text: str) -> dict:
@@ -67,25 +51,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default=None, help="trace format (default: detected)")
     t = p.add_argument_group("trace transforms (applied in this order)")
     t.add_argument("--window-s", type=_window, default=None, metavar="START:END")
-    t.add_argument("--limit", type=int, default=None, help="first N requests")
-    t.add_argument("--scale-prompt", type=float, default=1.0)
-    t.add_argument("--scale-output", type=float, default=1.0)
-    t.add_argument("--time-scale", type=float, default=None,
+    t.add_argument("--limit", type=positive_int, default=None, help="first N requests")
+    t.add_argument("--scale-prompt", type=positive_float, default=1.0)
+    t.add_argument("--scale-output", type=positive_float, default=1.0)
+    t.add_argument("--time-scale", type=positive_float, default=None,
                    help="multiply arrival times (2 = half the rate)")
-    t.add_argument("--rate", type=float, default=None, help="rescale to this mean rate (req/s)")
+    t.add_argument("--rate", type=positive_float, default=None,
+                   help="rescale to this mean rate (req/s)")
     t.add_argument("--arrival", type=_arrival, default=None, metavar="PROCESS",
                    help="replace the arrival times: burst (every request at t = 0, the "
                    "'infinite rate' of vllm bench serve / trtllm-bench) or an arrival mapping, "
                    "e.g. '{process: poisson, rate: 4}'")
-    p.add_argument("--max-concurrency", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
                    help="closed loop: at most N requests in flight; the next is sent when one "
                    "finishes (TTFT counts from the send)")
-    p.add_argument("--warmup-requests", type=_non_negative_int, default=0, metavar="N",
+    p.add_argument("--warmup-requests", type=non_negative_int, default=0, metavar="N",
                    help="the first N requests (trace order) run but stay out of the summary, "
                    "as a benchmark's warm-up requests (scenario key workload.warmup_requests)")
     p.add_argument("--served-model-name", default=None,
                    help="http target: the model name (default: the server's only model)")
-    p.add_argument("--timeout-s", type=float, default=600.0,
+    p.add_argument("--timeout-s", type=positive_float, default=600.0,
                    help="give up on requests unfinished this long after the last send")
     p.add_argument("--out", default=None, help="directory for summary.json and requests.*")
     p.add_argument("--records", default="parquet", choices=["parquet", "csv"])

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from kvpd.commands.arg_types import positive_float, positive_int
 from kvpd.commands.trace_args import add_load_options, load_kwargs, parse_kv
 
 
@@ -40,19 +41,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="spread coarse timestamps over [t, t+STEP_S) (default step: smallest gap)",
     )
     conv.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds")
-    conv.add_argument("--first", type=int, metavar="N", help="keep the first N requests")
-    conv.add_argument("--max-model-len", type=int, metavar="TOKENS")
+    conv.add_argument("--first", type=positive_int, metavar="N", help="keep the first N requests")
+    conv.add_argument("--max-model-len", type=positive_int, metavar="TOKENS")
     conv.add_argument(
         "--prompt-policy",
         choices=("reject", "clip"),
         default="reject",
         help="what --max-model-len does to longer prompts (default reject)",
     )
-    conv.add_argument("--scale-prompt", type=float, default=1.0, metavar="F")
-    conv.add_argument("--scale-output", type=float, default=1.0, metavar="F")
+    conv.add_argument("--scale-prompt", type=positive_float, default=1.0, metavar="F")
+    conv.add_argument("--scale-output", type=positive_float, default=1.0, metavar="F")
     rate = conv.add_mutually_exclusive_group()
-    rate.add_argument("--rate", type=float, metavar="REQ_PER_S", help="rescale to this mean rate")
-    rate.add_argument("--time-scale", type=float, metavar="F", help="multiply arrival times by F")
+    rate.add_argument("--rate", type=positive_float, metavar="REQ_PER_S",
+                      help="rescale to this mean rate")
+    rate.add_argument("--time-scale", type=positive_float, metavar="F",
+                      help="multiply arrival times by F")
     add_load_options(conv)
     conv.set_defaults(func=run, trace_func=_convert)
 

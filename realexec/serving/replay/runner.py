@@ -301,8 +301,9 @@ def check_warmup_requests(warmup_requests: Any, num_requests: int) -> None:
     """ValueError unless `warmup_requests` leaves at least one of `num_requests` to measure."""
     if (isinstance(warmup_requests, bool) or not isinstance(warmup_requests, int)
             or not 0 <= warmup_requests < num_requests):
+        has = f"{num_requests} request" + ("" if num_requests == 1 else "s")
         raise ValueError(f"warmup_requests must be an integer from 0 to {num_requests - 1} (the "
-                         f"trace has {num_requests} requests), got {warmup_requests!r}")
+                         f"trace has {has}), got {warmup_requests!r}")
 
 
 def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any = None,
