@@ -84,9 +84,50 @@ LEAST_KV = {"name": "p", "model": "qwen3-30b-a3b", "hardware": "h200-sxm", "seed
                 "output_len": {"dist": "uniform", "min": 1, "max": 200}}}}
 
 
+# a closed loop sending when a request finishes, and a burst after an early arrival: the
+# SimPy clock landed an ulp or two off a step's planned end (no delay reaches it when the sum
+# rounds on a tie), so the next step, or the next send, started there
+CLOSED_LOOP = {"name": "p", "seed": 1, "model": "qwen3-30b-a3b", "hardware": "h200-sxm",
+               "cluster": {"tp": 2, "replicas": 2, "router": "least_outstanding_tokens"},
+               "output": {"plots": False, "timeseries": False},
+               "scheduler": {"first_token_from_decode": True},
+               "workload": {"max_concurrency": 2, "synthetic": {
+                   "num_requests": 3, "arrival": {"process": "burst"},
+                   "prompt_len": {"dist": "uniform", "min": 1, "max": 64},
+                   "output_len": {"dist": "uniform", "min": 1, "max": 16}}}}
+TIE = {"name": "p", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+       "cluster": {"tp": 1}, "output": {"plots": False, "timeseries": True},
+       "scheduler": {"first_token_from_decode": True},
+       "workload": {"synthetic": {
+           "num_requests": 3, "arrival": {"process": "gamma", "rate": 5.0, "cv": 3.0},
+           "prompt_len": {"dist": "uniform", "min": 1, "max": 64},
+           "output_len": {"dist": "uniform", "min": 1, "max": 200},
+           "shared_prefix": {"num_prefixes": 2, "prefix_len": 48, "fraction": 0.5}}}}
+
+
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(scenarios())
 @example(LEAST_KV)
+@example(CLOSED_LOOP)
+@example(TIE)
 def test_decode_bursts_change_nothing(sc: dict) -> None:
     _same_with_and_without_bursts(sc)
+
+
+def test_a_step_ends_exactly_at_its_planned_time():
+    """0.01934414710799747 + d rounds on a tie for every d near 0.0759...: no timeout from
+    there lands on 0.09533127133907739; the replica's own event does."""
+    import simpy
+
+    from simulator.cluster.replica import _until
+
+    now, end = 0.01934414710799747, 0.09533127133907739
+    env = simpy.Environment(initial_time=now)
+    env.timeout(end - now)
+    env.run()
+    assert env.now != end  # what a timeout gives
+    env = simpy.Environment(initial_time=now)
+    _until(env, end)
+    env.run()
+    assert env.now == end

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from heapq import heappush
 from itertools import accumulate
 
 import simpy
+from simpy.events import NORMAL
 
 from simulator.cluster.links import SimLink
 from simulator.cluster.timeline import Timeline
@@ -29,6 +31,19 @@ from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
 from simulator.cost.host_share import HostSharing
+
+
+def _until(env: simpy.Environment, t: float) -> simpy.Event:
+    """An event that fires with env.now == `t` exactly (s, t >= now). `timeout(t - now)` fires
+    at now + (t - now), which can round an ulp or two off `t` (no delay lands on `t` when the
+    sum rounds on a tie), so a decode burst's planned ends and the same steps one by one would
+    drift apart. Scheduled as SimPy's Timeout schedules itself, at `t` instead of now + delay."""
+    if t < env.now:
+        raise ValueError(f"_until: {t} s is before now ({env.now} s)")
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # triggered, as a Timeout is when made
+    heappush(env._queue, (t, NORMAL, next(env._eid), event))
+    return event
 
 
 class SimReplica:
@@ -60,10 +75,6 @@ class SimReplica:
         self.on_kv_ready = on_kv_ready
         self.on_kv_to_receive = on_kv_to_receive
         self._wake = env.event()
-        # the exact end (s) of the step just run while the loop runs straight on: the next
-        # step starts there, not at env.now, which a timeout of (end - now) can leave an ulp
-        # off; so a burst's planned ends and steps one by one add the same floats
-        self._clock: float | None = None
         self.outstanding_tokens = 0  # prompt + max output tokens of requests not yet finished
         self.num_steps = 0
         # busy time: closed runs of back-to-back steps plus the open one [start, end] (s);
@@ -132,17 +143,15 @@ class SimReplica:
         sched = self.scheduler
         while True:
             if not sched.has_unfinished_requests():
-                self._clock = None
                 yield from self._sleep()
                 continue
-            now = env.now if self._clock is None else self._clock
+            now = env.now
             out = sched.schedule(now)
             if out.kv_to_receive and self.on_kv_to_receive:
                 self.on_kv_to_receive(self, out.kv_to_receive)
             if out.is_empty:
                 self.report_finished(sched.update(out, StepResult(0.0), now))
                 if not sched.running and not out.preempted_req_ids:
-                    self._clock = None
                     yield from self._sleep()  # until an arrival or a KV transfer event
                 continue
             start = now
@@ -158,7 +167,7 @@ class SimReplica:
                 yield env.timeout(handoff)
                 ends[-1] = env.now
             result = StepResult(ends[-1] - start, None, ends if len(ends) > 1 else None)
-            end = self._clock = ends[-1]
+            end = env.now
             self.mark_busy(now, end, result.num_steps)
             self.timeline.record_step(self.name, start, ends, out, sched)
             self.report_finished(sched.update(out, result, end))
@@ -193,7 +202,7 @@ class SimReplica:
         base, mem = self._begin_steps(*next(segments))
         if k == 1 and self.host_sharing is None:  # nothing can change its price
             end = start + base[0]
-            yield env.timeout(end - env.now)
+            yield _until(env, end)
             return [end]
         if len(base) == 1 and k > 1:  # a one-step first run (a lead step): price the next too
             self._price_more(base, mem, next(segments))
@@ -206,7 +215,7 @@ class SimReplica:
                                    initial=seg))
             del plan[0]
             self._wake = wake = env.event()
-            timer = env.timeout(plan[-1] - env.now)
+            timer = _until(env, plan[-1])
             yield _first_of(env, timer, wake)
             now = env.now
             # (plan is non-decreasing: the steps that ended by now lead it)
@@ -223,7 +232,7 @@ class SimReplica:
                 break  # woken just as a step ended: none in progress
             if self.host_sharing is None:  # nothing re-prices it: it ends as planned
                 ends.append(plan[done])
-                yield env.timeout(plan[done] - now)
+                yield _until(env, plan[done])
                 break
             began = plan[done - 1] if done else seg  # the step in progress began then
             work = (1.0 if done else work) - (now - began) / prices[done]
