@@ -104,6 +104,19 @@ TIE = {"name": "p", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
            "output_len": {"dist": "uniform", "min": 1, "max": 200},
            "shared_prefix": {"num_prefixes": 2, "prefix_len": 48, "fraction": 0.5}}}}
 
+# a closed loop whose send, caused by one replica's finish, woke another mid-burst exactly at
+# one of its step boundaries: the burst broke there and took the request into the step that
+# begins at that instant, where step by step that step was already scheduled without it
+BOUNDARY = {"name": "p", "seed": 5, "model": "glm-4.5-air", "hardware": "mi300x",
+            "engine": {"name": "tensorrt-llm"}, "cache": {"block_size": 8, "kv_cache_dtype": "fp8"},
+            "cluster": {"replicas": 2, "router": "round_robin", "tp": 4},
+            "output": {"plots": False, "timeseries": False},
+            "scheduler": {"enable_chunked_prefill": False},
+            "workload": {"max_concurrency": 2, "synthetic": {
+                "num_requests": 18, "arrival": {"process": "burst"},
+                "prompt_len": {"dist": "fixed", "value": 11},
+                "output_len": {"dist": "lognormal", "mean": 100.5, "sigma": 0.8}}}}
+
 
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -111,6 +124,7 @@ TIE = {"name": "p", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
 @example(LEAST_KV)
 @example(CLOSED_LOOP)
 @example(TIE)
+@example(BOUNDARY)
 def test_decode_bursts_change_nothing(sc: dict) -> None:
     _same_with_and_without_bursts(sc)
 

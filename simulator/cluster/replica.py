@@ -228,12 +228,15 @@ class SimReplica:
                 self._price_more(base, mem, nxt)
                 seg = ends[-1]
                 continue
-            if done and plan[done - 1] == now:
-                break  # woken just as a step ended: none in progress
-            if self.host_sharing is None:  # nothing re-prices it: it ends as planned
+            if self.host_sharing is None:
+                # nothing re-prices the step in progress: it ends as planned. A wake-up just as
+                # a step ended was caused at that instant, after the next step was scheduled
+                # there (step by step, that step's end event predates it), so it runs too
                 ends.append(plan[done])
                 yield _until(env, plan[done])
                 break
+            if done and plan[done - 1] == now:
+                break  # woken just as a step ended: none in progress
             began = plan[done - 1] if done else seg  # the step in progress began then
             work = (1.0 if done else work) - (now - began) / prices[done]
             base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
