@@ -175,11 +175,11 @@ def test_a_neighbour_starting_part_way_slows_the_rest_of_a_step() -> None:
     ends = {}
 
     def prompt_step():
-        ends["p"] = yield from p._steps(env.now, prompt, 1)
+        ends["p"] = yield from p._steps(prompt, 1)
 
     def decode_step():
         yield env.timeout(0.4 * a)
-        ends["d"] = yield from d._steps(env.now, decode, 1)
+        ends["d"] = yield from d._steps(decode, 1)
 
     env.process(prompt_step())
     env.process(decode_step())
@@ -206,7 +206,7 @@ def test_steps_of_two_neighbours_overlap_as_the_host_share_model_says() -> None:
 
     def run(r, key, delay):
         yield env.timeout(delay)
-        ends[key] = (yield from r._steps(env.now, prompt, 1))[0]
+        ends[key] = (yield from r._steps(prompt, 1))[0]
 
     env.process(run(p, "p", 0.0))
     env.process(run(d, "d", 0.0))
@@ -218,7 +218,7 @@ def test_steps_of_two_neighbours_overlap_as_the_host_share_model_says() -> None:
 
     def run2(r, key, delay):
         yield env2.timeout(delay)
-        ends2[key] = (yield from r._steps(env2.now, prompt, 1))[0]
+        ends2[key] = (yield from r._steps(prompt, 1))[0]
 
     env2.process(run2(p2, "p", 0.0))
     env2.process(run2(d2, "d", a))

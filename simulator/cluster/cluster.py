@@ -184,6 +184,13 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
 
 
+def _decoding_pool_router(scenario: Scenario) -> tuple[int, str]:
+    """(replicas, router) of the pool whose replicas decode, the only ones that burst: the
+    colocated pool, or PD's decode pool."""
+    c = scenario.cluster
+    return (c.replicas, c.router) if c.pd is None else (c.pd.decode.replicas, c.pd.decode.router)
+
+
 def pool_specs(scenario: Scenario) -> list[tuple[str, PoolSpec]]:
     """(role, pool) of each pool the cluster builds: one colocated pool, or PD's prefill
     and decode pools."""
@@ -248,9 +255,7 @@ class SimCluster:
         the caller (a neighbour re-prices steps as they start and end)."""
         if scenario.workload.max_concurrency is not None or scenario.output.timeseries:
             return False
-        c = scenario.cluster
-        # (prefill replicas never burst: only the pool whose replicas decode counts)
-        n, router = (c.replicas, c.router) if c.pd is None else (c.pd.decode.replicas, c.pd.decode.router)
+        n, router = _decoding_pool_router(scenario)
         return n == 1 or router == "round_robin"
 
     def _share_host(self, memory_share: float, compute_share: float) -> None:
@@ -297,10 +302,8 @@ class SimCluster:
         # least_kv_usage reads each replica's KV usage, which changes inside a decode burst
         # (a decode's new block): those replicas step one by one, so routing sees what it
         # would step by step
-        router = sc.cluster.router if role == "colocated" else (
-            sc.cluster.pd.decode.router if role == "decode" and sc.cluster.pd else None)
-        max_burst = (1 if router == "least_kv_usage" and plan.spec.replicas > 1
-                     else sc.sim.max_decode_burst)
+        n, router = _decoding_pool_router(sc)  # (prefill replicas never burst)
+        max_burst = 1 if router == "least_kv_usage" and n > 1 else sc.sim.max_decode_burst
         front = sc.api_server
         # decodes arrive by KV hand-off, through a server only on vLLM's proxy route
         served = front.preprocess_s > 0 and (role != "decode"

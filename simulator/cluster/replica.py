@@ -154,14 +154,12 @@ class SimReplica:
                 if not sched.running and not out.preempted_req_ids:
                     yield from self._sleep()  # until an arrival or a KV transfer event
                 continue
-            start = now
             swap_bytes = out.swap_in_bytes + out.swap_out_bytes
             if swap_bytes and self.pcie is not None:
                 yield self.pcie.transfer(swap_bytes)
-                start = env.now
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
-            ends = yield from self._steps(start, out.shape, k,
-                                          burst_segments(out, k) if k > 1 else None)
+            start = env.now
+            ends = yield from self._steps(out.shape, k, burst_segments(out, k) if k > 1 else None)
             handoff = self._handoff_s(out) if self.on_kv_ready else 0.0
             if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
                 yield env.timeout(handoff)
@@ -184,12 +182,11 @@ class SimReplica:
         self._busy_end = end
         self.num_steps += num_steps
 
-    def _steps(self, start: float, shape: BatchShape, k: int,
+    def _steps(self, shape: BatchShape, k: int,
                segments: Iterator[tuple[BatchShape, int]] | None = None):
-        """Run the next `k` steps from `shape` (k > 1: a decode burst), the first from `start`
-        (s); returns their end times (s), each the previous end plus a step's price (the
-        timeouts only wait for them). A wake-up (an arrival, a KV landing, a neighbour starting or ending a
-        step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
+        """Run the next `k` steps from `shape` (k > 1: a decode burst); returns their end
+        times (s), each reached exactly (`_until`). A wake-up (an arrival, a KV landing, a
+        neighbour starting or ending a step) cuts a burst at the step in progress, so bursts equal step-by-step simulation.
         `segments`: the burst as runs of one batch shape each (`burst_segments`: after a lead
         step, past finishing requests), priced in chunks (`_in_chunks`), each only once the
         previous has run uncut.
@@ -201,15 +198,14 @@ class SimReplica:
         segments = _in_chunks(segments if segments is not None else iter(((shape, k),)))
         base, mem = self._begin_steps(*next(segments))
         if k == 1 and self.host_sharing is None:  # nothing can change its price
-            end = start + base[0]
-            yield _until(env, end)
-            return [end]
+            yield env.timeout(base[0])
+            return [env.now]
         if len(base) == 1 and k > 1:  # a one-step first run (a lead step): price the next too
             self._price_more(base, mem, next(segments))
         ends: list[float] = []
         work = 1.0  # of step len(ends) still to do
-        seg = start  # where the next run of planned steps begins (s)
         while len(ends) < len(base):
+            seg = env.now  # (a planned end exactly, or a wake-up under host sharing)
             prices = self._prices(base[len(ends):] if ends else base, mem[len(ends):])
             plan = list(accumulate(prices if work == 1.0 else [work * prices[0], *prices[1:]],
                                    initial=seg))
@@ -226,7 +222,6 @@ class SimReplica:
                 if nxt is None:
                     break
                 self._price_more(base, mem, nxt)
-                seg = ends[-1]
                 continue
             if self.host_sharing is None:
                 # nothing re-prices the step in progress: it ends as planned. A wake-up just as
@@ -241,7 +236,6 @@ class SimReplica:
             work = (1.0 if done else work) - (now - began) / prices[done]
             base, mem = base[:len(ends) + 1], mem[:len(ends) + 1]  # cut after it
             segments = iter(())
-            seg = now  # the rest of the step in progress runs from the wake-up
         self._leave_step()
         return ends
 

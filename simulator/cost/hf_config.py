@@ -132,11 +132,11 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
     else:  # llama, mistral, qwen2, qwen3 and the MoE / MLA families
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
+        layers = _int(cfg, "num_hidden_layers", where)  # (the variant fields index layers by it)
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
                    **window_fields(cfg, fam, where)}
         spec = dict(
-            name=name, architecture=arch, num_layers=_int(cfg, "num_hidden_layers", where),
-            hidden_size=d, num_heads=heads,
+            name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
             head_dim=variant.pop("head_dim", None) or (
                 _int(cfg, "head_dim", where) if cfg.get("head_dim") is not None

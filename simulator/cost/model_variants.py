@@ -67,15 +67,6 @@ def _list(cfg: dict[str, Any], key: str, where: str, item: type = int) -> list[A
     return value
 
 
-def _layers(cfg: dict[str, Any], where: str) -> int:
-    """num_hidden_layers, validated (the variant fields index layers by it)."""
-    value = cfg.get("num_hidden_layers")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{where}: field 'num_hidden_layers' must be a positive integer, "
-                         f"got {value!r}")
-    return value
-
-
 def _opt(cfg: dict[str, Any], key: str, where: str, default: int = 0) -> int:
     value = cfg.get(key)
     if value is None:
@@ -89,7 +80,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """ModelSpec fields of the experts of family `fam` (empty for a dense family)."""
     if fam not in MOE_FAMILIES:
         return {}
-    L = _layers(cfg, where)
+    L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     if fam in ("mixtral", "gpt_oss"):
         return {"num_experts": _req(cfg, "num_local_experts", where, fam),
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
@@ -165,7 +156,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         key = "attention_chunk_size" if fam == "llama4" else "sliding_window"
         raise ValueError(f"{where}: field {key!r} must be a positive integer or null, "
                          f"got {window!r}")
-    L = _layers(cfg, where)
+    L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     types = cfg.get("layer_types")
     if types is not None:
         types = _list(cfg, "layer_types", where, str)
