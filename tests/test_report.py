@@ -88,3 +88,32 @@ def test_cli_report_and_bad_input(sweep_dir, tmp_path, capsys):
     assert "not a sweep folder" in capsys.readouterr().err
     assert main(["report", str(sweep_dir), "--metric", "goodput"]) == 2
     assert "not a column" in capsys.readouterr().err
+
+
+def test_damaged_result_files_are_refused_naming_file_and_key(tmp_path, capsys):
+    """A capacity.json or sweep.json that is not JSON, not an object, or lacks a key the
+    report reads is refused naming the file and key path (before: KeyError traceback)."""
+    cap = tmp_path / "cap" / "capacity.json"
+    cap.parent.mkdir()
+    cases = [("not json", "not JSON"), ("[1]", "must be a JSON object, got list"),
+             ("{}", "no key 'name'"),
+             ('{"name": "x", "scenario": "s", "slo_text": "t", "unit": "u", '
+              '"num_simulations": 1, "wall_s": 1, "best": null, "slo": {"targets": []}, '
+              '"candidates": [{"name": "a", "status": "ok", "evaluations": [{"rate": 1}]}]}',
+              "no key 'candidates[0].evaluations[0].variant'")]
+    for text, message in cases:
+        cap.write_text(text)
+        assert main(["report", str(cap)]) == 2
+        err = capsys.readouterr().err
+        assert str(cap) in err and message in err and "kvpd capacity" in err
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"name": "x", "base": "b", "mode": "grid", '
+                                      '"num_points": 2, "axes": [{"keys": ["a"]}]}')
+    assert main(["report", str(sweep)]) == 2
+    assert "no key 'axes[0].name'" in capsys.readouterr().err
+    # a .json file outside a sweep folder is not taken for one
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    assert main(["report", str(other)]) == 2
+    assert "no sweep.json beside it" in capsys.readouterr().err

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from simulator.plan import plots as plots
+from simulator.plan.result_files import CAPACITY, SWEEP_META, read_result_json
 from simulator.plan.table import read_table
 
 # Metric columns shown in the report tables (all columns are in results.csv).
@@ -60,8 +60,10 @@ def locate(path: str | Path) -> tuple[str, Path]:
     if p.is_file():
         if p.name == "capacity.json":
             return "capacity", p.parent
-        if p.suffix in (".parquet", ".csv", ".json", ".jsonl"):
+        if p.suffix in (".parquet", ".csv", ".json", ".jsonl") and (p.parent / "sweep.json").is_file():
             return "sweep", p.parent
+        raise FileNotFoundError(f"{p}: not a capacity result (capacity.json) nor a file of a "
+                                f"sweep folder (no sweep.json beside it)")
     if p.is_dir():
         if (p / "capacity.json").is_file():
             return "capacity", p
@@ -72,7 +74,7 @@ def locate(path: str | Path) -> tuple[str, Path]:
 
 
 def sweep_report(folder: Path, metric: str = "slo.goodput_rps") -> Report:
-    meta = json.loads((folder / "sweep.json").read_text())
+    meta = read_result_json(folder / "sweep.json", SWEEP_META, "kvpd sweep")
     table_path = folder / "results.parquet"
     if not table_path.is_file():
         table_path = folder / "results.csv"
@@ -123,7 +125,7 @@ def sweep_report(folder: Path, metric: str = "slo.goodput_rps") -> Report:
 
 
 def capacity_report(folder: Path) -> Report:
-    res = json.loads((folder / "capacity.json").read_text())
+    res = read_result_json(folder / "capacity.json", CAPACITY, "kvpd capacity")
     rep = Report(f"Capacity {res['name']}")
     rep.p(f"Scenario {res['scenario']}; SLOs: {res['slo_text']}; unit searched: {res['unit']}"
           + (f"; peak {res['peak_rps']:g} req/s" if res.get("peak_rps") else "") + ". "
