@@ -291,6 +291,44 @@ def test_bad_profile_files_name_the_problem(tmp_path):
         read_profile(tmp_path / "nothing.csv")
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: m["device_facts"].update(host_contention={"points": [{"shape": {}, "none_s": "x"}]}),
+     r"device_facts.host_contention.points.0.none_s: Input should be a valid number \(got 'x'\)"),
+    (lambda m: m["device_facts"].update(host_contention={"points": [{"shape": {"tokens": 3}}]}),
+     r"unknown step-shape key\(s\) \['tokens'\]"),
+    (lambda m: m.update(fresh_shapes={"points": [0], "ratio": 1.0}),
+     r"fresh_shapes.points.0: Input should be a valid dictionary"),
+    (lambda m: m.update(fresh_shapes={"points": [{"kind": "decode", "batch": 1, "tokens": 8,
+                                                  "ratio": []}]}),
+     r"fresh_shapes.points.0.ratio: Input should be a valid number"),
+    (lambda m: m["device_facts"].update(idle_wake={"gaps_s": [0, "1"], "median_s": [1, 1]}),
+     r"device_facts.idle_wake.gaps_s.1: Input should be a valid number"),
+    (lambda m: m["device_facts"].update(cpu_available=-1), r"cpu_available: Input should be "
+                                                           r"greater than or equal to 0"),
+])
+def test_damaged_profile_facts_are_refused_naming_the_key(tmp_path, edit, message):
+    """Sections a fit reads (before: a TypeError traceback from inside the fit)."""
+    path = synthetic_profile(tmp_path)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    edit(meta)
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=message) as info:
+        read_profile(path)
+    assert "profile.json: not a profile's facts" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_non_finite_profile_cell_is_refused(tmp_path, value):
+    path = synthetic_profile(tmp_path)
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    row = lines[1].split(",")
+    row[head.index("p90_s")] = value
+    path.write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
+    with pytest.raises(ValueError, match=rf"profile.csv:2: column p90_s = {value} must be a finite"):
+        read_profile(path)
+
+
 def test_cli_calibrate_writes_yaml_and_reports_per_kind(tmp_path, capsys):
     path = synthetic_profile(tmp_path)
     out = tmp_path / "c.yaml"

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.calibrate.profile_meta import check_profile_meta
 from simulator.core.batch_shape import BatchShape
 
 SHAPE_FIELDS = ("num_reqs", "num_tokens", "num_decode_reqs", "decode_context_tokens",
@@ -145,6 +147,7 @@ def read_profile(path: str | Path) -> Profile:
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
         raise ValueError(f"{json_path}: missing field(s) {missing}; expected {list(REQUIRED_META)}")
+    check_profile_meta(meta, json_path)
     cols: dict[str, list] = {c: [] for c in COLUMNS}
     with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
@@ -161,9 +164,9 @@ def read_profile(path: str | Path) -> Profile:
                     v = int(rec[c]) if c in INT_COLUMNS else float(rec[c])
                 except (TypeError, ValueError):
                     raise ValueError(f"{csv_path}:{line}: column {c} = {rec[c]!r} is not a number") from None
-                if v < 0 or (c == "median_s" and not v > 0):
-                    raise ValueError(f"{csv_path}:{line}: column {c} = {v} must be "
-                                     f"{'> 0' if c == 'median_s' else '>= 0'}")
+                if not math.isfinite(v) or v < 0 or (c == "median_s" and not v > 0):
+                    raise ValueError(f"{csv_path}:{line}: column {c} = {v} must be a finite "
+                                     f"number {'> 0' if c == 'median_s' else '>= 0'}")
                 cols[c].append(v)
     arrays = {c: np.asarray(v, dtype=object if c == "kind" else
                             (np.int64 if c in INT_COLUMNS else float)) for c, v in cols.items()}
