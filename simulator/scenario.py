@@ -501,10 +501,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ValueError(f"--set expects KEY.PATH=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
-    path = [p for p in key.strip().split(".") if p]
-    if not path:
+    if not key.strip():
         raise ValueError(f"--set has an empty key in {text!r}")
-    return path, yaml.safe_load(raw) if raw.strip() else None
+    path = key.strip().split(".")
+    if not all(path):
+        raise ValueError(f"--set key {key.strip()!r} has an empty part (in {text!r})")
+    try:
+        return path, yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"--set {text!r}: the value is not valid YAML ({first}); quote a "
+                         f"string in YAML, e.g. {key.strip()}='\"{raw.strip()}\"'") from None
 
 
 def set_path(data: dict[str, Any], key: str | list[str], value: Any) -> None:

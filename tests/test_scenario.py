@@ -40,6 +40,13 @@ def test_set_overrides_any_key(tmp_path):
     assert sc.scheduler.max_num_seqs == 7 and sc.cluster.pd.link == "nvlink4" and sc.slo.ttft_s == 0.25
     with pytest.raises(ValueError, match="KEY.PATH=VALUE"):
         load_scenario(p, ["scheduler.max_num_seqs"])
+    # a value that is not YAML (before: a yaml ScannerError traceback) and an empty key part
+    # (before: `a..b` was read as `a.b`)
+    with pytest.raises(ValueError, match=r"--set 'name=\[a': the value is not valid YAML"):
+        load_scenario(p, ["name=[a"])
+    for key in ("scheduler..max_num_seqs", ".name", "name."):
+        with pytest.raises(ValueError, match="has an empty part"):
+            load_scenario(p, [f"{key}=1"])
     assert "scheduler.max_num_batched_tokens" in scenario_keys()
 
 
