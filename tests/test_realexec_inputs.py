@@ -51,6 +51,16 @@ def test_too_long_prompt_is_rejected_and_the_rest_runs(llm):
         ([[5], [6]], [{"temprature": 0.5}, {}], r"request 0: sampling_params: unknown sampling option.*temprature"),
         ([[5], [6]], [{"top_p": 0.0}, {}], r"request 0: sampling_params.*top_p must be in"),
         ([5, 6], None, r"list of prompts"),
+        # types and ranges the engine would only trip over mid-step (before: a seed beyond
+        # 2^64 failed inside torch and left the request in the engine, failing every later
+        # call; n = 2.5 was a TypeError; inf temperature and negative stop ids were taken)
+        ([[5]], {"seed": 2**70}, r"request 0: sampling_params.seed must be None \(or -1\) or an integer"),
+        ([[5]], {"n": 2.5}, r"request 0: sampling_params.n must be an integer, got 2.5"),
+        ([[5]], {"max_tokens": True}, r"max_tokens must be an integer, got True"),
+        ([[5]], {"temperature": float("inf")}, r"temperature must be a finite number"),
+        ([[5]], {"top_p": float("nan")}, r"top_p must be a finite number"),
+        ([[5]], {"stop_token_ids": [-3]}, r"stop_token_ids: -3 is not a token id"),
+        ([[5]], {"top_k": -2}, r"top_k must be >= 0 \(0 or -1 = off\)"),
     ],
 )
 def test_bad_requests_raise_value_error(llm, prompts, params, match):
@@ -58,6 +68,36 @@ def test_bad_requests_raise_value_error(llm, prompts, params, match):
         llm.generate(prompts, params)
     assert_pool_whole(llm)  # nothing of the bad batch was queued
     assert llm.generate([[5, 6]], {"temperature": 0, "max_tokens": 2})[0].finish_reason == "length"
+
+
+def test_vllm_spellings_of_off_are_taken():
+    """vLLM reads top_k -1 as 0 (every token) and seed -1 as no seed."""
+    sp = SamplingParams(top_k=-1, seed=-1)
+    assert sp.top_k == 0 and sp.seed is None
+
+
+def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
+    """An exception inside a step (an executor error, Ctrl-C) aborts that call's requests,
+    children of n > 1 included, and frees their blocks: the next call runs as on a fresh
+    engine (before: the failed requests stayed queued and every later call failed)."""
+    prompts = [[5, 6, 7, 8] * 5, [9, 10, 11]]
+    want = llm.generate(prompts[:1], {"temperature": 0, "max_tokens": 6})[0].token_ids
+    real = llm.runner._forward_and_sample
+    calls = []
+
+    def fail_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("executor failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(llm.runner, "_forward_and_sample", fail_second)
+    with pytest.raises(RuntimeError, match="executor failed"):
+        llm.generate(prompts, {"temperature": 0.7, "seed": 1, "n": 2, "max_tokens": 6})
+    monkeypatch.setattr(llm.runner, "_forward_and_sample", real)
+    assert_pool_whole(llm)
+    assert not llm.finished and not llm.runner.generators
+    assert llm.generate(prompts[:1], {"temperature": 0, "max_tokens": 6})[0].token_ids == want
 
 
 def test_unsupported_architecture_lists_the_supported(tmp_path):

@@ -316,20 +316,39 @@ class LLM:
         self._next_id += n
         pending = sorted(range(n), key=lambda i: (offsets[i], i))
         k = 0
-        while k < len(pending) or self.has_unfinished_requests():
-            now = self.clock()
-            while k < len(pending) and reqs[pending[k]].arrival_time <= now:
-                self.engine.add_request(reqs[pending[k]], now)
-                k += 1
-            if self.has_unfinished_requests():
-                self.step()
-            elif k < len(pending):
-                time.sleep(max(0.0, reqs[pending[k]].arrival_time - self.clock()))
+        try:
+            while k < len(pending) or self.has_unfinished_requests():
+                now = self.clock()
+                while k < len(pending) and reqs[pending[k]].arrival_time <= now:
+                    self.engine.add_request(reqs[pending[k]], now)
+                    k += 1
+                if self.has_unfinished_requests():
+                    self.step()
+                elif k < len(pending):
+                    time.sleep(max(0.0, reqs[pending[k]].arrival_time - self.clock()))
+        except BaseException:  # a failed step or Ctrl-C: the engine must serve the next call
+            self._abandon({r.request_id for r in reqs})
+            raise
         outputs = [self._output(req) for req in reqs]
         for o in outputs:  # handed out: forget them (long-lived engines must not grow)
             for r in o.requests:
                 self.finished.pop(r.request_id, None)
         return outputs
+
+    def _abandon(self, request_ids: set[str]) -> None:
+        """Abort what a failed `generate` call left queued or running (its n > 1 children
+        too), free their blocks and forget them, and drop the prefix cache: a step that
+        failed part-way may have registered blocks whose KV it never wrote."""
+        sched = self.engine.scheduler
+        now = self.clock()
+        mine = [rid for rid, r in sched.requests.items()
+                if rid in request_ids or r.parent_request_id in request_ids]
+        for rid in mine:
+            self.engine.abort_request(rid, now, "generate failed", report=False)
+            self.runner.drop_request(rid)
+        for rid in mine + list(request_ids):
+            self.finished.pop(rid, None)
+        self.kv_cache_manager.block_pool.reset_prefix_cache()
 
     def warm_up(self, prompt_len: int, seed: int = 0x5EED) -> None:
         """One short untimed request (`prompt_len` random tokens, 2 output tokens), so first-call

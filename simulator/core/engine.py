@@ -60,8 +60,9 @@ class EngineCore:
     def add_request(self, req: Request, now: float | None = None) -> None:
         self.scheduler.add_request(req, now)
 
-    def abort_request(self, request_id: str, now: float, reason: str = "aborted") -> bool:
-        return self.scheduler.abort_request(request_id, now, reason)
+    def abort_request(self, request_id: str, now: float, reason: str = "aborted",
+                      report: bool = True) -> bool:
+        return self.scheduler.abort_request(request_id, now, reason, report)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()

@@ -7,6 +7,8 @@ since the engine started). Every metric is derived from the timestamps kept here
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -28,6 +30,18 @@ class RequestStatus(enum.IntEnum):
     @property
     def is_finished(self) -> bool:
         return self >= RequestStatus.FINISHED_STOPPED
+
+
+SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_seed takes them
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+
+
+def _is_real(v: Any) -> bool:
+    return type(v) is float or type(v) is int or (isinstance(v, numbers.Real)
+                                                   and not isinstance(v, bool))
 
 
 FINISH_REASONS = {
@@ -61,17 +75,41 @@ class SamplingParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stop_token_ids, Sequence) or isinstance(self.stop_token_ids, str):
+            raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got "
+                             f"{self.stop_token_ids!r}")
+        for t in self.stop_token_ids:
+            if not _is_int(t) or t < 0:
+                raise ValueError(f"sampling_params.stop_token_ids: {t!r} is not a token id "
+                                 f"(an integer >= 0)")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        # vLLM's spellings of "off": top_k -1 (as 0) and seed -1 (as no seed)
+        if _is_int(self.top_k) and self.top_k == -1:
+            object.__setattr__(self, "top_k", 0)
+        if _is_int(self.seed) and self.seed == -1:
+            object.__setattr__(self, "seed", None)
         self.validate()
 
     def validate(self, where: str = "sampling_params") -> None:
         """Raise ValueError naming the field and its allowed range."""
+        for name in ("top_k", "n", "max_tokens", "min_tokens"):
+            if not _is_int(getattr(self, name)):
+                raise ValueError(f"{where}.{name} must be an integer, got {getattr(self, name)!r}")
+        for name in ("temperature", "top_p"):
+            v = getattr(self, name)
+            if not _is_real(v) or not math.isfinite(v):
+                raise ValueError(f"{where}.{name} must be a finite number, got {v!r}")
+        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed <= SEED_MAX):
+            raise ValueError(f"{where}.seed must be None (or -1) or an integer in 0..2^64-1, "
+                             f"got {self.seed!r}")
+        if self.logprobs is not None and not _is_int(self.logprobs):
+            raise ValueError(f"{where}.logprobs must be None or an integer, got {self.logprobs!r}")
         if not self.temperature >= 0.0:
             raise ValueError(f"{where}.temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"{where}.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"{where}.top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise ValueError(f"{where}.top_k must be >= 0 (0 or -1 = off), got {self.top_k}")
         if self.n < 1:
             raise ValueError(f"{where}.n must be >= 1, got {self.n}")
         if self.max_tokens < 1:

@@ -155,8 +155,10 @@ class Scheduler(PDHandoff, ParallelSampling):
             )
         return None
 
-    def abort_request(self, request_id: str, now: float, reason: str = "aborted") -> bool:
-        """Finish a request as ABORTED and free its blocks; False if it is unknown."""
+    def abort_request(self, request_id: str, now: float, reason: str = "aborted",
+                      report: bool = True) -> bool:
+        """Finish a request as ABORTED and free its blocks; False if it is unknown.
+        `report=False`: the next step does not list it as finished (the caller gave it up)."""
         req = self.requests.get(request_id)
         if req is None:
             return False
@@ -172,7 +174,8 @@ class Scheduler(PDHandoff, ParallelSampling):
             self.waiting.remove(req)
         req.finish(RequestStatus.FINISHED_ABORTED, now, reason)
         self._free(req)
-        self._finished_pending.append(req)
+        if report:
+            self._finished_pending.append(req)
         return True
 
     # ---------------------------------------------------------------- schedule
