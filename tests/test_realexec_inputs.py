@@ -70,6 +70,14 @@ def test_bad_requests_raise_value_error(llm, prompts, params, match):
     assert llm.generate([[5, 6]], {"temperature": 0, "max_tokens": 2})[0].finish_reason == "length"
 
 
+@pytest.mark.parametrize("when", [float("inf"), float("nan"), -1.0, "1"])
+def test_bad_arrival_times_are_refused(llm, when):
+    """(before: inf overflowed time.sleep after the requests were queued)"""
+    with pytest.raises(ValueError, match=r"request 0: arrival_times\[0\] must be a finite number"):
+        llm.generate([[5]], None, arrival_times=[when])
+    assert_pool_whole(llm)
+
+
 def test_vllm_spellings_of_off_are_taken():
     """vLLM reads top_k -1 as 0 (every token) and seed -1 as no seed."""
     sp = SamplingParams(top_k=-1, seed=-1)

@@ -6,6 +6,8 @@ Times are seconds on the engine clock: `time.perf_counter()` since the `LLM` was
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 import time
 from collections.abc import Sequence
@@ -304,8 +306,9 @@ class LLM:
             if len(arrival_times) != n:
                 raise ValueError(f"{len(arrival_times)} arrival_times for {n} prompts")
             for i, a in enumerate(arrival_times):
-                if not a >= 0:
-                    raise ValueError(f"request {i}: arrival_times[{i}] must be >= 0 s, got {a}")
+                if not (isinstance(a, numbers.Real) and 0 <= a < math.inf):
+                    raise ValueError(f"request {i}: arrival_times[{i}] must be a finite number "
+                                     f">= 0 (s), got {a!r}")
         start = self.clock()
         offsets = [0.0] * n if arrival_times is None else [float(a) for a in arrival_times]
         reqs = []
