@@ -244,3 +244,24 @@ def test_cli_capacity(tmp_path, capsys):
     rc = main(["capacity", str(QUICKSTART), "--slo", "ttft_p95=0.5", "--out", str(tmp_path / "x")])
     assert rc == 2 and "statistics: mean, p50, p90, p99, max" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--tol", "0"], "--tol must be a finite number > 0"),
+    (["--tol", "nan"], "--tol must be a finite number > 0"),
+    (["--verify-step", "0.01"], "--verify-step must be a finite number above --tol (0.02)"),
+    (["--verify-step", "inf"], "--verify-step must be a finite number above --tol"),
+    (["--sim-timeout", "nan"], "--sim-timeout must be a finite number > 0 s"),
+    (["--peak-rate", "inf"], "--peak-rate must be a finite number > 0 requests/s"),
+    (["--workers", "0"], "--workers must be >= 1"),
+    (["--max-sims", "2"], "--max-sims must be >= 4"),
+    (["--repeats", "-1"], "--repeats must be >= 0"),
+])
+def test_cli_bad_search_options_exit_2_before_any_simulation(tmp_path, capsys, flags, message):
+    """(before: a bad --tol or --verify-step failed every candidate after its set-up, with
+    exit code 1 and a capacity.json of failures; inf --peak-rate was an OverflowError)"""
+    out = tmp_path / "never"
+    assert main(["capacity", str(QUICKSTART), "--slo", "ttft_p90=0.5", *flags,
+                 "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

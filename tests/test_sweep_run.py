@@ -170,6 +170,13 @@ def test_cli_bad_input_exits_2_before_any_work(tmp_path, capsys):
     assert main(["sweep", str(good), "--out", str(out), "--address", "127.0.0.1:1"]) == 2
     assert "--address applies to --backend ray only" in capsys.readouterr().err
     assert not out.exists()
+    # timeouts and pool sizes are finite positive numbers, refused by argparse
+    for flag, value in (("--point-timeout", "nan"), ("--connect-timeout", "inf"),
+                        ("--workers", "0")):
+        with pytest.raises(SystemExit) as info:
+            main(["sweep", str(good), "--out", str(out), flag, value])
+        assert info.value.code == 2 and f"argument {flag}: expects" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_ranking_keeps_only_points_that_meet_the_attainment_target(capsys):

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from realexec.fidelity.out_paths import check_out_dir
     from simulator.plan.candidates import (
+        check_search_options,
         load_cost_table,
         parse_pd_ratios,
         plan_capacity,
@@ -106,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     slos = slo_set(args.slo, args.attainment, sc.slo)
     hardware = [h.strip() for h in args.hardware.split(",") if h.strip()] if args.hardware else None
     ratios = parse_pd_ratios(args.pd_ratios) if args.pd_ratios else None
-    if args.repeats < 0 or args.max_sims < 4:
-        raise ValueError("--repeats must be >= 0 and --max-sims >= 4")
+    check_search_options(args.peak_rate, args.repeats, args.tol, args.verify_step,
+                         args.max_sims, args.sim_timeout, args.workers)
     out_dir = check_out_dir(args.out or f"runs/capacity/{sc.name}", "--out")  # before the search
     result = plan_capacity(args.scenario, slos, overrides=args.overrides, hardware=hardware,
                            pd_ratios=ratios, peak_rps=args.peak_rate,

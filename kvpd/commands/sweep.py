@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvpd.commands.arg_types import positive_float, positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -20,11 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a key of the base scenario for every point (repeatable)")
     p.add_argument("--backend", choices=("process", "ray", "serial"), default="process",
                    help="where points run: local process pool (default), Ray, or this process")
-    p.add_argument("--workers", type=int, help="pool size (default: CPU count; Ray: local CPUs)")
+    p.add_argument("--workers", type=positive_int, help="pool size (default: CPU count; Ray: local CPUs)")
     p.add_argument("--address", help="Ray cluster address (HOST:PORT, ray://HOST:PORT, auto)")
-    p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
+    p.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
                    help="seconds to wait for a Ray address before giving up (default 5)")
-    p.add_argument("--point-timeout", type=float, metavar="S",
+    p.add_argument("--point-timeout", type=positive_float, metavar="S",
                    help="fail a point whose simulation runs longer than S seconds")
     p.add_argument("--restart", action="store_true", help="discard the folder's earlier results")
     p.add_argument("--retry-failed", action="store_true", help="re-run points that failed before")

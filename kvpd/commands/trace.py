@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     plot = tsub.add_parser("plot", help="arrival rate over time and length histograms (PNG)")
     plot.add_argument("file", metavar="FILE")
     plot.add_argument("-o", "--output", required=True, help="output .png")
-    plot.add_argument("--bucket-s", type=float, help="rate bucket width in seconds (default: auto)")
+    plot.add_argument("--bucket-s", type=positive_float, help="rate bucket width in seconds (default: auto)")
     add_load_options(plot)
     plot.set_defaults(func=run, trace_func=_plot)
 

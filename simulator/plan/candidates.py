@@ -169,6 +169,33 @@ def _unit_note(sc: Scenario, peak_rps: float | None) -> str | None:
             "per replica" + ("" if peak_rps else "; --peak-rate RPS gives the replicas a peak needs"))
 
 
+def _finite_positive(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def check_search_options(peak_rps: float | None, repeats: int, rel_tol: float,
+                         verify_step: float, max_simulations: int, sim_timeout_s: float | None,
+                         workers: int | None) -> None:
+    """ValueError naming each bad option by its `kvpd capacity` flag, before any simulation
+    (a bad bracket width used to fail every candidate after the set-up, with exit code 1)."""
+    if peak_rps is not None and not _finite_positive(peak_rps):
+        raise ValueError(f"--peak-rate must be a finite number > 0 requests/s, got {peak_rps}")
+    if repeats < 0:
+        raise ValueError(f"--repeats must be >= 0, got {repeats}")
+    if max_simulations < 4:
+        raise ValueError(f"--max-sims must be >= 4 (a bracket and its check), got {max_simulations}")
+    if not _finite_positive(rel_tol):
+        raise ValueError(f"--tol must be a finite number > 0 (the bracket's relative width), "
+                         f"got {rel_tol}")
+    if not (_finite_positive(verify_step) and verify_step > rel_tol):
+        raise ValueError(f"--verify-step must be a finite number above --tol ({rel_tol:g}), "
+                         f"got {verify_step}")
+    if sim_timeout_s is not None and not _finite_positive(sim_timeout_s):
+        raise ValueError(f"--sim-timeout must be a finite number > 0 s, got {sim_timeout_s}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+
+
 def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[str] | None = None,
                   hardware: list[str] | None = None, pd_ratios: list[tuple[int, int]] | None = None,
                   peak_rps: float | None = None, cost_table: dict[str, float] | None = None,
@@ -187,8 +214,8 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
     apply_overrides(data, list(overrides or []))
     base_dir = str(path.resolve().parent)
     sc = scenario_from_dict(copy.deepcopy(data), str(path), base_dir)
-    if peak_rps is not None and not peak_rps > 0:
-        raise ValueError(f"--peak-rate must be > 0 requests/s, got {peak_rps}")
+    check_search_options(peak_rps, repeats, rel_tol, verify_step, max_simulations,
+                         sim_timeout_s, workers)
     tasks = []
     base = BaseScenario(data, str(path), base_dir, cost_table or {})
     for name, over in candidates(sc, hardware, pd_ratios):
