@@ -492,3 +492,14 @@ def test_every_replay_has_token_contents_of_its_own(tmp_path, monkeypatch):
     warmup, *runs = seeds["run"]
     assert len(runs) == 2 and len(set(seeds["run"])) == 3
     assert len(seeds["probe"]) == 3 and len(set(seeds["probe"])) == 3
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--fractions", "0.5,nan"), ("--rates", "inf"),
+                                             ("--fractions", "0"), ("--rates", "x")])
+def test_cli_rates_and_fractions_are_finite_positive_numbers(tmp_path, capsys, flag, value):
+    """(before: nan and inf passed argparse and reached the plan)"""
+    from kvpd.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--calibration", str(tmp_path / "c.yaml"), flag, value])
+    assert info.value.code == 2 and f"argument {flag}: expected" in capsys.readouterr().err

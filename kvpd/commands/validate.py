@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import signal
 from collections.abc import Iterator
 
@@ -14,8 +15,8 @@ def _floats(text: str) -> tuple[float, ...]:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    if not vals or not all(0 < v < math.inf for v in vals):
+        raise argparse.ArgumentTypeError(f"expected finite positive numbers, got {text!r}")
     return vals
 
 
