@@ -131,9 +131,12 @@ class ClusterSpec(_Strict):
     def _dp_attention(self):
         if not self.dp_attention:
             return self
-        clash = [f"cluster.{k} = {getattr(self, k)}" for k in ("pd", "host_memory_share",
+        clash = [f"cluster.{k} = {getattr(self, k)}" for k in ("host_memory_share",
                                                                "host_compute_share")
                  if getattr(self, k) is not None]
+        if self.pd is not None:
+            clash.append("cluster.pd (a PD deployment; data-parallel attention is for a "
+                         "colocated replica)")
         if self.pp != 1:
             clash.append(f"cluster.pp = {self.pp} (data-parallel attention runs at pp = 1)")
         if self.tp < 2:

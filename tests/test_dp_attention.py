@@ -39,7 +39,7 @@ def dp_sim(patch: dict | None = None):
     ({"tp": 1, "dp_attention": True}, "cluster.tp = 1"),
     ({"tp": 8, "dp_attention": True, "host_memory_share": 0.5}, "cluster.host_memory_share"),
     ({"dp_attention": True, "tp": 4, "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}},
-     "cluster.pd"),
+     "cluster.pd (a PD deployment"),  # not the pools' Python repr
     ({"tp": 8, "dp_attention": "yes"}, "cluster.dp_attention: Input should be a valid boolean"),
 ])
 def test_combinations_it_cannot_run_are_refused_naming_the_key(cluster, message):
