@@ -155,3 +155,20 @@ def test_a_precision_the_released_checkpoint_chose_is_said(tmp_path, capsys):
     data["quantization"] = {"method": "mxfp4", "scope": "all"}
     assert main(["simulate", str(_write(tmp_path, data, "b.yaml")), "--out", str(tmp_path / "b")]) == 0
     assert "as released" not in capsys.readouterr().out
+
+
+def test_rejected_requests_are_said_after_the_table(tmp_path, capsys):
+    """An open-loop trace whose requests the scheduler can never serve: they are counted as
+    rejected, and the run now says so with the keys that change it (before: only a number in
+    the table)."""
+    p = _write(tmp_path, SMALL)
+    assert main(["simulate", str(p), "--out", str(tmp_path / "o"), "--no-plots",
+                 "--set", "scheduler.max_model_len=600"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    n = summary["requests"]["rejected"]
+    assert 0 < n < 20
+    assert f"WARNING: {n} of 20 requests were rejected" in out
+    assert "max_model_len = 600 tokens" in out and "workload.over_max_len: clip" in out
+    assert main(["simulate", str(p), "--out", str(tmp_path / "o2"), "--no-plots"]) == 0
+    assert "rejected, not served" not in capsys.readouterr().out

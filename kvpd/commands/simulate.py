@@ -88,6 +88,20 @@ def _simulate(path: str, sc: Any, progress: bool) -> Any:
         raise ValueError(f"{path}: workload.trace: {exc.hinted(SKIP_HINT)}") from None
 
 
+def rejected_note(summary: dict, sc: Any) -> str | None:
+    """A line when the scheduler rejected requests it could never serve (their latencies are
+    not in the figures), with the keys that change it; None when it rejected none."""
+    reqs = summary.get("requests") or {}
+    n, total = reqs.get("rejected", 0), reqs.get("total", 0)
+    if not n:
+        return None
+    limit = sc.scheduler.max_model_len or sc.model_spec().max_position_embeddings
+    return (f"WARNING: {n} of {total} requests were rejected, not served (prompt + max_tokens "
+            f"past max_model_len = {limit} tokens, or past the whole KV pool); the latency and "
+            "throughput figures leave them out. workload.over_max_len: clip shortens them, "
+            "workload.scale_prompt / scale_output scale the lengths")
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -132,9 +146,12 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"{name}: quantization {note}; set quantization.method/scope to override")
     print(summary_table([r.summary for r in results], names))
-    for name, r in zip(names, results):
+    for name, r, sc in zip(names, results, scenarios):
         if "accuracy" in r.summary:
             print(f"{name}: {accuracy_line(r.summary['accuracy'])}")
+        note = rejected_note(r.summary, sc)
+        if note:
+            print(f"{name}: {note}")
     for name, r in zip(names, results):
         files = [Path(f).name for f in r.extra["written"]]
         print(f"\n{name}: wrote {len(files)} files to {r.extra['out_dir']}/: {', '.join(files)}")
