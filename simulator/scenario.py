@@ -44,6 +44,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+# how a pool spreads requests over its replicas (simulator/cluster/router.py)
+RouterPolicy = Literal["round_robin", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]
+
+
 class PoolSpec(_Strict):
     """A pool of identical replicas (PD prefill or decode side)."""
 
@@ -57,7 +61,7 @@ class PoolSpec(_Strict):
     moe_a2a_backend: MoEA2ABackend = "none"
     ep_link: Literal["scale_up", "scale_out"] = "scale_up"  # the all-to-all's link
     hardware: Spec | None = None  # default: the scenario's hardware
-    router: str = "least_outstanding_tokens"
+    router: RouterPolicy = "least_outstanding_tokens"
     num_gpu_blocks: int | None = Field(None, ge=1)
     # this pool's attention kernel (ClusterSpec.attention_backend); default: the cluster's
     attention_backend: AttentionBackend | None = None
@@ -90,7 +94,7 @@ class ClusterSpec(_Strict):
     # (vLLM's before v0.17, SGLang's, for a shape without a tuned file;
     # simulator/engines/fused_moe_fallback.py)
     fused_moe_config: FusedMoEConfig = "tuned"
-    router: str = "round_robin"
+    router: RouterPolicy = "round_robin"
     router_load_cap: float = Field(1.5, ge=1.0)
     # the TP all-reduce the engine calls: "custom" (vLLM's custom all-reduce, TensorRT-LLM's
     # plugin: the ring model) or "nccl" (NCCL's per-call extra; simulator/cost/collectives.py)

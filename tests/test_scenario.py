@@ -81,3 +81,11 @@ def test_kvpd_simulate_bad_scenario_exits_2(tmp_path, capsys):
     p = _write(tmp_path, merged(BASE, {"cluster": {"routr": "x"}}))
     assert main(["simulate", str(p)]) == 2
     assert "cluster.routr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["cluster.router", "cluster.pd.decode.router"])
+def test_an_unknown_router_is_refused_with_its_key_path(tmp_path, key):
+    """(before: refused only when the cluster was built, with no file or key path)"""
+    data = merged(BASE, {"cluster": {"pd": {"prefill": {}, "decode": {}}}}) if ".pd." in key else BASE
+    with pytest.raises(ValueError, match=rf"{key}: Input should be 'round_robin'.*'prefix_aware'"):
+        load_scenario(_write(tmp_path, data), [f"{key}=least_loaded"])

@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import get_args
 
 from simulator.core.request import Request
+from simulator.scenario import RouterPolicy
 
-ROUTERS = ("round_robin", "least_outstanding_tokens", "least_kv_usage", "prefix_aware")
+ROUTERS: tuple[str, ...] = get_args(RouterPolicy)
 
 
 class Router:
