@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from simulator.engines import apply_engine
+from simulator.engines.version import parse_version
 
 SUITE_DIR = Path(__file__).resolve().parent / "published"
 
@@ -276,6 +277,9 @@ def to_scenario(row: Row) -> Converted:
     engine = row.source.get("engine_backend") or row.source["engine"]
     version = (s.get("engine_backend_version") or row.source.get("engine_backend_version")
                if row.source.get("engine_backend") else row.source.get("engine_version"))
+    if version is not None and parse_version(version) is None:  # "unknown": not published
+        notes.append(f"engine version not published ({version!r}): kvpd's defaults for {engine}")
+        version = None
     dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
     arrival = s.get("arrival", "burst")
     if arrival not in ("burst", "closed_loop"):

@@ -122,6 +122,11 @@ def test_pd_pools_keep_the_scenario_wide_limits_and_a_second_pass_changes_nothin
     ({"name": "tgi"}, "engine.name 'tgi' unknown; kvpd knows: vllm, sglang, tensorrt-llm"),
     ({"name": "vllm", "entry_point": "batch"}, "engine.entry_point 'batch' unknown"),
     ("vllm", "engine must be a mapping"),
+    # a version kvpd cannot read was taken as none, silently (YAML reads 0.11 as a number)
+    ({"name": "vllm", "version": 0.11}, r"engine.version 0.11 names no version; write "
+                                        r"major.minor.patch in quotes, e.g. '0.11.0'"),
+    ({"name": "sglang", "version": "latest"}, r"engine.version 'latest' names no version"),
+    ({"version": "0.11.0"}, "engine.name is missing; kvpd knows: vllm"),  # was "name None"
 ])
 def test_a_bad_engine_is_refused_naming_the_file_and_key(engine, match):
     with pytest.raises(ValueError, match=match) as exc:

@@ -178,6 +178,8 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         raise ValueError(f"{where}: engine must be a mapping such as {{name: vllm, version: "
                          f"'0.11.0'}}, got {spec!r}")
     name = spec.get("name")
+    if name is None:
+        raise ValueError(f"{where}: engine.name is missing; kvpd knows: {', '.join(ENGINES)}")
     if name not in ENGINES:
         raise ValueError(f"{where}: engine.name {name!r} unknown; kvpd knows: {', '.join(ENGINES)}")
     entry = spec.get("entry_point", "server")
@@ -185,6 +187,9 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         raise ValueError(f"{where}: engine.entry_point {entry!r} unknown; allowed: "
                          f"{', '.join(ENTRY_POINTS)}")
     version = spec.get("version")
+    if version is not None and parse_version(version) is None:
+        raise ValueError(f"{where}: engine.version {version!r} names no version; write "
+                         f"major.minor.patch in quotes, e.g. '0.11.0'")
     label = f"{name} {version}" if version else name
     notes: list[str] = []
     scheduler = _section(data, "scheduler", where)
