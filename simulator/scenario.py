@@ -285,6 +285,16 @@ class WorkloadSpec(_Strict):
     # differently (SGLang without the radix cache: `simulator.core.capacity`)
     ignore_eos: bool = Field(False, strict=True)
 
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v):
+        from workloads import FORMATS
+
+        if v is not None and v not in FORMATS:
+            raise ValueError(f"unknown trace format {v!r}; expected one of {', '.join(FORMATS)} "
+                             "(or leave it out: detected from the file)")
+        return v
+
     @field_validator("window_s")
     @classmethod
     def _window(cls, v):
@@ -498,8 +508,9 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
             # (the whole scenario, for a top-level check) would only bury it
             msg = str(err["msg"]).removeprefix("Value error, ")
             lines.append(f"  {key or 'scenario'}: {msg}")
-        else:
-            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+        else:  # a validator's own message may name the key already: not twice
+            msg = str(err["msg"]).removeprefix("Value error, ").removeprefix(f"{key}: ")
+            lines.append(f"  {key}: {msg} (got {err.get('input')!r})")
     return "\n".join(lines)
 
 

@@ -89,3 +89,17 @@ def test_an_unknown_router_is_refused_with_its_key_path(tmp_path, key):
     data = merged(BASE, {"cluster": {"pd": {"prefill": {}, "decode": {}}}}) if ".pd." in key else BASE
     with pytest.raises(ValueError, match=rf"{key}: Input should be 'round_robin'.*'prefix_aware'"):
         load_scenario(_write(tmp_path, data), [f"{key}=least_loaded"])
+
+
+def test_an_unknown_trace_format_is_refused_with_its_key_and_messages_name_a_key_once(tmp_path):
+    """(before: `unknown trace format` with neither file nor key, when the trace loaded; and
+    validators' messages read "key: Value error, key: ...")"""
+    p = _write(tmp_path, BASE)
+    with pytest.raises(ValueError, match=r"workload.format: unknown trace format 'xyz'; "
+                                         r"expected one of azure, mooncake") as info:
+        load_scenario(p, ["workload.format=xyz"])
+    assert str(info.value).startswith(str(p))
+    with pytest.raises(ValueError) as info:
+        load_scenario(p, ["cache.kv_cache_dtype=fp4"])
+    assert "  cache.kv_cache_dtype: 'fp4' is not a KV-cache dtype" in str(info.value)
+    assert "Value error" not in str(info.value)
