@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvpd.commands.arg_types import non_negative_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--statistic", choices=["median", "mean", "cpu"], default="median",
                    help="fit the points' median or mean wall time, or (one-thread CPU "
                    "profiles) their on-CPU time scaled by the profile's CPU share")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-back choice and starts")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the held-back choice and starts")
     p.add_argument("--no-plot", action="store_true", help="skip FILE.fit.png")
     p.add_argument("--accept-noisy", action="store_true",
                    help="write the calibration even when its held-back median error is over "

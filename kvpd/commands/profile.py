@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvpd.commands.arg_types import non_negative_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--blocks-in-id-order", action="store_true",
                    help="hand KV blocks out in id order, as a fresh pool does (default: in a "
                    "seeded random order, as a pool has them after traffic)")
-    p.add_argument("--seed", type=int, default=0, help="seed of prompts, weights and point order")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of prompts, weights and point order")
     p.add_argument("--out", default="out/profile/profile.csv", help="profile CSV path (or folder)")
     p.set_defaults(func=run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kvpd.commands.arg_types import non_negative_int
 from simulator.core.config import CAPACITY_POLICIES, SchedulerConfig
 
 # scheduler flags of `kvpd serve` / `kvpd replay` -> the `realexec.LLM` keyword (and the
@@ -57,7 +58,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="... or until their tokens reach R x --max-num-batched-tokens "
                    "(0: off)")
     e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
-    e.add_argument("--seed", type=int, default=0, help="sampling seed of the engine")
+    e.add_argument("--seed", type=non_negative_int, default=0, help="sampling seed of the engine")
     d = p.add_argument_group("deployment")
     d.add_argument("--pd", default=None, metavar="P:D",
                    help="disaggregate: P prefill and D decode worker processes (e.g. 1:1)")

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kvpd.commands.arg_types import positive_float, positive_int
+from kvpd.commands.arg_types import non_negative_int, positive_float, positive_int
 from kvpd.commands.trace_args import add_load_options, load_kwargs, parse_kv
 
 
@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K=V,...",
         help="e.g. num_prefixes=4,prefix_len=1024,fraction=0.5",
     )
-    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--seed", type=non_negative_int, default=0)
     syn.set_defaults(func=run, trace_func=_synth)
 
     plot = tsub.add_parser("plot", help="arrival rate over time and length histograms (PNG)")

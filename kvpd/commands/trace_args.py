@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kvpd.commands.arg_types import non_negative_int
+
 
 def parse_scalar(text: str) -> Any:
     """'12' -> 12, '1.5' -> 1.5, 'true'/'false' -> bool, 'none' -> None, else the text."""
@@ -79,7 +81,7 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE,...",
         help="arrival process for the lengths format, e.g. process=poisson,rate=5",
     )
-    g.add_argument("--seed", type=int, default=0, help="seed for arrivals / jitter (default 0)")
+    g.add_argument("--seed", type=non_negative_int, default=0, help="seed for arrivals / jitter (default 0)")
 
 
 def load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
