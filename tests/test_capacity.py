@@ -265,3 +265,22 @@ def test_cli_bad_search_options_exit_2_before_any_simulation(tmp_path, capsys, f
                  "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ("h100-sxm: .nan\n", "h100-sxm: expected a price >= 0 in USD per hour, got nan"),
+    ("h100-sxmm: 2.0\n", "--cost-table: 'h100-sxmm' is neither a catalog accelerator nor one a "
+                         "candidate runs on (h100-sxm); did you mean h100-sxm"),
+    ("[1, 2]\n", "must be a YAML mapping, got list"),
+    (": : :\n", "not valid YAML"),
+])
+def test_a_bad_cost_table_is_refused_before_any_simulation(tmp_path, capsys, table, message):
+    """(before: a nan price and a misspelt part were taken, leaving the price unknown or nan,
+    and YAML that did not parse was a traceback)"""
+    f = tmp_path / "prices.yaml"
+    f.write_text(table)
+    out = tmp_path / "never"
+    assert main(["capacity", str(QUICKSTART), "--slo", "ttft_p90=0.5", "--cost-table", str(f),
+                 "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -113,6 +113,13 @@ def test_unknown_catalog_name_is_reported_up_front():
         spec({"hardware": ["h100-sxm", "h1000"]})
 
 
+def test_a_negative_or_non_finite_price_is_refused():
+    with pytest.raises(ValueError, match=r"t.yaml: cost_table.h100-sxm: expected a price >= 0"):
+        spec({"seed": [0, 1]}, cost_table={"h100-sxm": -2})
+    with pytest.raises(ValueError, match=r"cost_table.h100-sxm: expected a finite number"):
+        spec({"seed": [0, 1]}, cost_table={"h100-sxm": float("inf")})
+
+
 def test_a_calibration_that_cannot_serve_a_pool_is_reported_up_front(tmp_path):
     from simulator.cost.params import CostParams
 

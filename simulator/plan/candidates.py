@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from simulator.cost.catalog_match import close_matches, normalize_name
+from simulator.cost.hardware import list_accelerators
 from simulator.plan.capacity import Probe, confidence, replay_variants, search, trace_rate
 from simulator.plan.keys import BaseScenario
 from simulator.plan.pricing import cluster_cost
 from simulator.plan.slo import SLOSet
 from simulator.preflight import preflight_as
 from simulator.scenario import Scenario, apply_overrides, read_scenario_yaml, scenario_from_dict
+from simulator.yaml_file import read_yaml_mapping
 
 RESULT_FILE = "capacity.json"
 
@@ -64,15 +65,23 @@ def load_cost_table(path: str | None) -> dict[str, float]:
     if not path:
         return {}
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"cost table not found: {p}")
-    data = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{p}: a cost table maps accelerator names to USD per hour")
+    data = read_yaml_mapping(p, "cost table (a mapping of accelerator name to USD per hour)")
     for k, v in data.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        if not _finite_positive(v) and v != 0:
             raise ValueError(f"{p}: {k}: expected a price >= 0 in USD per hour, got {v!r}")
     return {str(k): float(v) for k, v in data.items()}
+
+
+def check_cost_table_names(table: dict[str, float], used: list[str], where: str) -> None:
+    """ValueError for a cost-table name that is neither a catalog accelerator nor one a
+    candidate runs on (a typo would leave that part's price silently unknown)."""
+    known = {normalize_name(n) for n in [*list_accelerators(), *used]}
+    for name in table:
+        if normalize_name(name) not in known:
+            close = close_matches(name, [*used, *list_accelerators()], n=3)
+            raise ValueError(f"{where}: {name!r} is neither a catalog accelerator nor one a "
+                             f"candidate runs on ({', '.join(used)})"
+                             + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
 def candidates(sc: Scenario, hardware: list[str] | None,
@@ -218,11 +227,15 @@ def plan_capacity(scenario_path: str | Path, slos: SLOSet, *, overrides: list[st
                          sim_timeout_s, workers)
     tasks = []
     base = BaseScenario(data, str(path), base_dir, cost_table or {})
+    used: list[str] = []
     for name, over in candidates(sc, hardware, pd_ratios):
         cand = base.build({**over, **slos.per_request()})
         preflight_as(cand, f"{path}: candidate {name}")
+        cost = cluster_cost(cand, cost_table)
+        used += [p[0] for p in cost.prices] + list(cost.unpriced)
         tasks.append(CapacityTask(name, base, over, slos, repeats, rel_tol, verify_step,
                                   max_simulations, sim_timeout_s, progress))
+    check_cost_table_names(cost_table or {}, list(dict.fromkeys(used)), "--cost-table")
     engine = SerialBackend() if len(tasks) == 1 and isinstance(backend, str) else (
         make_backend(backend, workers=workers) if isinstance(backend, str) else backend)
     rows: list[dict[str, Any] | None] = [None] * len(tasks)

@@ -339,7 +339,9 @@ def sweep_from_dict(raw: Any, source: str = "<sweep>", base_dir: str = ".",
     if not isinstance(cost_table, dict):
         raise ValueError(f"{source}: cost_table must map accelerator names to USD per hour")
     for k, v in cost_table.items():
-        _number(v, f"{source}: cost_table.{k}")
+        if _number(v, f"{source}: cost_table.{k}") < 0:
+            raise ValueError(f"{source}: cost_table.{k}: expected a price >= 0 in USD per hour, "
+                             f"got {v!r}")
     name = raw.get("name") or Path(source).stem
     spec = SweepSpec(
         name=str(name), source=source, base_data=base_data, base_source=str(base_path),
