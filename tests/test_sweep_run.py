@@ -193,3 +193,15 @@ def test_ranking_keeps_only_points_that_meet_the_attainment_target(capsys):
     assert "x=2" not in capsys.readouterr().out
     print_ranking(rows[:1], ["x"], 0.9)
     assert "none: the highest attainment is 0.730" in capsys.readouterr().out
+
+
+def test_a_sweep_json_that_is_not_an_object_is_replaced_not_a_crash(tmp_path):
+    """(before: valid JSON that is not an object, e.g. a list, was an AttributeError)"""
+    from simulator.plan.sweep import META, prepare_out_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / META).write_text("[1, 2]")
+    spec = load_sweep(write_sweep(tmp_path, {"seed": [0]}))
+    prepare_out_dir(spec, out, restart=False)
+    assert json.loads((out / META).read_text())["fingerprint"] == spec.fingerprint()

@@ -88,7 +88,9 @@ def prepare_out_dir(spec: SweepSpec, out_dir: Path, restart: bool) -> None:
     elif meta_path.is_file():
         try:
             old = json.loads(meta_path.read_text())
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            old = {}
+        if not isinstance(old, dict):  # not a sweep.json kvpd wrote: overwritten below
             old = {}
         if old.get("fingerprint") not in (None, spec.fingerprint()):
             raise ValueError(
