@@ -78,6 +78,16 @@ def test_bad_arrival_times_are_refused(llm, when):
     assert_pool_whole(llm)
 
 
+def test_integer_arrays_are_taken_where_ints_are():
+    """numpy and torch integers are integers; their floats are not."""
+    import numpy as np
+
+    sp = SamplingParams(stop_token_ids=torch.tensor([3, 4]), max_tokens=np.int64(5))
+    assert sp.stop_token_ids == (3, 4) and sp.max_tokens == 5
+    with pytest.raises(ValueError, match="is not a token id"):
+        SamplingParams(stop_token_ids=torch.tensor([1.5]))
+
+
 def test_vllm_spellings_of_off_are_taken():
     """vLLM reads top_k -1 as 0 (every token) and seed -1 as no seed."""
     sp = SamplingParams(top_k=-1, seed=-1)

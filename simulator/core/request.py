@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -36,7 +37,16 @@ SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_see
 
 
 def _is_int(v: Any) -> bool:
-    return type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+    """An integer: int, or any integer type that says so (`__index__`: numpy, 0-d tensors)."""
+    if type(v) is int:
+        return True
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        return False
+    try:
+        operator.index(v)
+    except TypeError:  # e.g. a float tensor defines __index__ but refuses it
+        return False
+    return True
 
 
 def _is_real(v: Any) -> bool:
@@ -75,14 +85,16 @@ class SamplingParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stop_token_ids, Sequence) or isinstance(self.stop_token_ids, str):
+        ids = self.stop_token_ids
+        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
             raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got "
-                             f"{self.stop_token_ids!r}")
-        for t in self.stop_token_ids:
-            if not _is_int(t) or t < 0:
+                             f"{ids!r}")
+        ids = tuple(ids)
+        for t in ids:
+            if not _is_int(t) or operator.index(t) < 0:
                 raise ValueError(f"sampling_params.stop_token_ids: {t!r} is not a token id "
                                  f"(an integer >= 0)")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in ids))
         # vLLM's spellings of "off": top_k -1 (as 0) and seed -1 (as no seed)
         if _is_int(self.top_k) and self.top_k == -1:
             object.__setattr__(self, "top_k", 0)
