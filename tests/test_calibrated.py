@@ -45,3 +45,14 @@ def test_a_calibration_at_a_measured_speed_prices_at_that_speed(tmp_path):
     fast = calibrated_cost_model(tmp_path / "fast.yaml", cfg, "tiny-llama", "fp32")
     for shape in (BatchShape.from_lists([40, 1, 1], [0, 30, 90]), BatchShape.from_lists([1] * 8, [64] * 8)):
         assert fast.step_time(shape) == pytest.approx(base.step_time(shape) / 1.25, rel=1e-9)
+
+
+def test_a_calibration_file_that_is_missing_or_not_yaml_is_named(tmp_path):
+    """(before: a yaml ParserError traceback; Errno 2 for a missing file)"""
+    bad = tmp_path / "cal.yaml"
+    bad.write_text("params: [\n")
+    with pytest.raises(ValueError, match=r"cal.yaml: not valid YAML"):
+        CostParams.load(str(bad))
+    with pytest.raises(FileNotFoundError, match=r"calibration file not found: .*none.yaml "
+                                                r"\(written by `kvpd calibrate`\)"):
+        CostParams.load(str(tmp_path / "none.yaml"))

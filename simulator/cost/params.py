@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,8 +260,14 @@ class CostParams:
     @classmethod
     def load(cls, path: str, device: str | None = None, model: str | None = None) -> CostParams:
         """Read a profile written by `save`; with `device`/`model`, refuse a profile of another."""
-        with open(path) as f:
-            data = yaml.safe_load(f)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"calibration file not found: {path} (written by "
+                                    "`kvpd calibrate`)")
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f)
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
             raise ValueError(f"{path}: expected a mapping with a 'params' mapping")
         top = set(data) - {"device", "model", "source", "params", "extra"}
