@@ -127,6 +127,17 @@ def test_unsupported_architecture_lists_the_supported(tmp_path):
         load_model({"model_type": "bert"})
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("{bad", r"config.json: not valid JSON"),
+    ("[1]", r"config.json: a model config is a JSON object, got list"),
+])
+def test_a_model_directory_with_a_broken_config_is_named(tmp_path, text, message):
+    """(before: json's bare message naming no file, or a TypeError)"""
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_model(str(tmp_path), torch.float32, "cpu")
+
+
 def test_model_directory_round_trip(tmp_path):
     """A saved directory (config.json + safetensors) loads to the same logits."""
     src = load_model("tiny-qwen2", seed=3)

@@ -133,6 +133,8 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
 
 
 def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: a model config is a JSON object, got {type(d).__name__}")
     d = dict(d)
     model_type = d.pop("model_type", None)
     if model_type is None:
@@ -201,7 +203,10 @@ def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"{path}: model directory has no config.json")
-        d = json.loads(cfg_path.read_text())
+        try:
+            d = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{cfg_path}: not valid JSON ({exc})") from None
         cfg = _config_from_dict(d, str(cfg_path))
         check_supported(cfg, str(cfg_path))
         if not any(path.glob("*.safetensors")):
