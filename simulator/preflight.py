@@ -77,6 +77,8 @@ def preflight(sc: Scenario, pools: bool = False) -> None:
                                 f"(relative paths start from the scenario's folder)")
     if w.synthetic:
         workloads.validate_spec(w.synthetic, where="workload.synthetic")
+    if sc.scheduler.max_model_len is not None:
+        sc.max_model_len()  # past the model's context: refused, as vLLM does
     if pools:
         model_spec = sc.model_spec()
         for role, pool in pool_specs(sc):  # errors name the pool and the scenario keys

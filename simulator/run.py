@@ -29,7 +29,7 @@ def run_scenario(sc: Scenario, *, progress: bool | None = None,
     show = sc.sim.progress if progress is None else progress
     t0 = time.perf_counter()
     model = sc.model_spec()
-    max_model_len = sc.scheduler.max_model_len or model.max_position_embeddings
+    max_model_len = sc.max_model_len(model)
     trace = build_trace(sc, max_model_len)
     if sc.sim.processes > 1:
         from simulator.multiproc import run_split, split_refusal

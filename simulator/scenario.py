@@ -456,6 +456,20 @@ class Scenario(_Strict):
         m = self.model
         return get_model(str(self.resolve(m)) if isinstance(m, str) and m.endswith(".json") else m)
 
+    def max_model_len(self, model: Any = None) -> int:
+        """The longest prompt + output a request may have (tokens): `scheduler.max_model_len`,
+        else the model's context. ValueError when the key is past the model's context, as
+        vLLM refuses it. `model`: the `ModelSpec`, when the caller has it."""
+        spec = model if model is not None else self.model_spec()
+        mml = self.scheduler.max_model_len
+        if mml is None:
+            return int(spec.max_position_embeddings)
+        if mml > spec.max_position_embeddings:
+            raise ValueError(f"scheduler.max_model_len = {mml} exceeds {spec.name}'s context of "
+                             f"{spec.max_position_embeddings} tokens (max_position_embeddings); "
+                             "leave it out to use the model's context")
+        return mml
+
     def quantization_mapping(self) -> dict[str, Any] | None:
         """The `quantization` key as the cost model takes it (None: not given)."""
         return self.quantization.to_dict() if self.quantization else None

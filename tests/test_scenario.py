@@ -103,3 +103,11 @@ def test_an_unknown_trace_format_is_refused_with_its_key_and_messages_name_a_key
         load_scenario(p, ["cache.kv_cache_dtype=fp4"])
     assert "  cache.kv_cache_dtype: 'fp4' is not a KV-cache dtype" in str(info.value)
     assert "Value error" not in str(info.value)
+
+
+def test_a_max_model_len_past_the_model_context_is_refused(tmp_path):
+    """As vLLM refuses it (before: taken, so requests past the model's positions were served)."""
+    p = _write(tmp_path, BASE)
+    with pytest.raises(ValueError, match=r"scheduler.max_model_len = 100000 exceeds llama-3-8b's "
+                                         r"context of 8192 tokens"):
+        run_scenario(load_scenario(p, ["scheduler.max_model_len=100000"]))

@@ -95,7 +95,7 @@ def rejected_note(summary: dict, sc: Any) -> str | None:
     n, total = reqs.get("rejected", 0), reqs.get("total", 0)
     if not n:
         return None
-    limit = sc.scheduler.max_model_len or sc.model_spec().max_position_embeddings
+    limit = sc.max_model_len()
     return (f"WARNING: {n} of {total} requests were rejected, not served (prompt + max_tokens "
             f"past max_model_len = {limit} tokens, or past the whole KV pool); the latency and "
             "throughput figures leave them out. workload.over_max_len: clip shortens them, "
