@@ -131,7 +131,7 @@ def test_a_calibration_that_cannot_serve_a_pool_is_reported_up_front(tmp_path):
                                          r"the prefill role"):
         spec({"scheduler.max_num_seqs": [32]},
              set={"hardware": hw, "cluster.pd": {"link": "ib-ndr"}})
-    with pytest.raises(ValueError, match=r"point 0 .*\n  hardware: .*No such file.*missing.yaml"):
+    with pytest.raises(ValueError, match=r"point 0 .*\n  hardware: .*calibration file not found: .*missing.yaml"):
         spec({"scheduler.max_num_seqs": [32]},
              set={"hardware": {"calibration": str(tmp_path / "missing.yaml")}})
 
