@@ -79,11 +79,14 @@ def test_bad_arrival_times_are_refused(llm, when):
 
 
 def test_integer_arrays_are_taken_where_ints_are():
-    """numpy and torch integers are integers; their floats are not."""
+    """numpy and torch integers are integers, in the options of a call (the compiled core
+    itself takes only int fields); their floats are not."""
     import numpy as np
 
-    sp = SamplingParams(stop_token_ids=torch.tensor([3, 4]), max_tokens=np.int64(5))
-    assert sp.stop_token_ids == (3, 4) and sp.max_tokens == 5
+    sp = SamplingParams.from_dict({"stop_token_ids": torch.tensor([3, 4]),
+                                   "max_tokens": np.int64(5), "seed": np.uint64(7)})
+    assert sp.stop_token_ids == (3, 4) and sp.max_tokens == 5 and sp.seed == 7
+    assert type(sp.max_tokens) is int
     with pytest.raises(ValueError, match="is not a token id"):
         SamplingParams(stop_token_ids=torch.tensor([1.5]))
 

@@ -54,6 +54,33 @@ def _is_real(v: Any) -> bool:
                                                    and not isinstance(v, bool))
 
 
+_INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs")
+_REAL_OPTIONS = ("temperature", "top_p")
+
+
+def _typed_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with integers as int and numbers as float, or ValueError naming the field.
+    Done before construction because the compiled core (mypyc) checks field types itself
+    (a TypeError without the field, and numpy integers refused), so both builds take and
+    refuse the same options."""
+    out = dict(options)
+    for name in _INT_OPTIONS:
+        v = out.get(name)
+        if v is None:
+            continue
+        if not _is_int(v):
+            raise ValueError(f"sampling_params.{name} must be an integer, got {v!r}")
+        out[name] = operator.index(v)
+    for name in _REAL_OPTIONS:
+        if name not in out:
+            continue
+        x: Any = out[name]
+        if not (_is_real(x) and math.isfinite(x)):
+            raise ValueError(f"sampling_params.{name} must be a finite number, got {x!r}")
+        out[name] = float(x)
+    return out
+
+
 FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",
@@ -85,11 +112,11 @@ class SamplingParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        ids = self.stop_token_ids
-        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raw: Any = self.stop_token_ids  # Any: the compiled core would unbox its items as int
+        if isinstance(raw, str | bytes) or not hasattr(raw, "__iter__"):
             raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got "
-                             f"{ids!r}")
-        ids = tuple(ids)
+                             f"{raw!r}")
+        ids: tuple[Any, ...] = tuple(raw)
         for t in ids:
             if not _is_int(t) or operator.index(t) < 0:
                 raise ValueError(f"sampling_params.stop_token_ids: {t!r} is not a token id "
@@ -144,7 +171,7 @@ class SamplingParams:
                 f"{where}: unknown sampling option(s) {unknown}; known: {sorted(known)}"
             )
         try:
-            return cls(**options)
+            return cls(**_typed_options(options))
         except ValueError as exc:  # messages already name "sampling_params.<field>"
             raise ValueError(str(exc).replace("sampling_params", where, 1)) from exc
         except TypeError as exc:
