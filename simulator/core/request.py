@@ -58,27 +58,27 @@ _INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs")
 _REAL_OPTIONS = ("temperature", "top_p")
 
 
+def _typed(name: str, v: Any, where: str = "sampling_params") -> Any:
+    """Option `name`'s value as int (an integer option; None stays None) or float (a number
+    option); ValueError naming the field when it is not one."""
+    if name in _REAL_OPTIONS:
+        if not (_is_real(v) and math.isfinite(v)):
+            raise ValueError(f"{where}.{name} must be a finite number, got {v!r}")
+        return float(v)
+    if v is None:
+        return None
+    if not _is_int(v):
+        raise ValueError(f"{where}.{name} must be an integer, got {v!r}")
+    return operator.index(v)
+
+
 def _typed_options(options: dict[str, Any]) -> dict[str, Any]:
-    """`options` with integers as int and numbers as float, or ValueError naming the field.
-    Done before construction because the compiled core (mypyc) checks field types itself
-    (a TypeError without the field, and numpy integers refused), so both builds take and
-    refuse the same options."""
-    out = dict(options)
-    for name in _INT_OPTIONS:
-        v = out.get(name)
-        if v is None:
-            continue
-        if not _is_int(v):
-            raise ValueError(f"sampling_params.{name} must be an integer, got {v!r}")
-        out[name] = operator.index(v)
-    for name in _REAL_OPTIONS:
-        if name not in out:
-            continue
-        x: Any = out[name]
-        if not (_is_real(x) and math.isfinite(x)):
-            raise ValueError(f"sampling_params.{name} must be a finite number, got {x!r}")
-        out[name] = float(x)
-    return out
+    """`options` with integers as int and numbers as float (`_typed`). Done before
+    construction because the compiled core (mypyc) checks field types itself (a TypeError
+    without the field, and numpy integers refused), so both builds take and refuse the same
+    options."""
+    return {k: _typed(k, v) if k in _INT_OPTIONS or k in _REAL_OPTIONS else v
+            for k, v in options.items()}
 
 
 FINISH_REASONS = {
@@ -131,18 +131,11 @@ class SamplingParams:
 
     def validate(self, where: str = "sampling_params") -> None:
         """Raise ValueError naming the field and its allowed range."""
-        for name in ("top_k", "n", "max_tokens", "min_tokens"):
-            if not _is_int(getattr(self, name)):
-                raise ValueError(f"{where}.{name} must be an integer, got {getattr(self, name)!r}")
-        for name in ("temperature", "top_p"):
-            v = getattr(self, name)
-            if not _is_real(v) or not math.isfinite(v):
-                raise ValueError(f"{where}.{name} must be a finite number, got {v!r}")
-        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed <= SEED_MAX):
+        for name in (*_INT_OPTIONS, *_REAL_OPTIONS):  # types (set directly, not by from_dict)
+            _typed(name, getattr(self, name), where)
+        if self.seed is not None and not 0 <= self.seed <= SEED_MAX:
             raise ValueError(f"{where}.seed must be None (or -1) or an integer in 0..2^64-1, "
                              f"got {self.seed!r}")
-        if self.logprobs is not None and not _is_int(self.logprobs):
-            raise ValueError(f"{where}.logprobs must be None or an integer, got {self.logprobs!r}")
         if not self.temperature >= 0.0:
             raise ValueError(f"{where}.temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:

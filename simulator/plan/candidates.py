@@ -67,7 +67,7 @@ def load_cost_table(path: str | None) -> dict[str, float]:
     p = Path(path)
     data = read_yaml_mapping(p, "cost table (a mapping of accelerator name to USD per hour)")
     for k, v in data.items():
-        if not _finite_positive(v) and v != 0:
+        if not (_finite(v) and v >= 0):
             raise ValueError(f"{p}: {k}: expected a price >= 0 in USD per hour, got {v!r}")
     return {str(k): float(v) for k, v in data.items()}
 
@@ -178,8 +178,12 @@ def _unit_note(sc: Scenario, peak_rps: float | None) -> str | None:
             "per replica" + ("" if peak_rps else "; --peak-rate RPS gives the replicas a peak needs"))
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _finite_positive(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return _finite(v) and v > 0
 
 
 def check_search_options(peak_rps: float | None, repeats: int, rel_tol: float,

@@ -8,23 +8,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-# What a report reads: {key: None (present) | {nested spec} | [spec of each item]}.
+# What a report reads: {key: None (present) | {nested spec} | [spec of each item]}; a key
+# ending in "?" may be absent (its spec applies when it is there).
 SWEEP_META = {"name": None, "base": None, "mode": None, "num_points": None,
               "axes": [{"name": None}]}
 EVALUATION = {"rate": None, "variant": None, "ok": None, "reasons": None, "metrics": {}}
 CAPACITY = {"name": None, "scenario": None, "slo_text": None, "unit": None,
             "num_simulations": None, "wall_s": None, "best": None,
             "slo": {"targets": [{"column": None, "limit_s": None}]},
-            "candidates": [{"name": None, "status": None}]}
+            "candidates": [{"name": None, "status": None, "evaluations?": [EVALUATION]}]}
 
 
 def _check(data: Any, spec: dict, file: Path, where: str, writer: str) -> None:
     if not isinstance(data, dict):
         raise ValueError(f"{file}: {where or 'the file'} must be a JSON object, got "
                          f"{type(data).__name__}; is it a file written by {writer}?")
-    for key, sub in spec.items():
+    for name, sub in spec.items():
+        key = name.removesuffix("?")
         path = f"{where}.{key}" if where else key
         if key not in data:
+            if name.endswith("?"):
+                continue
             raise ValueError(f"{file}: no key {path!r}; is it a file written by {writer}?")
         if isinstance(sub, list):
             items = data[key]
@@ -47,9 +51,4 @@ def read_result_json(file: Path, spec: dict, writer: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ValueError(f"{file}: not a text file; is it a file written by {writer}?") from None
     _check(data, spec, file, "", writer)
-    if isinstance(data.get("candidates"), list):  # a capacity result: its evaluations too
-        for i, c in enumerate(data["candidates"]):
-            evs = c.get("evaluations", [])
-            _check({"evaluations": evs}, {"evaluations": [EVALUATION]}, file,
-                   f"candidates[{i}]", writer)
     return data
