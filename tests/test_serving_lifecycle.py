@@ -196,6 +196,7 @@ async def _streams_across_a_kill(s: Serve, n: int) -> tuple[list[tuple[str, list
     stop = asyncio.Event()
     body = {**LONG, "max_tokens": 24}
     times: dict[str, float] = {}
+    token = asyncio.Event()  # set on every token event: a stream is in flight
 
     async def client(http: httpx.AsyncClient) -> None:
         while not stop.is_set():
@@ -205,6 +206,8 @@ async def _streams_across_a_kill(s: Serve, n: int) -> tuple[list[tuple[str, list
                     async for line in r.aiter_lines():
                         if line.startswith("data: ") or r.status_code != 200:
                             events.append(line)
+                        if line.startswith("data: {") and r.status_code == 200:
+                            token.set()
                     ends.append((str(r.status_code), events))
             except httpx.HTTPError as exc:
                 ends.append((f"transport error {type(exc).__name__}: {exc}", events))
@@ -214,8 +217,11 @@ async def _streams_across_a_kill(s: Serve, n: int) -> tuple[list[tuple[str, list
 
     async with httpx.AsyncClient(timeout=60) as http:  # httpx's default pool (5 s keep-alive)
         tasks = [asyncio.create_task(client(http)) for _ in range(n)]
-        await asyncio.sleep(2.0)
-        os.kill(s.pid_of("engine-0"), signal.SIGKILL)
+        engine = s.pid_of("engine-0")
+        await asyncio.sleep(2.0)  # streams complete before the kill
+        token.clear()  # kill while a stream is in flight, however slow this machine is
+        await asyncio.wait_for(token.wait(), 60)
+        os.kill(engine, signal.SIGKILL)
         times["kill"] = time.perf_counter()
         while await health(http) != 503:
             await asyncio.sleep(0.02)
