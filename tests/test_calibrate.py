@@ -291,6 +291,9 @@ def test_bad_profile_files_name_the_problem(tmp_path):
         read_profile(tmp_path / "nothing.csv")
 
 
+PROBE = {"shape_fields": ["num_reqs", "num_prefill_tokens"], "steps": {}, "loop": {}, "errors": {}}
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda m: m["device_facts"].update(host_contention={"points": [{"shape": {}, "none_s": "x"}]}),
      r"device_facts.host_contention.points.0.none_s: Input should be a valid number \(got 'x'\)"),
@@ -305,6 +308,27 @@ def test_bad_profile_files_name_the_problem(tmp_path):
      r"device_facts.idle_wake.gaps_s.1: Input should be a valid number"),
     (lambda m: m["device_facts"].update(cpu_available=-1), r"cpu_available: Input should be "
                                                            r"greater than or equal to 0"),
+    # the serving probe (before: a TypeError from inside its fits, or a fit error kept
+    # silently in the calibration)
+    (lambda m: m.update(serving_probe={**PROBE, "steps": {"colocated": [[None, 0.01, 1, 1]]}}),
+     r"serving_probe.steps.colocated.0.0: Input should be a valid number \(got None\)"),
+    (lambda m: m.update(serving_probe={**PROBE, "steps": {"colocated": [[0.0, 0.01, 1]]}}),
+     r"serving_probe: steps.colocated.0: a step is \[t_start, duration_s, num_reqs, "
+     r"num_prefill_tokens\] \(4 numbers\), got 3"),
+    (lambda m: m.update(serving_probe={**PROBE, "steps": {"colocated": [[0.0, 0.01, 1.5, 1]]}}),
+     r"steps.colocated.0: the duration and the shape's counts must be >= 0 \(counts whole\)"),
+    (lambda m: m.update(serving_probe={**PROBE, "steps": {"engine": []}}),
+     r"serving_probe.steps: unknown role\(s\) \['engine'\]"),
+    (lambda m: m.update(serving_probe={**PROBE, "shape_fields": ["batch"]}),
+     r"serving_probe.shape_fields: unknown step-shape field\(s\) \['batch'\]"),
+    (lambda m: m.update(serving_probe={**PROBE, "errors": ["pd failed"]}),
+     r"serving_probe.errors: Input should be a valid dictionary"),
+    (lambda m: m.update(serving_probe={**PROBE, "loop": {"decode": [[0.001, 0]]}}),
+     r"loop.decode.0: a loop row is \[loop_s, .*\(3 or 5 numbers\), got 2"),
+    (lambda m: m.update(serving_probe={**PROBE, "loop": {"decode": [[float("nan"), 0, 0]]}}),
+     r"serving_probe.loop.decode.0.0: Input should be a finite number"),
+    (lambda m: m.update(serving_probe={"steps": {"colocated": [[0.0, 0.01, 1, 1]]}}),
+     r"serving_probe: shape_fields is missing"),
 ])
 def test_damaged_profile_facts_are_refused_naming_the_key(tmp_path, edit, message):
     """Sections a fit reads (before: a TypeError traceback from inside the fit)."""
@@ -315,6 +339,27 @@ def test_damaged_profile_facts_are_refused_naming_the_key(tmp_path, edit, messag
     with pytest.raises(ValueError, match=message) as info:
         read_profile(path)
     assert "profile.json: not a profile's facts" in str(info.value)
+
+
+def test_a_well_formed_serving_probe_passes_the_schema_and_is_fitted(tmp_path):
+    """The schema takes what `kvpd profile` writes: steps of every BatchShape field, loop
+    rows of 5 (and of 3, from profiles before landings were logged), -1 for an unmeasured
+    loop time, and a failed mode's error."""
+    from simulator.calibrate.serving_speed import STEP_SHAPE_FIELDS
+
+    cm = CostModel(ModelSpec.from_hf_config(CFG, name="llama-50m"), "cpu", "fp32", params=TRUE)
+    shapes = [BatchShape.from_lists([1] * (1 + i % 4), [30 + i] * (1 + i % 4)) for i in range(24)]
+    steps = [[float(i), cm.step_time(sh) * 1.25, *(getattr(sh, f) for f in STEP_SHAPE_FIELDS)]
+             for i, sh in enumerate(shapes)]
+    loop = [[-1.0, 0, 0, 0, 0]] + [[4e-4, 0, 0, 0, 0]] * 23
+    probe = {"num_requests": 6, "rate": 4.0, "shape_fields": list(STEP_SHAPE_FIELDS),
+             "steps": {"colocated": steps}, "loop": {"colocated": loop, "decode": [[4e-4, 0, 0]]},
+             "wall_s": {"colocated": 3.0}, "errors": {"pd": "RuntimeError: worker died"}}
+    path = synthetic_profile(tmp_path, extra_meta={"serving_probe": probe})
+    cal = calibrate(path, seed=0)
+    assert cal.params.extra["serving_speed"]["colocated"] == pytest.approx(0.8, rel=0.05)
+    assert cal.params.extra["serving_speed"]["errors"] == {"pd": "RuntimeError: worker died"}
+    assert cal.params.loop_overhead_s == pytest.approx(4e-4)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])

@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from simulator.calibrate.profile_meta import PROBE_ROLES
 from simulator.calibrate.step_pricing import TimedStep, pd_step_errors, priced_total, step_errors
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 
-ROLES = ("colocated", "prefill", "decode")
+ROLES = PROBE_ROLES
 MIN_STEPS = 20  # per role: fewer measure one request's luck, not the engine's speed
 # every BatchShape field (a profile row's SHAPE_FIELDS lack max_decode_context)
 STEP_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))
