@@ -56,3 +56,22 @@ def test_a_calibration_file_that_is_missing_or_not_yaml_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"calibration file not found: .*none.yaml "
                                                 r"\(written by `kvpd calibrate`\)"):
         CostParams.load(str(tmp_path / "none.yaml"))
+
+
+@pytest.mark.parametrize(("hardware", "message"), [
+    ({"base": "cpux"}, r"extra.hardware: unknown hardware 'cpux'; did you mean: cpu"),
+    ({"base": "cpu", "pcie": {"name": "swap", "bandwidth_gb_s": -1, "latency_us": 1}},
+     r"extra.hardware: inline link 'swap': field 'bandwidth_gb_s' must be a finite non-negative number"),
+    ("cpu", r"extra.hardware must be a mapping"),
+])
+def test_a_calibration_whose_device_does_not_resolve_is_refused_naming_the_file(
+        tmp_path, hardware, message):
+    """`extra.hardware` (the device `kvpd validate` and `calibrated_cost_model` price on);
+    before, the error came later, from wherever it was resolved, as 'inline hardware' with no
+    file."""
+    path = tiny_calibration(tmp_path / "cal.yaml")
+    params = CostParams.load(str(path))
+    params.extra["hardware"] = hardware
+    params.save(str(path))
+    with pytest.raises(ValueError, match=rf"cal.yaml: {message}"):
+        CostParams.load(str(path))

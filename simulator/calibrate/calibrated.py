@@ -11,14 +11,17 @@ from simulator.calibrate.serving_speed import ROLES
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import Accelerator, get_accelerator
 from simulator.cost.models import ModelSpec
-from simulator.cost.params import LOOP_FIELDS, LOOP_TIME_CONSTANTS, OVERHEAD_FIELDS, CostParams
+from simulator.cost.params import (
+    CALIBRATION_USE_KEYS,
+    LOOP_FIELDS,
+    LOOP_TIME_CONSTANTS,
+    OVERHEAD_FIELDS,
+    CostParams,
+)
 
 # every throughput figure of a device (bandwidths and peaks); latencies of links stay
 SPEED_FIELDS = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "mem_bw_bytes_per_s")
 MEMORY_FIELD = "mem_bw_bytes_per_s"
-# keys of a scenario's `hardware` mapping that say how to use a calibration, not what the
-# device is (`simulator.cluster.cluster.resolve_hardware`)
-_NOT_DEVICE = ("calibration", "serving_speed", "serving_loop")
 
 
 def calibrated_cost_model(calibration: CostParams | str | Path, model_config: dict[str, Any],
@@ -37,7 +40,7 @@ def calibrated_device(params: CostParams) -> Accelerator | str:
     a device at a measured speed) without the keys that are not the accelerator's, resolved
     as the simulator resolves a scenario's; the catalog's `params.device` without one."""
     hw = params.extra.get("hardware")
-    spec = {k: v for k, v in hw.items() if k not in _NOT_DEVICE} if isinstance(hw, dict) else {}
+    spec = {k: v for k, v in hw.items() if k not in CALIBRATION_USE_KEYS} if isinstance(hw, dict) else {}
     return get_accelerator(spec) if spec else params.device
 
 

@@ -285,6 +285,19 @@ class CostParams:
                          source=str(data.get("source") or path), extra=dict(data.get("extra") or {}))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+        hw = params.extra.get("hardware")
+        if hw is not None:  # the scenario `hardware` mapping `kvpd calibrate` wrote for it
+            if not isinstance(hw, dict):
+                raise ValueError(f"{path}: extra.hardware must be a mapping (a scenario's "
+                                 f"hardware for this calibration), got {hw!r}")
+            spec = {k: v for k, v in hw.items() if k not in CALIBRATION_USE_KEYS}
+            if spec:
+                from simulator.cost.hardware import get_accelerator
+
+                try:
+                    get_accelerator(spec)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: extra.hardware: {exc}") from None
         params.check_applies(device, model, where=path)
         return params
 
@@ -295,6 +308,10 @@ class CostParams:
         if model is not None and self.model is not None and self.model != model:
             raise ValueError(f"{where}: profile is for model {self.model!r}, not {model!r}")
 
+
+# keys of a scenario's `hardware` mapping that say how to use a calibration, not what the
+# device is (`simulator.cluster.cluster.resolve_hardware`)
+CALIBRATION_USE_KEYS = ("calibration", "serving_speed", "serving_loop")
 
 _FIELD_SOURCES = {  # CostParams field -> kernels.yaml field it defaults to
     "gemm_memory_efficiency": "weight_stream_efficiency",
