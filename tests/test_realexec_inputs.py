@@ -121,6 +121,45 @@ def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
     assert llm.generate(prompts[:1], {"temperature": 0, "max_tokens": 6})[0].token_ids == want
 
 
+def test_a_failed_step_of_the_step_level_api_aborts_what_was_in_flight(llm, monkeypatch):
+    """`add_request` / `step` users: a step that raises finishes every request in flight as
+    aborted, naming the error, frees their blocks and drops the prefix cache (a part-run step
+    may have registered blocks it never wrote, and a retry would have run on swaps and copies
+    never done); before, the requests stayed queued on that state."""
+    prompt = [5, 6, 7, 8] * 5
+    want = reference(NAME, prompt, 6)
+    real = llm.runner._forward_and_sample
+    calls = []
+
+    def fail_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("executor failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(llm.runner, "_forward_and_sample", fail_second)
+    llm.add_request("s1", prompt, {"temperature": 0, "max_tokens": 6})
+    llm.add_request("s2", [9, 10, 11] * 4, {"temperature": 0.7, "seed": 3, "n": 2, "max_tokens": 6})
+    with pytest.raises(RuntimeError, match="executor failed"):
+        while llm.has_unfinished_requests():
+            llm.step()
+    monkeypatch.setattr(llm.runner, "_forward_and_sample", real)
+    assert_pool_whole(llm)
+    assert not llm.kv_cache_manager.block_pool.cached_hash_to_block and not llm.runner.generators
+    aborted = {rid: r for rid, r in llm.finished.items()
+               if rid in ("s1", "s2") or r.parent_request_id == "s2"}  # s2's forked sample too
+    assert {"s1", "s2"} <= set(aborted)
+    for r in aborted.values():
+        assert r.finish_reason == "abort"
+        assert r.stop_reason == "a step failed: RuntimeError: executor failed"
+    for rid in aborted:
+        del llm.finished[rid]
+    llm.add_request("s3", prompt, {"temperature": 0, "max_tokens": 6})
+    while llm.has_unfinished_requests():
+        llm.step()
+    assert llm.finished.pop("s3").output_token_ids == want
+
+
 def test_unsupported_architecture_lists_the_supported(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     (tmp_path / "model.safetensors").write_bytes(b"")

@@ -261,10 +261,20 @@ class LLM:
         return self.engine.abort_request(str(request_id), self.clock(), reason)
 
     def step(self) -> EngineStepOutput:
-        """Run one engine step now; `.finished` lists requests that finished in it."""
+        """Run one engine step now; `.finished` lists requests that finished in it.
+
+        A step that raises (an executor error, Ctrl-C) may have left the KV of its requests
+        part-written, swaps and copies undone and prefix-cache blocks registered unwritten:
+        every request in flight is then finished as aborted (in `finished`, its
+        `stop_reason` naming the error), its blocks freed and the prefix cache dropped,
+        before the exception propagates; the engine serves what is added next."""
         now = self.clock()
         self.runner.step_start = now
-        out = self.engine.step(now)
+        try:
+            out = self.engine.step(now)
+        except BaseException as exc:
+            self._abort_in_flight(f"a step failed: {type(exc).__name__}: {exc}")
+            raise
         for req in out.finished:
             self.runner.drop_request(req.request_id)
             self.finished[req.request_id] = req
@@ -338,20 +348,26 @@ class LLM:
                 self.finished.pop(r.request_id, None)
         return outputs
 
-    def _abandon(self, request_ids: set[str]) -> None:
-        """Abort what a failed `generate` call left queued or running (its n > 1 children
-        too), free their blocks and forget them, and drop the prefix cache: a step that
-        failed part-way may have registered blocks whose KV it never wrote."""
-        sched = self.engine.scheduler
+    def _abort_in_flight(self, reason: str, request_ids: set[str] | None = None) -> None:
+        """Finish every queued or running request (of `request_ids` and their n > 1 children;
+        None: all) as aborted for `reason` (into `finished`, not reported by a later step),
+        free their blocks and executor state, and drop the prefix cache: a step that failed
+        part-way may have registered blocks whose KV it never wrote."""
         now = self.clock()
-        mine = [rid for rid, r in sched.requests.items()
-                if rid in request_ids or r.parent_request_id in request_ids]
-        for rid in mine:
-            self.engine.abort_request(rid, now, "generate failed", report=False)
-            self.runner.drop_request(rid)
-        for rid in mine + list(request_ids):
-            self.finished.pop(rid, None)
+        for rid, req in list(self.engine.scheduler.requests.items()):
+            if request_ids is None or rid in request_ids or req.parent_request_id in request_ids:
+                self.engine.abort_request(rid, now, reason, report=False)
+                self.runner.drop_request(rid)
+                self.finished[rid] = req
         self.kv_cache_manager.block_pool.reset_prefix_cache()
+
+    def _abandon(self, request_ids: set[str]) -> None:
+        """Forget what a failed `generate` call left (its n > 1 children too): aborted by the
+        failed step, or still queued when the call was interrupted between steps."""
+        self._abort_in_flight("generate failed", request_ids)
+        for rid, req in list(self.finished.items()):
+            if rid in request_ids or req.parent_request_id in request_ids:
+                del self.finished[rid]
 
     def warm_up(self, prompt_len: int, seed: int = 0x5EED) -> None:
         """One short untimed request (`prompt_len` random tokens, 2 output tokens), so first-call
