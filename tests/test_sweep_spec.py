@@ -120,6 +120,18 @@ def test_a_negative_or_non_finite_price_is_refused():
         spec({"seed": [0, 1]}, cost_table={"h100-sxm": float("inf")})
 
 
+def test_a_cost_table_name_no_point_runs_on_is_refused_up_front():
+    """A misspelt part would leave its price silently unknown in every point's cost columns
+    (before: taken); inline parts a point runs on are names too."""
+    with pytest.raises(ValueError, match=r"t.yaml: cost_table: 'h100-sxn' is neither a catalog "
+                                         r"accelerator nor one a point runs on.*did you mean "
+                                         r"h100-sxm"):
+        spec({"seed": [0, 1]}, cost_table={"h100-sxn": 2.0})
+    inline = {"name": "my-part", "base": "h100-sxm"}
+    s = spec({"hardware": [inline, "h200-sxm"]}, cost_table={"my-part": 1.0, "a100-80gb-sxm": 1.0})
+    assert len(s.points) == 2
+
+
 def test_a_calibration_that_cannot_serve_a_pool_is_reported_up_front(tmp_path):
     from simulator.cost.params import CostParams
 

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.cost.catalog_match import close_matches, normalize_name
-from simulator.cost.hardware import list_accelerators
 from simulator.plan.capacity import Probe, confidence, replay_variants, search, trace_rate
 from simulator.plan.keys import BaseScenario
-from simulator.plan.pricing import cluster_cost
+from simulator.plan.pricing import check_cost_table_names, cluster_cost
 from simulator.plan.slo import SLOSet
 from simulator.preflight import preflight_as
 from simulator.scenario import Scenario, apply_overrides, read_scenario_yaml, scenario_from_dict
@@ -70,18 +68,6 @@ def load_cost_table(path: str | None) -> dict[str, float]:
         if not (_finite(v) and v >= 0):
             raise ValueError(f"{p}: {k}: expected a price >= 0 in USD per hour, got {v!r}")
     return {str(k): float(v) for k, v in data.items()}
-
-
-def check_cost_table_names(table: dict[str, float], used: list[str], where: str) -> None:
-    """ValueError for a cost-table name that is neither a catalog accelerator nor one a
-    candidate runs on (a typo would leave that part's price silently unknown)."""
-    known = {normalize_name(n) for n in [*list_accelerators(), *used]}
-    for name in table:
-        if normalize_name(name) not in known:
-            close = close_matches(name, [*used, *list_accelerators()], n=3)
-            raise ValueError(f"{where}: {name!r} is neither a catalog accelerator nor one a "
-                             f"candidate runs on ({', '.join(used)})"
-                             + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
 def candidates(sc: Scenario, hardware: list[str] | None,

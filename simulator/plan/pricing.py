@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cost.catalog_match import normalize_name
+from simulator.cost.catalog_match import close_matches, normalize_name
+from simulator.cost.hardware import list_accelerators
 from simulator.preflight import hardware_specs
 from simulator.scenario import Scenario
 
@@ -67,3 +68,17 @@ def cost_metrics(summary: dict, cost: ClusterCost) -> dict[str, float | int | No
         per_usd = goodput * SECONDS_PER_HOUR / usd_h
     return {"gpus": cost.gpus, "usd_per_hour": usd_h, "usd_per_m_output_tokens": per_m,
             "good_requests_per_usd": per_usd}
+
+
+def check_cost_table_names(table: dict[str, float], used: list[str], where: str,
+                           runner: str = "candidate") -> None:
+    """ValueError for a cost-table name that is neither a catalog accelerator nor one a
+    `runner` (a capacity candidate, a sweep point) runs on: a typo would leave that part's
+    price silently unknown."""
+    known = {normalize_name(n) for n in [*list_accelerators(), *used]}
+    for name in table:
+        if normalize_name(name) not in known:
+            close = close_matches(name, [*used, *list_accelerators()], n=3)
+            raise ValueError(f"{where}: {name!r} is neither a catalog accelerator nor one a "
+                             f"{runner} runs on ({', '.join(used)})"
+                             + (f"; did you mean {', '.join(close)}?" if close else ""))

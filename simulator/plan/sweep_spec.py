@@ -272,13 +272,20 @@ def _set_overrides(raw: Any, where: str) -> dict[str, Any]:
 
 
 def _validate_points(spec: SweepSpec) -> None:
-    """Build every point's scenario; report the first bad ones, naming their overrides."""
+    """Build every point's scenario; report the first bad ones, naming their overrides; then
+    refuse a `cost_table` name that is neither a catalog part nor one a point runs on."""
+    from simulator.plan.pricing import check_cost_table_names, cluster_cost
     from simulator.preflight import preflight
 
     errors = []
+    used: list[str] = []
     for p in spec.points:
         try:
-            preflight(spec.scenario(p))
+            sc = spec.scenario(p)
+            preflight(sc)
+            if spec.cost_table:
+                cost = cluster_cost(sc, spec.cost_table)
+                used += [price[0] for price in cost.prices] + list(cost.unpriced)
         except (ValueError, FileNotFoundError) as exc:
             errors.append(f"point {p.index} {json.dumps(p.overrides, default=str)}:\n  "
                           + str(exc).replace("\n", "\n  "))
@@ -287,6 +294,8 @@ def _validate_points(spec: SweepSpec) -> None:
     if errors:
         raise ValueError(f"{spec.source}: invalid sweep values (base scenario {spec.base_source})\n"
                          + "\n".join(errors))
+    check_cost_table_names(spec.cost_table, list(dict.fromkeys(used)), f"{spec.source}: cost_table",
+                           "point")
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
