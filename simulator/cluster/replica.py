@@ -37,7 +37,9 @@ def _until(env: simpy.Environment, t: float) -> simpy.Event:
     """An event that fires with env.now == `t` exactly (s, t >= now). `timeout(t - now)` fires
     at now + (t - now), which can round an ulp or two off `t` (no delay lands on `t` when the
     sum rounds on a tie), so a decode burst's planned ends and the same steps one by one would
-    drift apart. Scheduled as SimPy's Timeout schedules itself, at `t` instead of now + delay."""
+    drift apart, and for some (now, t) no float delay lands on `t`. Scheduled as SimPy 4's
+    Timeout schedules itself (its private `_queue` and `_eid`; pyproject keeps simpy < 5 and
+    tests/test_sim_burst_property.py fails if they change), at `t` instead of now + delay."""
     if t < env.now:
         raise ValueError(f"_until: {t} s is before now ({env.now} s)")
     event = simpy.Event(env)
