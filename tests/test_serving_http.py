@@ -143,6 +143,19 @@ def test_bad_requests_get_400_with_an_openai_error_body(server, body, param, fra
     assert fragment in err["message"]
 
 
+def test_a_top_k_past_the_vocabulary_is_off_however_large(server):
+    """As vLLM reads it; (before: past 2^64 it was a 500, "could not send to engine-0")."""
+    body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 6, "temperature": 1.0,
+            "seed": 7, "ignore_eos": True}
+    got = []
+    for top_k in (0, 256, 2**70):
+        r = httpx.post(f"{server.base_url}/v1/completions", json={**body, "top_k": top_k},
+                       timeout=30)
+        assert r.status_code == 200, r.text
+        got.append(r.json()["choices"][0]["token_ids"])
+    assert got[0] == got[1] == got[2]
+
+
 def test_malformed_json_and_chat_errors_are_400(server, oai):
     r = httpx.post(f"{server.base_url}/v1/chat/completions", content=b"{not json",
                    headers={"content-type": "application/json"}, timeout=30)

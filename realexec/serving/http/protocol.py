@@ -264,7 +264,9 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
     options = {
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "top_p": 1.0 if req.top_p is None else req.top_p,
-        "top_k": 0 if req.top_k in (None, -1) else req.top_k,
+        # vLLM reads top_k >= the vocabulary as off; so here (a top_k past 2^64 could not
+        # even be sent to the engine)
+        "top_k": 0 if req.top_k in (None, -1) or req.top_k >= vocab_size else req.top_k,
         "max_tokens": max_tokens, "min_tokens": req.min_tokens, "seed": req.seed,
         "ignore_eos": req.ignore_eos, "stop_token_ids": list(stop_ids), "logprobs": logprobs,
     }
