@@ -160,6 +160,13 @@ def test_a_failed_step_of_the_step_level_api_aborts_what_was_in_flight(llm, monk
     assert llm.finished.pop("s3").output_token_ids == want
 
 
+@pytest.mark.parametrize("block_size", [0, -3, 2.5])
+def test_a_block_size_below_one_is_refused_naming_the_field(block_size):
+    """(before: 0 was a ZeroDivisionError while sizing the pool, -3 a message about KV room)"""
+    with pytest.raises(ValueError, match=rf"cache.block_size must be an integer >= 1, got {block_size}"):
+        LLM(NAME, block_size=block_size)
+
+
 def test_unsupported_architecture_lists_the_supported(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     (tmp_path / "model.safetensors").write_bytes(b"")

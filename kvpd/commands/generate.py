@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kvpd.cli import UserError
+from kvpd.commands.arg_types import non_negative_int, positive_int
 from simulator.core.config import CAPACITY_POLICIES
 
 
@@ -43,8 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = p.add_argument_group("engine")
     e.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     e.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cuda, mps or cpu")
-    e.add_argument("--block-size", type=int, default=16)
-    e.add_argument("--num-gpu-blocks", type=int, default=None)
+    e.add_argument("--block-size", type=positive_int, default=16)
+    e.add_argument("--num-gpu-blocks", type=positive_int, default=None)
     e.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    choices=list(CAPACITY_POLICIES),
                    help="guaranteed_no_evict: reserve prompt + max_tokens at admission, never "
                         "preempt; reserve_ratio: SGLang's decaying reservation")
-    e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
+    e.add_argument("--model-seed", type=non_negative_int, default=0, help="seed of random weights")
     e.add_argument("--no-warmup", action="store_true",
                    help="time the first request cold (default: one short untimed request first)")
     p.add_argument("--out", default=None, help="directory for summary.json, requests.parquet, outputs.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kvpd.commands.arg_types import non_negative_int
+from kvpd.commands.arg_types import non_negative_int, positive_int
 from simulator.core.config import CAPACITY_POLICIES, SchedulerConfig
 
 # scheduler flags of `kvpd serve` / `kvpd replay` -> the `realexec.LLM` keyword (and the
@@ -29,11 +29,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="model directory, config.json or built-in name (default llama-50m)")
     e.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     e.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cuda, mps or cpu")
-    e.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    e.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks per worker")
+    e.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
+    e.add_argument("--num-gpu-blocks", type=positive_int, default=None, help="KV blocks per worker")
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    e.add_argument("--max-model-len", type=int, default=None)
+    e.add_argument("--max-model-len", type=positive_int, default=None)
     e.add_argument("--no-prefix-caching", action="store_true")
     e.add_argument("--capacity-policy", default="max_utilization",
                    choices=list(CAPACITY_POLICIES),
@@ -57,7 +57,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--batch-wait-max-tokens-ratio", type=float, default=0.0, metavar="R",
                    help="... or until their tokens reach R x --max-num-batched-tokens "
                    "(0: off)")
-    e.add_argument("--model-seed", type=int, default=0, help="seed of random weights")
+    e.add_argument("--model-seed", type=non_negative_int, default=0, help="seed of random weights")
     e.add_argument("--seed", type=non_negative_int, default=0, help="sampling seed of the engine")
     d = p.add_argument_group("deployment")
     d.add_argument("--pd", default=None, metavar="P:D",
@@ -67,7 +67,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     d.add_argument("--transport", default="ipc", choices=["ipc", "tcp"])
     d.add_argument("--kv-timeout-s", type=float, default=5.0,
                    help="decode side recomputes a prompt whose KV is this late (s)")
-    d.add_argument("--num-threads", type=int, default=None, help="torch threads per worker")
+    d.add_argument("--num-threads", type=positive_int, default=None, help="torch threads per worker")
     d.add_argument("--log-level", default="WARNING")
 
 

@@ -22,7 +22,7 @@ from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.runner import ModelRunner, sliding_window_of, uniform_window
 from realexec.engine.simple_attention import NoCacheAttention
-from simulator.core.config import CacheConfig, SchedulerConfig
+from simulator.core.config import CacheConfig, SchedulerConfig, check_min
 from simulator.core.engine import EngineCore, EngineStepOutput
 from simulator.core.request import Request, SamplingParams
 from simulator.core.scheduler import Scheduler
@@ -139,6 +139,7 @@ class LLM:
         batch_wait_timeout_iters: int = 0,
         batch_wait_max_tokens_ratio: float = 0.0,
     ) -> None:
+        check_min("cache.block_size", block_size, 1)  # sizes the pool before CacheConfig
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
         else:

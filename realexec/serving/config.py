@@ -82,6 +82,11 @@ class ServeConfig:
                      "worker_kill_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 s, got {getattr(self, name)!r}")
+        if self.num_threads is not None and (
+                isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int)
+                or self.num_threads < 1):
+            raise ValueError(f"num_threads must be an integer >= 1 (None: the CPUs split among "
+                             f"the workers), got {self.num_threads!r}")
         if self.worker_kill_timeout_s < self.heartbeat_timeout_s:
             raise ValueError(f"worker_kill_timeout_s ({self.worker_kill_timeout_s} s) must be >= "
                              f"heartbeat_timeout_s ({self.heartbeat_timeout_s} s)")

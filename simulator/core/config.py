@@ -20,7 +20,7 @@ def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
 
 
-def _check_min(field: str, value: int, minimum: int) -> None:
+def check_min(field: str, value: int, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
 
@@ -48,11 +48,11 @@ class CacheConfig:
     free_outside_window: bool = False
 
     def __post_init__(self) -> None:
-        _check_min("cache.block_size", self.block_size, 1)
-        _check_min("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
-        _check_min("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
-        _check_min("cache.block_bytes", self.block_bytes, 0)
-        _check_min("cache.sliding_window", self.sliding_window, 0)
+        check_min("cache.block_size", self.block_size, 1)
+        check_min("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
+        check_min("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
+        check_min("cache.block_bytes", self.block_bytes, 0)
+        check_min("cache.sliding_window", self.sliding_window, 0)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class SchedulerConfig:
     batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_min("scheduler.batch_wait_timeout_iters", self.batch_wait_timeout_iters, 0)
+        check_min("scheduler.batch_wait_timeout_iters", self.batch_wait_timeout_iters, 0)
         if not 0.0 <= self.batch_wait_max_tokens_ratio <= 1.0:
             raise ValueError("scheduler.batch_wait_max_tokens_ratio must be in [0, 1], got "
                              f"{self.batch_wait_max_tokens_ratio!r}")
@@ -143,7 +143,7 @@ class SchedulerConfig:
                              "(TensorRT-LLM's batch waiting) apply to colocated replicas whose "
                              f"steps mix prompts and decodes, not role {self.role} with "
                              f"mixed_batches {self.mixed_batches}")
-        _check_min("scheduler.recv_interval", self.recv_interval, 1)
+        check_min("scheduler.recv_interval", self.recv_interval, 1)
         if self.recv_interval > 1 and self.role != "colocated":
             raise ValueError(f"scheduler.recv_interval ({self.recv_interval}) applies to "
                              f"colocated replicas, not the {self.role} role")
@@ -154,10 +154,10 @@ class SchedulerConfig:
         if not self.schedule_conservativeness > 0:
             raise ValueError("scheduler.schedule_conservativeness must be > 0, got "
                              f"{self.schedule_conservativeness!r}")
-        _check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)
-        _check_min("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _check_min("scheduler.max_model_len", self.max_model_len, 1)
-        _check_min("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_min("scheduler.max_num_seqs", self.max_num_seqs, 1)
+        check_min("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_min("scheduler.max_model_len", self.max_model_len, 1)
+        check_min("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         _check_choice("scheduler.preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _check_choice("scheduler.policy", self.policy, POLICIES)
         _check_choice("scheduler.batching", self.batching, BATCHING_MODES)
