@@ -185,6 +185,41 @@ def test_engine_replay_records_the_wait_in_the_workers_queue():
         assert r.summary["queueing_s"]["p50"] is not None
 
 
+def test_a_request_the_engine_can_never_serve_is_counted_rejected_on_every_target(capsys):
+    """As the simulator counts it, with the engine's reason and a warning naming the flags
+    that change it (before: through the ZMQ front end it was a failed request, and no target
+    said why)."""
+    from realexec.engine.llm import LLM
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import ServerThread, create_app
+
+    from kvpd.commands.replay import rejected_note
+
+    # 8 blocks of 4 tokens: the 40-token request never fits, the others do
+    trace = workloads.Trace(arrival_s=np.array([0.0, 0.01, 0.02]), prompt_len=np.array([6, 36, 5]),
+                            output_len=np.array([3, 4, 3]), name="one-too-long")
+    kwargs = {**TINY_KWARGS, "num_gpu_blocks": 8}
+    llm = LLM(TINY, **kwargs)
+    results = {"inproc": replay(trace, "inproc", llm=llm, seed=1)}
+    with EngineClient(tiny_config(llm_kwargs=kwargs)) as client:
+        results["engine"] = replay(trace, "engine", client=client, seed=1)
+        srv = ServerThread(create_app(client, "tiny")).start()
+        try:
+            results["http"] = replay(trace, srv.base_url, model="tiny", vocab_size=256, seed=1)
+        finally:
+            srv.stop()
+    for target, res in results.items():
+        counts = res.summary["requests"]
+        assert (counts["finished"], counts["rejected"], counts["aborted"]) == (2, 1, 0), target
+        assert list(res.records["finish_reason"]) == ["length", "rejected", "length"], target
+        assert list(res.records["error"]) == ["", "", ""], target
+        note = rejected_note(res)
+        assert note.startswith("WARNING: 1 of 3 requests were rejected by the engine"), target
+        assert "--num-gpu-blocks" in note
+        if target != "http":  # the server's 400 words it as the context it advertises
+            assert "needs 10 KV blocks for 40 tokens but the whole pool has 8" in note, target
+
+
 def test_cli_rejects_bad_targets_and_traces(tmp_path, capsys):
     path = workloads.write_trace(_trace(), tmp_path / "t.csv")
     assert kvpd_main(["replay", str(path), "--target", "tpu"]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from kvpd.commands.arg_types import non_negative_int, positive_float, positive_int
 from kvpd.commands.serve_args import add_engine_args, serve_config
@@ -99,6 +100,23 @@ def _print_summary(s: dict) -> None:
               f"{kv['seconds_mean'] * 1000:.2f} ms ({kv['gbps_mean']:.2f} GB/s), {kv['lost']} lost")
 
 
+def rejected_note(result: Any) -> str | None:
+    """A line when the engine rejected requests it could never serve (their latencies are not
+    in the figures), with its reason and the flags that change it; None when it rejected
+    none."""
+    from simulator.core.request import RequestStatus
+
+    reqs = result.summary["requests"]
+    if not reqs.get("rejected"):
+        return None
+    why = next((r.stop_reason for r in result.requests
+                if r.status == RequestStatus.FINISHED_REJECTED and r.stop_reason), None)
+    return (f"WARNING: {reqs['rejected']} of {reqs['total']} requests were rejected by the "
+            f"engine, not served ({why or 'it gave no reason'}); the latency and throughput "
+            "figures leave them out. --num-gpu-blocks and --block-size size the KV pool, "
+            "--max-model-len the context")
+
+
 def run(args: argparse.Namespace) -> int:
     import httpx
 
@@ -176,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     _print_summary(result.summary)
+    note = rejected_note(result)
+    if note:
+        print(note, file=sys.stderr, flush=True)
     if args.out:
         paths = result.write(args.out, args.records)
         print("wrote " + ", ".join(str(p) for p in paths))

@@ -38,6 +38,23 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: li
         return await _send(http, url, model, i, prompt, n_out, t0)
 
 
+def _rejection(err: Any) -> str | None:
+    """The message of an OpenAI error object coded `context_length_exceeded` (a request the
+    server can never serve: past the context or the whole KV pool, said as a 400 or, once
+    streaming, as an error event); None for any other error."""
+    if not isinstance(err, dict) or err.get("code") != "context_length_exceeded":
+        return None
+    return str(err.get("message") or "context_length_exceeded")
+
+
+def _error_of(text: str) -> Any:
+    """The `error` object of an error answer's body (None if it has none)."""
+    try:
+        return json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return None
+
+
 async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: list[int],
                 n_out: int, t0: float) -> dict[str, Any]:
     sent = time.perf_counter() - t0
@@ -45,11 +62,15 @@ async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: l
             "ignore_eos": True, "stream": True}
     toks: list[int] = []
     times: list[float] = []
-    finish, error, preempted, queueing = None, None, 0, None
+    finish, error, preempted, queueing, reason = None, None, 0, None, None
     try:
         async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
+                why = _rejection(_error_of(text)) if resp.status_code == 400 else None
+                if why is not None:  # the engine can never serve it: rejected, as simulated
+                    return {"i": i, "sent": sent, "toks": [], "times": [], "finish": "rejected",
+                            "error": None, "reason": why, "preempted": 0, "queueing": None}
                 return {"i": i, "sent": sent, "toks": [], "times": [], "finish": None,
                         "error": f"HTTP {resp.status_code}: {text[:500]}", "preempted": 0,
                         "queueing": None}
@@ -62,7 +83,11 @@ async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: l
                 now = time.perf_counter() - t0
                 chunk = json.loads(data)
                 if "error" in chunk:
-                    error = chunk["error"].get("message", str(chunk["error"]))
+                    reason = _rejection(chunk["error"])
+                    if reason is not None:
+                        finish = "rejected"
+                    else:
+                        error = chunk["error"].get("message", str(chunk["error"]))
                     break
                 ext = chunk.get("kvpd") or {}
                 preempted = int(ext.get("num_preemptions", preempted))
@@ -76,7 +101,7 @@ async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: l
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"
     return {"i": i, "sent": sent, "toks": toks, "times": times, "finish": finish, "error": error,
-            "preempted": preempted, "queueing": queueing}
+            "reason": reason, "preempted": preempted, "queueing": queueing}
 
 
 async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
@@ -129,6 +154,6 @@ def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list
     reqs = [request_record(r["i"], prompts[r["i"]], int(outs[r["i"]]), r["sent"], r["toks"], r["times"],
                     r["finish"], r["error"], 0,
                     None if r["queueing"] is None else r["sent"] + r["queueing"],
-                    {"replica": url}, r["preempted"])
+                    {"replica": url}, r["preempted"], r.get("reason"))
             for r in rows]
     return reqs, {"kv_peak_usage": None, "prefix_hit_rate": hit_rate}

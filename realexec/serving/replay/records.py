@@ -12,11 +12,13 @@ from simulator.core.request import Request, RequestStatus, SamplingParams
 def request_record(i: int, prompt: list[int], n_out: int, arrival: float, token_ids: list[int],
             token_times: list[float], finish_reason: str | None, error: str | None,
             cached: int = 0, first_scheduled: float | None = None,
-            annotations: dict[str, Any] | None = None, preemptions: int = 0) -> Request:
+            annotations: dict[str, Any] | None = None, preemptions: int = 0,
+            stop_reason: str | None = None) -> Request:
     """A finished core `Request` carrying client-side timestamps (s since the replay start).
     `preemptions`: how often the engine preempted it; `first_scheduled`: when the first step
     of the engine that ran its prompt began (both in process, as the ZMQ workers report
-    them, or from kvpd's HTTP extension field; None / 0 when not reported)."""
+    them, or from kvpd's HTTP extension field; None / 0 when not reported); `stop_reason`:
+    why the engine rejected it, when it says."""
     req = Request(str(i), prompt_token_ids=prompt,
                   sampling_params=SamplingParams(temperature=0.0, max_tokens=n_out, ignore_eos=True),
                   arrival_time=arrival)
@@ -36,7 +38,7 @@ def request_record(i: int, prompt: list[int], n_out: int, arrival: float, token_
     elif finish_reason == "length":
         req.finish(RequestStatus.FINISHED_LENGTH, end)
     elif finish_reason == "rejected":
-        req.finish(RequestStatus.FINISHED_REJECTED, end)
+        req.finish(RequestStatus.FINISHED_REJECTED, end, stop_reason)
     else:
         req.finish(RequestStatus.FINISHED_ABORTED, end, finish_reason)
     return req

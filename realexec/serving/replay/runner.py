@@ -208,7 +208,7 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
         fs = None if r.first_scheduled_time is None else r.first_scheduled_time - start
         out.append(request_record(i, prompts[i], int(outs[i]), r.arrival_time - start, r.output_token_ids,
                            times, r.finish_reason, None, max(r.num_cached_tokens, 0), fs,
-                           {"replica": "inproc"}, r.num_preemptions))
+                           {"replica": "inproc"}, r.num_preemptions, r.stop_reason))
     kvs = llm.kv_cache_manager.get_stats()
     return out, {"kv_peak_usage": kvs.peak_usage, "prefix_hit_rate": kvs.prefix_hit_rate}
 
@@ -256,9 +256,12 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
                "step_s": r.step_s}
         # queueing: from submission to the first step of the worker that ran its prompt
         first_scheduled = None if r.first_scheduled is None else r.first_scheduled - t0
+        rejected = r.error_kind == "rejected"  # the engine can never serve it, as simulated
         out.append(request_record(i, prompts[i], int(outs[i]), r.t_submit - t0, r.token_ids,
-                           [t - t0 for t in r.token_times], r.finish_reason, r.error,
-                           r.num_cached_tokens, first_scheduled, ann, r.num_preemptions))
+                           [t - t0 for t in r.token_times],
+                           "rejected" if rejected else r.finish_reason,
+                           None if rejected else r.error, r.num_cached_tokens, first_scheduled,
+                           ann, r.num_preemptions, r.error if rejected else r.stop_reason))
     stats = [w["stats"] for w in client.workers_status().values()]
     prefill = [s for n, s in zip(client.workers_status(), stats) if not n.startswith("decode")]
     extra = {"kv_peak_usage": max((s.get("kv_peak_usage", 0.0) for s in stats), default=0.0),
