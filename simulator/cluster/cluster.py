@@ -56,7 +56,7 @@ from simulator.cost.kernels import AttentionBackendError, fallback_grouped_gemm,
 from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
 from simulator.cost.parallel import check_a2a, check_ep
-from simulator.cost.params import LOOP_FIELDS, CostParams
+from simulator.cost.params import CALIBRATION_USE_KEYS, LOOP_FIELDS, CostParams
 from simulator.scenario import PoolSpec, Scenario, Spec
 
 
@@ -68,7 +68,7 @@ def resolve_hardware(spec: Spec, scenario: Scenario,
     `serving_loop: false` leaves out the calibration's serving-loop terms (`LOOP_FIELDS`: an
     engine driven in-process, without a worker loop between its steps)."""
     params, speed = None, False
-    if isinstance(spec, dict) and ({"calibration", "serving_speed", "serving_loop"} & set(spec)):
+    if isinstance(spec, dict) and (set(CALIBRATION_USE_KEYS) & set(spec)):
         original, spec = spec, dict(spec)
         speed = spec.pop("serving_speed", False)
         loop = spec.pop("serving_loop", True)
