@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from realexec.fidelity.out_paths import check_out_file
+    from kvpd.commands.out_paths import check_out_file
     from simulator.calibrate.calibration import write_calibration
     from simulator.calibrate.fit import calibrate
     from simulator.calibrate.gate import format_spread, profile_spread, refusal

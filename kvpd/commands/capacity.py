@@ -90,7 +90,7 @@ def format_result(result: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from realexec.fidelity.out_paths import check_out_dir
+    from kvpd.commands.out_paths import check_out_dir
     from simulator.plan.candidates import (
         check_search_options,
         load_cost_table,

@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--random-prompts must be >= 0 and --prompt-len >= 1")
     if not prompts and not args.random_prompts:
         raise UserError("give --prompt-ids 1,2,3 (repeatable) or --random-prompts N")
+    if args.out:  # a folder that can be written, before the model loads
+        from kvpd.commands.out_paths import check_out_dir
+
+        check_out_dir(args.out, "--out")
     llm = LLM(
         args.model, dtype=args.dtype, device=args.device, block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks, gpu_memory_utilization=args.gpu_memory_utilization,

@@ -45,7 +45,7 @@ def check_args(args: argparse.Namespace) -> None:
     naming the first bad one."""
     from pathlib import Path
 
-    from realexec.fidelity.out_paths import check_out_file
+    from kvpd.commands.out_paths import check_out_file
     from realexec.fidelity.profile.facts import model_identity
     from simulator.calibrate.profile_io import profile_paths
 

@@ -130,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
         replay,
     )
 
+    if args.out:  # a folder that can be written, before any engine starts
+        from kvpd.commands.out_paths import check_out_dir
+
+        check_out_dir(args.out, "--out")
     kind, detail = parse_target(args.target)
     trace = workloads.load_trace(args.trace, args.format)
     if args.warmup_requests:  # before the target starts (window and limit set the count)

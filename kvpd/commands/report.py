@@ -23,8 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvpd.commands.out_paths import check_out_file
     from simulator.plan.report import write_report
 
+    if args.out:
+        check_out_file(args.out, "--out")
     path = write_report(args.results, args.format, args.out, args.metric)
     print(f"wrote {path}")
     return 0

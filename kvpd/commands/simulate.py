@@ -59,7 +59,7 @@ def default_out(name: str, overrides: list[str], base: Path | None = None) -> Pa
 
 
 def _checked_out(out: Path, force: bool) -> Path:
-    from realexec.fidelity.out_paths import check_out_dir
+    from kvpd.commands.out_paths import check_out_dir
 
     check_out_dir(out, "--out")  # a folder that can be written, before anything runs
     if out.is_dir() and (out / "summary.json").exists() and not force:

@@ -62,7 +62,8 @@ def print_ranking(rows: list[dict], axes: list[str], attainment: float) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from simulator.plan.sweep import axis_columns, run_sweep
+    from kvpd.commands.out_paths import check_out_dir
+    from simulator.plan.sweep import axis_columns, default_out_dir, run_sweep
     from simulator.plan.sweep_spec import load_sweep
 
     if not 0 < args.attainment <= 1:
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         for p in spec.points:
             print(f"  {p.index:4d} {p.point_id}  {json.dumps(p.overrides, default=str)}")
         return 0
+    check_out_dir(args.out or default_out_dir(spec), "--out")  # before any simulation
     out = run_sweep(spec, args.out, backend=args.backend, workers=args.workers,
                     address=args.address, restart=args.restart, retry_failed=args.retry_failed,
                     progress=not args.no_progress, connect_timeout_s=args.connect_timeout,

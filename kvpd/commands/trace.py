@@ -89,6 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.reported_warnings = set()  # warnings already printed inside a load report
+    if getattr(args, "output", None):  # convert, synth, plot: writable, before any loading
+        from kvpd.commands.out_paths import check_out_file
+
+        check_out_file(args.output, "--output")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         status = args.trace_func(args)

@@ -107,7 +107,7 @@ def config(args: argparse.Namespace):
     measured yet)."""
     from pathlib import Path
 
-    from realexec.fidelity.out_paths import check_out_dir
+    from kvpd.commands.out_paths import check_out_dir
     from realexec.fidelity.validate.source import shipped
     from realexec.fidelity.validate.validation import ValidateConfig
 
