@@ -188,6 +188,18 @@ def test_invalid_json_names_the_file_and_line(tmp_path) -> None:
         get_model(str(path))
 
 
+def test_a_folder_without_a_config_or_a_binary_config_is_named(tmp_path) -> None:
+    """(before: "[Errno 2] No such file or directory: '.../config.json'" and a bare
+    UnicodeDecodeError naming no file)"""
+    with pytest.raises(FileNotFoundError, match=r"a model folder holds a config.json; this "
+                                                r"one has none"):
+        get_model(str(tmp_path))
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe{}")
+    for where in (tmp_path, tmp_path / "config.json"):
+        with pytest.raises(ValueError, match=r"config.json: not a JSON text file"):
+            get_model(str(where))
+
+
 def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
     """Instruct/chat fine-tunes and FP8 exports with the base model's config.json shapes are
     aliases of its entry; an alias names one entry only."""

@@ -179,12 +179,16 @@ def test_unsupported_architecture_lists_the_supported(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     ("{bad", r"config.json: not valid JSON"),
     ("[1]", r"config.json: a model config is a JSON object, got list"),
+    (b"\xff\xfe{}", r"config.json: not a JSON text file \(invalid start byte at byte 0\)"),
 ])
 def test_a_model_directory_with_a_broken_config_is_named(tmp_path, text, message):
-    """(before: json's bare message naming no file, or a TypeError)"""
-    (tmp_path / "config.json").write_text(text)
+    """(before: json's bare message naming no file, a TypeError, or a bare UnicodeDecodeError)"""
+    path = tmp_path / "config.json"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_model(str(tmp_path), torch.float32, "cpu")
+    with pytest.raises(ValueError, match=message):  # the file itself (random weights)
+        load_model(str(path), torch.float32, "cpu")
 
 
 def test_model_directory_round_trip(tmp_path):

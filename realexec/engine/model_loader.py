@@ -132,6 +132,16 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         raise ValueError(f"{where}: GPT-2 with cross-attention is not a causal LM we can run")
 
 
+def _read_json(path: Path) -> Any:
+    """A config.json's content; ValueError naming the file if it is not JSON text."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a JSON text file ({exc.reason} at byte {exc.start})") from None
+
+
 def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
     if not isinstance(d, dict):
         raise ValueError(f"{where}: a model config is a JSON object, got {type(d).__name__}")
@@ -192,22 +202,14 @@ def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str
     if path.is_file():
         if path.suffix != ".json":
             raise ValueError(f"{path}: expected a model directory or a config.json file")
-        try:
-            d = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        cfg = _config_from_dict(d, str(path))
+        cfg = _config_from_dict(_read_json(path), str(path))
         check_supported(cfg, str(path))
         return cfg, None, str(path)
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"{path}: model directory has no config.json")
-        try:
-            d = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{cfg_path}: not valid JSON ({exc})") from None
-        cfg = _config_from_dict(d, str(cfg_path))
+        cfg = _config_from_dict(_read_json(cfg_path), str(cfg_path))
         check_supported(cfg, str(cfg_path))
         if not any(path.glob("*.safetensors")):
             raise ValueError(

@@ -290,12 +290,17 @@ def _with_hf_id(spec: ModelSpec, hf_id: str) -> ModelSpec:
 def load_hf_config(path: str) -> ModelSpec:
     """A ModelSpec from a config.json file, or a directory holding one."""
     if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
+        folder, path = path, os.path.join(path, "config.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{folder}: a model folder holds a config.json; this one "
+                                    "has none")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a JSON text file ({exc.reason} at byte {exc.start})") from None
     name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
     return _parse_hf_config(cfg, name, path)
 
