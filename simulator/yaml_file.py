@@ -17,9 +17,12 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{what} file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
+                         f"a {what} is YAML or JSON text") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -362,6 +362,15 @@ def test_a_well_formed_serving_probe_passes_the_schema_and_is_fitted(tmp_path):
     assert cal.params.loop_overhead_s == pytest.approx(4e-4)
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_a_profile_file_that_is_not_text_is_named(tmp_path, suffix):
+    """(before: a bare UnicodeDecodeError naming no file)"""
+    path = synthetic_profile(tmp_path)
+    path.with_suffix(suffix).write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match=rf"profile{suffix}: not a UTF-8 text file"):
+        read_profile(path)
+
+
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_a_non_finite_profile_cell_is_refused(tmp_path, value):
     path = synthetic_profile(tmp_path)

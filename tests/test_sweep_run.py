@@ -95,7 +95,9 @@ def test_resume_skips_finished_points(pool_and_serial, tmp_path):
     # drop one finished point (and tear the last line as an interrupted write would)
     lines = (pool.out_dir / POINTS).read_text().splitlines()
     kept = [ln for ln in lines if json.loads(ln)["point_id"] != spec.points[2].point_id]
-    (pool.out_dir / POINTS).write_text("\n".join(kept) + "\n" + '{"point_id": "torn')
+    # (and a line of binary garbage, e.g. a disk error: before, a UnicodeDecodeError)
+    (pool.out_dir / POINTS).write_bytes(("\n".join(kept) + "\n").encode() + b"\xff\xfe\n"
+                                        + b'{"point_id": "torn')
     resumed = run_sweep(spec, pool.out_dir, backend="serial", progress=False)
     assert (resumed.ran, resumed.skipped) == (1, 3)
     assert set(read_points(pool.out_dir / POINTS)) == {p.point_id for p in spec.points}

@@ -200,6 +200,8 @@ def test_every_yaml_reader_words_its_errors_alike(tmp_path):
     listing.write_text("- a\n- b\n")
     broken = tmp_path / "broken.yaml"
     broken.write_text("a: [1, 2\n")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00a: 1\n")
     for read, what in ((read_scenario_yaml, "scenario"), (load_sweep, "sweep"),
                        (lambda p: _read_spec(p, None), "--spec")):
         with pytest.raises(FileNotFoundError, match=f"{what}.* file not found: .*missing.yaml"):
@@ -208,3 +210,6 @@ def test_every_yaml_reader_words_its_errors_alike(tmp_path):
             read(listing)
         with pytest.raises(ValueError, match="broken.yaml: not valid YAML"):
             read(broken)
+        with pytest.raises(ValueError, match=rf"binary.yaml: not a UTF-8 text file \(invalid "
+                                             rf"start byte at byte 0\); a {what}.* is YAML"):
+            read(binary)  # (before: a bare UnicodeDecodeError naming no file)

@@ -25,6 +25,7 @@ simpy, so the simulator can read profiles without the real executor.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -132,6 +133,15 @@ def write_profile(rows: list[ProfileRow], meta: dict[str, Any], path: str | Path
     return csv_path
 
 
+def _text(path: Path) -> str:
+    """A profile file's text; ValueError naming it if it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
+                         "`kvpd profile` writes NAME.csv and NAME.json as text") from None
+
+
 def read_profile(path: str | Path) -> Profile:
     """Read a profile; errors name the file, line and column."""
     csv_path, json_path = profile_paths(path)
@@ -139,7 +149,7 @@ def read_profile(path: str | Path) -> Profile:
         if not p.is_file():
             raise FileNotFoundError(f"profile file not found: {p} (written by `kvpd profile`)")
     try:
-        meta = json.loads(json_path.read_text())
+        meta = json.loads(_text(json_path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{json_path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     if not isinstance(meta, dict):
@@ -149,7 +159,7 @@ def read_profile(path: str | Path) -> Profile:
         raise ValueError(f"{json_path}: missing field(s) {missing}; expected {list(REQUIRED_META)}")
     check_profile_meta(meta, json_path)
     cols: dict[str, list] = {c: [] for c in COLUMNS}
-    with open(csv_path, newline="") as f:
+    with io.StringIO(_text(csv_path), newline="") as f:
         reader = csv.DictReader(f)
         absent = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if absent:

@@ -53,14 +53,15 @@ def default_out_dir(spec: SweepSpec) -> Path:
 
 
 def read_points(path: Path) -> dict[str, dict[str, Any]]:
-    """Finished points by id; a torn last line (an interrupted write) is ignored."""
+    """Finished points by id; a line that is not a JSON object (a torn last line of an
+    interrupted write, a damaged one) is ignored: its point runs again."""
     done: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return done
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().splitlines():
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             continue
         if isinstance(row, dict) and "point_id" in row:
             done[row["point_id"]] = row
