@@ -189,11 +189,10 @@ def test_a_request_the_engine_can_never_serve_is_counted_rejected_on_every_targe
     """As the simulator counts it, with the engine's reason and a warning naming the flags
     that change it (before: through the ZMQ front end it was a failed request, and no target
     said why)."""
+    from kvpd.commands.replay import rejected_note
     from realexec.engine.llm import LLM
     from realexec.serving.client import EngineClient
     from realexec.serving.http.server import ServerThread, create_app
-
-    from kvpd.commands.replay import rejected_note
 
     # 8 blocks of 4 tokens: the 40-token request never fits, the others do
     trace = workloads.Trace(arrival_s=np.array([0.0, 0.01, 0.02]), prompt_len=np.array([6, 36, 5]),
