@@ -308,3 +308,17 @@ def test_kvpd_serve_pd_end_to_end_with_the_openai_client(tmp_path):
                 proc.wait(10)
     assert proc.returncode == 0, (tmp_path / "serve.log").read_text()
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00", b'{"a": 1}'])
+def test_tokenizer_files_that_do_not_load_are_refused_before_any_worker(tmp_path, capsys,
+                                                                       content):
+    """(before: a bare UnicodeDecodeError, or a KeyError traceback from transformers)"""
+    from kvpd.cli import main
+    from realexec.serving.http.server import load_tokenizer
+
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"{tmp_path}: its tokenizer files do not load"):
+        load_tokenizer(tmp_path)
+    assert main(["serve", "--model", "tiny-llama", "--tokenizer", str(tmp_path)]) == 2
+    assert "its tokenizer files do not load" in capsys.readouterr().err

@@ -74,7 +74,8 @@ class ServerState:
 
 
 def load_tokenizer(path: str | Path | None) -> Any:
-    """An HF tokenizer from a directory with tokenizer files, or None if there is none."""
+    """An HF tokenizer from a directory with tokenizer files, or None if there is none;
+    ValueError naming the directory if its files do not load."""
     if path is None:
         return None
     p = Path(path)
@@ -82,7 +83,11 @@ def load_tokenizer(path: str | Path | None) -> Any:
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(p, local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(p, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for bad files
+        raise ValueError(f"{p}: its tokenizer files do not load ({type(exc).__name__}: "
+                         f"{exc})") from None
 
 
 def _error(exc: ApiError) -> JSONResponse:
