@@ -206,6 +206,25 @@ def test_model_directory_round_trip(tmp_path):
         load_model(tmp_path)
 
 
+def test_a_checkpoint_that_does_not_load_or_lacks_weights_is_refused(tmp_path):
+    """(before: a SafetensorError traceback; and a checkpoint holding other tensors loaded
+    with every missing weight drawn at random, behind a transformers warning, so the engine
+    served noise)"""
+    from safetensors.torch import save_file
+
+    src = load_model("tiny-llama", seed=3)
+    src.model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"its weights do not load \(SafetensorError"):
+        load_model(tmp_path)
+    save_file({"x": torch.zeros(2)}, str(weights))
+    with pytest.raises(ValueError, match=r"the checkpoint lacks 21 of the model's weights "
+                                         r"\(e.g. lm_head.weight, .*\); it is not a checkpoint "
+                                         r"of this config.json's llama model"):
+        load_model(tmp_path)
+
+
 @pytest.mark.parametrize("kind", ["cuda", "mps"])
 def test_absent_device_lists_the_available(kind):
     if kind in available_devices():

@@ -223,6 +223,27 @@ def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str
     )
 
 
+def _from_checkpoint(weights_dir: Path, dtype: torch.dtype, impl: str) -> Any:
+    """The HF model of a checkpoint folder; ValueError naming the folder if its weights do
+    not load or lack any of the model's (transformers would draw those at random and warn:
+    every token after would be noise)."""
+    try:
+        hf, info = AutoModelForCausalLM.from_pretrained(
+            weights_dir, local_files_only=True, dtype=dtype, attn_implementation=impl,
+            output_loading_info=True)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors and transformers raise many kinds
+        raise ValueError(f"{weights_dir}: its weights do not load ({type(exc).__name__}: "
+                         f"{exc})") from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ValueError(f"{weights_dir}: the checkpoint lacks {len(missing)} of the model's "
+                         f"weights (e.g. {', '.join(missing[:3])}); it is not a checkpoint of "
+                         f"this config.json's {hf.config.model_type} model")
+    return hf
+
+
 def load_model(
     model: ModelSpec,
     dtype: str | torch.dtype = "fp32",
@@ -241,9 +262,7 @@ def load_model(
     impl = _HF_ATTN.get(config.model_type, "sdpa")
     config._attn_implementation = impl
     if weights_dir is not None:
-        hf = AutoModelForCausalLM.from_pretrained(
-            weights_dir, local_files_only=True, dtype=torch_dtype, attn_implementation=impl
-        ).to(dev)
+        hf = _from_checkpoint(weights_dir, torch_dtype, impl).to(dev)
     else:
         if initializer_range is not None:
             config.initializer_range = float(initializer_range)
