@@ -43,6 +43,16 @@ def test_info_table_and_json(files, capsys):
     assert data["prompt_len"]["p50"] == 800.0
 
 
+def test_info_of_an_empty_trace_says_so(tmp_path, capsys):
+    """(before: a table of nan rates and lengths)"""
+    path = tmp_path / "empty.csv"
+    path.write_text('"arrival_s","prompt_len","output_len"\n')
+    assert main(["trace", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rows               0" in out and "(no requests: nothing to summarize)" in out
+    assert "nan" not in out
+
+
 def test_info_bad_input_exits_nonzero_with_file_and_line(files, capsys):
     assert main(["trace", "info", str(files["bad"])]) == 2
     err = capsys.readouterr().err

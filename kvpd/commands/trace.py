@@ -156,6 +156,10 @@ def _table(s: dict[str, Any]) -> str:
         f"{'file':18s} {s['file']} ({rep.get('format', '?')})",
         f"{'rows':18s} {s['rows']} (read {rep.get('rows_read', s['rows'])}, "
         f"dropped {rep.get('rows_dropped', 0)})",
+    ]
+    if not s["rows"]:
+        return "\n".join([*lines, "(no requests: nothing to summarize)"])
+    lines += [
         f"{'time span':18s} {s['duration_s']:.3f} s ({s['duration_s'] / 60:.2f} min)",
         f"{'rate mean':18s} {s['rate_rps_mean']:.3f} req/s = {s['rate_per_min_mean']:.1f} req/min",
         f"{'rate peak':18s} {s['rate_per_min_peak']} req/min "
