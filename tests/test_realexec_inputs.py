@@ -97,6 +97,20 @@ def test_vllm_spellings_of_off_are_taken():
     assert sp.top_k == 0 and sp.seed is None
 
 
+def test_prompts_as_numpy_arrays_are_taken_like_tensors_and_lists(llm):
+    """(before: a numpy batch or a numpy prompt was refused as 'not a list of prompts', while a
+    torch tensor was taken)"""
+    import numpy as np
+
+    prompts = random_prompts(30, [7, 7])
+    sp = {"temperature": 0, "max_tokens": 4}
+    want = [o.token_ids for o in llm.generate(prompts, sp)]
+    for batch in (np.array(prompts), [np.array(p) for p in prompts], torch.tensor(prompts)):
+        assert [o.token_ids for o in llm.generate(batch, sp)] == want
+    with pytest.raises(ValueError, match=r"prompt_token_ids\[0\] = 1.5 is not an integer"):
+        llm.generate([np.array([1.5, 2.0])], sp)
+
+
 def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
     """An exception inside a step (an executor error, Ctrl-C) aborts that call's requests,
     children of n > 1 included, and frees their blocks: the next call runs as on a fresh

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
@@ -36,10 +37,14 @@ DEFAULT_MAX_NUM_SEQS = 256
 SamplingArg = SamplingParams | dict[str, Any] | None
 
 
+def _listed(x: Any) -> Any:
+    """A torch tensor or numpy array as nested lists; anything else as it is."""
+    return x.tolist() if isinstance(x, torch.Tensor | np.ndarray) else x
+
+
 def validate_prompt(index: int, prompt: Any, vocab_size: int) -> list[int]:
     """The prompt as a list of ints; ValueError naming the request index and field."""
-    if isinstance(prompt, torch.Tensor):
-        prompt = prompt.tolist()
+    prompt = _listed(prompt)
     if not isinstance(prompt, Sequence) or isinstance(prompt, str | bytes):
         raise ValueError(
             f"request {index}: prompt_token_ids must be a list of token ids, got {type(prompt).__name__}"
@@ -298,10 +303,10 @@ class LLM:
         arrives (staggered traffic); by default all arrive at once. All inputs are validated
         before anything runs.
         """
-        if isinstance(prompt_token_ids, torch.Tensor):
-            prompt_token_ids = prompt_token_ids.tolist()
+        prompt_token_ids = _listed(prompt_token_ids)
         if not isinstance(prompt_token_ids, Sequence) or (
-            prompt_token_ids and not isinstance(prompt_token_ids[0], Sequence | torch.Tensor)
+            prompt_token_ids
+            and not isinstance(prompt_token_ids[0], Sequence | torch.Tensor | np.ndarray)
         ):
             raise ValueError("prompt_token_ids must be a list of prompts, each a list of token ids")
         n = len(prompt_token_ids)
