@@ -20,7 +20,8 @@ def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
 
 
-def check_min(field: str, value: int, minimum: int) -> None:
+def check_min(field: str, value: object, minimum: int) -> None:
+    """Refuse `value` unless it is an int (not a bool) of at least `minimum`, naming `field`."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
 
