@@ -111,12 +111,8 @@ def test_prompts_as_numpy_arrays_are_taken_like_tensors_and_lists(llm):
         llm.generate([np.array([1.5, 2.0])], sp)
 
 
-def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
-    """An exception inside a step (an executor error, Ctrl-C) aborts that call's requests,
-    children of n > 1 included, and frees their blocks: the next call runs as on a fresh
-    engine (before: the failed requests stayed queued and every later call failed)."""
-    prompts = [[5, 6, 7, 8] * 5, [9, 10, 11]]
-    want = llm.generate(prompts[:1], {"temperature": 0, "max_tokens": 6})[0].token_ids
+def fail_the_second_step(llm, monkeypatch):
+    """Make the engine's second forward raise; return the real forward to restore."""
     real = llm.runner._forward_and_sample
     calls = []
 
@@ -127,6 +123,16 @@ def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(llm.runner, "_forward_and_sample", fail_second)
+    return real
+
+
+def test_a_failed_step_leaves_the_engine_serving(llm, monkeypatch):
+    """An exception inside a step (an executor error, Ctrl-C) aborts that call's requests,
+    children of n > 1 included, and frees their blocks: the next call runs as on a fresh
+    engine (before: the failed requests stayed queued and every later call failed)."""
+    prompts = [[5, 6, 7, 8] * 5, [9, 10, 11]]
+    want = llm.generate(prompts[:1], {"temperature": 0, "max_tokens": 6})[0].token_ids
+    real = fail_the_second_step(llm, monkeypatch)
     with pytest.raises(RuntimeError, match="executor failed"):
         llm.generate(prompts, {"temperature": 0.7, "seed": 1, "n": 2, "max_tokens": 6})
     monkeypatch.setattr(llm.runner, "_forward_and_sample", real)
@@ -142,16 +148,7 @@ def test_a_failed_step_of_the_step_level_api_aborts_what_was_in_flight(llm, monk
     never done); before, the requests stayed queued on that state."""
     prompt = [5, 6, 7, 8] * 5
     want = reference(NAME, prompt, 6)
-    real = llm.runner._forward_and_sample
-    calls = []
-
-    def fail_second(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("executor failed")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(llm.runner, "_forward_and_sample", fail_second)
+    real = fail_the_second_step(llm, monkeypatch)
     llm.add_request("s1", prompt, {"temperature": 0, "max_tokens": 6})
     llm.add_request("s2", [9, 10, 11] * 4, {"temperature": 0.7, "seed": 3, "n": 2, "max_tokens": 6})
     with pytest.raises(RuntimeError, match="executor failed"):
