@@ -94,13 +94,46 @@ def test_text_prompts_and_stop_strings_with_a_tokenizer(oai, tokenizer):
                                                                skip_special_tokens=True)
 
 
+def test_a_batch_of_prompts_gets_n_choices_per_prompt_in_order(oai, tokenizer):
+    """OpenAI's batched completions (lm-eval's local-completions sends them): choice i*n + j
+    answers prompt i, plain and streamed, token ids or text; usage counts every prompt once
+    (before: a 400, "batches of prompts are not supported")."""
+    ps = prompts(15, [5, 17, 9])
+    ref = reference(ps, 6)
+    r = oai.completions.create(model=MODEL, prompt=ps, max_tokens=6, temperature=0, n=2,
+                               extra_body={"ignore_eos": True})
+    assert [c.index for c in r.choices] == list(range(6))
+    assert [c.token_ids for c in r.choices] == [t for t in ref for _ in range(2)]
+    assert r.usage.prompt_tokens == 5 + 17 + 9 and r.usage.completion_tokens == 36
+    chunks = list(oai.completions.create(model=MODEL, prompt=ps, max_tokens=6, temperature=0,
+                                         stream=True, extra_body={"ignore_eos": True},
+                                         stream_options={"include_usage": True}))
+    got: dict[int, list[int]] = {}
+    for c in chunks:
+        for ch in c.choices:
+            got.setdefault(ch.index, []).extend(ch.token_ids)
+    assert got == dict(enumerate(ref)) and chunks[-1].usage.prompt_tokens == 31
+    texts = [" ".join(f"t{t}" for t in p) for p in ps[:2]]
+    by_text = oai.completions.create(model=MODEL, prompt=texts, max_tokens=6, temperature=0,
+                                     extra_body={"ignore_eos": True})
+    one_by_one = [oai.completions.create(model=MODEL, prompt=t, max_tokens=6, temperature=0,
+                                         extra_body={"ignore_eos": True}).choices[0].text
+                  for t in texts]
+    assert [c.text for c in by_text.choices] == one_by_one
+
+
 BAD_REQUESTS = [
     ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
     ({"prompt": [1, 2]}, "model", "'model' is required"),
     ({"model": MODEL, "prompt": [1, 256]}, "prompt", "not a token id in [0, 256)"),
     ({"model": MODEL, "prompt": []}, "prompt", "empty"),
     ({"model": MODEL}, "prompt", "'prompt' is required"),
-    ({"model": MODEL, "prompt": [[1], [2]]}, "prompt", "batches of prompts"),
+    ({"model": MODEL, "prompt": [[1], []]}, "prompt", "'prompt[1]' is empty"),
+    ({"model": MODEL, "prompt": [[1], [2, 999]]}, "prompt", "'prompt[1][1]' = 999 is not a token id"),
+    ({"model": MODEL, "prompt": [[1], [1] * 600]}, "prompt", "prompt[1] has 600 tokens"),
+    ({"model": MODEL, "prompt": [[1], [1] * 500], "max_tokens": 20}, "max_tokens",
+     "prompt[1] (500 tokens) + max_tokens (20) exceeds"),
+    ({"model": MODEL, "prompt": [[1], "a"]}, "prompt", "a string or a list of token ids"),
     ({"model": MODEL, "prompt": [1, "a"]}, "prompt", "a string or a list of token ids"),
     ({"model": MODEL, "prompt": [1], "temperature": -0.5}, "temperature", "temperature must be >= 0"),
     ({"model": MODEL, "prompt": [1], "temperature": float("inf")}, "temperature", "finite"),

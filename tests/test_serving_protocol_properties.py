@@ -41,15 +41,17 @@ def _check(body: dict, chat: bool) -> None:
         assert exc.status == 400 and exc.message
         assert set(exc.body()["error"]) == {"message", "type", "param", "code"}
         return
-    assert 1 <= len(parsed.prompt_token_ids) <= MAX_LEN - 1
-    assert all(0 <= t < VOCAB for t in parsed.prompt_token_ids)
-    for i in range(parsed.n):  # what each choice's engine request carries over the wire
-        options = child_sampling(parsed, i)
-        sp = SamplingParams.from_dict(options, "request")
-        assert len(parsed.prompt_token_ids) + sp.max_tokens <= MAX_LEN
-        frames = encode("add", {"request_id": "r", "prompt_token_ids": parsed.prompt_token_ids,
-                                "sampling": options})
-        assert decode(frames).body["sampling"] == options
+    assert parsed.prompts and (chat is False or len(parsed.prompts) == 1)
+    for prompt in parsed.prompts:
+        assert 1 <= len(prompt) <= MAX_LEN - 1
+        assert all(0 <= t < VOCAB for t in prompt)
+        for i in range(parsed.n):  # what each choice's engine request carries over the wire
+            options = child_sampling(parsed, i)
+            sp = SamplingParams.from_dict(options, "request")
+            assert len(prompt) + sp.max_tokens <= MAX_LEN
+            frames = encode("add", {"request_id": "r", "prompt_token_ids": prompt,
+                                    "sampling": options})
+            assert decode(frames).body["sampling"] == options
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -47,18 +47,20 @@ def delta_error(d: Delta) -> ApiError:
 
 
 class Choices:
-    """The `n` engine requests of one API request (ids `rid`, or `rid-0` .. `rid-{n-1}`),
-    their deltas merged into one asyncio queue in arrival order."""
+    """The engine requests of one API request, `n` per prompt (ids `rid`, or `rid-0` ..
+    `rid-{k-1}` for k choices; choice i runs prompt i // n), their deltas merged into one
+    asyncio queue in arrival order."""
 
     def __init__(self, client: Any, rid: str, req: ParsedRequest) -> None:
         loop = asyncio.get_running_loop()
         self.client = client
         self.q: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
-        self.ids = [rid] if req.n == 1 else [f"{rid}-{i}" for i in range(req.n)]
-        self.done = [False] * req.n
+        k = req.num_choices
+        self.ids = [rid] if k == 1 else [f"{rid}-{i}" for i in range(k)]
+        self.done = [False] * k
         try:
             for i, sub in enumerate(self.ids):
-                client.submit(req.prompt_token_ids, child_sampling(req, i), sub,
+                client.submit(req.prompts[i // req.n], child_sampling(req, i % req.n), sub,
                               sink=lambda d, i=i: loop.call_soon_threadsafe(
                                   self.q.put_nowait, (i, d)))
         except BaseException:
@@ -105,11 +107,11 @@ class ClosingStream(StreamingResponse):
 async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, choices: Choices,
                         tokenizer: Any) -> AsyncIterator[str]:
     """The server-sent events of a streamed request, ending in `data: [DONE]`."""
-    dets = [Detokenizer(tokenizer, req.stop_strings) for _ in range(req.n)]
-    offsets = [0] * req.n
+    dets = [Detokenizer(tokenizer, req.stop_strings) for _ in range(req.num_choices)]
+    offsets = [0] * req.num_choices
     n_out = 0
     if chat:
-        for i in range(req.n):
+        for i in range(req.num_choices):
             yield sse(chunk_body(rid, model, "", [], None, True, role=True, index=i))
     async for i, d in choices:
         if d.error:
@@ -134,7 +136,7 @@ async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, ch
     if req.include_usage:
         yield sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                    "created": int(time.time()), "model": model, "choices": [],
-                   "usage": usage(len(req.prompt_token_ids), n_out)})
+                   "usage": usage(req.num_prompt_tokens, n_out)})
     yield "data: [DONE]\n\n"
 
 
@@ -156,13 +158,13 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
     for i, (det, toks, lps, finish) in enumerate(outs):
         lp = logprobs_body(tokenizer, toks, lps, chat) if req.logprobs is not None else None
         bodies.append(choice_body(i, det.text, toks, finish, chat, lp))
-    return completion_body(rid, model, bodies, len(req.prompt_token_ids), chat,
+    return completion_body(rid, model, bodies, req.num_prompt_tokens, chat,
                            preempted, queueing)
 
 
 async def _gather(req: ParsedRequest, choices: Choices, tokenizer: Any) -> tuple[list, Any, Any]:
     outs: list[Any] = [(Detokenizer(tokenizer, req.stop_strings), [], [], None)
-                       for _ in range(req.n)]
+                       for _ in range(req.num_choices)]
     preempted, queueing, ended = 0, None, False
     async for i, d in choices:
         det, toks, lps, _ = outs[i]

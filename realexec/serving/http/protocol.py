@@ -5,7 +5,8 @@ shape, naming the `param`).
 Types are strict (`"stream": "no"` or `"ignore_eos": "false"` is a 400, not a truthy string),
 numbers finite and in range, a seed in 0..2^64-1. Prompts are token ids (`prompt: [int, ...]`,
 or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body`) or, when a
-tokenizer is loaded, text. Extensions beyond OpenAI's fields (vLLM's names): `top_k`,
+tokenizer is loaded, text. A completion's `prompt` may be a batch (a list of strings or of
+token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's. Extensions beyond OpenAI's fields (vLLM's names): `top_k`,
 `min_tokens`, `ignore_eos`, `stop_token_ids`, `prompt_token_ids`. Unknown fields are ignored,
 as OpenAI and vLLM do; fields OpenAI defines that this server does not implement are accepted
 only at their neutral value.
@@ -102,13 +103,22 @@ _NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": Non
 class ParsedRequest:
     """A validated completion / chat request, ready for the engine."""
 
-    prompt_token_ids: list[int]
+    prompts: list[list[int]]  # token ids; a completion batch has several, a chat body one
     sampling: dict[str, Any]  # one choice's engine sampling options (n = 1)
     stream: bool
     include_usage: bool
     stop_strings: list[str]
     n: int = 1
     logprobs: int | None = None  # top logprobs per token (None: no logprobs asked for)
+
+    @property
+    def num_choices(self) -> int:
+        """Choices in the response: `n` per prompt; choice k answers prompt k // n."""
+        return len(self.prompts) * self.n
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
 
 
 def _show(value: Any) -> str:
@@ -153,35 +163,38 @@ def check_model(model: str, served: str) -> None:
 
 
 def token_prompt(value: list[int], vocab_size: int, param: str) -> list[int]:
+    """`value` checked as a prompt of token ids; `param` names it (`prompt[2]` in a batch)."""
+    field = param.partition("[")[0]
     if not value:
-        raise ApiError(f"'{param}' is empty; give at least one token", param=param)
+        raise ApiError(f"'{param}' is empty; give at least one token", param=field)
     for i, t in enumerate(value):
         if not 0 <= t < vocab_size:
             raise ApiError(f"'{param}[{i}]' = {t!r} is not a token id in [0, {vocab_size})",
-                           param=param)
+                           param=field)
     return value
 
 
 def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
+    field = param.partition("[")[0]
     if tokenizer is None:
         raise ApiError(f"'{param}' is text but this model has no tokenizer; send token ids "
-                       "(a list of integers)", param=param)
+                       "(a list of integers)", param=field)
     ids = tokenizer.encode(text, add_special_tokens=False)
     if not ids:
-        raise ApiError(f"'{param}' encodes to no tokens", param=param)
+        raise ApiError(f"'{param}' encodes to no tokens", param=field)
     return list(ids)
 
 
-def completion_prompt(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[int]:
+def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[list[int]]:
+    """A completion body's prompts: one (a string or a list of token ids) or a batch (a list
+    of strings or of token-id lists), each answered with its own `n` choices, as OpenAI's."""
     prompt = req.prompt
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return encode_text(tokenizer, prompt, "prompt")
-    if prompt and not isinstance(prompt[0], int):
-        raise ApiError("'prompt' must be one prompt (a string or a list of token ids); "
-                       "batches of prompts are not supported", param="prompt")
-    return token_prompt(prompt, vocab_size, "prompt")
+        return [encode_text(tokenizer, prompt, "prompt")]
+    if not prompt or isinstance(prompt[0], int):
+        return [token_prompt(prompt, vocab_size, "prompt")]  # type: ignore[arg-type]
+    return [encode_text(tokenizer, p, f"prompt[{i}]") if isinstance(p, str)
+            else token_prompt(p, vocab_size, f"prompt[{i}]") for i, p in enumerate(prompt)]
 
 
 def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -210,6 +223,26 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer: Any, vocab_size: int) -> 
     return render_chat(tokenizer, clean)
 
 
+def _check_context(prompts: list[list[int]], asked: int | None, key: str, max_model_len: int,
+                   default: int | None) -> int:
+    """The tokens each choice may make (`asked`, else `default`, else the room the prompt
+    leaves); a 400 (`context_length_exceeded`) if a prompt and its output do not fit."""
+    max_tokens = 0
+    for i, prompt in enumerate(prompts):
+        name = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        room = max_model_len - len(prompt)
+        if room < 1:
+            raise ApiError(f"{'the ' * (len(prompts) == 1)}{name} has {len(prompt)} tokens; this model's context is "
+                           f"{max_model_len} tokens", param="prompt",
+                           code="context_length_exceeded")
+        max_tokens = asked if asked is not None else (room if default is None else default)
+        if len(prompt) + max_tokens > max_model_len:
+            raise ApiError(f"{name} ({len(prompt)} tokens) + {key} ({max_tokens}) exceeds "
+                           f"this model's context of {max_model_len} tokens", param=key,
+                           code="context_length_exceeded")
+    return max_tokens
+
+
 def _neutral(req: _Common) -> None:
     for name, neutral in _NEUTRAL.items():
         value = getattr(req, name, None)
@@ -230,24 +263,16 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
     check_model(req.model, served)
     _neutral(req)
     if chat:
-        prompt = chat_prompt(req, tokenizer, vocab_size)
+        prompts = [chat_prompt(req, tokenizer, vocab_size)]
         if req.top_logprobs is not None and not req.logprobs:
             raise ApiError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     else:
-        prompt = completion_prompt(req, tokenizer, vocab_size)
+        prompts = completion_prompts(req, tokenizer, vocab_size)
         logprobs = req.logprobs
-    room = max_model_len - len(prompt)
-    if room < 1:
-        raise ApiError(f"the prompt has {len(prompt)} tokens; this model's context is "
-                       f"{max_model_len} tokens", param="prompt", code="context_length_exceeded")
     key = "max_completion_tokens" if chat and req.max_completion_tokens is not None else "max_tokens"
     asked = getattr(req, key)
-    max_tokens = asked if asked is not None else (room if chat else 16)
-    if len(prompt) + max_tokens > max_model_len:
-        raise ApiError(f"prompt ({len(prompt)} tokens) + {key} ({max_tokens}) exceeds this "
-                       f"model's context of {max_model_len} tokens", param=key,
-                       code="context_length_exceeded")
+    max_tokens = _check_context(prompts, asked, key, max_model_len, default=None if chat else 16)
     stop_strings = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if not all(stop_strings):
         raise ApiError("'stop' must be a string or a list of non-empty strings", param="stop")
@@ -275,7 +300,7 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
     except ValueError as exc:
         raise ApiError(str(exc).removeprefix("request: ")) from None
     so = req.stream_options
-    return ParsedRequest(prompt, options, req.stream, bool(so and so.include_usage), stop_strings,
+    return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
                          req.n, logprobs)
 
 
