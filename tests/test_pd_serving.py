@@ -117,6 +117,18 @@ def test_pd_greedy_output_equals_colocated(pd):
     assert stats["decode-0"]["stats"]["kv_received"] >= len(ps), stats
 
 
+def test_pd_penalties_equal_colocated(pd):
+    """The decode worker penalizes with the whole history: the prompt and the first token,
+    which the prefill worker sampled."""
+    ps = prompts(16, [12, 30])
+    pen = {"presence_penalty": -1.5, "frequency_penalty": 0.5, "repetition_penalty": 0.8}
+    reqs = [pd.submit(p, {**GREEDY, "max_tokens": 10, **pen}) for p in ps]
+    for r in reqs:
+        assert r.done.wait(60) and r.error is None, r.error
+    assert [r.token_ids for r in reqs] == reference(ps, 10, **pen) != reference(ps, 10)
+    wait_pools_whole(pd)
+
+
 def test_request_finishing_on_the_prefill_worker_is_never_handed_off(pd):
     r = pd.generate(prompts(22, [12])[0], {**GREEDY, "max_tokens": 1}, timeout_s=60)
     assert len(r.token_ids) == 1 and r.finish_reason == "length" and not r.kv

@@ -3,13 +3,17 @@ min_tokens and stop ids behave as documented; the pool is whole after each gener
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from realexec import LLM, SamplingParams
-from realexec.engine.sampler import Sampler, SamplingRow, apply_top_k_top_p
+from realexec.engine.hf_reference import hf_greedy
+from realexec.engine.sampler import Sampler, SamplingRow, apply_penalties, apply_top_k_top_p
 from tests.realexec_reference import (
     assert_pool_whole,
+    hf_model,
     one_thread,  # noqa: F401  (fixture)
     random_prompts,
     reference,
@@ -98,3 +102,68 @@ def test_token_times_are_increasing_engine_times():
         assert len(t) == 6 and all(b > a for a, b in zip(t, t[1:]))
         assert o.arrival_time <= o.outputs[0].first_token_time == t[0]
         assert o.outputs[0].finish_time == t[-1]
+
+
+def test_penalties_follow_openais_formula_and_transformers_repetition_penalty():
+    """Presence / frequency as OpenAI documents them (mu[j] - c[j]*a_freq - [c[j] > 0]*a_pres,
+    c = counts in the output only); repetition as `transformers`' own logits processor
+    (over prompt and output); a row without penalties is left as it was."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 40, generator=g) * 3
+    rows = [SamplingRow(temperature=0, presence_penalty=0.5, frequency_penalty=-0.3,
+                        prompt_ids=[1, 2, 9], output_ids=[4, 4, 7, 4]),
+            SamplingRow(temperature=0.8),
+            SamplingRow(temperature=0, repetition_penalty=1.7, prompt_ids=[3, 3, 11],
+                        output_ids=[5, 12])]
+    want = logits.clone()
+    counts = {4: 3, 7: 1}
+    for j, c in counts.items():
+        want[0, j] -= c * -0.3 + 0.5
+    want[2] = RepetitionPenaltyLogitsProcessor(1.7)(torch.tensor([[3, 3, 11, 5, 12]]),
+                                                    logits[2:3].clone())[0]
+    got = logits.clone()
+    apply_penalties(got, rows)
+    assert torch.allclose(got, want)
+    assert not torch.equal(got[2], logits[2])
+
+
+@pytest.mark.parametrize("penalty", [1.3, 0.8])
+def test_greedy_with_a_repetition_penalty_matches_transformers_generate(penalty):
+    """Token for token against HF `generate(repetition_penalty=...)`, in one batch with an
+    unpenalized request and a prompt long enough to be chunked."""
+    ps = random_prompts(21, [7, 40])
+    sp = SamplingParams(temperature=0, max_tokens=12, repetition_penalty=penalty)
+    llm = _llm(max_num_batched_tokens=16)
+    plain, *penalized = llm.generate([ps[0], *ps], [SamplingParams(temperature=0, max_tokens=12),
+                                                    sp, sp])
+    assert plain.token_ids == reference(NAME, ps[0], 12)
+    want = [hf_greedy(hf_model(NAME), p, 12, repetition_penalty=penalty) for p in ps]
+    assert [o.token_ids for o in penalized] == want
+    assert want != [reference(NAME, p, 12) for p in ps]  # the penalty changed something
+    assert_pool_whole(llm)
+
+
+def test_presence_and_frequency_penalties_steer_away_from_repeats():
+    """Greedy decoding of a tiny random model repeats itself; a presence penalty of 2 (the
+    most OpenAI allows) makes fewer repeats, a negative frequency penalty more."""
+    ps = random_prompts(22, [8, 8, 8])
+
+    def repeats(**pen) -> int:
+        outs = _llm().generate(ps, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True,
+                                                  **pen))
+        return sum(len(o.token_ids) - len(set(o.token_ids)) for o in outs)
+
+    base = repeats()
+    assert repeats(presence_penalty=2.0) < base < repeats(frequency_penalty=-2.0)
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("presence_penalty", 2.5, "presence_penalty must be in [-2, 2]"),
+    ("frequency_penalty", float("nan"), "frequency_penalty must be a finite number"),
+    ("repetition_penalty", 0.0, "repetition_penalty must be > 0"),
+])
+def test_out_of_range_penalties_are_refused_naming_the_field(field, value, fragment):
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        SamplingParams.from_dict({field: value})

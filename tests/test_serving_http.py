@@ -122,6 +122,17 @@ def test_a_batch_of_prompts_gets_n_choices_per_prompt_in_order(oai, tokenizer):
     assert [c.text for c in by_text.choices] == one_by_one
 
 
+def test_penalties_reach_the_engine(oai):
+    """presence / frequency (OpenAI's) and repetition_penalty (vLLM's extension) give what
+    the in-process engine gives with the same options (before: a 400 unless 0)."""
+    (p,) = prompts(16, [12])
+    pen = {"presence_penalty": -1.5, "frequency_penalty": 0.5}
+    r = oai.completions.create(model=MODEL, prompt=p, max_tokens=10, temperature=0, **pen,
+                               extra_body={"ignore_eos": True, "repetition_penalty": 0.8})
+    want = reference([p], 10, **pen, repetition_penalty=0.8)[0]
+    assert r.choices[0].token_ids == want != reference([p], 10)[0]
+
+
 BAD_REQUESTS = [
     ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
     ({"prompt": [1, 2]}, "model", "'model' is required"),
@@ -158,7 +169,13 @@ BAD_REQUESTS = [
      "stop_token_ids[0] must be an integer"),
     ({"model": MODEL, "prompt": [1], "stop_token_ids": [300]}, "stop_token_ids", "not a token id"),
     ({"model": MODEL, "prompt": [1], "stop": [""]}, "stop", "non-empty strings"),
-    ({"model": MODEL, "prompt": [1], "presence_penalty": 0.5}, "presence_penalty", "not supported"),
+    ({"model": MODEL, "prompt": [1], "presence_penalty": 2.5}, "presence_penalty",
+     "presence_penalty must be <= 2"),
+    ({"model": MODEL, "prompt": [1], "frequency_penalty": -3}, "frequency_penalty",
+     "frequency_penalty must be >= -2"),
+    ({"model": MODEL, "prompt": [1], "repetition_penalty": 0}, "repetition_penalty",
+     "repetition_penalty must be > 0"),
+    ({"model": MODEL, "prompt": [1], "logit_bias": {"5": 1}}, "logit_bias", "not supported"),
     ({"model": MODEL, "prompt": [1], "echo": True}, "echo", "not supported"),
     ({"model": MODEL, "prompt": [1], "stream_options": {"include_usage": 1}}, "stream_options",
      "must be true or false"),

@@ -132,8 +132,11 @@ class ModelRunner:
             rows = []
             for i in sample_rows:
                 req = output.reqs[i]
-                rows.append(row_from_params(req.sampling_params, req.num_output_tokens,
-                                            req.eos_token_id, self._generator(req)))
+                sp = req.sampling_params
+                history = ((req.prompt_token_ids or (), req.output_token_ids) if sp.penalized
+                           else ((), ()))
+                rows.append(row_from_params(sp, req.num_output_tokens, req.eos_token_id,
+                                            self._generator(req), *history))
             want = [j for j, i in enumerate(sample_rows)
                     if output.reqs[i].sampling_params.logprobs is not None]
             # before sampling, which masks banned tokens in `logits` in place

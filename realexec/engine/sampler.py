@@ -5,11 +5,13 @@ One row of fp32 logits per request that samples this step. Greedy when temperatu
 (`argmax(p / q)`, `q ~ Exp(1)`, as vLLM's sampler): one `[vocab]` draw per sampled token from
 the request's own `torch.Generator` when it has a seed, so its tokens do not depend on what
 else is in the batch; unseeded rows share one generator seeded from the engine seed.
-`min_tokens` hides EOS and the stop ids until that many tokens are out.
+`min_tokens` hides EOS and the stop ids until that many tokens are out. Presence, frequency
+and repetition penalties change the logits first (`apply_penalties`, vLLM's order).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,15 +31,27 @@ class SamplingRow:
     num_output_tokens: int = 0
     min_tokens: int = 0
     banned_until_min: tuple[int, ...] = ()  # EOS + stop ids while num_output < min_tokens
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    prompt_ids: Sequence[int] = ()  # the request's tokens, read only when a penalty is on
+    output_ids: Sequence[int] = ()
 
     @property
     def greedy(self) -> bool:
         return self.temperature < _GREEDY_EPS
 
+    @property
+    def penalized(self) -> bool:
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
+
 
 def row_from_params(params: Any, num_output_tokens: int, eos_token_id: int | None,
-                    generator: torch.Generator | None) -> SamplingRow:
-    """A `SamplingRow` from a core `SamplingParams`-like object."""
+                    generator: torch.Generator | None, prompt_ids: Sequence[int] = (),
+                    output_ids: Sequence[int] = ()) -> SamplingRow:
+    """A `SamplingRow` from a core `SamplingParams`-like object and, for its penalties, the
+    request's prompt and output token ids."""
     banned: tuple[int, ...] = ()
     if num_output_tokens < params.min_tokens:
         ids = list(params.stop_token_ids)
@@ -48,7 +62,44 @@ def row_from_params(params: Any, num_output_tokens: int, eos_token_id: int | Non
         temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
         generator=generator, num_output_tokens=num_output_tokens,
         min_tokens=params.min_tokens, banned_until_min=banned,
+        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
+        repetition_penalty=params.repetition_penalty, prompt_ids=prompt_ids,
+        output_ids=output_ids,
     )
+
+
+def _token_counts(seqs: list[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """`[len(seqs), vocab]` counts of each token id in each sequence."""
+    counts = torch.zeros(len(seqs), vocab, dtype=torch.float32, device=device)
+    ids = [t for seq in seqs for t in seq]
+    if ids:
+        rows = torch.repeat_interleave(torch.arange(len(seqs), device=device),
+                                       torch.tensor([len(q) for q in seqs], device=device))
+        counts.index_put_((rows, torch.tensor(ids, device=device)),
+                          torch.ones(len(ids), device=device), accumulate=True)
+    return counts
+
+
+def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> None:
+    """Penalize `logits` `[n, vocab]` in place, as vLLM: a repetition penalty p divides the
+    positive logits (multiplies the negative ones) of every token in the prompt or output;
+    then each token loses frequency x its count in the output and presence once if there."""
+    pen = [r for r, row in enumerate(rows) if row.penalized]
+    if not pen:
+        return
+    dev, vocab = logits.device, logits.shape[-1]
+    sel = torch.tensor(pen, device=dev)
+
+    def column(name: str) -> torch.Tensor:
+        return torch.tensor([getattr(rows[r], name) for r in pen], device=dev).unsqueeze(1)
+
+    x = logits.index_select(0, sel)
+    out = _token_counts([rows[r].output_ids for r in pen], vocab, dev)
+    seen = (_token_counts([rows[r].prompt_ids for r in pen], vocab, dev) > 0) | (out > 0)
+    rep = column("repetition_penalty")
+    x = torch.where(seen, torch.where(x > 0, x / rep, x * rep), x)
+    x -= column("frequency_penalty") * out + column("presence_penalty") * (out > 0)
+    logits[sel] = x
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None,
@@ -94,6 +145,7 @@ class Sampler:
         for r, row in enumerate(rows):
             if row.banned_until_min:
                 logits[r, list(row.banned_until_min)] = float("-inf")
+        apply_penalties(logits, rows)
         out = logits.argmax(dim=-1)
         rand = [r for r, row in enumerate(rows) if not row.greedy]
         if rand:

@@ -55,7 +55,8 @@ def _is_real(v: Any) -> bool:
 
 
 _INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs")
-_REAL_OPTIONS = ("temperature", "top_p")
+_REAL_OPTIONS = ("temperature", "top_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty")
 
 
 def _typed(name: str, v: Any, where: str = "sampling_params") -> Any:
@@ -110,6 +111,13 @@ class SamplingParams:
     # and the k most likely tokens' (vLLM's `logprobs`: of the raw model output, before
     # temperature, top-k/top-p or min_tokens change it)
     logprobs: int | None = None
+    # penalties on the logits before temperature (vLLM's and OpenAI's): presence subtracts
+    # this once from every token already in the output, frequency this times its count there;
+    # repetition divides positive logits (multiplies negative ones) of every token in the
+    # prompt or output (HF's and vLLM's). 0, 0 and 1 are off.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         raw: Any = self.stop_token_ids  # Any: the compiled core would unbox its items as int
@@ -148,6 +156,12 @@ class SamplingParams:
             raise ValueError(f"{where}.max_tokens must be >= 1, got {self.max_tokens}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"{where}.logprobs must be None or >= 0, got {self.logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{where}.{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not self.repetition_penalty > 0.0:
+            raise ValueError(f"{where}.repetition_penalty must be > 0 (1 = off), got "
+                             f"{self.repetition_penalty}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(
                 f"{where}.min_tokens must be in [0, max_tokens={self.max_tokens}], "
@@ -173,6 +187,12 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any penalty is on (the sampler then needs the request's tokens)."""
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its constructor's arguments: a frozen instance cannot have its fields

@@ -6,9 +6,10 @@ Types are strict (`"stream": "no"` or `"ignore_eos": "false"` is a 400, not a tr
 numbers finite and in range, a seed in 0..2^64-1. Prompts are token ids (`prompt: [int, ...]`,
 or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body`) or, when a
 tokenizer is loaded, text. A completion's `prompt` may be a batch (a list of strings or of
-token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's. Extensions beyond OpenAI's fields (vLLM's names): `top_k`,
-`min_tokens`, `ignore_eos`, `stop_token_ids`, `prompt_token_ids`. Unknown fields are ignored,
-as OpenAI and vLLM do; fields OpenAI defines that this server does not implement are accepted
+token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's.
+Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_tokens`, `ignore_eos`,
+`stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. Unknown fields are ignored, as
+OpenAI and vLLM do; fields OpenAI defines that this server does not implement are accepted
 only at their neutral value.
 """
 
@@ -65,8 +66,9 @@ class _Common(_Strict):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     # OpenAI fields accepted only at their neutral value (checked in `_neutral`)
-    presence_penalty: float | None = Field(None, allow_inf_nan=False)
-    frequency_penalty: float | None = Field(None, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False)
     logit_bias: dict[str, Any] | None = None
     best_of: int | None = None
     tools: Any = None
@@ -94,7 +96,7 @@ class ChatCompletionRequest(_Common):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
-_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": None,
+_NEUTRAL = {"logit_bias": None,
             "best_of": 1, "tools": None, "tool_choice": None, "response_format": None,
             "echo": False, "suffix": None}
 
@@ -294,6 +296,9 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         "top_k": 0 if req.top_k in (None, -1) or req.top_k >= vocab_size else req.top_k,
         "max_tokens": max_tokens, "min_tokens": req.min_tokens, "seed": req.seed,
         "ignore_eos": req.ignore_eos, "stop_token_ids": list(stop_ids), "logprobs": logprobs,
+        "presence_penalty": req.presence_penalty or 0.0,
+        "frequency_penalty": req.frequency_penalty or 0.0,
+        "repetition_penalty": 1.0 if req.repetition_penalty is None else req.repetition_penalty,
     }
     try:
         SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
