@@ -129,6 +129,22 @@ def test_pd_penalties_equal_colocated(pd):
     wait_pools_whole(pd)
 
 
+def test_pd_prompt_logprobs_come_from_the_prefill_worker_once(pd):
+    ps = prompts(18, [1, 13, 29])
+    opts = {**GREEDY, "max_tokens": 4, "prompt_logprobs": 1, "logprobs": 0}
+    reqs = [pd.submit(p, opts) for p in ps]
+    for r in reqs:
+        assert r.done.wait(60) and r.error is None, r.error
+    from realexec import LLM
+    want = LLM(TINY, **TINY_KWARGS).generate(ps, opts)
+    for p, r, w in zip(ps, reqs, want):
+        assert r.decode_worker == "decode-0" and len(r.prompt_logprobs) == len(p) - 1
+        assert [e[0] for e in r.prompt_logprobs] == pytest.approx(
+            [e[t] for e, t in zip(w.prompt_logprobs[1:], p[1:])], abs=1e-5)
+        assert r.token_ids == w.token_ids and len(r.logprobs) == 4
+    wait_pools_whole(pd)
+
+
 def test_request_finishing_on_the_prefill_worker_is_never_handed_off(pd):
     r = pd.generate(prompts(22, [12])[0], {**GREEDY, "max_tokens": 1}, timeout_s=60)
     assert len(r.token_ids) == 1 and r.finish_reason == "length" and not r.kv

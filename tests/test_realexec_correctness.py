@@ -193,6 +193,36 @@ def test_llm_returns_log_probabilities_that_match_transformers():
     assert plain[0].outputs[0].logprobs is None
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral-sw", "tiny-qwen3-moe"])
+def test_prompt_logprobs_match_transformers_across_chunks_cache_and_preemption(name):
+    """`SamplingParams(prompt_logprobs=k)`: None for the first prompt token, then each
+    token's log-probability and the k most likely, equal to log_softmax of HF's logits, with
+    prompts split into chunks, a cached prefix (not taken: `num_cached_tokens` 0, as vLLM)
+    and a pool small enough to preempt and recompute."""
+    import torch
+
+    prompts = random_prompts(31, [1, 7, 30, 26])
+    prompts[3] = prompts[2][:20] + prompts[3][:6]  # shares a cached prefix with prompts[2]
+    llm = LLM(name, num_gpu_blocks=12, block_size=4, max_num_batched_tokens=12)
+    llm.generate(prompts[2:3], _greedy(2))  # fills the prefix cache
+    outs = llm.generate(prompts, _greedy(14, prompt_logprobs=2, ignore_eos=True))
+    assert sum(o.outputs[0].num_preemptions for o in outs) > 0
+    for p, o in zip(prompts, outs):
+        got = o.prompt_logprobs
+        assert got is not None and len(got) == len(p) and got[0] is None
+        assert o.outputs[0].num_cached_tokens == 0
+        with torch.no_grad():
+            ref = hf_model(name)(torch.tensor([p])).logits[0].float().log_softmax(-1)
+        for pos, row in enumerate(got[1:]):
+            top = ref[pos].topk(2).indices.tolist()
+            assert set(row) == {p[pos + 1], *top}
+            for tid, lp in row.items():
+                assert lp == pytest.approx(float(ref[pos, tid]), abs=1e-4)
+    assert_pool_whole(llm)
+    again = llm.generate(prompts[2:4], _greedy(2))  # without prompt logprobs, hits are taken
+    assert again[1].outputs[0].num_cached_tokens > 0 and again[0].prompt_logprobs is None
+
+
 def test_a_parent_swapped_out_before_its_fork_point_still_forks():
     """A fuzz found an n = 2 request returning one sequence: swapped out mid-prompt (a
     threshold of 8 tokens per step, a 25-block pool), it resumed with its whole remaining

@@ -133,6 +133,42 @@ def test_penalties_reach_the_engine(oai):
     assert r.choices[0].token_ids == want != reference([p], 10)[0]
 
 
+def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_asks(oai, tokenizer):
+    """lm-eval's loglikelihood request (a batch of text prompts, echo, logprobs=1,
+    max_tokens=1): each choice's text and logprobs start with its prompt's, the first prompt
+    token without a logprob, the rest as the in-process engine's prompt logprobs; streamed
+    the same (before: echo was a 400)."""
+    from realexec import LLM, SamplingParams
+    from tests.serving_helpers import TINY, TINY_KWARGS
+
+    ps = prompts(17, [9, 14])
+    texts = [" ".join(f"t{t}" for t in p) for p in ps]
+    r = oai.completions.create(model=MODEL, prompt=texts, max_tokens=1, temperature=0,
+                               logprobs=1, echo=True)
+    engine = LLM(TINY, **TINY_KWARGS).generate(ps, SamplingParams(
+        temperature=0, max_tokens=1, logprobs=1, prompt_logprobs=1))
+    for p, text, choice, want in zip(ps, texts, r.choices, engine):
+        lp = choice.logprobs
+        assert choice.text == text + tokenizer.decode(choice.token_ids)
+        assert lp.tokens == [f"t{t}" for t in p] + [tokenizer.decode(choice.token_ids)]
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        assert lp.token_logprobs[1:len(p)] == pytest.approx(
+            [e[t] for e, t in zip(want.prompt_logprobs[1:], p[1:])], abs=1e-5)
+        assert lp.text_offset[:3] == [0, len(lp.tokens[0]), len(lp.tokens[0]) + len(lp.tokens[1])]
+    chunks = list(oai.completions.create(model=MODEL, prompt=texts, max_tokens=3, temperature=0,
+                                         logprobs=1, echo=True, stream=True))
+    for i, (p, text) in enumerate(zip(ps, texts)):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(c.text for c in mine).startswith(text)
+        tokens = [t for c in mine for t in c.logprobs.tokens]
+        offsets = [o for c in mine for o in c.logprobs.text_offset]
+        assert len(tokens) == len(p) + 3 and offsets == sorted(offsets)
+    plain = oai.completions.create(model=MODEL, prompt=ps[0], max_tokens=2, temperature=0,
+                                   echo=True)
+    assert plain.choices[0].text == tokenizer.decode(ps[0]) + tokenizer.decode(
+        plain.choices[0].token_ids) and plain.choices[0].logprobs is None
+
+
 BAD_REQUESTS = [
     ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
     ({"prompt": [1, 2]}, "model", "'model' is required"),
@@ -176,7 +212,7 @@ BAD_REQUESTS = [
     ({"model": MODEL, "prompt": [1], "repetition_penalty": 0}, "repetition_penalty",
      "repetition_penalty must be > 0"),
     ({"model": MODEL, "prompt": [1], "logit_bias": {"5": 1}}, "logit_bias", "not supported"),
-    ({"model": MODEL, "prompt": [1], "echo": True}, "echo", "not supported"),
+    ({"model": MODEL, "prompt": [1], "suffix": "x"}, "suffix", "not supported"),
     ({"model": MODEL, "prompt": [1], "stream_options": {"include_usage": 1}}, "stream_options",
      "must be true or false"),
 ]

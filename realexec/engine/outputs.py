@@ -60,6 +60,18 @@ class RequestOutput:
     def finished(self) -> bool:
         return all(r.is_finished for r in self.requests)
 
+    @property
+    def prompt_logprobs(self) -> list[dict[int, float] | None] | None:
+        """With SamplingParams(prompt_logprobs=k): None for the first prompt token, then per
+        prompt token {token id: log-probability} of it and of the k most likely tokens at its
+        position (vLLM's `RequestOutput.prompt_logprobs`); None without, or if the prompt
+        never ran."""
+        entries = self.requests[0].prompt_logprobs
+        if entries is None:
+            return None
+        return [None] + [None if e is None else {tok: e[0], **dict(zip(e[1], e[2]))}
+                         for tok, e in zip(self.prompt_token_ids[1:], entries)]
+
     # conveniences for n == 1
     @property
     def token_ids(self) -> list[int]:

@@ -3,7 +3,8 @@
 Per step, in the order `SchedulerOutput` prescribes: device block copies (copy-on-write
 after an n > 1 fork), swap-out copies to the host pool, swap-in copies back, then one
 forward pass over the flat batch of all scheduled tokens, then one sampled token per
-request whose computed range reaches its `num_tokens`.
+request whose computed range reaches its `num_tokens`; for requests that ask for prompt
+logprobs, the log-probabilities of the prompt tokens their chunk predicts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from realexec.engine.sampler import Sampler, row_from_params
 from simulator.core.batch_shape import BatchShape
 from simulator.core.request import Request
 from simulator.core.scheduler_output import SchedulerOutput, StepResult
+
+# prompt positions whose logits are made at once for prompt logprobs (x vocab x 4 bytes)
+PROMPT_LOGITS_ROWS = 256
 
 
 @dataclass(slots=True)
@@ -109,11 +113,16 @@ class ModelRunner:
         ids: list[int] = []
         sample_rows: list[int] = []
         logit_idx: list[int] = []
+        prompt_rows: list[tuple[Request, int, int, int]] = []  # req, first position, count, at
         offset = 0
         for i, (req, n, before) in enumerate(
             zip(output.reqs, output.num_new_tokens, output.num_computed_before)
         ):
             ids.extend(req.token_ids_slice(before, before + n))
+            # positions before the prompt's last predict its next token
+            scored = min(before + n, req.num_prompt_tokens - 1) - before
+            if req.sampling_params.prompt_logprobs is not None and before < req.num_prompt_tokens:
+                prompt_rows.append((req, before, scored, offset))
             offset += n
             if before + n == req.num_tokens:
                 sample_rows.append(i)
@@ -126,6 +135,8 @@ class ModelRunner:
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         hidden = self.model.forward(input_ids, meta.positions,
                                     PagedAttention(self.cache, meta, self.workspace))
+        for req, first, count, at in prompt_rows:
+            self._record_prompt_logprobs(req, hidden, first, count, at)
         sampled = [-1] * len(output.reqs)
         if sample_rows:
             logits = self.model.compute_logits(hidden, torch.tensor(logit_idx, device=dev))
@@ -146,6 +157,25 @@ class ModelRunner:
             for k, j in enumerate(want):
                 record_logprobs(output.reqs[sample_rows[j]], logprobs[k], sampled[sample_rows[j]])
         return sampled
+
+    def _record_prompt_logprobs(self, req: Request, hidden: torch.Tensor, first: int,
+                                count: int, at: int) -> None:
+        """Log-probabilities of prompt tokens first+1 .. first+count from the hidden states
+        at rows at .. at+count-1, in slices so the logits stay small."""
+        if req.prompt_logprobs is None:
+            req.prompt_logprobs = [None] * (req.num_prompt_tokens - 1)
+        k = int(req.sampling_params.prompt_logprobs or 0)
+        prompt = req.prompt_token_ids or []
+        for lo in range(0, count, PROMPT_LOGITS_ROWS):
+            rows = torch.arange(at + lo, at + min(count, lo + PROMPT_LOGITS_ROWS),
+                                device=hidden.device)
+            lps = self.model.compute_logits(hidden, rows).log_softmax(dim=-1)
+            targets = torch.tensor(prompt[first + lo + 1:first + lo + 1 + len(rows)],
+                                   device=lps.device)
+            chosen = lps.gather(-1, targets.unsqueeze(-1)).squeeze(-1).tolist()
+            top_v, top_i = lps.topk(min(k, lps.shape[-1]), dim=-1)
+            for r, (lp, ids, vals) in enumerate(zip(chosen, top_i.tolist(), top_v.tolist())):
+                req.prompt_logprobs[first + lo + r] = (lp, ids, vals)
 
 
 def record_logprobs(req: Request, row: torch.Tensor, token: int) -> None:

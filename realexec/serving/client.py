@@ -337,6 +337,9 @@ class EngineClient:
         lp = item.get("lp")
         if lp:
             req.logprobs.extend(lp)
+        plp = item.get("plp") if req.prompt_logprobs is None else None  # PD: the prefill's
+        if plp is not None:
+            req.prompt_logprobs = plp
         if toks:
             req.token_ids.extend(toks)
             req.token_times.extend([now] * len(toks))
@@ -345,9 +348,9 @@ class EngineClient:
         if fin is None and item.get("handoff"):
             self._hand_off(req)
         if fin is not None:
-            self._finish(req, fin, item.get("stop"), toks, now, lp)
+            self._finish(req, fin, item.get("stop"), toks, now, lp, plp)
         elif toks and req.sink is not None:
-            req.sink(Delta(req.request_id, list(toks), now, logprobs=lp))
+            req.sink(Delta(req.request_id, list(toks), now, logprobs=lp, prompt_logprobs=plp))
 
     def _hand_off(self, req: ClientRequest) -> None:
         """PD: the prefill worker holds the KV and sampled the first token; move to decode."""
@@ -367,7 +370,8 @@ class EngineClient:
 
     def _finish(self, req: ClientRequest, reason: str, stop: str | None = None,
                 toks: list[int] = (), now: float | None = None,
-                logprobs: list[list[Any]] | None = None) -> None:
+                logprobs: list[list[Any]] | None = None,
+                prompt_logprobs: list[list[Any]] | None = None) -> None:
         """End `req` with `reason` and its last tokens `toks`."""
         if self.requests.pop(req.request_id, None) is None:
             return
@@ -379,7 +383,7 @@ class EngineClient:
                         else req.first_scheduled - req.t_submit)
             req.sink(Delta(req.request_id, list(toks), now or time.perf_counter(), True, reason,
                            num_preemptions=req.num_preemptions, queueing_s=queueing,
-                           logprobs=logprobs))
+                           logprobs=logprobs, prompt_logprobs=prompt_logprobs))
 
     def fail(self, rid: str, error: str, kind: str = "internal") -> None:
         """End request `rid` with an error of `kind` (one of ERROR_KINDS); no-op if it ended."""

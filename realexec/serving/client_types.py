@@ -42,6 +42,9 @@ class Delta:
     error_kind: str | None = None  # one of ERROR_KINDS when `error` is set
     # with logprobs asked for: [logprob, top ids, top logprobs] per token of `token_ids`
     logprobs: list[list[Any]] | None = None
+    # on the delta with the first token, when prompt logprobs were asked for: the same per
+    # prompt token after the first
+    prompt_logprobs: list[list[Any]] | None = None
 
 
 @dataclass
@@ -70,6 +73,7 @@ class ClientRequest:
     decode_worker: str = ""
     kv: dict[str, Any] = field(default_factory=dict)
     logprobs: list[list[Any]] = field(default_factory=list)  # per output token, when asked for
+    prompt_logprobs: list[list[Any]] | None = None  # per prompt token after the first
     sink: Callable[[Delta], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 

@@ -209,6 +209,8 @@ class EngineLoop:
             item: dict[str, Any] = {"id": rid, "tok": list(new), "fin": fin}
             if n == 0 and new:
                 item["cached"] = max(req.num_cached_tokens, 0)
+                if req.prompt_logprobs is not None:  # prompt tokens 1 .. P-1, with the first token
+                    item["plp"] = [list(e) for e in req.prompt_logprobs if e is not None]
                 if req.first_scheduled_time is not None:  # s since its first step here began
                     item["sched_age"] = max(0.0, self.llm.clock() - req.first_scheduled_time)
             if fin is not None and req.stop_reason:

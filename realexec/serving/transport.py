@@ -98,6 +98,9 @@ OUTPUT_ITEM_SCHEMA: dict[str, tuple[Any, bool]] = {
     "pre": _f(int, True), "sched_age": _f(_NUM, True),
     # with logprobs asked for: [logprob of the token, top ids, top logprobs] per token of `tok`
     "lp": _f("list[list]", True),
+    # with prompt logprobs asked for, on the item with the first token: the same per prompt
+    # token after the first
+    "plp": _f("list[list]", True),
 }
 
 

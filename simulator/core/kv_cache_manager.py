@@ -176,8 +176,9 @@ class KVCacheManager(BlockCopies):
         """Longest cached prefix of `request` as (blocks, tokens), at most `max_hit_tokens`.
         The last token is always recomputed so its logits exist (a full hit is cut back by
         one block). With a sliding window the hit may skip blocks its recomputation never
-        reads: they come back as `NULL_BLOCK`."""
-        if not self.enable_prefix_caching:
+        reads: they come back as `NULL_BLOCK`. A request that asks for prompt logprobs never
+        hits: the logits of cached tokens were never computed."""
+        if not self.enable_prefix_caching or request.sampling_params.prompt_logprobs is not None:
             return [], 0
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs

@@ -54,7 +54,7 @@ def _is_real(v: Any) -> bool:
                                                    and not isinstance(v, bool))
 
 
-_INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs")
+_INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs", "prompt_logprobs")
 _REAL_OPTIONS = ("temperature", "top_p", "presence_penalty", "frequency_penalty",
                  "repetition_penalty")
 
@@ -111,6 +111,10 @@ class SamplingParams:
     # and the k most likely tokens' (vLLM's `logprobs`: of the raw model output, before
     # temperature, top-k/top-p or min_tokens change it)
     logprobs: int | None = None
+    # the same for every prompt token after the first (vLLM's `prompt_logprobs`): the token's
+    # log-probability given the tokens before it, and the k most likely ones. Such a request
+    # takes no prefix-cache hits (a cached block's logits were never computed), as in vLLM.
+    prompt_logprobs: int | None = None
     # penalties on the logits before temperature (vLLM's and OpenAI's): presence subtracts
     # this once from every token already in the output, frequency this times its count there;
     # repetition divides positive logits (multiplies negative ones) of every token in the
@@ -154,8 +158,9 @@ class SamplingParams:
             raise ValueError(f"{where}.n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
             raise ValueError(f"{where}.max_tokens must be >= 1, got {self.max_tokens}")
-        if self.logprobs is not None and self.logprobs < 0:
-            raise ValueError(f"{where}.logprobs must be None or >= 0, got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ValueError(f"{where}.{name} must be None or >= 0, got {getattr(self, name)}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise ValueError(f"{where}.{name} must be in [-2, 2], got {getattr(self, name)}")
@@ -237,6 +242,9 @@ class Request:
     # with sampling_params.logprobs set, one (sampled token's logprob, top ids, top logprobs)
     # per output token this engine sampled (the real executor fills it; None otherwise)
     logprobs: list[tuple[float, list[int], list[float]]] | None = None
+    # with sampling_params.prompt_logprobs set, the same for prompt tokens 1 .. P-1 (entry i
+    # is token i+1's), filled by the real executor as the prompt's chunks run
+    prompt_logprobs: list[tuple[float, list[int], list[float]] | None] | None = None
     # backend annotations (replica ids, KV transfer time, ...); never read by the core
     annotations: dict[str, Any] = field(default_factory=dict)
     # core-internal

@@ -25,6 +25,8 @@ from realexec.serving.http.responses import (
     choice_body,
     chunk_body,
     completion_body,
+    echo_logprobs,
+    echo_text,
     logprobs_body,
     usage,
 )
@@ -109,6 +111,7 @@ async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, ch
     """The server-sent events of a streamed request, ending in `data: [DONE]`."""
     dets = [Detokenizer(tokenizer, req.stop_strings) for _ in range(req.num_choices)]
     offsets = [0] * req.num_choices
+    echoed = [False] * req.num_choices
     n_out = 0
     if chat:
         for i in range(req.num_choices):
@@ -125,9 +128,17 @@ async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, ch
             finish = "stop"
         if d.token_ids or finish:
             lp = None
-            if req.logprobs is not None and d.logprobs:
+            if req.echo and not echoed[i]:  # the prompt goes first, with the first tokens
+                echoed[i] = True
+                p = i // req.n
+                text = echo_text(tokenizer, req.prompts[p], req.prompt_texts[p]) + text
+                if req.logprobs is not None:
+                    lp = echo_logprobs(tokenizer, req.prompts[p], d.prompt_logprobs or [],
+                                       (d.token_ids, d.logprobs or []))
+            elif req.logprobs is not None and d.logprobs:
                 lp = logprobs_body(tokenizer, d.token_ids, d.logprobs, chat, offsets[i])
-                offsets[i] += sum(len(t) for t in lp.get("tokens", []))
+            if lp is not None and lp.get("tokens"):  # completions' shape: where the next starts
+                offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
             done = d.finished
             yield sse(chunk_body(rid, model, text, d.token_ids, finish, chat,
                                  num_preemptions=d.num_preemptions if done else None,
@@ -155,29 +166,38 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
     finally:
         choices.close()
     bodies = []
-    for i, (det, toks, lps, finish) in enumerate(outs):
+    for i, (det, toks, lps, finish, plp) in enumerate(outs):
+        text = det.text
         lp = logprobs_body(tokenizer, toks, lps, chat) if req.logprobs is not None else None
-        bodies.append(choice_body(i, det.text, toks, finish, chat, lp))
+        if req.echo:
+            p = i // req.n
+            text = echo_text(tokenizer, req.prompts[p], req.prompt_texts[p]) + text
+            if lp is not None:
+                lp = echo_logprobs(tokenizer, req.prompts[p], plp or [], (toks, lps))
+        bodies.append(choice_body(i, text, toks, finish, chat, lp))
     return completion_body(rid, model, bodies, req.num_prompt_tokens, chat,
                            preempted, queueing)
 
 
 async def _gather(req: ParsedRequest, choices: Choices, tokenizer: Any) -> tuple[list, Any, Any]:
-    outs: list[Any] = [(Detokenizer(tokenizer, req.stop_strings), [], [], None)
+    # per choice: detokenizer, token ids, their logprobs, finish reason, prompt logprobs
+    outs: list[Any] = [[Detokenizer(tokenizer, req.stop_strings), [], [], None, None]
                        for _ in range(req.num_choices)]
     preempted, queueing, ended = 0, None, False
     async for i, d in choices:
-        det, toks, lps, _ = outs[i]
+        det, toks, lps = outs[i][:3]
         if d.error:
             raise delta_error(d)
         toks.extend(d.token_ids)
         lps.extend(d.logprobs or [])
+        if d.prompt_logprobs is not None:
+            outs[i][4] = d.prompt_logprobs
         det.add(d.token_ids)
         if det.stopped and not d.finished:
             choices.finish(i, "stop string")
-            outs[i] = (det, toks, lps, "stop")
+            outs[i][3] = "stop"
         elif d.finished:
-            outs[i] = (det, toks, lps, d.finish_reason)
+            outs[i][3] = d.finish_reason
             ended = True
             preempted += d.num_preemptions
             queueing = d.queueing_s if queueing is None else queueing

@@ -8,9 +8,11 @@ or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body
 tokenizer is loaded, text. A completion's `prompt` may be a batch (a list of strings or of
 token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's.
 Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. Unknown fields are ignored, as
-OpenAI and vLLM do; fields OpenAI defines that this server does not implement are accepted
-only at their neutral value.
+`stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. `echo` (completions) returns
+each prompt before its completion, with its tokens' logprobs when `logprobs` is set (the
+first token has none), as lm-eval's loglikelihood requests use it. Unknown fields are
+ignored, as OpenAI and vLLM do; fields OpenAI defines that this server does not implement are
+accepted only at their neutral value.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class ChatCompletionRequest(_Common):
 
 _NEUTRAL = {"logit_bias": None,
             "best_of": 1, "tools": None, "tool_choice": None, "response_format": None,
-            "echo": False, "suffix": None}
+            "suffix": None}
 
 
 @dataclass
@@ -112,6 +114,10 @@ class ParsedRequest:
     stop_strings: list[str]
     n: int = 1
     logprobs: int | None = None  # top logprobs per token (None: no logprobs asked for)
+    # completions' `echo`: each choice's text (and logprobs) starts with its prompt's; the
+    # prompt as text: the string sent, else None (then decoded from its ids)
+    echo: bool = False
+    prompt_texts: list[str | None] | None = None
 
     @property
     def num_choices(self) -> int:
@@ -304,9 +310,20 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
     except ValueError as exc:
         raise ApiError(str(exc).removeprefix("request: ")) from None
+    echo = not chat and bool(req.echo)
+    if echo and logprobs is not None:
+        options["prompt_logprobs"] = logprobs  # the echoed prompt's logprobs
     so = req.stream_options
     return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
-                         req.n, logprobs)
+                         req.n, logprobs, echo, _prompt_texts(req.prompt) if echo else None)
+
+
+def _prompt_texts(prompt: str | list[Any]) -> list[str | None]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt or isinstance(prompt[0], int):
+        return [None]
+    return [p if isinstance(p, str) else None for p in prompt]
 
 
 def child_sampling(parsed: ParsedRequest, index: int) -> dict[str, Any]:

@@ -64,6 +64,31 @@ def logprobs_body(tokenizer: Any, token_ids: list[int], entries: list[list[Any]]
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
+def echo_text(tokenizer: Any, prompt_ids: list[int], text: str | None) -> str:
+    """An echoed prompt: the string sent, else its ids decoded ("" without a tokenizer, as
+    every text is then)."""
+    if text is not None:
+        return text
+    return "" if tokenizer is None else tokenizer.decode(prompt_ids)
+
+
+def echo_logprobs(tokenizer: Any, prompt_ids: list[int], entries: list[list[Any]],
+                  then: tuple[list[int], list[list[Any]]] | None = None) -> dict[str, Any]:
+    """Completions' logprobs of an echoed prompt (`entries`: one per prompt token after the
+    first, which has none: nothing precedes it), followed by those of the output tokens
+    `then` = (token ids, entries)."""
+    first = token_text(tokenizer, prompt_ids[0])
+    rest = logprobs_body(tokenizer, prompt_ids[1:], entries, False, len(first))
+    body = {"tokens": [first, *rest["tokens"]],
+            "token_logprobs": [None, *rest["token_logprobs"]],
+            "top_logprobs": [None, *rest["top_logprobs"]], "text_offset": [0, *rest["text_offset"]]}
+    if then is not None:
+        end = body["text_offset"][-1] + len(body["tokens"][-1])
+        more = logprobs_body(tokenizer, then[0], then[1], False, end)
+        body = {k: v + more[k] for k, v in body.items()}
+    return body
+
+
 def choice_body(index: int, text: str, token_ids: list[int], finish: str | None, chat: bool,
                 logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     if chat:
