@@ -51,7 +51,7 @@ def bad_requests() -> list[tuple[str, str, str, bytes]]:
         "out of range": {**ok, "top_p": 2}, "seed overflow": {**ok, "seed": 2**70},
         "bad stop ids": {**ok, "stop_token_ids": ["a"]}, "bad token": {**ok, "prompt": [VOCAB]},
         "too long": {**ok, "prompt": [5] * 600}, "no model": {"prompt": [5]},
-        "wrong model": {**ok, "model": "gpt-4"}, "unsupported": {**ok, "logit_bias": {"5": 1}},
+        "wrong model": {**ok, "model": "gpt-4"}, "unsupported": {**ok, "best_of": 2},
         "max_tokens 0": {**ok, "max_tokens": 0},
     }
     out = [(k, "POST", "/v1/completions", json.dumps(v).encode()) for k, v in bodies.items()]

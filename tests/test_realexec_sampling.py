@@ -10,7 +10,13 @@ import torch
 
 from realexec import LLM, SamplingParams
 from realexec.engine.hf_reference import hf_greedy
-from realexec.engine.sampler import Sampler, SamplingRow, apply_penalties, apply_top_k_top_p
+from realexec.engine.sampler import (
+    Sampler,
+    SamplingRow,
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+)
 from tests.realexec_reference import (
     assert_pool_whole,
     hf_model,
@@ -167,3 +173,47 @@ def test_presence_and_frequency_penalties_steer_away_from_repeats():
 def test_out_of_range_penalties_are_refused_naming_the_field(field, value, fragment):
     with pytest.raises(ValueError, match=re.escape(fragment)):
         SamplingParams.from_dict({field: value})
+
+
+def test_min_p_matches_transformers_warper_and_keeps_the_top_token():
+    from transformers import MinPLogitsWarper
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 50, generator=g) * 2
+    for p in (0.05, 0.3, 1.0):
+        want = MinPLogitsWarper(p)(None, logits.clone())
+        got = apply_min_p(logits.clone(), torch.full((4,), p))
+        assert torch.equal(got.isinf(), want.isinf())
+        assert torch.equal(got.argmax(-1), logits.argmax(-1))
+
+
+def test_greedy_with_a_logit_bias_matches_transformers_sequence_bias():
+    """OpenAI's logit_bias as transformers' own single-token `sequence_bias`: a strong bias
+    forces or bans a token, token for token against HF `generate`."""
+    ps = random_prompts(23, [9, 17])
+    plain = [reference(NAME, p, 8) for p in ps]
+    bias = {plain[0][1]: -100.0, 77: 5.0, plain[1][0]: -3.0}
+    llm = _llm()
+    outs = llm.generate(ps, SamplingParams(temperature=0, max_tokens=8, logit_bias=bias))
+    want = [hf_greedy(hf_model(NAME), p, 8, sequence_bias={(t,): b for t, b in bias.items()})
+            for p in ps]
+    assert [o.token_ids for o in outs] == want != plain
+    with pytest.raises(ValueError, match=r"logit_bias: 300 is outside the vocabulary \[0, 256\)"):
+        llm.generate(ps, SamplingParams(logit_bias={300: 1.0}))
+
+
+def test_min_p_sampling_only_draws_tokens_above_the_floor():
+    """At temperature 1 with min_p 0.8, every drawn token is at least 0.8 x as likely as the
+    most likely one (read from the raw logprobs); without min_p, some draws are not."""
+    import math
+
+    ps = random_prompts(24, [6, 11, 15])
+
+    def ratios(min_p: float) -> list[float]:
+        outs = _llm().generate(ps, SamplingParams(temperature=1.0, min_p=min_p, seed=5,
+                                                  max_tokens=30, ignore_eos=True, logprobs=1))
+        return [math.exp(row[t] - max(row.values())) for o in outs
+                for t, row in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+
+    assert min(ratios(0.8)) >= 0.8 - 1e-6
+    assert min(ratios(0.0)) < 0.8

@@ -122,15 +122,22 @@ def test_a_batch_of_prompts_gets_n_choices_per_prompt_in_order(oai, tokenizer):
     assert [c.text for c in by_text.choices] == one_by_one
 
 
-def test_penalties_reach_the_engine(oai):
-    """presence / frequency (OpenAI's) and repetition_penalty (vLLM's extension) give what
-    the in-process engine gives with the same options (before: a 400 unless 0)."""
+def test_penalties_logit_bias_and_min_p_reach_the_engine(oai):
+    """presence / frequency / logit_bias (OpenAI's), repetition_penalty and min_p (vLLM's
+    extensions) give what the in-process engine gives with the same options (before: a 400
+    unless neutral)."""
     (p,) = prompts(16, [12])
     pen = {"presence_penalty": -1.5, "frequency_penalty": 0.5}
     r = oai.completions.create(model=MODEL, prompt=p, max_tokens=10, temperature=0, **pen,
                                extra_body={"ignore_eos": True, "repetition_penalty": 0.8})
     want = reference([p], 10, **pen, repetition_penalty=0.8)[0]
     assert r.choices[0].token_ids == want != reference([p], 10)[0]
+    plain = reference([p], 10)[0]
+    bias = {str(plain[0]): -100, "77": 2.5}
+    r = oai.completions.create(model=MODEL, prompt=p, max_tokens=10, temperature=0,
+                               logit_bias=bias, extra_body={"ignore_eos": True, "min_p": 0.2})
+    want = reference([p], 10, logit_bias={int(k): v for k, v in bias.items()}, min_p=0.2)[0]
+    assert r.choices[0].token_ids == want and want[0] != plain[0]
 
 
 def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_asks(oai, tokenizer):
@@ -211,7 +218,13 @@ BAD_REQUESTS = [
      "frequency_penalty must be >= -2"),
     ({"model": MODEL, "prompt": [1], "repetition_penalty": 0}, "repetition_penalty",
      "repetition_penalty must be > 0"),
-    ({"model": MODEL, "prompt": [1], "logit_bias": {"5": 1}}, "logit_bias", "not supported"),
+    ({"model": MODEL, "prompt": [1], "logit_bias": {"t5": 1}}, "logit_bias",
+     "key 't5' is not a token id in [0, 256)"),
+    ({"model": MODEL, "prompt": [1], "logit_bias": {"256": 1}}, "logit_bias", "not a token id"),
+    ({"model": MODEL, "prompt": [1], "logit_bias": {"5": -101}}, "logit_bias",
+     "logit_bias['5'] must be a number in [-100, 100]"),
+    ({"model": MODEL, "prompt": [1], "logit_bias": {"5": "x"}}, "logit_bias", "must be a number"),
+    ({"model": MODEL, "prompt": [1], "min_p": 1.5}, "min_p", "min_p must be <= 1"),
     ({"model": MODEL, "prompt": [1], "suffix": "x"}, "suffix", "not supported"),
     ({"model": MODEL, "prompt": [1], "stream_options": {"include_usage": 1}}, "stream_options",
      "must be true or false"),

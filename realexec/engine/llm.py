@@ -246,6 +246,10 @@ class LLM:
         """A validated core `Request` (ValueError naming `index` and the field if bad)."""
         prompt = validate_prompt(index, prompt_token_ids, self.vocab_size)
         sp = validate_sampling(index, sampling_params)
+        for token, _ in sp.logit_bias:
+            if token >= self.vocab_size:
+                raise ValueError(f"request {index}: sampling_params.logit_bias: {token} is "
+                                 f"outside the vocabulary [0, {self.vocab_size})")
         return Request(
             request_id=str(request_id), prompt_token_ids=prompt, sampling_params=sp,
             arrival_time=self.clock() if arrival_time is None else float(arrival_time),

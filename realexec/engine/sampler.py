@@ -5,8 +5,9 @@ One row of fp32 logits per request that samples this step. Greedy when temperatu
 (`argmax(p / q)`, `q ~ Exp(1)`, as vLLM's sampler): one `[vocab]` draw per sampled token from
 the request's own `torch.Generator` when it has a seed, so its tokens do not depend on what
 else is in the batch; unseeded rows share one generator seeded from the engine seed.
-`min_tokens` hides EOS and the stop ids until that many tokens are out. Presence, frequency
-and repetition penalties change the logits first (`apply_penalties`, vLLM's order).
+`min_tokens` hides EOS and the stop ids until that many tokens are out. In vLLM's order:
+logit biases and `min_tokens`, then presence, frequency and repetition penalties
+(`apply_penalties`), then greedy argmax, or temperature, min-p, top-k/top-p and the draw.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class SamplingRow:
     repetition_penalty: float = 1.0
     prompt_ids: Sequence[int] = ()  # the request's tokens, read only when a penalty is on
     output_ids: Sequence[int] = ()
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs
 
     @property
     def greedy(self) -> bool:
@@ -64,7 +67,7 @@ def row_from_params(params: Any, num_output_tokens: int, eos_token_id: int | Non
         min_tokens=params.min_tokens, banned_until_min=banned,
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         repetition_penalty=params.repetition_penalty, prompt_ids=prompt_ids,
-        output_ids=output_ids,
+        output_ids=output_ids, min_p=params.min_p, logit_bias=tuple(params.logit_bias),
     )
 
 
@@ -122,6 +125,14 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None,
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
 
 
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Set to -inf the logits whose probability is below `min_p` `[n]` x their row's largest
+    (transformers' `MinPLogitsWarper`, vLLM's min-p); the most likely token always stays."""
+    probs = logits.softmax(dim=-1)
+    floor = min_p.unsqueeze(-1) * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < floor, float("-inf"))
+
+
 class Sampler:
     """Samples one token per row; owns the generator of unseeded requests."""
 
@@ -143,6 +154,9 @@ class Sampler:
             return []
         vocab = logits.shape[-1]
         for r, row in enumerate(rows):
+            if row.logit_bias:
+                ids, bias = zip(*row.logit_bias)
+                logits[r, list(ids)] += torch.tensor(bias, device=logits.device)
             if row.banned_until_min:
                 logits[r, list(row.banned_until_min)] = float("-inf")
         apply_penalties(logits, rows)
@@ -153,6 +167,9 @@ class Sampler:
             x = logits.index_select(0, sel)
             temps = torch.tensor([rows[r].temperature for r in rand], device=x.device)
             x = x / temps.unsqueeze(-1)
+            mins = [rows[r].min_p for r in rand]
+            if any(mins):
+                x = apply_min_p(x, torch.tensor(mins, device=x.device))
             ks = [rows[r].top_k if 0 < rows[r].top_k < vocab else vocab for r in rand]
             ps = [rows[r].top_p for r in rand]
             top_k = torch.tensor(ks, device=x.device) if any(k < vocab for k in ks) else None

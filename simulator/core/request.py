@@ -11,7 +11,7 @@ import math
 import numbers
 import operator
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -55,8 +55,9 @@ def _is_real(v: Any) -> bool:
 
 
 _INT_OPTIONS = ("top_k", "n", "max_tokens", "min_tokens", "seed", "logprobs", "prompt_logprobs")
-_REAL_OPTIONS = ("temperature", "top_p", "presence_penalty", "frequency_penalty",
+_REAL_OPTIONS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                  "repetition_penalty")
+LOGIT_BIAS_MAX = 100.0  # OpenAI's range for a logit bias: [-100, 100]
 
 
 def _typed(name: str, v: Any, where: str = "sampling_params") -> Any:
@@ -80,6 +81,26 @@ def _typed_options(options: dict[str, Any]) -> dict[str, Any]:
     options."""
     return {k: _typed(k, v) if k in _INT_OPTIONS or k in _REAL_OPTIONS else v
             for k, v in options.items()}
+
+
+def _bias_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
+    """`logit_bias` as sorted (token id, bias) pairs; ValueError naming what is wrong."""
+    pairs = raw.items() if isinstance(raw, Mapping) else raw
+    if isinstance(pairs, str | bytes) or not hasattr(pairs, "__iter__"):
+        raise ValueError(f"sampling_params.logit_bias must map token ids to biases, got {raw!r}")
+    out: dict[int, float] = {}
+    for pair in pairs:
+        if isinstance(pair, str | bytes) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise ValueError(f"sampling_params.logit_bias: {pair!r} is not a (token id, bias) pair")
+        token, bias = pair
+        if not _is_int(token) or operator.index(token) < 0:
+            raise ValueError(f"sampling_params.logit_bias: {token!r} is not a token id (an "
+                             f"integer >= 0)")
+        if not (_is_real(bias) and math.isfinite(bias) and abs(bias) <= LOGIT_BIAS_MAX):
+            raise ValueError(f"sampling_params.logit_bias[{token}] must be a number in "
+                             f"[-100, 100], got {bias!r}")
+        out[operator.index(token)] = float(bias)
+    return tuple(sorted(out.items()))
 
 
 FINISH_REASONS = {
@@ -122,6 +143,12 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    # after temperature, drop tokens less likely than min_p x the most likely one's (vLLM's
+    # and transformers' min-p); 0 is off
+    min_p: float = 0.0
+    # added to these tokens' logits before penalties and sampling (OpenAI's `logit_bias`, each
+    # in [-100, 100]): a {token id: bias} mapping or (id, bias) pairs, kept as sorted pairs
+    logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] = ()
 
     def __post_init__(self) -> None:
         raw: Any = self.stop_token_ids  # Any: the compiled core would unbox its items as int
@@ -134,6 +161,7 @@ class SamplingParams:
                 raise ValueError(f"sampling_params.stop_token_ids: {t!r} is not a token id "
                                  f"(an integer >= 0)")
         object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in ids))
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
         # vLLM's spellings of "off": top_k -1 (as 0) and seed -1 (as no seed)
         if _is_int(self.top_k) and self.top_k == -1:
             object.__setattr__(self, "top_k", 0)
@@ -164,6 +192,8 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise ValueError(f"{where}.{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"{where}.min_p must be in [0, 1], got {self.min_p}")
         if not self.repetition_penalty > 0.0:
             raise ValueError(f"{where}.repetition_penalty must be > 0 (1 = off), got "
                              f"{self.repetition_penalty}")

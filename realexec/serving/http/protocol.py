@@ -7,22 +7,23 @@ numbers finite and in range, a seed in 0..2^64-1. Prompts are token ids (`prompt
 or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body`) or, when a
 tokenizer is loaded, text. A completion's `prompt` may be a batch (a list of strings or of
 token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's.
-Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. `echo` (completions) returns
-each prompt before its completion, with its tokens' logprobs when `logprobs` is set (the
-first token has none), as lm-eval's loglikelihood requests use it. Unknown fields are
-ignored, as OpenAI and vLLM do; fields OpenAI defines that this server does not implement are
-accepted only at their neutral value.
+Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_p`, `min_tokens`,
+`ignore_eos`, `stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. `echo`
+(completions) returns each prompt before its completion, with its tokens' logprobs when
+`logprobs` is set (the first token has none), as lm-eval's loglikelihood requests use it.
+Unknown fields are ignored, as OpenAI and vLLM do; fields OpenAI defines that this server
+does not implement are accepted only at their neutral value.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.core.request import SamplingParams
+from simulator.core.request import LOGIT_BIAS_MAX, SamplingParams
 
 SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_seed takes them
 # vLLM's default max_logprobs, and OpenAI's largest top_logprobs
@@ -71,7 +72,8 @@ class _Common(_Strict):
     presence_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
     frequency_penalty: float | None = Field(None, ge=-2, le=2, allow_inf_nan=False)
     repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False)
-    logit_bias: dict[str, Any] | None = None
+    logit_bias: dict[str, float] | None = None
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     best_of: int | None = None
     tools: Any = None
     tool_choice: Any = None
@@ -98,8 +100,7 @@ class ChatCompletionRequest(_Common):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
-_NEUTRAL = {"logit_bias": None,
-            "best_of": 1, "tools": None, "tool_choice": None, "response_format": None,
+_NEUTRAL = {"best_of": 1, "tools": None, "tool_choice": None, "response_format": None,
             "suffix": None}
 
 
@@ -305,6 +306,7 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         "presence_penalty": req.presence_penalty or 0.0,
         "frequency_penalty": req.frequency_penalty or 0.0,
         "repetition_penalty": 1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        "min_p": req.min_p or 0.0, "logit_bias": _logit_bias(req.logit_bias or {}, vocab_size),
     }
     try:
         SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
@@ -316,6 +318,20 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
     so = req.stream_options
     return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
                          req.n, logprobs, echo, _prompt_texts(req.prompt) if echo else None)
+
+
+def _logit_bias(bias: dict[str, float], vocab_size: int) -> list[list[float]]:
+    """OpenAI's `logit_bias` ({"token id": bias}) as [id, bias] pairs for the engine."""
+    pairs = []
+    for key, value in bias.items():
+        if not (key.isdigit() and int(key) < vocab_size):
+            raise ApiError(f"'logit_bias' key {_show(key)} is not a token id in [0, {vocab_size})",
+                           param="logit_bias")
+        if not (math.isfinite(value) and abs(value) <= LOGIT_BIAS_MAX):
+            raise ApiError(f"logit_bias[{key!r}] must be a number in [-100, 100], got {value!r}",
+                           param="logit_bias")
+        pairs.append([int(key), value])
+    return pairs
 
 
 def _prompt_texts(prompt: str | list[Any]) -> list[str | None]:
