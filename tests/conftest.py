@@ -20,7 +20,7 @@ def traces_dir() -> Path:
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     """A tiny local tokenizer for the HTTP server tests (no hub download)."""
-    from realexec.serving.http.server import load_tokenizer
+    from realexec.engine.tokenizer import load_tokenizer
     from tests.serving_helpers import save_tiny_tokenizer
 
     d = tmp_path_factory.mktemp("tok")

@@ -47,6 +47,25 @@ def test_kvpd_generate_bad_input_exits_2(capsys):
     assert main(["generate", "--model", "no-such-model", "--prompt-ids", "5"]) == 2
 
 
+def test_kvpd_generate_takes_text_prompts_with_a_tokenizer(tmp_path, capsys):
+    from realexec.engine.model_loader import load_model
+    from tests.serving_helpers import save_tiny_tokenizer
+
+    model = tmp_path / "model"
+    load_model("tiny-llama", seed=0).model.save_pretrained(model)
+    save_tiny_tokenizer(str(model))
+    assert main(["generate", "--model", str(model), "--prompt", "t5 t6 t7", "--prompt-ids",
+                 "5,6,7", "--max-tokens", "4", "--ignore-eos", "--out",
+                 str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "outputs.json").read_text())
+    ids, text = rows  # --prompt-ids first, then --prompt
+    assert text["prompt"] == "t5 t6 t7" and "prompt" not in ids
+    assert text["outputs"][0]["text"] == " ".join(f"t{t}" for t in text["outputs"][0]["token_ids"])
+    assert repr(text["outputs"][0]["text"]) in capsys.readouterr().out
+    assert main(["generate", "--model", "tiny-llama", "--prompt", "t5"]) == 2
+    assert "--prompt needs a tokenizer: tiny-llama is not a directory" in capsys.readouterr().err
+
+
 def test_kvpd_bench_ladder_tiny(tmp_path, capsys):
     from workloads.shared_traces import azure_conv_path
 

@@ -289,3 +289,34 @@ def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family)
         broken = {k: v for k, v in cfg.items() if k != field}
         with pytest.raises(ValueError, match=f"{family} config is missing field '{field}'"):
             load_model(broken)
+
+
+def test_a_model_directory_with_a_tokenizer_takes_and_gives_text(tmp_path):
+    """As vLLM's `LLM`: text prompts are encoded by the directory's tokenizer (its special
+    tokens added), every output carries its text; token ids work as before."""
+    from realexec.engine.hf_reference import hf_greedy
+    from tests.serving_helpers import save_tiny_tokenizer
+
+    src = load_model("tiny-llama", seed=0)
+    src.model.save_pretrained(tmp_path)
+    save_tiny_tokenizer(str(tmp_path))
+    llm = LLM(str(tmp_path))
+    prompts = ["t5 t9 t200 t31", "t77 t78"]
+    outs = llm.generate(prompts, {"temperature": 0, "max_tokens": 6, "ignore_eos": True})
+    for text, out in zip(prompts, outs):
+        ids = llm.tokenizer.encode(text)
+        assert out.prompt == text and out.prompt_token_ids == ids
+        assert out.token_ids == hf_greedy(src.model, ids, 6)[:len(out.token_ids)]
+        assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        assert out.text.startswith(" ".join(f"t{t}" for t in out.token_ids[:1]))
+    assert llm.generate("t5 t9 t200 t31", {"temperature": 0, "max_tokens": 6,
+                                           "ignore_eos": True})[0].token_ids == outs[0].token_ids
+    assert llm.generate([[5, 9]], {"max_tokens": 2})[0].prompt is None
+
+
+def test_text_prompts_without_a_tokenizer_are_refused_naming_the_request(tmp_path):
+    with pytest.raises(ValueError, match="request 1: a text prompt needs a tokenizer"):
+        LLM(NAME).generate([[5, 6], "hello"])
+    with pytest.raises(ValueError, match=f"tokenizer {tmp_path}: not a directory with "
+                                         "tokenizer.json"):
+        LLM(NAME, tokenizer=tmp_path)

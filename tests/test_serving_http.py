@@ -414,7 +414,7 @@ def test_tokenizer_files_that_do_not_load_are_refused_before_any_worker(tmp_path
                                                                        content):
     """(before: a bare UnicodeDecodeError, or a KeyError traceback from transformers)"""
     from kvpd.cli import main
-    from realexec.serving.http.server import load_tokenizer
+    from realexec.engine.tokenizer import load_tokenizer
 
     (tmp_path / "tokenizer.json").write_bytes(content)
     with pytest.raises(ValueError, match=rf"{tmp_path}: its tokenizer files do not load"):

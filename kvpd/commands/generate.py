@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="llama-50m", help="model directory, config.json or built-in name")
     p.add_argument("--prompt-ids", type=_ids, action="append", metavar="1,2,3",
                    help="a prompt as token ids; repeat for a batch")
+    p.add_argument("--prompt", action="append", metavar="TEXT",
+                   help="a text prompt (needs a tokenizer: a model directory with tokenizer "
+                        "files, or --tokenizer); repeat for a batch")
+    p.add_argument("--tokenizer", default=None, metavar="DIR",
+                   help="directory with tokenizer files (default: the model directory's)")
     p.add_argument("--random-prompts", type=int, default=0, metavar="N",
                    help="also add N random prompts (seeded by --seed)")
     p.add_argument("--prompt-len", type=int, default=32, help="length of the random prompts (tokens)")
@@ -68,12 +73,17 @@ def run(args: argparse.Namespace) -> int:
 
     from realexec.engine.llm import LLM
     from realexec.engine.metrics import requests_of, summarize_run, write_run
+    from realexec.engine.tokenizer import has_tokenizer
 
-    prompts = list(args.prompt_ids or [])
+    prompts: list = list(args.prompt_ids or []) + list(args.prompt or [])
     if args.random_prompts < 0 or args.prompt_len < 1:
         raise UserError("--random-prompts must be >= 0 and --prompt-len >= 1")
     if not prompts and not args.random_prompts:
-        raise UserError("give --prompt-ids 1,2,3 (repeatable) or --random-prompts N")
+        raise UserError("give --prompt-ids 1,2,3 or --prompt TEXT (repeatable) or "
+                        "--random-prompts N")
+    if args.prompt and not args.tokenizer and not has_tokenizer(args.model):
+        raise UserError(f"--prompt needs a tokenizer: {args.model} is not a directory with "
+                        "tokenizer files; give --tokenizer DIR or --prompt-ids")
     if args.out:  # a folder that can be written, before the model loads
         from kvpd.commands.out_paths import check_out_dir
 
@@ -84,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, preemption_mode=args.preemption_mode,
         capacity_policy=args.capacity_policy,
-        model_seed=args.model_seed,
+        model_seed=args.model_seed, tokenizer=args.tokenizer,
     )
     rng = random.Random(args.seed or 0)
     prompts += [[rng.randrange(llm.vocab_size) for _ in range(args.prompt_len)]
@@ -96,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         "ignore_eos": args.ignore_eos,
     }
     if not args.no_warmup:
-        llm.warm_up(max(len(p) for p in prompts))
+        llm.warm_up(max(len(p) if not isinstance(p, str) else len(llm.tokenizer.encode(p))
+                        for p in prompts))
     t = time.perf_counter()
     outputs = llm.generate(prompts, params)
     wall = time.perf_counter() - t
@@ -110,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
             ttft_s = f"{ttft * 1e3:.1f} ms" if ttft is not None else "-"
             print(f"[{i}.{c.index}] prompt {len(o.prompt_token_ids)} tok -> {len(c.token_ids)} tok, "
                   f"finish={c.finish_reason}{detail}, ttft={ttft_s}: "
-                  f"{','.join(map(str, c.token_ids))}")
+                  f"{','.join(map(str, c.token_ids))}"
+                  + (f"\n      {c.text!r}" if c.text is not None else ""))
     summary = (write_run(args.out, llm, outputs, wall) if args.out
                else summarize_run(llm, requests_of(outputs), wall))
     print(f"{summary['requests']['finished']}/{summary['requests']['total']} finished in "

@@ -104,13 +104,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvpd.cli import UserError
+    from realexec.engine.tokenizer import load_tokenizer
     from realexec.serving.client import EngineClient
     from realexec.serving.http.server import (
         DEFAULT_MAX_REQUEST_BYTES,
         DEFAULT_TIMEOUT_KEEP_ALIVE_S,
         ServerOptions,
         create_app,
-        load_tokenizer,
     )
     from realexec.serving.startup import fit_max_model_len
 

@@ -23,6 +23,7 @@ from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.runner import ModelRunner, sliding_window_of, uniform_window
 from realexec.engine.simple_attention import NoCacheAttention
+from realexec.engine.tokenizer import has_tokenizer, load_tokenizer
 from simulator.core.config import CacheConfig, SchedulerConfig, check_min
 from simulator.core.engine import EngineCore, EngineStepOutput
 from simulator.core.request import Request, SamplingParams
@@ -105,6 +106,8 @@ class LLM:
     (SGLang's default; `SchedulerConfig`). `first_token_from_decode`: the prompt's last token
     runs in the next step, as a decode that samples the first token (LMDeploy TurboMind
     before v0.1.0a2; `SchedulerConfig`).
+    `tokenizer`: a directory with tokenizer files (default: the model directory, if it has
+    them); with one, prompts may be text and outputs carry their `text`, as vLLM's `LLM`.
     Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
@@ -143,8 +146,12 @@ class LLM:
         recv_interval: int = 1,
         batch_wait_timeout_iters: int = 0,
         batch_wait_max_tokens_ratio: float = 0.0,
+        tokenizer: str | Path | None = None,
     ) -> None:
         check_min("cache.block_size", block_size, 1)  # sizes the pool before CacheConfig
+        if tokenizer is not None and not has_tokenizer(tokenizer):
+            raise ValueError(f"tokenizer {tokenizer}: not a directory with tokenizer.json / "
+                             "tokenizer_config.json")
         if isinstance(model, LoadedModel):  # share one loaded model between engines
             self.loaded = model
         else:
@@ -206,6 +213,8 @@ class LLM:
         self.runner = ModelRunner(self.model, self.kv_cache, seed, clock=self.clock,
                                   record_steps=record_steps)
         self.engine = EngineCore(self.scheduler, self.runner)
+        model_dir = model if isinstance(model, str | Path) and Path(model).is_dir() else None
+        self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_dir)
         self._next_id = 0
         self.finished: dict[str, Request] = {}  # every finished request, by id
 
@@ -240,10 +249,13 @@ class LLM:
         return self.scheduler.config.max_model_len
 
     # ------------------------------------------------------- step-level API
-    def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
+    def make_request(self, request_id: str, prompt_token_ids: Sequence[int] | str,
                      sampling_params: SamplingArg = None, arrival_time: float | None = None,
                      priority: int = 0, index: int = 0) -> Request:
-        """A validated core `Request` (ValueError naming `index` and the field if bad)."""
+        """A validated core `Request` (ValueError naming `index` and the field if bad); a
+        text prompt is encoded by the tokenizer (with its special tokens, as vLLM's `LLM`)."""
+        if isinstance(prompt_token_ids, str):
+            prompt_token_ids = self._encode(index, prompt_token_ids)
         prompt = validate_prompt(index, prompt_token_ids, self.vocab_size)
         sp = validate_sampling(index, sampling_params)
         for token, _ in sp.logit_bias:
@@ -256,7 +268,14 @@ class LLM:
             eos_token_id=self.eos_token_id, priority=priority,
         )
 
-    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+    def _encode(self, index: int, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError(f"request {index}: a text prompt needs a tokenizer: load the model "
+                             "from a directory with tokenizer files or pass LLM(..., "
+                             "tokenizer=DIR); or give token ids")
+        return list(self.tokenizer.encode(text))
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int] | str,
                     sampling_params: SamplingArg = None, arrival_time: float | None = None,
                     priority: int = 0) -> Request:
         """Queue a request now; returns the core `Request` whose fields fill as it runs. A
@@ -296,23 +315,27 @@ class LLM:
     # ---------------------------------------------------------- offline API
     def generate(
         self,
-        prompt_token_ids: Sequence[Sequence[int]],
+        prompts: Sequence[Sequence[int] | str] | str,
         sampling_params: SamplingArg | Sequence[SamplingArg] = None,
         arrival_times: Sequence[float] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt; outputs in prompt order.
+
+        `prompts`: token-id lists (or tensors / arrays), or with a tokenizer text (one string
+        or a list); with a tokenizer every output also has its `text`.
 
         `sampling_params`: one for all prompts or one per prompt (SamplingParams or a dict of
         options). `arrival_times`: optional offsets (s) from the call at which each request
         arrives (staggered traffic); by default all arrive at once. All inputs are validated
         before anything runs.
         """
-        prompt_token_ids = _listed(prompt_token_ids)
+        prompt_token_ids = [prompts] if isinstance(prompts, str) else _listed(prompts)
         if not isinstance(prompt_token_ids, Sequence) or (
             prompt_token_ids
             and not isinstance(prompt_token_ids[0], Sequence | torch.Tensor | np.ndarray)
         ):
-            raise ValueError("prompt_token_ids must be a list of prompts, each a list of token ids")
+            raise ValueError("prompts must be a list of prompts, each a list of token ids or "
+                             "a text")
         n = len(prompt_token_ids)
         if isinstance(sampling_params, Sequence) and not isinstance(sampling_params, str):
             if len(sampling_params) != n:
@@ -336,6 +359,7 @@ class LLM:
             rid = str(self._next_id + i)
             reqs.append(self.make_request(rid, prompt_token_ids[i], params_list[i],
                                           start + offsets[i], index=i))
+        texts = {r.request_id: p for r, p in zip(reqs, prompt_token_ids) if isinstance(p, str)}
         self._next_id += n
         pending = sorted(range(n), key=lambda i: (offsets[i], i))
         k = 0
@@ -352,7 +376,7 @@ class LLM:
         except BaseException:  # a failed step or Ctrl-C: the engine must serve the next call
             self._abandon({r.request_id for r in reqs})
             raise
-        outputs = [self._output(req) for req in reqs]
+        outputs = [self._output(req, texts.get(req.request_id)) for req in reqs]
         for o in outputs:  # handed out: forget them (long-lived engines must not grow)
             for r in o.requests:
                 self.finished.pop(r.request_id, None)
@@ -393,7 +417,7 @@ class LLM:
         self.kv_cache_manager.reset_stats()
         self._next_id = 0
 
-    def _output(self, parent: Request) -> RequestOutput:
+    def _output(self, parent: Request, prompt: str | None = None) -> RequestOutput:
         n = parent.sampling_params.n
         group = [parent] + [self.finished[f"{i}_{parent.request_id}"] for i in range(1, n)
                             if f"{i}_{parent.request_id}" in self.finished]
@@ -401,6 +425,8 @@ class LLM:
             request_id=parent.request_id,
             prompt_token_ids=list(parent.prompt_token_ids or []),
             arrival_time=parent.arrival_time,
-            outputs=[CompletionOutput.from_request(i, r) for i, r in enumerate(group)],
+            outputs=[CompletionOutput.from_request(i, r, self.tokenizer)
+                     for i, r in enumerate(group)],
             requests=group,
+            prompt=prompt,
         )

@@ -39,7 +39,8 @@ def summarize_run(llm: LLM, requests: list[Request], wall_s: float,
 
 def write_run(out_dir: str | Path, llm: LLM, outputs: list[RequestOutput], wall_s: float,
               slo: SLO | None = None) -> dict:
-    """Write `summary.json`, `requests.parquet` and `outputs.json` (token ids) to `out_dir`."""
+    """Write `summary.json`, `requests.parquet` and `outputs.json` (token ids, and text with
+    a tokenizer) to `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     reqs = requests_of(outputs)
@@ -47,7 +48,9 @@ def write_run(out_dir: str | Path, llm: LLM, outputs: list[RequestOutput], wall_
     write_summary(summary, out / "summary.json")
     write_records(request_records(reqs), out / "requests.parquet")
     rows = [{"request_id": o.request_id, "prompt_token_ids": o.prompt_token_ids,
+             **({"prompt": o.prompt} if o.prompt is not None else {}),
              "outputs": [{"index": c.index, "token_ids": c.token_ids,
+                          **({"text": c.text} if c.text is not None else {}),
                           "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
                           "token_times_s": c.token_times} for c in o.outputs]}
             for o in outputs]

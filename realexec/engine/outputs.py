@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.core.request import Request
 
@@ -25,9 +26,11 @@ class CompletionOutput:
     # sampled token and the k most likely ones, of the raw model output (vLLM's
     # CompletionOutput.logprobs); None without
     logprobs: list[dict[int, float]] | None = None
+    # the tokens as text (special tokens skipped, as vLLM) when the engine has a tokenizer
+    text: str | None = None
 
     @classmethod
-    def from_request(cls, index: int, req: Request) -> CompletionOutput:
+    def from_request(cls, index: int, req: Request, tokenizer: Any = None) -> CompletionOutput:
         return cls(
             index=index,
             request_id=req.request_id,
@@ -43,6 +46,8 @@ class CompletionOutput:
                 {token: sampled, **dict(zip(top_ids, top_values))}
                 for token, (sampled, top_ids, top_values)
                 in zip(req.output_token_ids, req.logprobs)],
+            text=None if tokenizer is None else tokenizer.decode(req.output_token_ids,
+                                                                 skip_special_tokens=True),
         )
 
 
@@ -55,6 +60,7 @@ class RequestOutput:
     arrival_time: float  # s, engine clock
     outputs: list[CompletionOutput]
     requests: list[Request] = field(repr=False)  # the core's Request objects, same order
+    prompt: str | None = None  # the prompt as given, when it was text
 
     @property
     def finished(self) -> bool:
@@ -76,6 +82,10 @@ class RequestOutput:
     @property
     def token_ids(self) -> list[int]:
         return self.outputs[0].token_ids
+
+    @property
+    def text(self) -> str | None:
+        return self.outputs[0].text
 
     @property
     def finish_reason(self) -> str | None:

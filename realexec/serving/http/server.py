@@ -23,7 +23,6 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -71,23 +70,6 @@ class ServerState:
 
     def __init__(self) -> None:
         self.draining = False
-
-
-def load_tokenizer(path: str | Path | None) -> Any:
-    """An HF tokenizer from a directory with tokenizer files, or None if there is none;
-    ValueError naming the directory if its files do not load."""
-    if path is None:
-        return None
-    p = Path(path)
-    if not p.is_dir() or not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        return None
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(p, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for bad files
-        raise ValueError(f"{p}: its tokenizer files do not load ({type(exc).__name__}: "
-                         f"{exc})") from None
 
 
 def _error(exc: ApiError) -> JSONResponse:
