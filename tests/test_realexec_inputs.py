@@ -320,3 +320,37 @@ def test_text_prompts_without_a_tokenizer_are_refused_naming_the_request(tmp_pat
     with pytest.raises(ValueError, match=f"tokenizer {tmp_path}: not a directory with "
                                          "tokenizer.json"):
         LLM(NAME, tokenizer=tmp_path)
+
+
+def test_stop_strings_cut_the_text_as_vllms_do(tmp_path):
+    """`stop`: generation ends at the token whose text completes the string, the text is
+    cut before it and `stop_reason` names it; not before `min_tokens`; on the last allowed
+    token the string wins over the length limit."""
+    from tests.serving_helpers import save_tiny_tokenizer
+
+    load_model("tiny-llama", seed=0).model.save_pretrained(tmp_path)
+    save_tiny_tokenizer(str(tmp_path))
+    llm = LLM(str(tmp_path))
+    greedy = {"temperature": 0, "max_tokens": 10, "ignore_eos": True}
+    plain = llm.generate(["t5 t9 t200"], greedy)[0]
+    words = plain.text.split()
+    # the first word (from the third) whose text is not already in the text before it
+    k = next(i for i in range(2, 9) if words[i] not in " ".join(words[:i]))
+    out = llm.generate(["t5 t9 t200"], {**greedy, "stop": [words[k], "never"]})[0]
+    assert out.finish_reason == "stop" and out.outputs[0].stop_reason == words[k]
+    assert out.token_ids == plain.token_ids[:k + 1] and out.text == " ".join(words[:k]) + " "
+    # with min_tokens k + 2 the k-th word no longer stops it: the next word holding it does
+    late = llm.generate(["t5 t9 t200"], {**greedy, "stop": words[k], "min_tokens": k + 2})[0]
+    j = next((i for i in range(k + 1, 10) if words[k] in words[i]), None)
+    assert late.finish_reason == ("length" if j is None else "stop")
+    assert late.token_ids == plain.token_ids[:10 if j is None else j + 1]
+    assert words[9] not in " ".join(words[:9])  # (this seed's output)
+    last = llm.generate(["t5 t9 t200"], {**greedy, "stop": words[9]})[0]
+    assert last.finish_reason == "stop" and len(last.token_ids) == 10
+    assert last.text == " ".join(words[:9]) + " "
+    assert_pool_whole(llm)
+    with pytest.raises(ValueError, match="request 0: sampling_params.stop strings need a "
+                                         "tokenizer"):
+        LLM(NAME).generate([[5]], {"stop": "x"})
+    with pytest.raises(ValueError, match="stop must be a string or a list of non-empty"):
+        llm.generate([[5]], {"stop": [""]})

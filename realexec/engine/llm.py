@@ -23,10 +23,10 @@ from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.runner import ModelRunner, sliding_window_of, uniform_window
 from realexec.engine.simple_attention import NoCacheAttention
-from realexec.engine.tokenizer import has_tokenizer, load_tokenizer
+from realexec.engine.tokenizer import Detokenizer, has_tokenizer, load_tokenizer
 from simulator.core.config import CacheConfig, SchedulerConfig, check_min
 from simulator.core.engine import EngineCore, EngineStepOutput
-from simulator.core.request import Request, SamplingParams
+from simulator.core.request import Request, RequestStatus, SamplingParams
 from simulator.core.scheduler import Scheduler
 
 # vLLM v1's default token budget for online serving on GPUs (EngineArgs: 2048 when chunked
@@ -215,6 +215,7 @@ class LLM:
         self.engine = EngineCore(self.scheduler, self.runner)
         model_dir = model if isinstance(model, str | Path) and Path(model).is_dir() else None
         self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_dir)
+        self._detokenizers: dict[str, Detokenizer] = {}  # requests with stop strings
         self._next_id = 0
         self.finished: dict[str, Request] = {}  # every finished request, by id
 
@@ -258,6 +259,9 @@ class LLM:
             prompt_token_ids = self._encode(index, prompt_token_ids)
         prompt = validate_prompt(index, prompt_token_ids, self.vocab_size)
         sp = validate_sampling(index, sampling_params)
+        if sp.stop and self.tokenizer is None:
+            raise ValueError(f"request {index}: sampling_params.stop strings need a tokenizer; "
+                             "use stop_token_ids")
         for token, _ in sp.logit_bias:
             if token >= self.vocab_size:
                 raise ValueError(f"request {index}: sampling_params.logit_bias: {token} is "
@@ -304,10 +308,45 @@ class LLM:
         except BaseException as exc:
             self._abort_in_flight(f"a step failed: {type(exc).__name__}: {exc}")
             raise
-        for req in out.finished:
+        finished = out.finished
+        if self._detokenizers or any(r.sampling_params.stop for r in out.scheduler_output.reqs):
+            finished = finished + self._stop_strings(out)
+            out.finished = finished
+        for req in finished:
             self.runner.drop_request(req.request_id)
             self.finished[req.request_id] = req
+            self._detokenizers.pop(req.request_id, None)
         return out
+
+    def _stop_strings(self, out: EngineStepOutput) -> list[Request]:
+        """Requests of this step whose new text holds a stop string, finished as stopped
+        with the string as their `stop_reason` and the text before it kept in
+        `annotations["text"]`. As vLLM: text made before `min_tokens` is not searched, and
+        a string found in a step that also reached `max_tokens` wins."""
+        stopped = []
+        for req in out.scheduler_output.reqs:
+            sp = req.sampling_params
+            if (not sp.stop or req.num_output_tokens < max(sp.min_tokens, 1)
+                    or req.is_finished and req.finish_reason != "length"):
+                continue
+            det = self._detokenizers.get(req.request_id)
+            if det is None:  # from here on: the text so far is not searched
+                det = self._detokenizers[req.request_id] = Detokenizer(self.tokenizer,
+                                                                       list(sp.stop))
+                det.ids = list(req.output_token_ids[:-1])
+                det.text = self.tokenizer.decode(det.ids, skip_special_tokens=True)
+            det.add(req.output_token_ids[len(det.ids):])
+            if not det.stopped:
+                continue
+            req.annotations["text"] = det.text
+            if req.is_finished:
+                req.finish(RequestStatus.FINISHED_STOPPED, req.finish_time or self.clock(),
+                           det.matched)
+            elif self.engine.scheduler.finish_request(
+                    req.request_id, self.clock(), RequestStatus.FINISHED_STOPPED, det.matched,
+                    report=False):
+                stopped.append(req)
+        return stopped
 
     def has_unfinished_requests(self) -> bool:
         return self.engine.has_unfinished_requests()

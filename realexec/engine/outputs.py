@@ -26,7 +26,8 @@ class CompletionOutput:
     # sampled token and the k most likely ones, of the raw model output (vLLM's
     # CompletionOutput.logprobs); None without
     logprobs: list[dict[int, float]] | None = None
-    # the tokens as text (special tokens skipped, as vLLM) when the engine has a tokenizer
+    # the tokens as text (special tokens skipped, as vLLM) when the engine has a tokenizer;
+    # cut before the stop string that ended it (its `stop_reason`)
     text: str | None = None
 
     @classmethod
@@ -46,8 +47,8 @@ class CompletionOutput:
                 {token: sampled, **dict(zip(top_ids, top_values))}
                 for token, (sampled, top_ids, top_values)
                 in zip(req.output_token_ids, req.logprobs)],
-            text=None if tokenizer is None else tokenizer.decode(req.output_token_ids,
-                                                                 skip_special_tokens=True),
+            text=None if tokenizer is None else req.annotations["text"] if "text" in req.annotations
+            else tokenizer.decode(req.output_token_ids, skip_special_tokens=True),
         )
 
 

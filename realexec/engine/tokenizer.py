@@ -1,5 +1,5 @@
 """The HF tokenizer of a model directory, for text prompts and output text (`LLM`, the
-server)."""
+server), and the incremental `Detokenizer` that finds stop strings."""
 
 from __future__ import annotations
 
@@ -27,3 +27,32 @@ def load_tokenizer(path: str | Path | None) -> Any:
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for bad files
         raise ValueError(f"{path}: its tokenizer files do not load ({type(exc).__name__}: "
                          f"{exc})") from None
+
+
+class Detokenizer:
+    """Incremental text of a growing token list; with `stop_strings`, where to cut."""
+
+    def __init__(self, tokenizer: Any, stop_strings: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop_strings = stop_strings
+        self.ids: list[int] = []
+        self.text = ""
+        self.stopped = False
+        self.matched: str | None = None  # the stop string that cut the text
+
+    def add(self, ids: list[int]) -> str:
+        """The new text for `ids` (empty without a tokenizer); sets `stopped` at a stop string."""
+        if self.tokenizer is None or self.stopped:
+            return ""
+        self.ids.extend(ids)
+        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if full.endswith("\ufffd"):  # an unfinished multi-byte character: wait for more
+            return ""
+        for s in self.stop_strings:
+            at = full.find(s, max(0, len(self.text) - len(s) + 1))  # ends in the new text
+            if at >= 0:
+                full, self.stopped, self.matched = full[:at], True, s
+                break
+        new = full[len(self.text):]
+        self.text = full
+        return new

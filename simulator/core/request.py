@@ -127,6 +127,9 @@ class SamplingParams:
     max_tokens: int = 16
     min_tokens: int = 0
     stop_token_ids: Sequence[int] = ()  # kept as a tuple of ints (__post_init__)
+    # text that ends generation when it appears in the output (vLLM's `stop`; the text is cut
+    # before it). Only an engine with a tokenizer reads it (realexec.LLM); the core does not.
+    stop: Sequence[str] = ()  # kept as a tuple of non-empty strings
     ignore_eos: bool = False
     # log-probabilities to return per output token: None = none; k >= 0 = the sampled token's
     # and the k most likely tokens' (vLLM's `logprobs`: of the raw model output, before
@@ -162,6 +165,12 @@ class SamplingParams:
                                  f"(an integer >= 0)")
         object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in ids))
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        stop: Any = self.stop
+        stops = (stop,) if isinstance(stop, str) else stop
+        if not hasattr(stops, "__iter__") or not all(isinstance(x, str) and x for x in stops):
+            raise ValueError(f"sampling_params.stop must be a string or a list of non-empty "
+                             f"strings, got {stop!r}")
+        object.__setattr__(self, "stop", tuple(stops))
         # vLLM's spellings of "off": top_k -1 (as 0) and seed -1 (as no seed)
         if _is_int(self.top_k) and self.top_k == -1:
             object.__setattr__(self, "top_k", 0)

@@ -159,6 +159,14 @@ class Scheduler(PDHandoff, ParallelSampling):
                       report: bool = True) -> bool:
         """Finish a request as ABORTED and free its blocks; False if it is unknown.
         `report=False`: the next step does not list it as finished (the caller gave it up)."""
+        return self.finish_request(request_id, now, RequestStatus.FINISHED_ABORTED, reason,
+                                   report)
+
+    def finish_request(self, request_id: str, now: float, status: RequestStatus,
+                       reason: str | None = None, report: bool = True) -> bool:
+        """Finish a queued or running request with `status` from outside the step (an abort,
+        or a stop string the engine's detokenizer found) and free its blocks; False if it
+        is unknown."""
         req = self.requests.get(request_id)
         if req is None:
             return False
@@ -172,7 +180,7 @@ class Scheduler(PDHandoff, ParallelSampling):
             self._inbox.remove(req)
         else:
             self.waiting.remove(req)
-        req.finish(RequestStatus.FINISHED_ABORTED, now, reason)
+        req.finish(status, now, reason)
         self._free(req)
         if report:
             self._finished_pending.append(req)

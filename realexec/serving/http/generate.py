@@ -18,10 +18,10 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from realexec.engine.tokenizer import Detokenizer
 from realexec.serving.client_types import Delta
 from realexec.serving.http.protocol import ApiError, ParsedRequest, child_sampling
 from realexec.serving.http.responses import (
-    Detokenizer,
     choice_body,
     chunk_body,
     completion_body,

@@ -1,5 +1,5 @@
 """OpenAI response shapes for `realexec.serving.http.server`: whole responses, stream chunks,
-usage, logprobs (completions' and chat's shapes), and the incremental `Detokenizer`."""
+usage and logprobs (completions' and chat's shapes)."""
 
 from __future__ import annotations
 
@@ -125,31 +125,3 @@ def chunk_body(rid: str, model: str, text: str | None, token_ids: list[int],
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
             **engine_stats(num_preemptions, queueing_s)}
-
-
-class Detokenizer:
-    """Incremental text of a growing token list; with `stop_strings`, where to cut."""
-
-    def __init__(self, tokenizer: Any, stop_strings: list[str]) -> None:
-        self.tokenizer = tokenizer
-        self.stop_strings = stop_strings
-        self.ids: list[int] = []
-        self.text = ""
-        self.stopped = False
-
-    def add(self, ids: list[int]) -> str:
-        """The new text for `ids` (empty without a tokenizer); sets `stopped` at a stop string."""
-        if self.tokenizer is None or self.stopped:
-            return ""
-        self.ids.extend(ids)
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if full.endswith("\ufffd"):  # an unfinished multi-byte character: wait for more
-            return ""
-        for s in self.stop_strings:
-            at = full.find(s, max(0, len(self.text) - len(s)))
-            if at >= 0:
-                full, self.stopped = full[:at], True
-                break
-        new = full[len(self.text):]
-        self.text = full
-        return new
