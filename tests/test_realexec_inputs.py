@@ -354,3 +354,25 @@ def test_stop_strings_cut_the_text_as_vllms_do(tmp_path):
         LLM(NAME).generate([[5]], {"stop": "x"})
     with pytest.raises(ValueError, match="stop must be a string or a list of non-empty"):
         llm.generate([[5]], {"stop": [""]})
+
+
+def test_chat_renders_the_tokenizer_template_as_vllms_llm_chat(tmp_path):
+    from tests.serving_helpers import save_tiny_tokenizer
+
+    load_model("tiny-llama", seed=0).model.save_pretrained(tmp_path)
+    save_tiny_tokenizer(str(tmp_path))
+    llm = LLM(str(tmp_path))
+    llm.tokenizer.chat_template = (
+        "{% for m in messages %}t3 {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}t4{% endif %}")
+    conv = [{"role": "system", "content": "t10 t11"}, {"role": "user", "content": "t12"}]
+    greedy = {"temperature": 0, "max_tokens": 4, "ignore_eos": True}
+    (one,) = llm.chat(conv, greedy)
+    assert one.prompt_token_ids == [3, 10, 11, 3, 12, 4]
+    assert one.token_ids == llm.generate([[3, 10, 11, 3, 12, 4]], greedy)[0].token_ids
+    both = llm.chat([conv, conv[1:]], greedy)
+    assert [o.prompt_token_ids for o in both] == [[3, 10, 11, 3, 12, 4], [3, 12, 4]]
+    with pytest.raises(ValueError, match="conversation 1, message 0: must be a dict with string"):
+        llm.chat([conv, [{"role": "user"}]])
+    with pytest.raises(ValueError, match="chat needs a tokenizer"):
+        LLM(NAME).chat(conv)

@@ -163,6 +163,23 @@ def test_engine_rejects_garbled_and_truncated_messages_and_keeps_serving(raw):
     assert hb.body["stats"]["num_free_blocks"] == hb.body["stats"]["num_gpu_blocks"]
 
 
+def test_a_request_the_worker_cannot_decode_is_ended_with_the_reason(raw, engine):
+    """An add message whose fields are wrong but whose request id is readable gets an error
+    item for that id (before: the worker only logged it, and the front end's request waited
+    forever); the front end refuses such prompts before sending."""
+    raw.send_frames([msgpack.packb({"v": PROTOCOL_VERSION, "type": "add", "body": {
+        "request_id": "d", "prompt_token_ids": ["input_ids"], "sampling": {}}, "tensors": []})])
+    msg = raw.recv(30, lambda m: m.type == "outputs" and any(
+        it["id"] == "d" for it in m.body["items"]))
+    (item,) = [it for it in msg.body["items"] if it["id"] == "d"]
+    assert "the worker rejected the request" in item["err"]
+    assert "prompt_token_ids" in item["err"]
+    with pytest.raises(ValueError, match="prompt_token_ids must be a non-empty list of integers"):
+        engine.submit(["input_ids", "attention_mask"], {"max_tokens": 2})
+    with pytest.raises(ValueError, match="non-empty list of integers"):
+        engine.submit([5, True], {"max_tokens": 2})
+
+
 def test_abort_frees_blocks_before_the_next_step(raw):
     p1, p2 = prompts(6, [30, 12])
     sp = {**GREEDY, "max_tokens": 300}

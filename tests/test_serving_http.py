@@ -176,6 +176,22 @@ def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_asks(oai, tokenizer):
         plain.choices[0].token_ids) and plain.choices[0].logprobs is None
 
 
+def test_chat_through_the_tokenizers_chat_template(oai, tokenizer):
+    """A tokenizer with a chat template (every real model's): the conversation is rendered
+    by it, the assistant's turn opened (before: transformers 5's BatchEncoding was read as
+    the token list, and every such chat request failed)."""
+    tokenizer.chat_template = ("{% for m in messages %}t3 {{ m['content'] }} {% endfor %}"
+                               "{% if add_generation_prompt %}t4{% endif %}")
+    try:
+        r = oai.chat.completions.create(
+            model=MODEL, max_tokens=5, temperature=0, extra_body={"ignore_eos": True},
+            messages=[{"role": "system", "content": "t10 t11"}, {"role": "user", "content": "t12"}])
+    finally:
+        tokenizer.chat_template = None
+    assert r.usage.prompt_tokens == 6
+    assert r.choices[0].token_ids == reference([[3, 10, 11, 3, 12, 4]], 5)[0]
+
+
 BAD_REQUESTS = [
     ({"model": "gpt-4", "prompt": [1, 2]}, "model", "does not exist"),
     ({"prompt": [1, 2]}, "model", "'model' is required"),

@@ -23,7 +23,12 @@ from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.runner import ModelRunner, sliding_window_of, uniform_window
 from realexec.engine.simple_attention import NoCacheAttention
-from realexec.engine.tokenizer import Detokenizer, has_tokenizer, load_tokenizer
+from realexec.engine.tokenizer import (
+    Detokenizer,
+    chat_token_ids,
+    has_tokenizer,
+    load_tokenizer,
+)
 from simulator.core.config import CacheConfig, SchedulerConfig, check_min
 from simulator.core.engine import EngineCore, EngineStepOutput
 from simulator.core.request import Request, RequestStatus, SamplingParams
@@ -441,6 +446,34 @@ class LLM:
         for rid, req in list(self.finished.items()):
             if rid in request_ids or req.parent_request_id in request_ids:
                 del self.finished[rid]
+
+    def chat(
+        self,
+        messages: Sequence[dict[str, str]] | Sequence[Sequence[dict[str, str]]],
+        sampling_params: SamplingArg | Sequence[SamplingArg] = None,
+    ) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a
+        list of them, each rendered by the tokenizer's chat template with the assistant's
+        turn opened, then generated as `generate` does."""
+        if self.tokenizer is None:
+            raise ValueError("chat needs a tokenizer: load the model from a directory with "
+                             "tokenizer files or pass LLM(..., tokenizer=DIR)")
+        one = isinstance(messages, Sequence) and bool(messages) and isinstance(messages[0], dict)
+        conversations = [messages] if one else messages
+        if not isinstance(conversations, Sequence) or not conversations:
+            raise ValueError("messages must be a conversation (a list of {'role', 'content'} "
+                             "dicts) or a list of conversations")
+        prompts = []
+        for i, conv in enumerate(conversations):
+            if not isinstance(conv, Sequence) or not conv:
+                raise ValueError(f"conversation {i} must be a non-empty list of messages")
+            for j, m in enumerate(conv):
+                if not (isinstance(m, dict) and isinstance(m.get("role"), str)
+                        and isinstance(m.get("content"), str)):
+                    raise ValueError(f"conversation {i}, message {j}: must be a dict with "
+                                     f"string 'role' and 'content', got {m!r}")
+            prompts.append(chat_token_ids(self.tokenizer, list(conv)))
+        return self.generate(prompts, sampling_params)
 
     def warm_up(self, prompt_len: int, seed: int = 0x5EED) -> None:
         """One short untimed request (`prompt_len` random tokens, 2 output tokens), so first-call

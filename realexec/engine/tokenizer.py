@@ -29,6 +29,17 @@ def load_tokenizer(path: str | Path | None) -> Any:
                          f"{exc})") from None
 
 
+def chat_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """A conversation as prompt token ids: the tokenizer's chat template with the assistant's
+    turn opened, or a plain `<|role|>\\ncontent\\n` template when it has none."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        # transformers 5 returns a BatchEncoding (a mapping, not a dict); 4.x a list
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 class Detokenizer:
     """Incremental text of a growing token list; with `stop_strings`, where to cut."""
 

@@ -166,7 +166,11 @@ class EngineClient:
         record. Raises EngineDeadError if no live worker can take it."""
         rid = request_id or uuid.uuid4().hex
         sampling = dict(sampling or {})
-        req = ClientRequest(rid, list(prompt_token_ids), sampling, time.perf_counter(), sink=sink)
+        ids = list(prompt_token_ids)
+        if not ids or not all(type(t) is int for t in ids):
+            raise ValueError(f"request {rid}: prompt_token_ids must be a non-empty list of "
+                             f"integers, got {ids[:4]!r}")
+        req = ClientRequest(rid, ids, sampling, time.perf_counter(), sink=sink)
         with self.lock:
             if rid in self.requests:
                 raise ValueError(f"request id {rid!r} is already in flight")

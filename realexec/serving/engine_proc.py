@@ -172,6 +172,10 @@ class EngineLoop:
             except ProtocolError as exc:
                 self.num_bad_messages += 1
                 log.warning("%s: rejected a message on the input socket: %s", self.spec.name, exc)
+                if exc.request_id is not None and exc.request_id not in self.live:
+                    # the client waits on this request: end it with the reason
+                    items.append({"id": exc.request_id, "tok": [], "fin": None,
+                                  "err": f"the worker rejected the request: {exc}"})
 
     # ------------------------------------------------------------------ step
     def step(self) -> tuple[list[dict[str, Any]], bool]:

@@ -105,7 +105,11 @@ OUTPUT_ITEM_SCHEMA: dict[str, tuple[Any, bool]] = {
 
 
 class ProtocolError(ValueError):
-    """A message that is not a valid kvpd message (garbled, truncated, wrong fields)."""
+    """A message that is not a valid kvpd message (garbled, truncated, wrong fields);
+    `request_id`: the request it names, when its body has one (the receiver can then fail
+    that request instead of leaving it waiting)."""
+
+    request_id: str | None = None
 
 
 @dataclass
@@ -216,7 +220,12 @@ def decode(frames: list[Any]) -> Message:
     if msg_type not in SCHEMAS:
         raise ProtocolError(f"unknown message type {msg_type!r}")
     body = header.get("body")
-    check_fields(body, SCHEMAS[msg_type], f"{msg_type} message")
+    try:
+        check_fields(body, SCHEMAS[msg_type], f"{msg_type} message")
+    except ProtocolError as exc:
+        rid = body.get("request_id") if isinstance(body, dict) else None
+        exc.request_id = rid if isinstance(rid, str) else None
+        raise
     if msg_type == "outputs":
         for i, item in enumerate(body["items"]):
             check_fields(item, OUTPUT_ITEM_SCHEMA, f"outputs.items[{i}]")

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from realexec.engine.tokenizer import chat_token_ids
 from simulator.core.request import LOGIT_BIAS_MAX, SamplingParams
 
 SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_seed takes them
@@ -207,12 +208,11 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) 
 
 
 def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The tokenizer's chat template, or a plain `<|role|>\\ncontent\\n` template without one."""
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
-    return encode_text(tokenizer, text, "messages")
+    """The conversation through the tokenizer's chat template (`chat_token_ids`)."""
+    ids = chat_token_ids(tokenizer, messages)
+    if not ids:
+        raise ApiError("'messages' encode to no tokens", param="messages")
+    return ids
 
 
 def chat_prompt(req: ChatCompletionRequest, tokenizer: Any, vocab_size: int) -> list[int]:
@@ -229,7 +229,7 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer: Any, vocab_size: int) -> 
     if tokenizer is None:
         raise ApiError("this model has no tokenizer: pass the prompt as 'prompt_token_ids' "
                        "(e.g. extra_body={'prompt_token_ids': [...]})", param="messages")
-    return render_chat(tokenizer, clean)
+    return token_prompt(render_chat(tokenizer, clean), vocab_size, "messages")
 
 
 def _check_context(prompts: list[list[int]], asked: int | None, key: str, max_model_len: int,
