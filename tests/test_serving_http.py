@@ -182,12 +182,15 @@ def test_chat_through_the_tokenizers_chat_template(oai, tokenizer):
     the token list, and every such chat request failed)."""
     tokenizer.chat_template = ("{% for m in messages %}t3 {{ m['content'] }} {% endfor %}"
                                "{% if add_generation_prompt %}t4{% endif %}")
+    msgs = [{"role": "system", "content": "t10 t11"}, {"role": "user", "content": "t12"}]
     try:
-        r = oai.chat.completions.create(
-            model=MODEL, max_tokens=5, temperature=0, extra_body={"ignore_eos": True},
-            messages=[{"role": "system", "content": "t10 t11"}, {"role": "user", "content": "t12"}])
+        r = oai.chat.completions.create(model=MODEL, max_tokens=5, temperature=0,
+                                        extra_body={"ignore_eos": True}, messages=msgs)
+        tok = httpx.post(f"{oai.base_url}".removesuffix("/v1/") + "/tokenize",
+                         json={"model": MODEL, "messages": msgs}).json()
     finally:
         tokenizer.chat_template = None
+    assert tok["tokens"] == [3, 10, 11, 3, 12, 4]
     assert r.usage.prompt_tokens == 6
     assert r.choices[0].token_ids == reference([[3, 10, 11, 3, 12, 4]], 5)[0]
 
