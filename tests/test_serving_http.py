@@ -170,6 +170,17 @@ def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_asks(oai, tokenizer):
         tokens = [t for c in mine for t in c.logprobs.tokens]
         offsets = [o for c in mine for o in c.logprobs.text_offset]
         assert len(tokens) == len(p) + 3 and offsets == sorted(offsets)
+    for stream in (False, True):  # max_tokens 0: the prompt alone, scored
+        r = oai.completions.create(model=MODEL, prompt=texts[1], max_tokens=0, logprobs=0,
+                                   echo=True, stream=stream, **(
+                                       {"stream_options": {"include_usage": True}} if stream
+                                       else {}))
+        chunks = list(r) if stream else [r]
+        choices = [c.choices[0] for c in chunks if c.choices]
+        assert "".join(c.text for c in choices) == texts[1]
+        assert [t for c in choices for t in c.token_ids] == []
+        assert [t for c in choices for t in c.logprobs.tokens] == [f"t{t}" for t in ps[1]]
+        assert chunks[-1].usage.completion_tokens == 0
     plain = oai.completions.create(model=MODEL, prompt=ps[0], max_tokens=2, temperature=0,
                                    echo=True)
     assert plain.choices[0].text == tokenizer.decode(ps[0]) + tokenizer.decode(
@@ -215,7 +226,8 @@ BAD_REQUESTS = [
     ({"model": MODEL, "prompt": [1], "top_p": 0}, "top_p", "top_p must be > 0"),
     ({"model": MODEL, "prompt": [1], "top_p": 1.5}, "top_p", "top_p must be <= 1"),
     ({"model": MODEL, "prompt": [1], "top_k": -2}, "top_k", "top_k must be >= -1"),
-    ({"model": MODEL, "prompt": [1], "max_tokens": 0}, "max_tokens", "max_tokens must be >= 1"),
+    ({"model": MODEL, "prompt": [1], "max_tokens": 0}, "max_tokens",
+     "max_tokens must be >= 1 (0 only with echo"),
     ({"model": MODEL, "prompt": [1], "max_tokens": "many"}, "max_tokens", "must be an integer"),
     ({"model": MODEL, "prompt": [1], "max_tokens": 5.0}, "max_tokens", "must be an integer"),
     ({"model": MODEL, "prompt": [1], "max_tokens": 600}, "max_tokens", "exceeds this model's context"),

@@ -10,6 +10,7 @@ flight: no request outlives its HTTP exchange.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -120,6 +121,8 @@ async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, ch
         if d.error:
             yield sse(delta_error(d).body())
             break
+        if req.prompt_only:
+            d = dataclasses.replace(d, token_ids=[], logprobs=None)
         n_out += len(d.token_ids)
         text = dets[i].add(d.token_ids)
         finish = d.finish_reason if d.finished else None
@@ -188,6 +191,8 @@ async def _gather(req: ParsedRequest, choices: Choices, tokenizer: Any) -> tuple
         det, toks, lps = outs[i][:3]
         if d.error:
             raise delta_error(d)
+        if req.prompt_only:
+            d = dataclasses.replace(d, token_ids=[], logprobs=None)
         toks.extend(d.token_ids)
         lps.extend(d.logprobs or [])
         if d.prompt_logprobs is not None:

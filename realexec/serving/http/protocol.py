@@ -10,7 +10,8 @@ token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as Open
 Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_p`, `min_tokens`,
 `ignore_eos`, `stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. `echo`
 (completions) returns each prompt before its completion, with its tokens' logprobs when
-`logprobs` is set (the first token has none), as lm-eval's loglikelihood requests use it.
+`logprobs` is set (the first token has none), as lm-eval's loglikelihood requests use it;
+with `max_tokens: 0` only the prompt is answered (scored), as OpenAI's legacy API and vLLM.
 Unknown fields are ignored, as OpenAI and vLLM do; fields OpenAI defines that this server
 does not implement are accepted only at their neutral value.
 """
@@ -59,7 +60,7 @@ class _Common(_Strict):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=0)  # 0 only with echo (checked in parse_request)
     temperature: float | None = Field(None, ge=0, allow_inf_nan=False)
     top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=-1)  # -1 or 0: off (vLLM uses -1)
@@ -120,6 +121,9 @@ class ParsedRequest:
     # prompt as text: the string sent, else None (then decoded from its ids)
     echo: bool = False
     prompt_texts: list[str | None] | None = None
+    # `max_tokens: 0` with echo: the prompt alone is answered (its logprobs scored); the
+    # token the engine makes is left out
+    prompt_only: bool = False
 
     @property
     def num_choices(self) -> int:
@@ -281,6 +285,12 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         logprobs = req.logprobs
     key = "max_completion_tokens" if chat and req.max_completion_tokens is not None else "max_tokens"
     asked = getattr(req, key)
+    echo = not chat and bool(req.echo)
+    if asked == 0:
+        if not echo:
+            raise ApiError(f"{key} must be >= 1 (0 only with echo, to score the prompt), got 0",
+                           param=key)
+        asked = 1  # the engine makes one token; the response leaves it out
     max_tokens = _check_context(prompts, asked, key, max_model_len, default=None if chat else 16)
     stop_strings = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if not all(stop_strings):
@@ -312,12 +322,12 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
     except ValueError as exc:
         raise ApiError(str(exc).removeprefix("request: ")) from None
-    echo = not chat and bool(req.echo)
     if echo and logprobs is not None:
         options["prompt_logprobs"] = logprobs  # the echoed prompt's logprobs
     so = req.stream_options
     return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
-                         req.n, logprobs, echo, _prompt_texts(req.prompt) if echo else None)
+                         req.n, logprobs, echo, _prompt_texts(req.prompt) if echo else None,
+                         echo and req.max_tokens == 0)
 
 
 def _logit_bias(bias: dict[str, float], vocab_size: int) -> list[list[float]]:
