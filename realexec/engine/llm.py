@@ -336,10 +336,8 @@ class LLM:
                 continue
             det = self._detokenizers.get(req.request_id)
             if det is None:  # from here on: the text so far is not searched
-                det = self._detokenizers[req.request_id] = Detokenizer(self.tokenizer,
-                                                                       list(sp.stop))
-                det.ids = list(req.output_token_ids[:-1])
-                det.text = self.tokenizer.decode(det.ids, skip_special_tokens=True)
+                det = self._detokenizers[req.request_id] = Detokenizer(
+                    self.tokenizer, list(sp.stop), seen=req.output_token_ids[:-1])
             det.add(req.output_token_ids[len(det.ids):])
             if not det.stopped:
                 continue

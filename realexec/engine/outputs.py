@@ -47,9 +47,18 @@ class CompletionOutput:
                 {token: sampled, **dict(zip(top_ids, top_values))}
                 for token, (sampled, top_ids, top_values)
                 in zip(req.output_token_ids, req.logprobs)],
-            text=None if tokenizer is None else req.annotations["text"] if "text" in req.annotations
-            else tokenizer.decode(req.output_token_ids, skip_special_tokens=True),
+            text=_text(req, tokenizer),
         )
+
+
+def _text(req: Request, tokenizer: Any) -> str | None:
+    """The output as text: as a stop string cut it (`annotations["text"]`, set by the LLM),
+    else decoded; None without a tokenizer."""
+    if tokenizer is None:
+        return None
+    if "text" in req.annotations:
+        return req.annotations["text"]
+    return tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
 
 
 @dataclass

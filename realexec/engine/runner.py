@@ -119,9 +119,9 @@ class ModelRunner:
             zip(output.reqs, output.num_new_tokens, output.num_computed_before)
         ):
             ids.extend(req.token_ids_slice(before, before + n))
-            # positions before the prompt's last predict its next token
-            scored = min(before + n, req.num_prompt_tokens - 1) - before
             if req.sampling_params.prompt_logprobs is not None and before < req.num_prompt_tokens:
+                # positions before the prompt's last predict its next token
+                scored = min(before + n, req.num_prompt_tokens - 1) - before
                 prompt_rows.append((req, before, scored, offset))
             offset += n
             if before + n == req.num_tokens:

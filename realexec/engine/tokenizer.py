@@ -43,11 +43,13 @@ def chat_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 class Detokenizer:
     """Incremental text of a growing token list; with `stop_strings`, where to cut."""
 
-    def __init__(self, tokenizer: Any, stop_strings: list[str]) -> None:
+    def __init__(self, tokenizer: Any, stop_strings: list[str],
+                 seen: list[int] | None = None) -> None:
+        """`seen`: tokens already out whose text is not searched for stop strings."""
         self.tokenizer = tokenizer
         self.stop_strings = stop_strings
-        self.ids: list[int] = []
-        self.text = ""
+        self.ids: list[int] = list(seen or [])
+        self.text = tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
         self.stopped = False
         self.matched: str | None = None  # the stop string that cut the text
 

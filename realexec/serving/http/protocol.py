@@ -199,16 +199,20 @@ def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
     return list(ids)
 
 
+def _prompt_items(prompt: str | list[Any]) -> list[tuple[str, str | list[int]]]:
+    """A completion body's prompt as (param name, one prompt) pairs: one (a string or a list
+    of token ids, named `prompt`) or a batch (a list of strings or of token-id lists, named
+    `prompt[i]`)."""
+    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+        return [("prompt", prompt)]
+    return [(f"prompt[{i}]", p) for i, p in enumerate(prompt)]
+
+
 def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[list[int]]:
-    """A completion body's prompts: one (a string or a list of token ids) or a batch (a list
-    of strings or of token-id lists), each answered with its own `n` choices, as OpenAI's."""
-    prompt = req.prompt
-    if isinstance(prompt, str):
-        return [encode_text(tokenizer, prompt, "prompt")]
-    if not prompt or isinstance(prompt[0], int):
-        return [token_prompt(prompt, vocab_size, "prompt")]  # type: ignore[arg-type]
-    return [encode_text(tokenizer, p, f"prompt[{i}]") if isinstance(p, str)
-            else token_prompt(p, vocab_size, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    """A completion body's prompts as token ids, each answered with its own `n` choices, as
+    OpenAI's."""
+    return [encode_text(tokenizer, p, name) if isinstance(p, str)
+            else token_prompt(p, vocab_size, name) for name, p in _prompt_items(req.prompt)]
 
 
 def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -245,7 +249,8 @@ def _check_context(prompts: list[list[int]], asked: int | None, key: str, max_mo
         name = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
         room = max_model_len - len(prompt)
         if room < 1:
-            raise ApiError(f"{'the ' * (len(prompts) == 1)}{name} has {len(prompt)} tokens; this model's context is "
+            which = "the prompt" if len(prompts) == 1 else name
+            raise ApiError(f"{which} has {len(prompt)} tokens; this model's context is "
                            f"{max_model_len} tokens", param="prompt",
                            code="context_length_exceeded")
         max_tokens = asked if asked is not None else (room if default is None else default)
@@ -324,9 +329,11 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         raise ApiError(str(exc).removeprefix("request: ")) from None
     if echo and logprobs is not None:
         options["prompt_logprobs"] = logprobs  # the echoed prompt's logprobs
+    texts = [p if isinstance(p, str) else None for _, p in _prompt_items(req.prompt)] if echo \
+        else None  # echo is a completions field
     so = req.stream_options
     return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
-                         req.n, logprobs, echo, _prompt_texts(req.prompt) if echo else None,
+                         req.n, logprobs, echo, texts,
                          echo and req.max_tokens == 0)
 
 
@@ -342,14 +349,6 @@ def _logit_bias(bias: dict[str, float], vocab_size: int) -> list[list[float]]:
                            param="logit_bias")
         pairs.append([int(key), value])
     return pairs
-
-
-def _prompt_texts(prompt: str | list[Any]) -> list[str | None]:
-    if isinstance(prompt, str):
-        return [prompt]
-    if not prompt or isinstance(prompt[0], int):
-        return [None]
-    return [p if isinstance(p, str) else None for p in prompt]
 
 
 def child_sampling(parsed: ParsedRequest, index: int) -> dict[str, Any]:
