@@ -152,6 +152,9 @@ class Row:
     setup: dict[str, Any]
     metric: dict[str, Any]
     file: str
+    # with `setup.runs_on_one_server`: the setups of the runs of the same model the source lists
+    # before this row's run, in the source's order (the same server's cache holds their prompts)
+    earlier_runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -217,6 +220,8 @@ def load_file(path: str | Path) -> list[Row]:
     if not rows:
         _fail(str(path), "has no rows")
     out, seen = [], set()
+    runs: dict[Any, list[tuple]] = {}  # model -> its runs' keys, in file order
+    run_setups: dict[tuple, dict[str, Any]] = {}
     for i, r in enumerate(rows):
         where = f"{path}: rows[{i}] ({r.get('id') if isinstance(r, dict) else r!r})"
         if not isinstance(r, dict):
@@ -226,7 +231,16 @@ def load_file(path: str | Path) -> list[Row]:
         if r["id"] in seen:
             _fail(where, f"duplicate row id {r['id']!r}")
         seen.add(r["id"])
-        out.append(Row(source, str(r["id"]), str(r["where"]), setup, dict(r["metric"]), str(path)))
+        earlier: list[dict[str, Any]] = []
+        if setup.get("runs_on_one_server"):
+            key = tuple(setup.get(k) for k in RUN_KEYS)
+            model_runs = runs.setdefault(setup["model"], [])
+            if key not in model_runs:
+                model_runs.append(key)
+                run_setups[key] = setup
+            earlier = [run_setups[k] for k in model_runs[:model_runs.index(key)]]
+        out.append(Row(source, str(r["id"]), str(r["where"]), setup, dict(r["metric"]), str(path),
+                       earlier))
     return out
 
 
@@ -348,6 +362,9 @@ def to_scenario(row: Row) -> Converted:
     if closed:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
     if warmup:
+        if "warmup_requests" in sc["workload"]:
+            raise ValueError(f"{row.key}: setup.warmup_requests and the harness's own warm-up "
+                             f"({s['lengths']}) both given")
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
         sc["workload"]["ignore_eos"] = True
@@ -365,29 +382,43 @@ def to_scenario(row: Row) -> Converted:
 
 def _burst(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict, dict[str, str]]:
     """The workload of `n` requests sent at t = 0, and the files it reads: a synthetic spec of
-    the published lengths, or the harness's own draw (`setup.lengths`) as a length table."""
+    the published lengths, or the harness's own requests (`setup.lengths`) as a trace."""
     burst = {"process": "burst"}
     if s.get("lengths") is not None:
-        name, text = _harness_lengths(row, s, n, notes)
-        return {"trace": name, "format": "lengths", "options": {"arrival": burst}}, {name: text}
+        return _harness_trace(row, s, n, notes)
     return {"synthetic": {"name": row.id, "num_requests": n, "arrival": burst,
                           "prompt_len": _lengths(row, s, "input_len", notes),
                           "output_len": _lengths(row, s, "output_len", notes)}}, {}
 
 
 # Harnesses whose random dataset draws each request's lengths from a seeded generator, as
-# `setup.lengths` names them: the converter draws the same lengths and writes them as the
-# scenario's length table (`workload.format: lengths`).
-#   sglang.bench_serving (python -m sglang.bench_serving --dataset-name random): np.random.seed
-#   (--seed, default 1), then for the inputs and then the outputs
-#   np.random.randint(max(int(L x r), 1), L + 1, size=num_prompts), r = --random-range-ratio
-#   (default 0.0) (bench_serving.py compute_random_lens / sample_random_requests, v0.5.7).
+# `setup.lengths` names them: the converter draws the same requests and writes them as the
+# scenario's trace (`workload.format: generic_jsonl`).
+#   sglang.bench_serving (python -m sglang.bench_serving --dataset-name random; bench_serving.py
+#   compute_random_lens / sample_random_requests / benchmark, v0.5.7):
+#   - lengths: np.random.seed(--seed, default 1), then for the inputs and then the outputs
+#     np.random.randint(max(int(L x r), 1), L + 1, size=num_prompts), r = --random-range-ratio
+#     (default 0.0);
+#   - prompts: request i's is the i-th ShareGPT prompt of a list shuffled by Python's random
+#     seeded alike, repeated or cut to its length, so request i of every run with the same seed
+#     shares its first min(lengths) tokens (HARNESS_PROMPTS: trace hash ids (i, block));
+#   - warm-up: before the measured requests it sends request 0's prompt for min(its output,
+#     32) tokens and waits for it (--warmup-requests 1), so the measured run starts after it
+#     (workload.warmup_requests with warmup_drain).
+# With `setup.runs_on_one_server`, a run's warm-up also holds every earlier run of the same model
+# in the source (each with its own warm-up request): the server's radix cache keeps their
+# prompts, and bench_serving does not flush it (only with --flush-cache or in SGLang's CI).
 HARNESS_LENGTHS = ("sglang.bench_serving",)
+HARNESS_WARMUP_MAX_TOKENS = 32  # bench_serving's warm-up request: min(output_len, 32)
+HASH_BLOCK = 16  # tokens per trace hash id
+HASH_STRIDE = 1 << 24  # hash id of prompt i's block j: i x stride + j
+# the setup keys that tell one run of a source from another
+RUN_KEYS = ("model", "input_len", "output_len", "concurrency", "num_requests")
 
 
-def _harness_lengths(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[str, str]:
-    """(file name, CSV text) of the `n` requests' lengths as `setup.lengths`'s harness draws
-    them; ValueError when the draw does not give the published input token total."""
+def _harness_draw(row: Row, s: dict[str, Any], n: int) -> tuple[list[int], list[int]]:
+    """The `n` requests' (input, output) lengths of setup `s` as `setup.lengths`'s harness draws
+    them."""
     import numpy as np
 
     harness = s["lengths"]
@@ -396,17 +427,50 @@ def _harness_lengths(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> t
                          f"{', '.join(HARNESS_LENGTHS)})")
     seed, r = int(s.get("lengths_seed", 1)), float(s.get("random_range_ratio", 0.0))
     rs = np.random.RandomState(seed)  # (numpy's global generator after np.random.seed)
-    ins, outs = (rs.randint(max(int(int(s[k]) * r), 1), int(s[k]) + 1, size=n)
+    ins, outs = (rs.randint(max(int(int(s[k]) * r), 1), int(s[k]) + 1, size=n).tolist()
                  for k in ("input_len", "output_len"))
+    return ins, outs
+
+
+def _harness_trace(row: Row, s: dict[str, Any], n: int,
+                   notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The workload and trace file of a run of `setup.lengths`'s harness: its warm-up requests
+    (and, with `setup.runs_on_one_server`, the earlier runs on the same server), then its `n`
+    measured requests at t = 0. ValueError when the draw does not give the published input
+    token total."""
+    import json
+
+    ins, outs = _harness_draw(row, s, n)
     want = s.get("published_input_tokens")
-    if want is not None and int(ins.sum()) != int(want):
-        raise ValueError(f"{row.key}: {harness}'s lengths (seed {seed}) sum to {int(ins.sum())} "
+    seed = int(s.get("lengths_seed", 1))
+    if want is not None and sum(ins) != int(want):
+        raise ValueError(f"{row.key}: {s['lengths']}'s lengths (seed {seed}) sum to {sum(ins)} "
                          f"input tokens, the source says {want}")
-    notes.append(f"lengths as {harness} draws them (seed {seed}, random_range_ratio {r}): "
-                 f"{int(ins.sum())} input and {int(outs.sum())} output tokens"
-                 + (" (the published input total)" if want is not None else ""))
-    rows = "\n".join(f"{i},{o}" for i, o in zip(ins.tolist(), outs.tolist()))
-    return f"{row.id}.lengths.csv", "num_prefill_tokens,num_decode_tokens\n" + rows + "\n"
+    notes.append(f"lengths as {s['lengths']} draws them (seed {seed}, random_range_ratio "
+                 f"{float(s.get('random_range_ratio', 0.0))}): {sum(ins)} input and {sum(outs)} "
+                 "output tokens" + (" (the published input total)" if want is not None else ""))
+    warm: list[tuple[int, int, int]] = []  # (prompt index, input, output)
+    for run in row.earlier_runs:
+        run_ins, run_outs = _harness_draw(row, run, int(run["num_requests"]))
+        warm.append((0, run_ins[0], min(run_outs[0], HARNESS_WARMUP_MAX_TOKENS)))
+        warm += list(zip(range(len(run_ins)), run_ins, run_outs))
+    warm.append((0, ins[0], min(outs[0], HARNESS_WARMUP_MAX_TOKENS)))
+    if row.earlier_runs:
+        notes.append(f"runs on one server: the {len(row.earlier_runs)} earlier run(s) of this model "
+                     f"in the source ({len(warm) - len(row.earlier_runs) - 1} requests) run first, "
+                     "unmeasured: request i of every run has the same prompt up to the shorter "
+                     "length (same seed), so the radix cache may hold it")
+    notes.append(f"warm-up as {s['lengths']} sends it: request 0's prompt for "
+                 f"{warm[-1][2]} tokens, finished before the measured requests start "
+                 f"(warmup_requests {len(warm)}, warmup_drain)")
+    lines = [json.dumps({"kvpd_trace": {"name": row.id, "hash_block_size": HASH_BLOCK}})]
+    for i, a, b in warm + list(zip(range(n), ins, outs)):
+        ids = [i * HASH_STRIDE + j for j in range(-(-a // HASH_BLOCK))]
+        lines.append(json.dumps({"arrival_s": 0, "prompt_len": a, "output_len": b,
+                                 "hash_ids": ids}, separators=(",", ":")))
+    name = f"{row.id}.trace.jsonl"
+    return ({"trace": name, "format": "generic_jsonl", "warmup_requests": len(warm),
+             "warmup_drain": True}, {name: "\n".join(lines) + "\n"})
 
 
 def _lengths(row: Row, s: dict[str, Any], key: str, notes: list[str]) -> dict[str, Any]:

@@ -41,6 +41,8 @@ def split_refusal(sc: Scenario) -> str | None:
         return "workload.max_concurrency counts the requests in flight across all replicas"
     if c.dp_attention:
         return "cluster.dp_attention routes requests over every replica's attention ranks"
+    if sc.workload.warmup_drain:
+        return "workload.warmup_drain holds the measured requests until every warm-up one ends"
     return None
 
 

@@ -280,6 +280,10 @@ class WorkloadSpec(_Strict):
     # the first N requests (trace order: the first sent) run but are not measured, as a
     # benchmark harness's warm-up requests (`--warmup-request-count`); no pause after them
     warmup_requests: int = Field(0, ge=0, strict=True)
+    # the measured requests start only once every warm-up request has finished, their arrivals
+    # moved by the wait (`vllm bench serve --num-warmups`, `sglang.bench_serving
+    # --warmup-requests`: the warm-ups finish before the measured run); needs warmup_requests
+    warmup_drain: bool = Field(False, strict=True)
     # the client asks the engine to ignore EOS (`--ignore-eos`, sglang bench_serving's default):
     # requests run to their output length either way; an engine that knows may admit
     # differently (SGLang without the radix cache: `simulator.core.capacity`)
@@ -306,6 +310,13 @@ class WorkloadSpec(_Strict):
     @classmethod
     def _arrival(cls, v):
         return None if v is None else validate_arrival(v, "workload.arrival")
+
+    @model_validator(mode="after")
+    def _drain_needs_warmup(self):
+        if self.warmup_drain and self.warmup_requests < 1:
+            raise ValueError("workload.warmup_drain = true waits for the warm-up requests; set "
+                             "workload.warmup_requests >= 1, or drop warmup_drain")
+        return self
 
     @model_validator(mode="after")
     def _one_timing(self):

@@ -16,7 +16,7 @@ import simpy
 import workloads
 from simulator.accuracy import run_accuracy
 from simulator.cluster.cluster import SimCluster
-from simulator.cluster.load import ClosedLoop, check_servable, open_loop
+from simulator.cluster.load import ClosedLoop, WarmupDrain, check_servable, open_loop
 from simulator.cluster.timeline import Timeline
 from simulator.collector import RequestCollector
 from simulator.core.request import Request, SamplingParams
@@ -147,6 +147,10 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
                                  expected=None if rows is None else len(rows),
                                  measured_from=sc.workload.warmup_requests)
     loop: ClosedLoop | None = None
+    drain = WarmupDrain(env, sc.workload.warmup_requests) if sc.workload.warmup_drain else None
+    if drain is not None and rows is not None:
+        raise ValueError("workload.warmup_drain waits for every warm-up request: run the whole "
+                         "trace in one process")
 
     def on_finished(_replica, finished: list[Request]) -> None:
         collector.add(finished)
@@ -154,6 +158,8 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
             progress.update(len(finished))
         if loop is not None:
             loop.on_finished(finished)
+        if drain is not None:
+            drain.on_finished(finished)
 
     cluster = SimCluster(env, sc, model, timeline, on_finished, replica_names=replica_names)
     requests = iter_requests(trace, rows, sc.workload.ignore_eos)
@@ -165,10 +171,10 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
                   ("decode", cluster.decode_replicas[0].scheduler)])
         check_servable(sc.source, keys, requests, pools)
     if sc.workload.max_concurrency is not None:
-        loop = ClosedLoop(env, requests, cluster.submit, sc.workload.max_concurrency)
+        loop = ClosedLoop(env, requests, cluster.submit, sc.workload.max_concurrency, drain)
         env.process(loop.process())
     else:
-        env.process(open_loop(env, requests, cluster.submit))
+        env.process(open_loop(env, requests, cluster.submit, drain))
     with _fewer_gc_passes():
         env.run()
     if progress is not None:
@@ -191,10 +197,20 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
         prefix_queries_tokens=cluster.prefix_tokens()[0],
         prefix_hit_tokens=cluster.prefix_tokens()[1],
         has_links=hasattr(cluster, "kv_links"),
-        load=None if loop is None else {"max_concurrency": loop.max_concurrency,
-                                        "max_in_flight": loop.max_in_flight},
+        load=_load_extra(loop, drain),
         api_server_busy_s={name: s.busy_s for name, s in cluster.front_ends.items()},
     )
+
+
+def _load_extra(loop: ClosedLoop | None, drain: WarmupDrain | None) -> dict | None:
+    """The summary's `load` section: the closed loop's limit and peak, and when a warm-up drain
+    let the measured requests go (simulated s)."""
+    out: dict = {}
+    if loop is not None:
+        out.update(max_concurrency=loop.max_concurrency, max_in_flight=loop.max_in_flight)
+    if drain is not None:
+        out["warmup_drained_s"] = drain.drained_at_s
+    return out or None
 
 
 def finish_result(sc: Scenario, res: RowsResult, wall: float) -> SimResult:

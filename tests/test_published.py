@@ -89,11 +89,12 @@ def test_every_row_converts(rows):
     for r in rows:
         c = pr.to_scenario(r)
         sc = c.scenario
-        if r.setup.get("lengths"):  # the harness's own draw, as a length table
-            assert sc["workload"]["options"]["arrival"] == {"process": "burst"}
-            assert len(c.files[sc["workload"]["trace"]].splitlines()) == 1 + int(
+        if r.setup.get("lengths"):  # the harness's own requests, warm-up first, as a trace
+            wl = sc["workload"]
+            assert wl["format"] == "generic_jsonl" and wl["warmup_drain"] is True
+            assert len(c.files[wl["trace"]].splitlines()) == 1 + wl["warmup_requests"] + int(
                 r.setup["num_requests"])
-            assert sc["workload"]["max_concurrency"] == int(r.setup["concurrency"])
+            assert wl["max_concurrency"] == int(r.setup["concurrency"])
             continue
         syn = sc["workload"]["synthetic"]
         assert syn["arrival"] == {"process": "burst"}
@@ -352,25 +353,46 @@ def test_random_range_ratio_gives_the_harness_uniform_lengths(rows):
         pr.to_scenario(bad)
 
 
-def test_sglang_bench_serving_lengths_are_the_harness_draw(rows, tmp_path):
+def test_sglang_bench_serving_requests_are_the_harness_draw(rows, tmp_path):
     """`setup.lengths: sglang.bench_serving`: each request's lengths as the harness draws them
     (numpy seeded with --seed 1, uniform on 1..L at --random-range-ratio 0), written beside the
-    scenario as its length table; the draw must give the block's published input total."""
+    scenario as its trace; the draw must give the block's published input total. Before them,
+    drained: the earlier runs of the model on the same server, then the run's own warm-up request
+    (request 0's prompt, at most 32 tokens out); request i of every run shares its prompt's hash
+    ids up to the shorter length (same seed: the same ShareGPT prompt)."""
+    import json
+
     row = next(x for x in rows if x.key == "sglang-cookbook/qwen3-8k1k-c16-ttft")
+    assert [(e["input_len"], e["output_len"], e["concurrency"]) for e in row.earlier_runs] == [
+        (1000, 1000, 1), (1000, 1000, 16), (1000, 1000, 100), (1000, 8000, 1), (1000, 8000, 16),
+        (1000, 8000, 64), (8000, 1000, 1)]
     c = pr.to_scenario(row)
     wl = c.scenario["workload"]
-    assert "synthetic" not in wl and wl["format"] == "lengths" and wl["max_concurrency"] == 16
+    assert "synthetic" not in wl and wl["format"] == "generic_jsonl" and wl["max_concurrency"] == 16
     (name, text), = c.files.items()
     assert wl["trace"] == name
-    lines = text.strip().splitlines()
-    assert lines[0] == "num_prefill_tokens,num_decode_tokens" and len(lines) == 81
-    ins = [int(x.split(",")[0]) for x in lines[1:]]
-    outs = [int(x.split(",")[1]) for x in lines[1:]]
+    meta, *recs = [json.loads(x) for x in text.strip().splitlines()]
+    assert meta == {"kvpd_trace": {"name": row.id, "hash_block_size": 16}}
+    earlier = 10 + 80 + 500 + 10 + 80 + 320 + 10
+    assert wl["warmup_requests"] == earlier + 7 + 1 and wl["warmup_drain"] is True
+    warm, measured = recs[:wl["warmup_requests"]], recs[wl["warmup_requests"]:]
+    assert len(measured) == 80 and all(r["arrival_s"] == 0 for r in recs)
+    ins = [r["prompt_len"] for r in measured]
     assert sum(ins) == 300020 and all(1 <= i <= 8000 for i in ins)  # the page's total
-    assert all(1 <= o <= 1000 for o in outs)
+    assert all(1 <= r["output_len"] <= 1000 for r in measured)
+    assert warm[-1]["prompt_len"] == ins[0] and warm[-1]["output_len"] == min(
+        measured[0]["output_len"], 32)  # bench_serving's warm-up request
+    assert warm[-1]["hash_ids"] == measured[0]["hash_ids"]
+    c1 = warm[-11:-1]  # the 8k/1k run at concurrency 1: the first 10 of the same draw
+    assert [r["prompt_len"] for r in c1] == ins[:10]
+    assert [r["hash_ids"] for r in c1] == [r["hash_ids"] for r in measured[:10]]
+    first = warm[1]  # request 0 of the page's first run (1k/1k): a prefix of request 0's prompt
+    n = min(len(first["hash_ids"]), len(measured[0]["hash_ids"]))
+    assert first["hash_ids"][:n] == measured[0]["hash_ids"][:n]
+    assert not set(measured[1]["hash_ids"]) & set(measured[0]["hash_ids"])
     path = published.write_scenario(c.scenario, tmp_path, row, c.assumptions, c.files)
     sc = load_scenario(path)
-    assert sc.workload.trace == name
+    assert sc.workload.trace == name and sc.workload.warmup_drain
     bad = pr.Row(row.source, row.id, row.where, {**row.setup, "published_input_tokens": 300021},
                  row.metric, row.file)
     with pytest.raises(ValueError, match="sum to 300020 input tokens, the source says 300021"):
@@ -379,6 +401,9 @@ def test_sglang_bench_serving_lengths_are_the_harness_draw(rows, tmp_path):
                      row.metric, row.file)
     with pytest.raises(ValueError, match="setup.lengths 'aiperf' has no rule"):
         pr.to_scenario(unknown)
+    alone = pr.Row(row.source, row.id, row.where, row.setup, row.metric, row.file)
+    wl = pr.to_scenario(alone).scenario["workload"]  # no earlier runs: the harness warm-up only
+    assert wl["warmup_requests"] == 1
 
 
 def test_a_what_if_override_reaches_every_row_and_is_recorded(rows, tmp_path):

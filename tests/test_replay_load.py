@@ -162,3 +162,62 @@ def test_servable_check_counts_only_the_window_a_sliding_pool_keeps():
     check_servable(trace, 40, 4, "--arrival burst", sliding_window=64, max_step_tokens=32)
     with pytest.raises(ValueError, match="need 25 KV blocks"):
         check_servable(trace, 24, 4, "--arrival burst", sliding_window=64, max_step_tokens=32)
+
+
+def _drained(res, warm: int) -> tuple[float, float]:
+    """(when the last warm-up request ended, when the first measured one was sent)."""
+    ends = max(r.token_times[-1] for r in res.requests[:warm])
+    return ends, min(r.arrival_time for r in res.requests[warm:])
+
+
+def test_inproc_warmup_drain_sends_the_measured_wave_after_the_warmups(one_thread):
+    """--warmup-drain: the measured requests go once the last warm-up one has finished, as a
+    fresh wave of max_concurrency; without it they overlap the warm-ups."""
+    trace = workloads.Trace(arrival_s=np.zeros(8), prompt_len=np.full(8, 12),
+                            output_len=np.array([2, 6, 6, 6, 6, 6, 6, 6]), name="burst")
+    res = replay(trace, "inproc", llm=_llm(), seed=1, max_concurrency=3, warmup_requests=3,
+                 warmup_drain=True)
+    warm_end, first = _drained(res, 3)
+    assert first >= warm_end
+    assert sum(r.arrival_time == first for r in res.requests[3:]) == 3
+    assert res.summary["requests"]["warmup"] == 3 and res.summary["backend"]["warmup_drain"]
+    assert res.outputs == [reference([p], n)[0] for p, n in
+                           zip(synth_prompts(trace, 256, seed=1), trace.output_len.tolist())]
+    plain = replay(trace, "inproc", llm=_llm(), seed=1, max_concurrency=3, warmup_requests=3)
+    warm_end, first = _drained(plain, 3)  # request 0 ends early: request 3 takes its slot
+    assert first < warm_end and "warmup_drain" not in plain.summary["backend"]
+    with pytest.raises(ValueError, match="warmup_drain waits for the warm-up requests"):
+        replay(trace, "inproc", llm=_llm(), warmup_drain=True)
+
+
+def test_engine_and_http_warmup_drains():
+    from realexec.serving.client import EngineClient
+    from realexec.serving.http.server import ServerThread, create_app
+
+    trace = burst(n=6, output=8)
+    want = [reference([p], 8)[0] for p in synth_prompts(trace, 256, seed=1)]
+    with EngineClient(tiny_config()) as client:
+        over_zmq = replay(trace, "engine", client=client, seed=1, warmup_requests=2,
+                          warmup_drain=True)
+        srv = ServerThread(create_app(client, "tiny")).start()
+        try:
+            over_http = replay(trace, srv.base_url, model="tiny", vocab_size=256, seed=1,
+                               max_concurrency=2, warmup_requests=2, warmup_drain=True)
+        finally:
+            srv.stop()
+    for res in (over_zmq, over_http):
+        warm_end, first = _drained(res, 2)
+        assert first >= warm_end and res.outputs == want
+        assert res.summary["requests"]["warmup"] == 2
+
+
+def test_cli_warmup_drain_needs_warmup_requests(tmp_path, capsys):
+    path = workloads.write_trace(burst(n=4, prompt=10, output=6), tmp_path / "t.csv")
+    common = ["replay", str(path), "--target", "inproc", "--model", TINY, "--block-size", "4",
+              "--num-gpu-blocks", "64", "--arrival", "burst"]
+    assert kvpd_main(common + ["--warmup-drain"]) == 2
+    assert "--warmup-drain waits for the warm-up requests: give --warmup-requests N" in \
+        capsys.readouterr().err
+    assert kvpd_main(common + ["--warmup-requests", "1", "--warmup-drain",
+                               "--max-concurrency", "2"]) == 0
+    assert "3 finished" in capsys.readouterr().out

@@ -81,3 +81,59 @@ def test_replay_refuses_a_warmup_before_replaying():
                                   "output_len": {"dist": "fixed", "value": 2}}, seed=0)
     with pytest.raises(ValueError, match=r"warmup_requests must be an integer from 0 to 3"):
         replay(trace, "inproc", llm=object(), warmup_requests=4)
+
+
+def _drain_scenario(closed: bool, **extra) -> dict:
+    sc = _scenario(16, **extra)
+    sc["workload"]["warmup_drain"] = True
+    if not closed:
+        sc["workload"].pop("max_concurrency")
+        sc["workload"]["synthetic"]["arrival"] = {"process": "poisson", "rate": 40}
+    return sc
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_drained_warmup_finishes_before_the_first_measured_request_is_sent(closed):
+    res = run_scenario(scenario_from_dict(_drain_scenario(closed)), keep_requests=True)
+    rec, s = res.records, res.summary
+    warm_end = float((rec["arrival_s"] + rec["e2e_s"])[:16].max())
+    first = float(rec["arrival_s"][16:].min())
+    assert s["load"]["warmup_drained_s"] == pytest.approx(warm_end, rel=1e-12)
+    assert first == pytest.approx(warm_end, rel=1e-12)  # sent the moment the last one ended
+    assert s["requests"]["warmup"] == 16 and s["requests"]["total"] == 64
+    if closed:  # a fresh wave: the measured run starts with max_concurrency requests at once
+        assert int((rec["arrival_s"][16:] == first).sum()) == 16
+    else:  # the trace's gaps are kept, every measured arrival moved by the same wait
+        undrained = _drain_scenario(False)
+        undrained["workload"]["warmup_drain"] = False
+        plain = run_scenario(scenario_from_dict(undrained), keep_requests=True).records
+        shift = rec["arrival_s"][16:] - plain["arrival_s"][16:]
+        assert shift.min() == pytest.approx(shift.max(), abs=1e-9) and shift.min() > 0
+
+
+def test_without_the_drain_the_measured_requests_overlap_the_warmup():
+    sc = _drain_scenario(True)
+    sc["workload"]["warmup_drain"] = False
+    rec = run_scenario(scenario_from_dict(sc), keep_requests=True).records
+    assert float(rec["arrival_s"][16:].min()) < float((rec["arrival_s"] + rec["e2e_s"])[:16].max())
+
+
+def test_a_drain_is_deterministic_and_runs_in_one_process(capsys):
+    sc = _drain_scenario(False, cluster={"replicas": 2, "router": "round_robin"},
+                         sim={"processes": 2})
+    a = run_scenario(scenario_from_dict(sc)).summary
+    assert "warmup_drain holds the measured requests" in capsys.readouterr().err
+    b = run_scenario(scenario_from_dict(sc)).summary
+    assert {k: v for k, v in a.items() if k not in ("wall_s", "sim")} == \
+        {k: v for k, v in b.items() if k not in ("wall_s", "sim")}
+
+
+def test_a_drain_without_warmup_requests_is_refused():
+    sc = _scenario(0)
+    sc["workload"]["warmup_drain"] = True
+    with pytest.raises(ValueError, match="workload.warmup_drain = true waits for the warm-up "
+                                         "requests; set workload.warmup_requests >= 1"):
+        scenario_from_dict(sc)
+    sc["workload"]["warmup_drain"] = "yes"
+    with pytest.raises(ValueError, match="warmup_drain"):
+        scenario_from_dict(sc)

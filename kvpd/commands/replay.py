@@ -69,6 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-requests", type=non_negative_int, default=0, metavar="N",
                    help="the first N requests (trace order) run but stay out of the summary, "
                    "as a benchmark's warm-up requests (scenario key workload.warmup_requests)")
+    p.add_argument("--warmup-drain", action="store_true",
+                   help="with --warmup-requests: the measured requests start once every warm-up "
+                   "request has finished, as vllm bench serve --num-warmups and "
+                   "sglang.bench_serving run them (scenario key workload.warmup_drain)")
     p.add_argument("--served-model-name", default=None,
                    help="http target: the model name (default: the server's only model)")
     p.add_argument("--timeout-s", type=positive_float, default=600.0,
@@ -142,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
                                   len(prepare_trace(trace, window_s=args.window_s, limit=args.limit)))
         except ValueError as exc:
             raise UserError(f"--warmup-requests, {args.trace}: {exc}") from None
+    if args.warmup_drain and not args.warmup_requests:
+        raise UserError("--warmup-drain waits for the warm-up requests: give --warmup-requests N "
+                        "(N >= 1)")
     client = llm = None
     model = vocab = max_len = None
     try:
@@ -193,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         result = replay(trace, args.target, client=client, llm=llm, model=model,
                         vocab_size=vocab, seed=args.seed, timeout_s=args.timeout_s,
                         max_concurrency=args.max_concurrency,
-                        warmup_requests=args.warmup_requests, clipped=clipped)
+                        warmup_requests=args.warmup_requests,
+                        warmup_drain=args.warmup_drain, clipped=clipped)
     finally:
         if client is not None:
             client.close()

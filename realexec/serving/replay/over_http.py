@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 import workloads
+from realexec.serving.replay.drain import shift_after_drain
 from realexec.serving.replay.records import request_record
 
 
@@ -105,7 +106,8 @@ async def _send(http: httpx.AsyncClient, url: str, model: str, i: int, prompt: l
 
 
 async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
-               timeout_s: float, max_concurrency: int | None) -> list[dict[str, Any]]:
+               timeout_s: float, max_concurrency: int | None,
+               drain: int = 0) -> list[dict[str, Any]]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     timeout = httpx.Timeout(timeout_s, connect=30.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
@@ -114,9 +116,16 @@ async def _run(url: str, model: str, trace: workloads.Trace, prompts: list[list[
         arrival = trace.arrival_s.tolist()
         # asyncio.Semaphore wakes waiters in FIFO order: the trace's order at equal times
         slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        tasks = [_one(http, url, model, i, prompts[i], int(outs[i]), t0, arrival[i], slots)
-                 for i in range(len(trace))]
-        return await asyncio.gather(*tasks)
+
+        def send(rows: range) -> list:
+            return [_one(http, url, model, i, prompts[i], int(outs[i]), t0, arrival[i], slots)
+                    for i in rows]
+
+        if not drain:
+            return await asyncio.gather(*send(range(len(trace))))
+        warm = await asyncio.gather(*send(range(drain)))  # every warm-up ends first
+        shift_after_drain(arrival, drain, time.perf_counter() - t0)
+        return warm + await asyncio.gather(*send(range(drain, len(trace))))
 
 
 def prefix_counters(url: str) -> tuple[float, float] | None:
@@ -140,12 +149,14 @@ def prefix_counters(url: str) -> tuple[float, float] | None:
 
 
 def replay_http(url: str, model: str, trace: workloads.Trace, prompts: list[list[int]],
-                timeout_s: float, max_concurrency: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+                timeout_s: float, max_concurrency: int | None = None,
+                drain: int = 0) -> tuple[list[Any], dict[str, Any]]:
     """(client-side `Request` records, extra stats) of a replay against a running server;
-    `max_concurrency`: a closed loop of that many slots (None: open loop)."""
+    `max_concurrency`: a closed loop of that many slots (None: open loop); `drain` > 0: request
+    `drain` and later wait for the first `drain` to finish (runner's module docstring)."""
 
     before = prefix_counters(url)
-    rows = asyncio.run(_run(url, model, trace, prompts, timeout_s, max_concurrency))
+    rows = asyncio.run(_run(url, model, trace, prompts, timeout_s, max_concurrency, drain))
     after = prefix_counters(url)
     hit_rate = None
     if before is not None and after is not None and after[0] > before[0]:

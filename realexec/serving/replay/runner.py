@@ -18,6 +18,9 @@ Load (`max_concurrency`): open loop by default (each request sent at its trace t
 `max_concurrency` = N a closed loop as `vllm bench serve --max-concurrency` runs it: at most N
 requests sent and unfinished, the next one sent (in trace order) at max(its trace time, the
 moment a slot frees). TTFT and E2E count from the send, as benchmark clients measure them.
+With `warmup_drain` the first measured request waits until every warm-up request has finished,
+and every measured request's send time moves by that wait (`vllm bench serve --num-warmups`,
+`sglang.bench_serving --warmup-requests`; the simulator's `workload.warmup_drain`).
 `prepare_trace(arrival={"process": "burst"})` puts every request at t = 0 first.
 """
 
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 
 import workloads
+from realexec.serving.replay.drain import shift_after_drain
 from realexec.serving.replay.records import request_record
 from simulator.core.request import Request, RequestStatus
 from simulator.metrics import SLO, request_records, summarize, write_records, write_summary
@@ -171,9 +175,10 @@ def _sleep_until(t: float) -> float:
 
 
 def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
-                   max_concurrency: int | None = None) -> tuple[list[Request], dict]:
+                   max_concurrency: int | None = None, drain: int = 0) -> tuple[list[Request], dict]:
     """Drive `llm` in this thread; the engine clock is the client clock. In a closed loop a
-    request is sent at max(its trace time, the finish time of the request whose slot it takes)."""
+    request is sent at max(its trace time, the finish time of the request whose slot it takes).
+    `drain` > 0: request `drain` and later wait for the first `drain` to finish."""
     outs = trace.output_len.tolist()
     start = llm.clock()
     arrival = (trace.arrival_s + start).tolist()
@@ -186,10 +191,17 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
     def send_time(req: Request) -> float:
         return req.arrival_time if free is None else max(req.arrival_time, free[0])
 
-    k = 0
+    k, held = 0, drain > 0  # held: request `drain` waits for the warm-ups
     while k < len(reqs) or llm.has_unfinished_requests():
         now = llm.clock()
-        while k < len(reqs) and (free is None or free) and send_time(reqs[k]) <= now:
+        if held and k == drain and not llm.has_unfinished_requests():
+            times = [r.arrival_time for r in reqs]
+            shift_after_drain(times, drain, now)
+            for r, a in zip(reqs[drain:], times[drain:]):
+                r.arrival_time = a
+            held = False
+        while (k < len(reqs) and not (held and k == drain) and (free is None or free)
+               and send_time(reqs[k]) <= now):
             if free is not None:
                 reqs[k].arrival_time = send_time(reqs[k])
                 heapq.heappop(free)
@@ -214,9 +226,11 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
 
 
 def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]],
-                   timeout_s: float, max_concurrency: int | None = None) -> tuple[list[Request], dict]:
+                   timeout_s: float, max_concurrency: int | None = None,
+                   drain: int = 0) -> tuple[list[Request], dict]:
     """Submit through an `EngineClient` at the trace's times (in a closed loop, also once a slot
-    is free: a request's final delta frees its slot); collect its client-side records."""
+    is free: a request's final delta frees its slot); collect its client-side records. `drain`
+    > 0: request `drain` and later wait for the first `drain` to finish."""
     outs = trace.output_len.tolist()
     arrival = trace.arrival_s.tolist()
     slots = threading.Semaphore(max_concurrency) if max_concurrency else None
@@ -228,6 +242,12 @@ def _replay_client(client: Any, trace: workloads.Trace, prompts: list[list[int]]
     t0 = time.perf_counter()
     sent, lateness = [], []
     for i in range(len(trace)):
+        if drain and i == drain:
+            deadline = time.perf_counter() + timeout_s
+            for r in sent:
+                if not isinstance(r, Exception):
+                    r.done.wait(max(0.0, deadline - time.perf_counter()))
+            shift_after_drain(arrival, drain, time.perf_counter() - t0)
         lateness.append(_sleep_until(t0 + arrival[i]))
         if slots is not None and not slots.acquire(timeout=timeout_s):
             sent.append(RuntimeError(f"replay timeout: no request finished in {timeout_s} s "
@@ -313,39 +333,47 @@ def replay(trace: workloads.Trace, target: str, *, client: Any = None, llm: Any 
            model: str | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, slo: SLO | None = None,
            max_concurrency: int | None = None, warmup_requests: int = 0,
-           clipped: dict[str, int] | None = None) -> ReplayResult:
+           warmup_drain: bool = False, clipped: dict[str, int] | None = None) -> ReplayResult:
     """Replay `trace` (already transformed) against `target`. For `inproc` pass `llm`, for
     `engine`/`pd:P:D` a started `EngineClient` as `client`, for `http://...` the served
     `model` name and its `vocab_size`. `max_concurrency`: a closed loop of that many slots
     (module docstring); None: open loop. `warmup_requests`: the first N requests (trace order)
-    run but stay out of the summary. `clipped`: `prepare_trace`'s report, carried into the
+    run but stay out of the summary; `warmup_drain`: the measured ones wait for them to finish
+    (module docstring). `clipped`: `prepare_trace`'s report, carried into the
     summary's `replay` section."""
     if max_concurrency is not None and (isinstance(max_concurrency, bool)
                                         or not isinstance(max_concurrency, int) or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
     check_warmup_requests(warmup_requests, len(trace))
+    if warmup_drain and not warmup_requests:
+        raise ValueError("warmup_drain waits for the warm-up requests: give warmup_requests >= 1")
+    drain = warmup_requests if warmup_drain else 0
     kind, detail = parse_target(target)
     t_start = time.perf_counter()
     if kind == "inproc":
         if llm is None:
             raise ValueError("target inproc needs llm=")
         prompts = synth_prompts(trace, llm.vocab_size, seed)
-        reqs, extra = _replay_inproc(llm, trace, prompts, max_concurrency)
+        reqs, extra = _replay_inproc(llm, trace, prompts, max_concurrency, drain)
     elif kind in ("engine", "pd"):
         if client is None:
             raise ValueError(f"target {target} needs a started EngineClient as client=")
         prompts = synth_prompts(trace, int(client.model_info["vocab_size"]), seed)
-        reqs, extra = _replay_client(client, trace, prompts, timeout_s, max_concurrency)
+        reqs, extra = _replay_client(client, trace, prompts, timeout_s, max_concurrency,
+                                     drain)
     else:
         from realexec.serving.replay.over_http import replay_http
 
         if model is None or vocab_size is None:
             raise ValueError("an http target needs model= and vocab_size=")
         prompts = synth_prompts(trace, vocab_size, seed)
-        reqs, extra = replay_http(detail, model, trace, prompts, timeout_s, max_concurrency)
+        reqs, extra = replay_http(detail, model, trace, prompts, timeout_s, max_concurrency,
+                                  drain)
     wall_s = time.perf_counter() - t_start
     meta = {"target": target, "trace": trace.name, "num_requests": len(trace), **(clipped or {})}
     if max_concurrency is not None:
         meta["max_concurrency"] = max_concurrency
+    if drain:
+        meta["warmup_drain"] = True
     summary, rec = summarize_replay(reqs, wall_s, extra, meta, slo, warmup_requests)
     return ReplayResult(reqs, summary, rec, wall_s, [list(r.output_token_ids) for r in reqs])
