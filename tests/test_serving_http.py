@@ -88,6 +88,14 @@ def test_text_prompts_and_stop_strings_with_a_tokenizer(oai, tokenizer):
                                  extra_body={"ignore_eos": True})
     assert cut.choices[0].finish_reason == "stop"
     assert cut.choices[0].text == r.choices[0].text[: r.choices[0].text.index(stop)]
+    # a stop string over two tokens: the stream holds the first back, then cuts both
+    two = f"t{ref[3]} t{ref[4]}"
+    kept = r.choices[0].text[: r.choices[0].text.index(two)]
+    pieces = [c.choices[0].text for c in oai.completions.create(
+        model=MODEL, prompt=text, max_tokens=8, temperature=0, stop=two, stream=True,
+        extra_body={"ignore_eos": True}) if c.choices]
+    assert "".join(pieces) == kept and all(two not in "".join(pieces[:k + 1])
+                                          for k in range(len(pieces)))
     chat = oai.chat.completions.create(model=MODEL, temperature=0, max_tokens=5,
                                        messages=[{"role": "user", "content": text}])
     assert chat.choices[0].message.content == tokenizer.decode(chat.choices[0].token_ids,

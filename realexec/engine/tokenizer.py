@@ -41,7 +41,20 @@ def chat_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 
 class Detokenizer:
-    """Incremental text of a growing token list; with `stop_strings`, where to cut."""
+    """Incremental text of a growing token list; with `stop_strings`, where to cut.
+
+    Each step decodes only a window: the tokens since the last text that came out plus the
+    chunk before them (`prefix_offset`..end), less that chunk's own text, as vLLM's incremental
+    detokenizer does. The chunk keeps a word's leading space where a tokenizer renders it from
+    the token before; a step whose text ends in an unfinished multi-byte character waits for
+    the next. Work per step: the window, not the whole output.
+
+    With stop strings, `add` holds back the text's last (longest stop string - 1) characters
+    until more text shows they start no stop string, or the output ends (`final`), so a
+    stream never sends the start of a stop string it then cuts (vLLM's stop buffer)."""
+
+    # tokens of `seen` kept as context for the first window (vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET)
+    CONTEXT_TOKENS = 5
 
     def __init__(self, tokenizer: Any, stop_strings: list[str],
                  seen: list[int] | None = None) -> None:
@@ -50,22 +63,35 @@ class Detokenizer:
         self.stop_strings = stop_strings
         self.ids: list[int] = list(seen or [])
         self.text = tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
+        self.read_offset = len(self.ids)  # tokens whose text is in `text`
+        self.prefix_offset = max(0, self.read_offset - self.CONTEXT_TOKENS)
+        self.emitted = len(self.text)  # characters of `text` that `add` has returned
+        self.hold = max((len(s) for s in stop_strings), default=1) - 1
         self.stopped = False
         self.matched: str | None = None  # the stop string that cut the text
 
-    def add(self, ids: list[int]) -> str:
-        """The new text for `ids` (empty without a tokenizer); sets `stopped` at a stop string."""
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def add(self, ids: list[int], final: bool = False) -> str:
+        """The text to send for `ids` (empty without a tokenizer); sets `stopped` at a stop
+        string. `final`: the output ends here, so nothing is held back."""
         if self.tokenizer is None or self.stopped:
             return ""
         self.ids.extend(ids)
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if full.endswith("\ufffd"):  # an unfinished multi-byte character: wait for more
-            return ""
-        for s in self.stop_strings:
-            at = full.find(s, max(0, len(self.text) - len(s) + 1))  # ends in the new text
-            if at >= 0:
-                full, self.stopped, self.matched = full[:at], True, s
-                break
-        new = full[len(self.text):]
-        self.text = full
-        return new
+        before = self._decode(self.ids[self.prefix_offset:self.read_offset])
+        now = self._decode(self.ids[self.prefix_offset:])
+        if not now.endswith("\ufffd") and len(now) > len(before):  # else wait for more
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            full = self.text + now[len(before):]
+            for s in self.stop_strings:
+                at = full.find(s, max(0, len(self.text) - len(s) + 1))  # ends in the new text
+                if at >= 0:
+                    full, self.stopped, self.matched = full[:at], True, s
+                    break
+            self.text = full
+        end = len(self.text)
+        if not (final or self.stopped):
+            end = max(self.emitted, end - self.hold)
+        out, self.emitted = self.text[self.emitted:end], end
+        return out

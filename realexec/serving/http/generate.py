@@ -124,7 +124,7 @@ async def stream_events(rid: str, model: str, req: ParsedRequest, chat: bool, ch
         if req.prompt_only:
             d = dataclasses.replace(d, token_ids=[], logprobs=None)
         n_out += len(d.token_ids)
-        text = dets[i].add(d.token_ids)
+        text = dets[i].add(d.token_ids, final=d.finished)
         finish = d.finish_reason if d.finished else None
         if dets[i].stopped and not d.finished:
             choices.finish(i, "stop string")
