@@ -195,6 +195,54 @@ def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_asks(oai, tokenizer):
         plain.choices[0].token_ids) and plain.choices[0].logprobs is None
 
 
+def test_prompt_logprobs_in_vllms_shape_match_transformers(oai, tokenizer):
+    """vLLM's `prompt_logprobs` field: on each completion choice (at the top of a chat
+    response), None for the first prompt token, then {"id": {logprob, rank, decoded_token}} for
+    the token and its position's k most likely, equal to log_softmax of HF's logits (rank: the
+    tokens at least as likely, as vLLM counts); with echo, one engine pass serves both; streamed,
+    a 400 naming the field."""
+    import torch
+
+    from tests.realexec_reference import hf_model
+    from tests.serving_helpers import TINY
+
+    (p,) = prompts(23, [11])
+    with torch.no_grad():
+        ref = hf_model(TINY)(torch.tensor([p])).logits[0].float().log_softmax(-1)
+
+    def check(scored: list, k: int) -> None:
+        assert len(scored) == len(p) and scored[0] is None
+        for pos, row in enumerate(scored[1:]):
+            tok, top = p[pos + 1], ref[pos].topk(k).indices.tolist()
+            assert set(row) == {str(tok), *map(str, top)}
+            for tid, e in row.items():
+                assert e["logprob"] == pytest.approx(float(ref[pos, int(tid)]), abs=1e-4)
+                assert e["decoded_token"] == tokenizer.decode([int(tid)])
+            assert row[str(tok)]["rank"] == int((ref[pos] >= ref[pos, tok]).sum())
+            if top:
+                assert row[str(top[0])]["rank"] == 1
+
+    r = oai.completions.create(model=MODEL, prompt=p, max_tokens=2, temperature=0, n=2,
+                               extra_body={"prompt_logprobs": 2})
+    for choice in r.choices:
+        check(choice.model_extra["prompt_logprobs"], 2)
+    both = oai.completions.create(model=MODEL, prompt=p, max_tokens=1, temperature=0, echo=True,
+                                  logprobs=3, extra_body={"prompt_logprobs": 0})
+    check(both.choices[0].model_extra["prompt_logprobs"], 0)
+    assert len(both.choices[0].logprobs.top_logprobs[1]) == 3  # echo's own k
+    chat = oai.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
+        {"role": "user", "content": "x"}], extra_body={"prompt_token_ids": p, "prompt_logprobs": 1})
+    check(chat.model_extra["prompt_logprobs"], 1)
+    plain = oai.completions.create(model=MODEL, prompt=p, max_tokens=2, temperature=0)
+    assert "prompt_logprobs" not in (plain.choices[0].model_extra or {})
+    for bad, message in (({"prompt_logprobs": 1, "stream": True},
+                          "'prompt_logprobs' is not available with 'stream': true"),
+                         ({"prompt_logprobs": 21}, "prompt_logprobs")):
+        with pytest.raises(openai.BadRequestError, match=message):
+            oai.completions.create(model=MODEL, prompt=p, max_tokens=2,
+                                   stream=bad.pop("stream", False), extra_body=bad)
+
+
 def test_chat_through_the_tokenizers_chat_template(oai, tokenizer):
     """A tokenizer with a chat template (every real model's): the conversation is rendered
     by it, the assistant's turn opened (before: transformers 5's BatchEncoding was read as

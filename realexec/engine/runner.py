@@ -161,7 +161,8 @@ class ModelRunner:
     def _record_prompt_logprobs(self, req: Request, hidden: torch.Tensor, first: int,
                                 count: int, at: int) -> None:
         """Log-probabilities of prompt tokens first+1 .. first+count from the hidden states
-        at rows at .. at+count-1, in slices so the logits stay small."""
+        at rows at .. at+count-1, in slices so the logits stay small: (the token's, top ids, top
+        log-probabilities, the token's rank: 1 + the tokens more likely than it)."""
         if req.prompt_logprobs is None:
             req.prompt_logprobs = [None] * (req.num_prompt_tokens - 1)
         k = int(req.sampling_params.prompt_logprobs or 0)
@@ -172,10 +173,12 @@ class ModelRunner:
             lps = self.model.compute_logits(hidden, rows).log_softmax(dim=-1)
             targets = torch.tensor(prompt[first + lo + 1:first + lo + 1 + len(rows)],
                                    device=lps.device)
-            chosen = lps.gather(-1, targets.unsqueeze(-1)).squeeze(-1).tolist()
+            chosen = lps.gather(-1, targets.unsqueeze(-1))
+            ranks = (lps >= chosen).sum(dim=-1).tolist()  # ties rank after, as vLLM's
             top_v, top_i = lps.topk(min(k, lps.shape[-1]), dim=-1)
-            for r, (lp, ids, vals) in enumerate(zip(chosen, top_i.tolist(), top_v.tolist())):
-                req.prompt_logprobs[first + lo + r] = (lp, ids, vals)
+            for r, entry in enumerate(zip(chosen.squeeze(-1).tolist(), top_i.tolist(),
+                                          top_v.tolist(), ranks)):
+                req.prompt_logprobs[first + lo + r] = entry
 
 
 def record_logprobs(req: Request, row: torch.Tensor, token: int) -> None:

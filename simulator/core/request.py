@@ -282,8 +282,9 @@ class Request:
     # per output token this engine sampled (the real executor fills it; None otherwise)
     logprobs: list[tuple[float, list[int], list[float]]] | None = None
     # with sampling_params.prompt_logprobs set, the same for prompt tokens 1 .. P-1 (entry i
-    # is token i+1's), filled by the real executor as the prompt's chunks run
-    prompt_logprobs: list[tuple[float, list[int], list[float]] | None] | None = None
+    # is token i+1's) and the token's rank (1: the most likely), filled by the real executor
+    # as the prompt's chunks run
+    prompt_logprobs: list[tuple[float, list[int], list[float], int] | None] | None = None
     # backend annotations (replica ids, KV transfer time, ...); never read by the core
     annotations: dict[str, Any] = field(default_factory=dict)
     # core-internal

@@ -29,6 +29,7 @@ from realexec.serving.http.responses import (
     echo_logprobs,
     echo_text,
     logprobs_body,
+    prompt_logprobs_body,
     usage,
 )
 
@@ -168,18 +169,24 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
         outs, preempted, queueing = task.result()
     finally:
         choices.close()
-    bodies = []
+    bodies, scored = [], None
     for i, (det, toks, lps, finish, plp) in enumerate(outs):
-        text = det.text
+        text, p = det.text, i // req.n
         lp = logprobs_body(tokenizer, toks, lps, chat) if req.logprobs is not None else None
         if req.echo:
-            p = i // req.n
             text = echo_text(tokenizer, req.prompts[p], req.prompt_texts[p]) + text
             if lp is not None:
                 lp = echo_logprobs(tokenizer, req.prompts[p], plp or [], (toks, lps))
         bodies.append(choice_body(i, text, toks, finish, chat, lp))
-    return completion_body(rid, model, bodies, req.num_prompt_tokens, chat,
-                           preempted, queueing)
+        if req.prompt_logprobs is not None:
+            scored = prompt_logprobs_body(tokenizer, req.prompts[p], plp or [],
+                                          req.prompt_logprobs)
+            if not chat:  # vLLM: on each completion choice, once at the top of a chat response
+                bodies[-1]["prompt_logprobs"] = scored
+    body = completion_body(rid, model, bodies, req.num_prompt_tokens, chat, preempted, queueing)
+    if chat and scored is not None:
+        body["prompt_logprobs"] = scored
+    return body
 
 
 async def _gather(req: ParsedRequest, choices: Choices, tokenizer: Any) -> tuple[list, Any, Any]:

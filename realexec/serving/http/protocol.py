@@ -8,7 +8,9 @@ or `prompt_token_ids` in a chat body, e.g. via the `openai` client's `extra_body
 tokenizer is loaded, text. A completion's `prompt` may be a batch (a list of strings or of
 token-id lists): prompt i's `n` choices are `choices[i*n .. i*n + n-1]`, as OpenAI's.
 Extensions beyond OpenAI's fields (vLLM's names): `top_k`, `min_p`, `min_tokens`,
-`ignore_eos`, `stop_token_ids`, `prompt_token_ids`, `repetition_penalty`. `echo`
+`ignore_eos`, `stop_token_ids`, `prompt_token_ids`, `repetition_penalty`, `prompt_logprobs`
+(each prompt token's log-probability, rank and the k most likely at its position, in vLLM's
+shape: on each completion choice, at the top of a chat response; not with `stream`). `echo`
 (completions) returns each prompt before its completion, with its tokens' logprobs when
 `logprobs` is set (the first token has none), as lm-eval's loglikelihood requests use it;
 with `max_tokens: 0` only the prompt is answered (scored), as OpenAI's legacy API and vLLM.
@@ -76,6 +78,7 @@ class _Common(_Strict):
     repetition_penalty: float | None = Field(None, gt=0, allow_inf_nan=False)
     logit_bias: dict[str, float] | None = None
     min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = None
     tools: Any = None
     tool_choice: Any = None
@@ -124,6 +127,7 @@ class ParsedRequest:
     # `max_tokens: 0` with echo: the prompt alone is answered (its logprobs scored); the
     # token the engine makes is left out
     prompt_only: bool = False
+    prompt_logprobs: int | None = None  # vLLM's field: top logprobs per prompt token
 
     @property
     def num_choices(self) -> int:
@@ -327,14 +331,18 @@ def parse_request(raw: bytes, *, chat: bool, served: str, tokenizer: Any, vocab_
         SamplingParams.from_dict(options, "request")  # the ranges above cover its checks
     except ValueError as exc:
         raise ApiError(str(exc).removeprefix("request: ")) from None
-    if echo and logprobs is not None:
-        options["prompt_logprobs"] = logprobs  # the echoed prompt's logprobs
+    if req.prompt_logprobs is not None and req.stream:
+        raise ApiError("'prompt_logprobs' is not available with 'stream': true",
+                       param="prompt_logprobs")
+    wanted = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]
+    if wanted:  # the echoed prompt's logprobs, vLLM's prompt_logprobs: the engine's, once
+        options["prompt_logprobs"] = max(wanted)
     texts = [p if isinstance(p, str) else None for _, p in _prompt_items(req.prompt)] if echo \
         else None  # echo is a completions field
     so = req.stream_options
     return ParsedRequest(prompts, options, req.stream, bool(so and so.include_usage), stop_strings,
                          req.n, logprobs, echo, texts,
-                         echo and req.max_tokens == 0)
+                         echo and req.max_tokens == 0, req.prompt_logprobs)
 
 
 def _logit_bias(bias: dict[str, float], vocab_size: int) -> list[list[float]]:

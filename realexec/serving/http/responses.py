@@ -45,7 +45,7 @@ def logprobs_body(tokenizer: Any, token_ids: list[int], entries: list[list[Any]]
     chat's `{"content": [...]}` or completions' `{"tokens", "token_logprobs", ...}`."""
     if chat:
         content = []
-        for tok, (lp, ids, vals) in zip(token_ids, entries):
+        for tok, (lp, ids, vals, *_) in zip(token_ids, entries):
             s = token_text(tokenizer, tok)
             top = [{"token": (t := token_text(tokenizer, i)), "logprob": _lp(v),
                     "bytes": list(t.encode())} for i, v in zip(ids, vals)]
@@ -54,7 +54,7 @@ def logprobs_body(tokenizer: Any, token_ids: list[int], entries: list[list[Any]]
         return {"content": content}
     tokens, lps, tops, offsets = [], [], [], []
     at = text_offset
-    for tok, (lp, ids, vals) in zip(token_ids, entries):
+    for tok, (lp, ids, vals, *_) in zip(token_ids, entries):
         s = token_text(tokenizer, tok)
         tokens.append(s)
         lps.append(_lp(lp))
@@ -62,6 +62,22 @@ def logprobs_body(tokenizer: Any, token_ids: list[int], entries: list[list[Any]]
         offsets.append(at)
         at += len(s)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def prompt_logprobs_body(tokenizer: Any, prompt_ids: list[int], entries: list[list[Any]],
+                         k: int) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's `prompt_logprobs` of a prompt: None for its first token, then per token
+    {"token id": {"logprob", "rank", "decoded_token"}} for it and its position's `k` most
+    likely tokens (`entries`: the engine's, one per token after the first)."""
+    out: list[dict[str, dict[str, Any]] | None] = [None]
+    for tok, (lp, ids, vals, rank) in zip(prompt_ids[1:], entries):
+        pos = {str(tok): {"logprob": _lp(lp), "rank": int(rank),
+                          "decoded_token": token_text(tokenizer, tok)}}
+        for r, (i, v) in enumerate(zip(ids[:k], vals[:k]), start=1):
+            pos.setdefault(str(i), {"logprob": _lp(v), "rank": r,
+                                    "decoded_token": token_text(tokenizer, i)})
+        out.append(pos)
+    return out
 
 
 def echo_text(tokenizer: Any, prompt_ids: list[int], text: str | None) -> str:
