@@ -233,6 +233,10 @@ def load_file(path: str | Path) -> list[Row]:
         seen.add(r["id"])
         earlier: list[dict[str, Any]] = []
         if setup.get("runs_on_one_server"):
+            missing = [k for k in ("lengths", "num_requests") if setup.get(k) is None]
+            if missing:
+                _fail(where, f"setup.runs_on_one_server replays the earlier runs' own requests: "
+                      f"it needs setup.{' and setup.'.join(missing)}")
             key = tuple(setup.get(k) for k in RUN_KEYS)
             model_runs = runs.setdefault(setup["model"], [])
             if key not in model_runs:

@@ -401,6 +401,12 @@ def test_sglang_bench_serving_requests_are_the_harness_draw(rows, tmp_path):
                      row.metric, row.file)
     with pytest.raises(ValueError, match="setup.lengths 'aiperf' has no rule"):
         pr.to_scenario(unknown)
+    data = yaml.safe_load((pr.SUITE_DIR / "sglang_cookbook.yaml").read_text())
+    del data["setup"]["lengths"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"bad.yaml: rows\[0\] .*runs_on_one_server replays the "
+                       r"earlier runs' own requests: it needs setup.lengths"):
+        pr.load_file(tmp_path / "bad.yaml")
     alone = pr.Row(row.source, row.id, row.where, row.setup, row.metric, row.file)
     wl = pr.to_scenario(alone).scenario["workload"]  # no earlier runs: the harness warm-up only
     assert wl["warmup_requests"] == 1
