@@ -307,7 +307,10 @@ def to_scenario(row: Row) -> Converted:
         raise ValueError(f"{row.key}: a closed loop needs setup.concurrency")
     n = _num_requests(row, s, closed, notes)
     warmup = s.get("warmup_requests")
-    if warmup is None and closed and s.get("num_requests") is None:
+    if warmup is not None and s.get("lengths") is not None:
+        raise ValueError(f"{row.key}: setup.warmup_requests with setup.lengths: the warm-up is "
+                         f"{s['lengths']}'s own")
+    if warmup is None and closed and s.get("num_requests") is None and s.get("lengths") is None:
         warmup = CLOSED_LOOP_WARMUP_PER_STREAM * int(s["concurrency"])
         notes.append(f"warm-up not published: {CLOSED_LOOP_WARMUP_PER_STREAM} per stream = "
                      f"{warmup} unmeasured requests first (steady state; see published_rows.py)")
@@ -366,9 +369,6 @@ def to_scenario(row: Row) -> Converted:
     if closed:
         sc["workload"]["max_concurrency"] = int(s["concurrency"])
     if warmup:
-        if "warmup_requests" in sc["workload"]:
-            raise ValueError(f"{row.key}: setup.warmup_requests and the harness's own warm-up "
-                             f"({s['lengths']}) both given")
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
         sc["workload"]["ignore_eos"] = True
@@ -405,7 +405,7 @@ def _burst(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict,
 #     (default 0.0);
 #   - prompts: request i's is the i-th ShareGPT prompt of a list shuffled by Python's random
 #     seeded alike, repeated or cut to its length, so request i of every run with the same seed
-#     shares its first min(lengths) tokens (HARNESS_PROMPTS: trace hash ids (i, block));
+#     shares its first min(lengths) tokens (trace hash ids: i x HASH_STRIDE + block);
 #   - warm-up: before the measured requests it sends request 0's prompt for min(its output,
 #     32) tokens and waits for it (--warmup-requests 1), so the measured run starts after it
 #     (workload.warmup_requests with warmup_drain).

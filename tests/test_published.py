@@ -407,6 +407,11 @@ def test_sglang_bench_serving_requests_are_the_harness_draw(rows, tmp_path):
     with pytest.raises(ValueError, match=r"bad.yaml: rows\[0\] .*runs_on_one_server replays the "
                        r"earlier runs' own requests: it needs setup.lengths"):
         pr.load_file(tmp_path / "bad.yaml")
+    twice = pr.Row(row.source, row.id, row.where, {**row.setup, "warmup_requests": 3},
+                   row.metric, row.file)
+    with pytest.raises(ValueError, match="setup.warmup_requests with setup.lengths: the warm-up "
+                                         "is sglang.bench_serving's own"):
+        pr.to_scenario(twice)
     alone = pr.Row(row.source, row.id, row.where, row.setup, row.metric, row.file)
     wl = pr.to_scenario(alone).scenario["workload"]  # no earlier runs: the harness warm-up only
     assert wl["warmup_requests"] == 1
