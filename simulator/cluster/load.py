@@ -47,6 +47,8 @@ class WarmupDrain:
             self._warmup_ids.add(req.request_id)
 
     def on_finished(self, finished: list[Request]) -> None:
+        if self._done.triggered:
+            return
         for r in finished:
             if r.request_id in self._warmup_ids:
                 self._warmup_ids.discard(r.request_id)
