@@ -62,8 +62,16 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.stop_strings = stop_strings
         self.ids: list[int] = list(seen or [])
-        self.text = tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
-        self.read_offset = len(self.ids)  # tokens whose text is in `text`
+        # the text of the first read_offset tokens: those of `seen` up to the last complete
+        # character, unless none ends within CONTEXT_TOKENS (undecodable bytes: all of them)
+        self.text, self.read_offset = self._decode(self.ids), len(self.ids)
+        for r in range(len(self.ids) - 1, max(0, len(self.ids) - self.CONTEXT_TOKENS) - 1, -1):
+            if not self.text.endswith("\ufffd"):
+                break
+            text = self._decode(self.ids[:r])
+            if not text.endswith("\ufffd"):  # an unfinished character's bytes come again
+                self.text, self.read_offset = text, r
+                break
         self.prefix_offset = max(0, self.read_offset - self.CONTEXT_TOKENS)
         self.emitted = len(self.text)  # characters of `text` that `add` has returned
         self.hold = max((len(s) for s in stop_strings), default=1) - 1
@@ -71,6 +79,8 @@ class Detokenizer:
         self.matched: str | None = None  # the stop string that cut the text
 
     def _decode(self, ids: list[int]) -> str:
+        if not ids or self.tokenizer is None:
+            return ""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def add(self, ids: list[int], final: bool = False) -> str:
