@@ -62,16 +62,13 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.stop_strings = stop_strings
         self.ids: list[int] = list(seen or [])
-        # the text of the first read_offset tokens: those of `seen` up to the last complete
-        # character, unless none ends within CONTEXT_TOKENS (undecodable bytes: all of them)
-        self.text, self.read_offset = self._decode(self.ids), len(self.ids)
-        for r in range(len(self.ids) - 1, max(0, len(self.ids) - self.CONTEXT_TOKENS) - 1, -1):
-            if not self.text.endswith("\ufffd"):
-                break
-            text = self._decode(self.ids[:r])
-            if not text.endswith("\ufffd"):  # an unfinished character's bytes come again
-                self.text, self.read_offset = text, r
-                break
+        # `text` holds the first read_offset tokens': those of `seen` up to its last complete
+        # character (an unfinished one's text comes with the next tokens), all of them if none
+        # ends within CONTEXT_TOKENS (undecodable bytes)
+        n = len(self.ids)
+        self.read_offset = next((r for r in range(n, max(0, n - self.CONTEXT_TOKENS) - 1, -1)
+                                 if not self._decode(self.ids[:r]).endswith("\ufffd")), n)
+        self.text = self._decode(self.ids[:self.read_offset])
         self.prefix_offset = max(0, self.read_offset - self.CONTEXT_TOKENS)
         self.emitted = len(self.text)  # characters of `text` that `add` has returned
         self.hold = max((len(s) for s in stop_strings), default=1) - 1

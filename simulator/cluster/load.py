@@ -38,7 +38,7 @@ class WarmupDrain:
         self._warmup_ids: set[str] = set()
         self._left = warmup
         self._done = env.event()
-        self._shift_s: float | None = None  # set when the first measured request goes out
+        self._shift_s = 0.0  # set when the first measured request goes out
         self.drained_at_s: float | None = None
 
     def sent(self, index: int, req: Request) -> None:
@@ -53,7 +53,7 @@ class WarmupDrain:
             if r.request_id in self._warmup_ids:
                 self._warmup_ids.discard(r.request_id)
                 self._left -= 1
-        if self._left == 0 and not self._done.triggered:
+        if self._left == 0:
             self.drained_at_s = self.env.now
             self._done.succeed()
 
@@ -66,7 +66,7 @@ class WarmupDrain:
             if not self._done.triggered:
                 yield self._done
             self._shift_s = max(0.0, self.env.now - req.arrival_time)
-        req.arrival_time += self._shift_s or 0.0
+        req.arrival_time += self._shift_s
 
 
 class ClosedLoop:

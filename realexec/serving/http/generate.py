@@ -169,7 +169,11 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
         outs, preempted, queueing = task.result()
     finally:
         choices.close()
-    bodies, scored = [], None
+    def scored(i: int) -> list:  # vLLM's prompt_logprobs of choice i's prompt
+        return prompt_logprobs_body(tokenizer, req.prompts[i // req.n], outs[i][4] or [],
+                                    req.prompt_logprobs)
+
+    bodies = []
     for i, (det, toks, lps, finish, plp) in enumerate(outs):
         text, p = det.text, i // req.n
         lp = logprobs_body(tokenizer, toks, lps, chat) if req.logprobs is not None else None
@@ -178,14 +182,11 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
             if lp is not None:
                 lp = echo_logprobs(tokenizer, req.prompts[p], plp or [], (toks, lps))
         bodies.append(choice_body(i, text, toks, finish, chat, lp))
-        if req.prompt_logprobs is not None:
-            scored = prompt_logprobs_body(tokenizer, req.prompts[p], plp or [],
-                                          req.prompt_logprobs)
-            if not chat:  # vLLM: on each completion choice, once at the top of a chat response
-                bodies[-1]["prompt_logprobs"] = scored
+        if req.prompt_logprobs is not None and not chat:  # vLLM: on each completion choice
+            bodies[-1]["prompt_logprobs"] = scored(i)
     body = completion_body(rid, model, bodies, req.num_prompt_tokens, chat, preempted, queueing)
-    if chat and scored is not None:
-        body["prompt_logprobs"] = scored
+    if req.prompt_logprobs is not None and chat:  # ... and once at the top of a chat response
+        body["prompt_logprobs"] = scored(0)
     return body
 
 

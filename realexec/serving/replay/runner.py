@@ -195,9 +195,8 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
     while k < len(reqs) or llm.has_unfinished_requests():
         now = llm.clock()
         if held and k == drain and not llm.has_unfinished_requests():
-            times = [r.arrival_time for r in reqs]
-            shift_after_drain(times, drain, now)
-            for r, a in zip(reqs[drain:], times[drain:]):
+            shift_after_drain(arrival, drain, now)  # (requests drain on: not sent, as built)
+            for r, a in zip(reqs[drain:], arrival[drain:]):
                 r.arrival_time = a
             held = False
         while (k < len(reqs) and not (held and k == drain) and (free is None or free)
