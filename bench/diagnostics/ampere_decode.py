@@ -1,0 +1,51 @@
+"""kvpd's batch-1 decode speed on A100 against gpt-fast's published table (pytorch-labs/gpt-fast
+README, "Benchmarks" and "Tensor Parallelism": 8 x A100-80GB power-limited to 330 W, batch 1,
+a 5-token prompt, BF16 weights; the default 200 new tokens, so about 105 tokens of context on
+average). gpt-fast is a compiled PyTorch decoder (torch.compile, CUDA graphs) with NCCL
+all-reduces: each step is the weights streamed once plus the layers' small kernels, which is
+what `kernels.yaml`'s `ampere.weight_stream_efficiency` and `layer_floor` price.
+
+Llama-2-7B at TP1 is the row `weight_stream_efficiency` 0.75 was derived from (with mlc-llm's
+A10G cuBLAS profile); the other rows are a check.
+
+    python bench/diagnostics/ampere_decode.py
+"""
+
+from __future__ import annotations
+
+from simulator.core.batch_shape import BatchShape
+from simulator.cost.costmodel import CostModel
+
+CONTEXT = 105  # tokens before the decoded one, averaged over gpt-fast's 5 + 200
+# (model, tp, published tokens/s)
+ROWS = [
+    ("llama-2-7b", 1, 104.9), ("llama-2-7b", 2, 168.84), ("llama-2-7b", 4, 254.02),
+    ("llama-2-7b", 8, 328.43), ("llama-2-70b", 2, 21.32), ("llama-2-70b", 4, 38.01),
+    ("llama-2-70b", 8, 62.50), ("llama-3.1-8b", 1, 93.89), ("llama-3.1-8b", 2, 149.10),
+    ("llama-3.1-8b", 4, 217.21), ("llama-3.1-8b", 8, 276.01),
+]
+FITTED = ("llama-2-7b", 1)
+
+
+def main() -> None:
+    print("batch-1 decode on a100-80gb-sxm, bf16: kvpd against gpt-fast's README")
+    print(f"  {'model':14s} {'tp':>3s} {'published tok/s':>16s} {'kvpd tok/s':>11s} {'error':>7s}")
+    errors = []
+    for model, tp, published in ROWS:
+        shape = BatchShape()
+        shape.add(1, CONTEXT)
+        cm = CostModel(model, "a100-80gb-sxm", dtype="bf16", tp=tp)
+        got = 1.0 / cm.step_time(shape)
+        err = got / published - 1
+        fitted = (model, tp) == FITTED
+        if not fitted:
+            errors.append(abs(err))
+        print(f"  {model:14s} {tp:3d} {published:16.2f} {got:11.2f} {err:+7.1%}"
+              + ("  (derived from)" if fitted else ""))
+    errors.sort()
+    print(f"  the {len(errors)} rows not derived from: median |error| "
+          f"{errors[len(errors) // 2]:.1%}, worst {errors[-1]:.1%}")
+
+
+if __name__ == "__main__":
+    main()
