@@ -1,14 +1,20 @@
 """kvpd's batch-1 decode speed on A100 against gpt-fast's published table (pytorch-labs/gpt-fast
-README, "Benchmarks" and "Tensor Parallelism": 8 x A100-80GB power-limited to 330 W, batch 1,
-a 5-token prompt, BF16 weights; the default 200 new tokens, so about 105 tokens of context on
-average). gpt-fast is a compiled PyTorch decoder (torch.compile, CUDA graphs) with NCCL
-all-reduces: each step is the weights streamed once plus the layers' small kernels, which is
-what `kernels.yaml`'s `ampere.weight_stream_efficiency` and `layer_floor` price. The README
-notes the power limit holds the peak bandwidth to about 1,700 GB/s, so a full-power A100 may
-run a few percent faster than these rows. gpt-fast's `tp.py` shards the attention and MLP
-weights only: every GPU still reads the whole output projection (vocab x hidden) each step,
-which kvpd's TP splits, so kvpd's step here adds the (1 - 1/tp) share it does not read (0.8 GB
-per step for the 128k-vocabulary Llama-3.1 models).
+README at commit 0f925b5, "Benchmarks" and "Tensor Parallelism": 8 x A100-80GB power-limited to
+330 W, hybrid cube mesh, batch 1, a 5-token prompt, BF16 weights, TP with
+ENABLE_INTRA_NODE_COMM=1; the default 200 new tokens, so about 105 tokens of context on
+average). The Llama-3.1 rows come from a later revision of the same table (read in a copy of the
+README; the upstream revision stored here stops at Llama-2). The README's first revision
+(d2c5d82, 2023-12) tabled TP before the intra-node all-reduce, 7B at TP8 179 tok/s against 328
+later: those rows measure NCCL's small-message cost and are not compared.
+
+gpt-fast is a compiled PyTorch decoder (torch.compile, CUDA graphs): each step is the weights
+streamed once plus the layers' small kernels, which is what `kernels.yaml`'s
+`ampere.weight_stream_efficiency` and `layer_floor` price. The README notes the power limit
+holds the peak bandwidth to about 1,700 GB/s, so a full-power A100 may run a few percent faster
+than these rows. gpt-fast's `tp.py` shards the attention and MLP weights only: every GPU still
+reads the whole output projection (vocab x hidden) each step, which kvpd's TP splits, so kvpd's
+step here adds the (1 - 1/tp) share it does not read (0.8 GB per step for the 128k-vocabulary
+Llama-3.1 models).
 
 Llama-2-7B at TP1 is the row `weight_stream_efficiency` 0.75 was derived from (with mlc-llm's
 A10G cuBLAS profile); the other rows are a check.
@@ -24,6 +30,7 @@ from simulator.cost.hardware import get_accelerator
 from simulator.cost.kernels import kernel_profile
 from simulator.cost.models import get_model
 
+PART = "a100-80gb-sxm"
 CONTEXT = 105  # tokens before the decoded one, averaged over gpt-fast's 5 + 200
 # (model, tp, published tokens/s)
 ROWS = [
@@ -36,22 +43,22 @@ ROWS = [
 FITTED = ("llama-2-7b", 1)
 
 
-def unsharded_lm_head_s(model: str, tp: int, acc_name: str = "a100-80gb-sxm") -> float:
+def unsharded_lm_head_s(model: str, tp: int) -> float:
     """Seconds to stream the (1 - 1/tp) of the output projection gpt-fast leaves unsharded
     (BF16) at the part's weight streaming rate."""
-    m, acc = get_model(model), get_accelerator(acc_name)
+    m, acc = get_model(model), get_accelerator(PART)
     stream = acc.mem_bw_bytes_per_s * kernel_profile(acc).weight_stream_efficiency
     return (1 - 1 / tp) * m.vocab_size * m.hidden_size * 2 / stream
 
 
 def main() -> None:
-    print("batch-1 decode on a100-80gb-sxm, bf16: kvpd against gpt-fast's README")
+    print(f"batch-1 decode on {PART}, bf16: kvpd against gpt-fast's README")
     print(f"  {'model':14s} {'tp':>3s} {'published tok/s':>16s} {'kvpd tok/s':>11s} {'error':>7s}")
     errors = []
     for model, tp, published in ROWS:
         shape = BatchShape()
         shape.add(1, CONTEXT)
-        cm = CostModel(model, "a100-80gb-sxm", dtype="bf16", tp=tp)
+        cm = CostModel(model, PART, dtype="bf16", tp=tp)
         got = 1.0 / (cm.step_time(shape) + unsharded_lm_head_s(model, tp))
         err = got / published - 1
         fitted = (model, tp) == FITTED
