@@ -13,8 +13,8 @@ streamed once plus the layers' small kernels, which is what `kernels.yaml`'s
 holds the peak bandwidth to about 1,700 GB/s, so a full-power A100 may run a few percent faster
 than these rows. gpt-fast's `tp.py` shards the attention and MLP weights only: every GPU still
 reads the whole output projection (vocab x hidden) each step, which kvpd's TP splits, so kvpd's
-step here adds the (1 - 1/tp) share it does not read (0.8 GB per step for the 128k-vocabulary
-Llama-3.1 models).
+step here adds the (1 - 1/tp) share it does not read (0.5-0.9 GB per step at TP2-8 for the
+128k-vocabulary Llama-3.1 models).
 
 Llama-2-7B at TP1 is the row `weight_stream_efficiency` 0.75 was derived from (with mlc-llm's
 A10G cuBLAS profile); the other rows are a check.
@@ -51,15 +51,20 @@ def unsharded_lm_head_s(model: str, tp: int) -> float:
     return (1 - 1 / tp) * m.vocab_size * m.hidden_size * 2 / stream
 
 
+def predicted_tok_s(model: str, tp: int) -> float:
+    """kvpd's batch-1 decode tokens/s for gpt-fast's layout of `model` at `tp`."""
+    shape = BatchShape()
+    shape.add(1, CONTEXT)
+    cm = CostModel(model, PART, dtype="bf16", tp=tp)
+    return 1.0 / (cm.step_time(shape) + unsharded_lm_head_s(model, tp))
+
+
 def main() -> None:
     print(f"batch-1 decode on {PART}, bf16: kvpd against gpt-fast's README")
     print(f"  {'model':14s} {'tp':>3s} {'published tok/s':>16s} {'kvpd tok/s':>11s} {'error':>7s}")
     errors = []
     for model, tp, published in ROWS:
-        shape = BatchShape()
-        shape.add(1, CONTEXT)
-        cm = CostModel(model, PART, dtype="bf16", tp=tp)
-        got = 1.0 / (cm.step_time(shape) + unsharded_lm_head_s(model, tp))
+        got = predicted_tok_s(model, tp)
         err = got / published - 1
         fitted = (model, tp) == FITTED
         if not fitted:
