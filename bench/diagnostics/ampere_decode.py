@@ -26,9 +26,6 @@ from __future__ import annotations
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
-from simulator.cost.hardware import get_accelerator
-from simulator.cost.kernels import kernel_profile
-from simulator.cost.models import get_model
 
 PART = "a100-80gb-sxm"
 CONTEXT = 105  # tokens before the decoded one, averaged over gpt-fast's 5 + 200
@@ -43,20 +40,29 @@ ROWS = [
 FITTED = ("llama-2-7b", 1)
 
 
+def one_decode() -> BatchShape:
+    """The step gpt-fast runs: one decode after `CONTEXT` tokens."""
+    shape = BatchShape()
+    shape.add(1, CONTEXT)
+    return shape
+
+
+def cost_model(model: str, tp: int) -> CostModel:
+    return CostModel(model, PART, dtype="bf16", tp=tp)
+
+
 def unsharded_lm_head_s(model: str, tp: int) -> float:
-    """Seconds to stream the (1 - 1/tp) of the output projection gpt-fast leaves unsharded
-    (BF16) at the part's weight streaming rate."""
-    m, acc = get_model(model), get_accelerator(PART)
-    stream = acc.mem_bw_bytes_per_s * kernel_profile(acc).weight_stream_efficiency
-    return (1 - 1 / tp) * m.vocab_size * m.hidden_size * 2 / stream
+    """Seconds of output projection gpt-fast reads beyond kvpd's TP-sharded one: kvpd's own
+    `lm_head` operator whole (tp 1) less its 1/tp slice."""
+    def lm_head_s(t: int) -> float:
+        ops = cost_model(model, t).explain(one_decode()).ops
+        return next(op.time_s for op in ops if op.name == "lm_head")
+    return lm_head_s(1) - lm_head_s(tp) if tp > 1 else 0.0
 
 
 def predicted_tok_s(model: str, tp: int) -> float:
     """kvpd's batch-1 decode tokens/s for gpt-fast's layout of `model` at `tp`."""
-    shape = BatchShape()
-    shape.add(1, CONTEXT)
-    cm = CostModel(model, PART, dtype="bf16", tp=tp)
-    return 1.0 / (cm.step_time(shape) + unsharded_lm_head_s(model, tp))
+    return 1.0 / (cost_model(model, tp).step_time(one_decode()) + unsharded_lm_head_s(model, tp))
 
 
 def main() -> None:

@@ -195,7 +195,7 @@ def _replay_inproc(llm: Any, trace: workloads.Trace, prompts: list[list[int]],
     while k < len(reqs) or llm.has_unfinished_requests():
         now = llm.clock()
         if held and k == drain and not llm.has_unfinished_requests():
-            shift_after_drain(arrival, drain, now)  # (requests drain on: not sent, as built)
+            shift_after_drain(arrival, drain, now)  # requests `drain` on are not sent yet
             for r, a in zip(reqs[drain:], arrival[drain:]):
                 r.arrival_time = a
             held = False
