@@ -18,7 +18,6 @@ slot frees) and its TTFT, queueing and E2E count from that send). `scheduler.cap
 from __future__ import annotations
 
 import copy
-import difflib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +32,7 @@ from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
 from simulator.engines import apply_engine
 from simulator.engines.sglang_server import fill_max_running
 from simulator.engines.trtllm_bench import fill_limits
+from simulator.validation_errors import format_validation_error
 from simulator.yaml_file import read_yaml_mapping
 from workloads.arrivals import validate_arrival
 
@@ -503,42 +503,6 @@ class Scenario(_Strict):
 INTERNAL_FIELDS = ("base_dir", "source", "engine_notes")
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys allowed at `loc` (a pydantic error location) in `model`."""
-    cur: Any = model
-    for part in loc[:-1]:
-        field = getattr(cur, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        args = getattr(ann, "__args__", None) or (ann,)
-        cur = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if cur is None:
-            return []
-    return sorted(k for k in getattr(cur, "model_fields", {}) if k not in INTERNAL_FIELDS)
-
-
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid scenario"]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc)
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(Scenario, loc)
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=3)
-            hint = f"; did you mean {close}?" if close else ""
-            lines.append(f"  {key}: unknown key{hint} (allowed: {', '.join(allowed)})")
-        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
-            # a check across a section's keys: its message names them; the mapping itself
-            # (the whole scenario, for a top-level check) would only bury it
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            lines.append(f"  {key or 'scenario'}: {msg}")
-        else:  # a validator's own message may name the key already: not twice
-            msg = str(err["msg"]).removeprefix("Value error, ").removeprefix(f"{key}: ")
-            lines.append(f"  {key}: {msg} (got {err.get('input')!r})")
-    return "\n".join(lines)
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a","b","c"], value parsed as YAML)."""
     if "=" not in text:
@@ -585,7 +549,8 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>", base_di
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(format_validation_error(exc, source)) from None
+        raise ValueError(format_validation_error(exc, f"{source}: invalid scenario", Scenario,
+                                                 INTERNAL_FIELDS, top="scenario")) from None
     scenario.base_dir = base_dir
     scenario.source = source
     if scenario.engine is not None:  # limits sized from the workload (trtllm-bench) or KV (SGLang)

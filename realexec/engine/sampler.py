@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from simulator.core.request import penalties_on
+
 _GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: temperatures below are greedy
 
 
@@ -46,8 +48,8 @@ class SamplingRow:
 
     @property
     def penalized(self) -> bool:
-        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
-                or self.repetition_penalty != 1.0)
+        return penalties_on(self.presence_penalty, self.frequency_penalty,
+                            self.repetition_penalty)
 
 
 def row_from_params(params: Any, num_output_tokens: int, eos_token_id: int | None,

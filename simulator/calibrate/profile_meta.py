@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simulator.core.batch_shape import BatchShape
+from simulator.validation_errors import format_validation_error
 
 SHAPE_KEYS = tuple(f.name for f in dataclasses.fields(BatchShape))
 PROBE_ROLES = ("colocated", "prefill", "decode")  # the engines a serving probe times
@@ -135,9 +136,5 @@ def check_profile_meta(meta: Any, path: Path) -> None:
     try:
         ProfileMeta.model_validate(meta)
     except ValidationError as exc:
-        lines = [f"{path}: not a profile's facts as `kvpd profile` writes them"]
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-            lines.append(f"  {key}: {str(err['msg']).removeprefix('Value error, ')}{got}")
-        raise ValueError("\n".join(lines)) from None
+        header = f"{path}: not a profile's facts as `kvpd profile` writes them"
+        raise ValueError(format_validation_error(exc, header, ProfileMeta)) from None

@@ -33,6 +33,13 @@ class RequestStatus(enum.IntEnum):
         return self >= RequestStatus.FINISHED_STOPPED
 
 
+def penalties_on(presence_penalty: float, frequency_penalty: float,
+                 repetition_penalty: float) -> bool:
+    """Whether any of the three penalties changes the logits (presence or frequency not 0,
+    repetition not 1): the one rule `SamplingParams` and the executor's sampler share."""
+    return presence_penalty != 0.0 or frequency_penalty != 0.0 or repetition_penalty != 1.0
+
+
 SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as torch.Generator.manual_seed takes them
 
 
@@ -235,8 +242,8 @@ class SamplingParams:
     @property
     def penalized(self) -> bool:
         """Whether any penalty is on (the sampler then needs the request's tokens)."""
-        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
-                or self.repetition_penalty != 1.0)
+        return penalties_on(self.presence_penalty, self.frequency_penalty,
+                            self.repetition_penalty)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its constructor's arguments: a frozen instance cannot have its fields

@@ -169,9 +169,14 @@ async def collect(request: Request, rid: str, model: str, req: ParsedRequest, ch
         outs, preempted, queueing = task.result()
     finally:
         choices.close()
-    def scored(i: int) -> list:  # vLLM's prompt_logprobs of choice i's prompt
-        return prompt_logprobs_body(tokenizer, req.prompts[i // req.n], outs[i][4] or [],
-                                    req.prompt_logprobs)
+    scored_prompts: dict[int, list] = {}
+
+    def scored(i: int) -> list:  # vLLM's prompt_logprobs of choice i's prompt, built once
+        p = i // req.n  # (the n choices of a prompt share it; the first one's is used)
+        if p not in scored_prompts:
+            scored_prompts[p] = prompt_logprobs_body(tokenizer, req.prompts[p], outs[i][4] or [],
+                                                     req.prompt_logprobs)
+        return scored_prompts[p]
 
     bodies = []
     for i, (det, toks, lps, finish, plp) in enumerate(outs):
