@@ -201,8 +201,8 @@ def test_a_folder_without_a_config_or_a_binary_config_is_named(tmp_path) -> None
 
 
 def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
-    """Instruct/chat fine-tunes and FP8 exports with the base model's config.json shapes are
-    aliases of its entry; an alias names one entry only."""
+    """Instruct/chat fine-tunes and FP8 / FP4 exports with the base model's config.json shapes
+    are aliases of its entry; an alias names one entry only."""
     from importlib import resources
 
     import yaml
@@ -217,3 +217,6 @@ def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
             assert get_model(alias).name == name
     assert get_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
     assert get_model("mistralai/Mixtral-8x7B-Instruct-v0.1").name == "mixtral-8x7b"
+    # NVIDIA's ModelOpt FP4 exports (the names of NVIDIA's own FP4 benchmark rows)
+    assert get_model("nvidia/DeepSeek-R1-0528-FP4-v2").name == "deepseek-v3"
+    assert get_model("nvidia/Llama-3.3-70B-Instruct-FP4").name == "llama-3.3-70b"
