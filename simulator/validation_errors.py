@@ -28,8 +28,8 @@ def allowed_keys(model: type[BaseModel], loc: tuple, hidden: tuple[str, ...] = (
 def format_validation_error(exc: ValidationError, header: str, model: type[BaseModel],
                             hidden: tuple[str, ...] = (), top: str = "(top level)") -> str:
     """`header`, then per error: the key path (`top` for the file itself), what is wrong and
-    the value given; an unknown key lists the keys of `model` allowed there (less `hidden`),
-    the closest first."""
+    the value given; an unknown key names the closest allowed ones, then every key of `model`
+    allowed there (less `hidden`)."""
     lines = [header]
     for err in exc.errors():
         loc = tuple(err["loc"])
