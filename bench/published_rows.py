@@ -52,12 +52,13 @@ MODEL_NAMES = {
     "amd/Llama-3.1-405B-Instruct-FP8-KV": "llama-3.1-405b",
     # Mixtures of experts. The same rule: a post-trained release or an FP8 export keeps its
     # base model's config.json shapes. DeepSeek-R1 / R1-0528 are DeepseekV3ForCausalLM with
-    # DeepSeek-V3's shapes; Qwen3-235B-A22B-Instruct-2507 (and its -FP8 export) has
-    # Qwen3-235B-A22B's (94 layers, 128 experts, 8 per token). The precision is the row's.
+    # DeepSeek-V3's shapes. Qwen3-235B-A22B-Instruct-2507 (and its -FP8 export) is the catalog
+    # entry of that release (the first release's shapes, a 262,144-token context). The
+    # precision is the row's.
     "deepseek-ai/DeepSeek-R1": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
-    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
-    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "zai-org/GLM-4.5-Air": "glm-4.5-air",
     "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",

@@ -224,3 +224,6 @@ def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
     base, instruct = get_model("Qwen/Qwen2.5-72B"), get_model("Qwen/Qwen2.5-72B-Instruct")
     assert (base.max_position_embeddings, instruct.max_position_embeddings) == (131_072, 32_768)
     assert instruct.num_params == base.num_params
+    first, release = get_model("Qwen/Qwen3-30B-A3B"), get_model("Qwen/Qwen3-30B-A3B-Thinking-2507")
+    assert (first.max_position_embeddings, release.max_position_embeddings) == (40_960, 262_144)
+    assert release.name == "qwen3-30b-a3b-2507" and release.num_params == first.num_params

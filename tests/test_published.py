@@ -222,7 +222,10 @@ def test_moe_release_names_map_to_their_architecture(rows):
     assert by_name["deepseek-ai/DeepSeek-R1-0528"]["model"] == "deepseek-v3"
     fp8 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"]
     bf16 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507"]
-    assert fp8["model"] == bf16["model"] == "qwen3-235b-a22b"
+    assert fp8["model"] == bf16["model"] == "qwen3-235b-a22b-2507"  # the release's own entry
+    from simulator.cost.models import get_model
+    first, release = get_model("qwen3-235b-a22b"), get_model("qwen3-235b-a22b-2507")
+    assert (first.num_params, first.num_experts) == (release.num_params, release.num_experts)
     assert fp8["quantization"] == {"method": "fp8"} and "quantization" not in bf16
 
 
