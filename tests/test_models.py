@@ -227,3 +227,7 @@ def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
     first, release = get_model("Qwen/Qwen3-30B-A3B"), get_model("Qwen/Qwen3-30B-A3B-Thinking-2507")
     assert (first.max_position_embeddings, release.max_position_embeddings) == (40_960, 262_144)
     assert release.name == "qwen3-30b-a3b-2507" and release.num_params == first.num_params
+    # Mistral-7B: v0.1 slides a 4,096-token window on every layer, v0.2 and v0.3 do not
+    v1, v2 = get_model("mistralai/Mistral-7B-Instruct-v0.1"), get_model("mistralai/Mistral-7B-Instruct-v0.2")
+    assert (v1.sliding_window, v1.num_sliding_layers) == (4096, 32) and v2.num_sliding_layers == 0
+    assert get_model("mistralai/Mistral-7B-Instruct-v0.3").vocab_size == 32768
