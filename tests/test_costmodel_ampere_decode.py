@@ -5,6 +5,7 @@ not derived from (TP1-8, 7B to 70B) stay where the catalog's note says they are.
 from __future__ import annotations
 
 import statistics
+from functools import cache
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.bench_helpers import load_diagnostic
 DIAG = load_diagnostic("ampere_decode")
 
 
+@cache
 def _errors() -> dict[tuple[str, int], float]:
     return {(m, tp): DIAG.predicted_tok_s(m, tp) / published - 1
             for m, tp, published in DIAG.ROWS}

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import published  # noqa: E402
 import published_rows as pr  # noqa: E402
 
+from simulator.cost.models import get_model  # noqa: E402
 from simulator.engines import presets as engines  # noqa: E402
 from simulator.scenario import Scenario, load_scenario  # noqa: E402
 
@@ -195,8 +196,6 @@ def _publisher(url: str) -> str:
 
 
 def _is_moe(row: pr.Row) -> bool:
-    from simulator.cost.models import get_model
-
     try:
         return get_model(pr.to_scenario(row).scenario["model"]).is_moe
     except ValueError:  # a dense catalog name another branch adds (Llama-3.1/3.3 before 30-cost)
@@ -223,7 +222,6 @@ def test_moe_release_names_map_to_their_architecture(rows):
     fp8 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"]
     bf16 = by_name["Qwen/Qwen3-235B-A22B-Instruct-2507"]
     assert fp8["model"] == bf16["model"] == "qwen3-235b-a22b-2507"  # the release's own entry
-    from simulator.cost.models import get_model
     first, release = get_model("qwen3-235b-a22b"), get_model("qwen3-235b-a22b-2507")
     assert (first.num_params, first.num_experts) == (release.num_params, release.num_experts)
     assert fp8["quantization"] == {"method": "fp8"} and "quantization" not in bf16

@@ -24,6 +24,8 @@ A10G cuBLAS profile); the other rows are a check.
 
 from __future__ import annotations
 
+from functools import cache
+
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.costmodel import CostModel
 
@@ -47,17 +49,22 @@ def one_decode() -> BatchShape:
     return shape
 
 
+@cache
 def cost_model(model: str, tp: int) -> CostModel:
+    """kvpd's model of `model` on `tp` of the part, built once per layout."""
     return CostModel(model, PART, dtype="bf16", tp=tp)
+
+
+def lm_head_s(model: str, tp: int) -> float:
+    """Seconds of kvpd's `lm_head` operator (its 1/tp slice) in gpt-fast's step."""
+    ops = cost_model(model, tp).explain(one_decode()).ops
+    return next(op.time_s for op in ops if op.name == "lm_head")
 
 
 def unsharded_lm_head_s(model: str, tp: int) -> float:
     """Seconds of output projection gpt-fast reads beyond kvpd's TP-sharded one: kvpd's own
     `lm_head` operator whole (tp 1) less its 1/tp slice."""
-    def lm_head_s(t: int) -> float:
-        ops = cost_model(model, t).explain(one_decode()).ops
-        return next(op.time_s for op in ops if op.name == "lm_head")
-    return lm_head_s(1) - lm_head_s(tp) if tp > 1 else 0.0
+    return lm_head_s(model, 1) - lm_head_s(model, tp) if tp > 1 else 0.0
 
 
 def predicted_tok_s(model: str, tp: int) -> float:
