@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BLOCK = 4
 LENS = [1, 5, 11, 23, 40]
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
-            "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-gpt-oss"]
+            "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-gpt-oss",
+            "tiny-gemma3"]
 
 
 def _setup(model):

@@ -114,6 +114,14 @@ TINY: dict[str, dict[str, Any]] = {
                      # 4 layers at 0.5 grow activations to where fp32 noise (eager vs. SDPA
                      # summation order) reaches ~1e-3 in the logits; 0.3 keeps it ~1e-5
                      "initializer_range": 0.3},
+    # Gemma 3 (text): 4 layers, 3 sliding (a 10-token window, as tiny-gpt-oss's) then 1 full, as
+    # the releases' 5 local : 1 global; per-head q/k RMSNorm, sandwich norms, 16-wide heads
+    # scaled by query_pre_attn_scalar 16, tied embeddings scaled by sqrt(hidden), GeGLU MLP,
+    # local and global rotaries of different bases (HF's defaults, 10k and 1M)
+    "tiny-gemma3": {"model_type": "gemma3_text", **_TINY_COMMON, "num_hidden_layers": 4,
+                    "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
+                    "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+                    "tie_word_embeddings": True, "pad_token_id": 0},
     "tiny-gpt2": {
         "model_type": "gpt2",
         "n_embd": 64,

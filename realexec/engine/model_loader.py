@@ -32,6 +32,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "deepseek_v3": "DeepSeek-V3",
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
+    "gemma3_text": "Gemma 3",
 }
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
@@ -59,7 +60,11 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                     "qk_rope_head_dim", "v_head_dim"),
     "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                  "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
+    # Gemma3TextConfig's defaults are a 2B-class shape with 256-wide heads
+    "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
 }
+# families whose `layer_types` (and `sliding_window`) are checked up front
+_WINDOWED_TYPES = ("gpt_oss", "gemma3_text")
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -130,6 +135,14 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         )
     if model_type == "gpt2" and getattr(config, "add_cross_attention", False):
         raise ValueError(f"{where}: GPT-2 with cross-attention is not a causal LM we can run")
+    if model_type == "gemma3_text":
+        if getattr(config, "attn_logit_softcapping", None) is not None:
+            raise ValueError(f"{where}: attn_logit_softcapping="
+                             f"{config.attn_logit_softcapping!r}: the paged attention has no "
+                             "logit soft-capping (Gemma 3 releases set null)")
+        if getattr(config, "use_bidirectional_attention", False):
+            raise ValueError(f"{where}: use_bidirectional_attention=true is not a causal LM "
+                             "we can run (Gemma 3 releases set false)")
 
 
 def _read_json(path: Path) -> Any:
@@ -167,7 +180,7 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
                              "integer), which the executor needs")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
-    if model_type != "gpt_oss":
+    if model_type not in _WINDOWED_TYPES:
         return
     types = d.get("layer_types")
     if types is not None:
@@ -176,7 +189,7 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
             raise ValueError(
                 f"{where}: field 'layer_types' must list one of {', '.join(_LAYER_TYPES)} per "
                 f"layer ({d['num_hidden_layers']}), got {types!r}")
-    slides = types is None or "sliding_attention" in types  # HF alternates when absent
+    slides = types is None or "sliding_attention" in types  # HF derives them when absent
     window = d.get("sliding_window")
     if slides and window is None:
         raise ValueError(f"{where}: {family} config is missing field 'sliding_window' (tokens, "

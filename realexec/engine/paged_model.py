@@ -41,7 +41,7 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
-    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss) slide only their
+    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss, Gemma 3) slide only their
     "sliding_attention" layers; Mistral, Mixtral and Qwen3-MoE slide every layer when
     `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). GPT-2 and Llama have no window.
@@ -51,7 +51,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     if config.model_type in ("gpt2", "llama"):
         return [None] * n
     layer_types = getattr(config, "layer_types", None)
-    if config.model_type in ("qwen2", "qwen2_moe", "gpt_oss") and layer_types is not None:
+    if config.model_type in ("qwen2", "qwen2_moe", "gpt_oss", "gemma3_text") and layer_types is not None:
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe"):
         return [window] * n
@@ -69,12 +69,16 @@ _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # rotary of half-width cos/sin applied to the two halves (HF's `apply_rotary_pos_emb` of the
 # family's module, looked up once)
 _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+# Gemma 3: "sandwich" norms (post_attention_layernorm on the attention output, then
+# pre/post_feedforward_layernorm around the MLP) and one rotary per attention type (its
+# local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
+_SANDWICH_MODEL_TYPES = frozenset({"gemma3_text"})
 
 
 class PagedCausalLM:
-    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / GPT-2 causal LM, or the MoE
-    Mixtral / Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss
-    (sinks, mixed windows)."""
+    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Gemma 3 (mixed windows,
+    sandwich norms) / GPT-2 causal LM, or the MoE Mixtral / Qwen2-MoE / Qwen3-MoE /
+    DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         config = hf_model.config
@@ -113,6 +117,11 @@ class PagedCausalLM:
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
                           if self.sinks else None)
         self.mlp_scores = self.family in _MLP_RETURNS_SCORES
+        self.sandwich = self.family in _SANDWICH_MODEL_TYPES
+        # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
+        self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
+                                             if self.sandwich else [None] * self.num_layers)
+        self.final_softcap = getattr(config, "final_logit_softcapping", None)
         self.base = base
         self.lm_head = hf_model.lm_head
         assert self.family in SUPPORTED_MODEL_TYPES
@@ -147,15 +156,25 @@ class PagedCausalLM:
                 return self._forward_gpt2(input_ids, positions, attn)
             return self._forward_llama(input_ids, positions, attn)
 
+    def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:
+        """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and gpt-oss (`[T, head_dim /
+        2]`), `[T, 1, d]` otherwise."""
+        out = {}
+        for kind in dict.fromkeys(self.rope_kinds):
+            cos, sin = (self.base.rotary_emb(h, pos[None, :]) if kind is None
+                        else self.base.rotary_emb(h, pos[None, :], kind))
+            if self.mla or self.sinks:
+                out[kind] = cos[0], sin[0]
+            else:
+                out[kind] = cos[0, :, None, :], sin[0, :, None, :]
+        return out
+
     def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
-        h = self.base.embed_tokens(ids)
-        cos, sin = self.base.rotary_emb(h, pos[None, :])
-        if self.mla or self.sinks:
-            cos, sin = cos[0], sin[0]  # [T, rope_dim] (gpt-oss: [T, head_dim / 2])
-        else:
-            cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [T, 1, d]
+        h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
+        rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
         for i, layer in enumerate(self.layers):
+            cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
             x = layer.input_layernorm(h)
             if self.mla:
@@ -165,7 +184,7 @@ class PagedCausalLM:
             q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
             k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
             v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            if self.qk_norm:  # Qwen3-MoE: RMSNorm over each head before the rotary
+            if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
@@ -173,7 +192,12 @@ class PagedCausalLM:
             else:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
                 o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
-            h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            o = sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            if self.sandwich:  # Gemma 3: norm each sublayer's output before the residual add
+                h = h + layer.post_attention_layernorm(o)
+                h = h + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(h)))
+                continue
+            h = h + o
             x = layer.post_attention_layernorm(h)
             if not self.moe:
                 h = h + layer.mlp(x)
@@ -207,5 +231,9 @@ class PagedCausalLM:
             # 2-core x86 (fp32, 32000-vocab LM head) 13 / 20 ms for 2 / 3 rows but 10 ms for 4;
             # padding to 4 rows takes the faster GEMM kernel. Real rows are unaffected.
             pad = hidden.new_zeros(_CPU_MIN_GEMM_ROWS - n, hidden.shape[1])
-            return self.lm_head(self.final_norm(torch.cat([hidden, pad])))[:n].float()
-        return self.lm_head(self.final_norm(hidden)).float()
+            logits = self.lm_head(self.final_norm(torch.cat([hidden, pad])))[:n]
+        else:
+            logits = self.lm_head(self.final_norm(hidden))
+        if self.final_softcap:  # cap x tanh(logits / cap), as HF's CausalLM heads do
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits.float()
