@@ -1,5 +1,5 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
+(dense), Gemma 3 (text), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
 whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5/4.6,
 gpt-oss, Llama 4). Errors name the config and the field."""
 
@@ -28,7 +28,15 @@ SUPPORTED_ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
+    "Gemma3ForCausalLM": "gemma3",
+    "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
 }
+# families whose multimodal config.json nests the text model's fields under `text_config`
+TEXT_CONFIG_FAMILIES = ("llama4", "gemma3")
+# model_type values (no `architectures`) of a family named otherwise
+MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3"}
+# families whose config defaults tie the LM head to the embeddings (transformers' configs)
+TIED_BY_DEFAULT = ("gemma3",)
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
     archs = cfg.get("architectures")
@@ -45,6 +53,7 @@ def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
             f"{where}: unsupported architectures {list(archs)}; supported: "
             + ", ".join(SUPPORTED_ARCHITECTURES))
     model_type = cfg.get("model_type")
+    model_type = MODEL_TYPE_FAMILIES.get(model_type, model_type)
     for arch, fam in SUPPORTED_ARCHITECTURES.items():
         if model_type == fam:
             return arch, fam
@@ -100,7 +109,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         raise ValueError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     arch, fam = _family(cfg, where)
     name = name or str(cfg.get("_name_or_path") or fam)
-    if fam == "llama4" and isinstance(cfg.get("text_config"), dict):  # the multimodal wrapper
+    if fam in TEXT_CONFIG_FAMILIES and isinstance(cfg.get("text_config"), dict):  # multimodal
         cfg = {**cfg["text_config"], "architectures": [arch]}
     if fam == "gpt2":
         d = _int(cfg, "n_embd", where)
@@ -144,13 +153,14 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
             vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
                                                       and fam not in ("deepseek_v2", "deepseek_v3")),
             o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam == "qwen3"
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3")
             or bool(cfg.get("use_qk_norm", False)),
+            sandwich_norms=fam == "gemma3",
             attention_sinks=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:

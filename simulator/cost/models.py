@@ -41,6 +41,7 @@ class ModelSpec:
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
+    sandwich_norms: bool = False  # Gemma 3: RMSNorms on the attention and MLP outputs too (4 a layer)
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
@@ -154,7 +155,7 @@ class ModelSpec:
             n += d
         if self.mlp_bias:
             n += self.num_experts * ((2 if self.gated_mlp else 1) * self.ffn_size + d)
-        n += 2 * d * (2 if self.norm == "layer" else 1)
+        n += (4 if self.sandwich_norms else 2) * d * (2 if self.norm == "layer" else 1)
         if self.is_moe:  # the router, averaged over the layers (see variant_small_params)
             n += self.variant_small_params // self.num_layers
         return n
