@@ -73,6 +73,22 @@ def test_chunked_text_is_the_whole_decode(name, data):
         assert text == whole
 
 
+def test_a_leading_space_after_skipped_special_tokens_comes_out():
+    """Found by the property above: text, then more special tokens than the context window
+    holds, then a SentencePiece word boundary. The window's context decodes to nothing, so
+    its boundary token was decoded as the text's first and lost its space; the context now
+    reaches back to text."""
+    tok = TOKENIZERS["metaspace"]
+    unk, comma, space = tok.convert_tokens_to_ids(["<unk>", ",", "\u2581"])
+    ids = [unk, unk, comma] + [unk] * (Detokenizer.CONTEXT_TOKENS + 2) + [space]
+    whole = tok.decode(ids, skip_special_tokens=True)
+    assert whole == ", "
+    for seen in range(len(ids) + 1):
+        for cuts in ([], [1] * len(ids), [2, 3, 1, 4]):
+            det = Detokenizer(tok, [], seen=ids[:seen])
+            assert det.text + _stream(det, ids[seen:], cuts) == whole
+
+
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
 def test_a_stop_string_is_cut_however_the_text_comes(name):
     tok = TOKENIZERS[name]

@@ -69,7 +69,7 @@ class Detokenizer:
         self.read_offset = next((r for r in range(n, max(0, n - self.CONTEXT_TOKENS) - 1, -1)
                                  if not self._decode(self.ids[:r]).endswith("\ufffd")), n)
         self.text = self._decode(self.ids[:self.read_offset])
-        self.prefix_offset = max(0, self.read_offset - self.CONTEXT_TOKENS)
+        self.prefix_offset = self._context_start(max(0, self.read_offset - self.CONTEXT_TOKENS))
         self.emitted = len(self.text)  # characters of `text` that `add` has returned
         self.hold = max((len(s) for s in stop_strings), default=1) - 1
         self.stopped = False
@@ -80,6 +80,15 @@ class Detokenizer:
             return ""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _context_start(self, start: int) -> int:
+        """`start`, or earlier while the context `ids[start:read_offset]` decodes to no text
+        (special tokens only, skipped): a window whose context renders nothing decodes its
+        first new token as the text's first, and SentencePiece-style decoders drop that
+        token's leading space. Steps back by doubling, so a long run costs few decodes."""
+        while 0 < start < self.read_offset and not self._decode(self.ids[start:self.read_offset]):
+            start = max(0, 2 * start - self.read_offset)
+        return start
+
     def add(self, ids: list[int], final: bool = False) -> str:
         """The text to send for `ids` (empty without a tokenizer); sets `stopped` at a stop
         string. `final`: the output ends here, so nothing is held back."""
@@ -89,7 +98,8 @@ class Detokenizer:
         before = self._decode(self.ids[self.prefix_offset:self.read_offset])
         now = self._decode(self.ids[self.prefix_offset:])
         if not now.endswith("\ufffd") and len(now) > len(before):  # else wait for more
-            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            start, self.read_offset = self.read_offset, len(self.ids)
+            self.prefix_offset = self._context_start(start)
             full = self.text + now[len(before):]
             for s in self.stop_strings:
                 at = full.find(s, max(0, len(self.text) - len(s) + 1))  # ends in the new text
