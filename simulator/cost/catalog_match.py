@@ -26,12 +26,17 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 5) -> list[str]
     return found[:n]
 
 
-def unknown_name_error(kind: str, name: str, candidates: Iterable[str]) -> ValueError:
-    """A ValueError for an unknown `kind` name that lists close matches (or all names)."""
+def unknown_name_error(kind: str, name: str, candidates: Iterable[str],
+                       listed: Iterable[str] | None = None) -> ValueError:
+    """A ValueError for an unknown `kind` name that lists close matches among `candidates`, or
+    else every name of `listed` (default: the candidates; a catalog whose aliases would bury
+    its names passes the names alone)."""
     pool = sorted(set(candidates))
     matches = close_matches(name, pool)
     if matches:
         hint = "did you mean: " + ", ".join(matches) + "?"
+    elif listed is not None:
+        hint = "known: " + ", ".join(listed) + f" (and their aliases: `kvpd {kind} list`)"
     else:
         hint = "known: " + ", ".join(pool)
     return ValueError(f"unknown {kind} {name!r}; {hint}")

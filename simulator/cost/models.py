@@ -326,4 +326,4 @@ def get_model(name_or_path_or_dict: str | dict[str, Any]) -> ModelSpec:
     if looks_like_path:  # HF ids are exactly one "org/name": this was meant as a file
         raise FileNotFoundError(f"no such file or directory: {x} (a model is a catalog name, an HF "
                                 "config.json path or a folder holding one)")
-    raise unknown_name_error("model", x, [*_catalog(), *_aliases()])
+    raise unknown_name_error("model", x, [*_catalog(), *_aliases()], listed=_catalog())
