@@ -36,6 +36,9 @@ CONFIGS = [
      "max_position_embeddings": 128, "word_embed_proj_dim": 32},  # OPT-350m-style projections
     {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", **SMALL,
      "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16},  # tied, sandwich norms
+    {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", **SMALL,  # fused projections
+     "num_key_value_heads": 2, "partial_rotary_factor": 0.75, "tie_word_embeddings": True,
+     "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 ]
 
 

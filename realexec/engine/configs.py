@@ -122,6 +122,11 @@ TINY: dict[str, dict[str, Any]] = {
                     "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
                     "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
                     "tie_word_embeddings": True, "pad_token_id": 0},
+    # Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, a rotary over 3/4 of each head
+    # (Phi-4-mini's partial_rotary_factor), a 10-token window on every layer (Phi-3-mini-4k
+    # slides all of its layers), GQA
+    "tiny-phi3": {"model_type": "phi3", **_TINY_COMMON, "partial_rotary_factor": 0.75,
+                  "sliding_window": 10, "pad_token_id": 0},
     "tiny-gpt2": {
         "model_type": "gpt2",
         "n_embd": 64,

@@ -33,6 +33,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "gemma3_text": "Gemma 3",
+    "phi3": "Phi-3",
 }
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
@@ -62,6 +63,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                  "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
     # Gemma3TextConfig's defaults are a 2B-class shape with 256-wide heads
     "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    # Phi3Config's defaults are Phi-3-mini's
+    "phi3": (*_CORE, "intermediate_size"),
 }
 # families whose `layer_types` (and `sliding_window`) are checked up front
 _WINDOWED_TYPES = ("gpt_oss", "gemma3_text")

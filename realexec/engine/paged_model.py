@@ -42,7 +42,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
     Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss, Gemma 3) slide only their
-    "sliding_attention" layers; Mistral, Mixtral and Qwen3-MoE slide every layer when
+    "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer when
     `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). GPT-2 and Llama have no window.
     """
@@ -53,7 +53,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     layer_types = getattr(config, "layer_types", None)
     if config.model_type in ("qwen2", "qwen2_moe", "gpt_oss", "gemma3_text") and layer_types is not None:
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
-    if config.model_type in ("mistral", "mixtral", "qwen3_moe"):
+    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return [window] * n
     return [None] * n
 
@@ -76,8 +76,8 @@ _SANDWICH_MODEL_TYPES = frozenset({"gemma3_text"})
 
 
 class PagedCausalLM:
-    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Gemma 3 (mixed windows,
-    sandwich norms) / GPT-2 causal LM, or the MoE Mixtral / Qwen2-MoE / Qwen3-MoE /
+    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
+    Gemma 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral / Qwen2-MoE / Qwen3-MoE /
     DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -112,6 +112,7 @@ class PagedCausalLM:
         # fixed per model, so looked up once rather than per layer and step
         first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
+        self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         self.sinks = self.family in _SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
@@ -181,9 +182,16 @@ class PagedCausalLM:
                 h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate)
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
                 continue
-            q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
-            k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            if self.fused_qkv:  # Phi-3: [q | k | v] along the output features
+                qd, kd = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+                q, k, v = sa.qkv_proj(x).split((qd, kd, kd), dim=-1)
+                q = q.reshape(t, self.num_heads, self.head_dim)
+                k = k.reshape(t, self.num_kv_heads, self.head_dim)
+                v = v.reshape(t, self.num_kv_heads, self.head_dim)
+            else:
+                q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
+                k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+                v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
             if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])

@@ -1,5 +1,5 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Gemma 3 (text), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
+(dense), Phi-3/Phi-4, Gemma 3 (text), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
 whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5/4.6,
 gpt-oss, Llama 4). Errors name the config and the field."""
 
@@ -28,6 +28,7 @@ SUPPORTED_ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
+    "Phi3ForCausalLM": "phi3",  # Phi-3 and Phi-4 (fused projections: the same weights)
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
 }

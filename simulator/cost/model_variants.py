@@ -148,7 +148,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam in ("qwen2", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window", False):
         return {}
     if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4",
-                   "gemma3"):
+                   "gemma3", "phi3"):
         return {}
     window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window")
     if not window:
@@ -157,6 +157,9 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         key = "attention_chunk_size" if fam == "llama4" else "sliding_window"
         raise ValueError(f"{where}: field {key!r} must be a positive integer or null, "
                          f"got {window!r}")
+    context = cfg.get("max_position_embeddings")
+    if isinstance(context, int) and not isinstance(context, bool) and window >= context:
+        return {}  # no prompt reaches it (Phi-4-mini: 262,144 over 131,072 positions)
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     types = cfg.get("layer_types")
     if types is not None:
