@@ -155,3 +155,23 @@ def test_estimate_prices_a_prompt_step_outside_cuda_graphs(capsys) -> None:
                                                  + ops["eager_dispatch"]["time_s"])
     assert within["step_time_s"] == graphed["step_time_s"]
     assert "eager_dispatch" not in {op["name"] for op in within["ops"]}
+
+
+def test_a_mixed_window_model_says_how_its_kv_plan_differs(capsys) -> None:
+    """gpt-oss and Gemma 3 mix sliding and full layers: the estimate says the plan keeps the
+    whole context on every layer and how many more tokens per-type KV groups would hold;
+    models whose layers all slide, or none, get no such line."""
+    from simulator.cost.memory_plan import mixed_window_note
+    from simulator.cost.models import get_model
+
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "gemma-3-27b", "--hardware", "h100-sxm",
+                         "--decode", "8x8000", "--json")
+    note = json.loads(out)["kv_plan_note"]
+    assert rc == 0 and "52 of 62 layers" in note and "6.2x" in note
+    assert "18 of 36 layers" in mixed_window_note(get_model("gpt-oss-120b"))
+    assert "2.0x" in mixed_window_note(get_model("gpt-oss-120b"))
+    for name in ("mistral-7b", "llama-3-8b", "phi-4-mini"):
+        assert mixed_window_note(get_model(name)) is None
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware", "h100-sxm",
+                         "--decode", "8x1000")
+    assert "KV plan" not in out

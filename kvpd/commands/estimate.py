@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.cost.costmodel import CostModel
     from simulator.cost.eager_dispatch import EagerDispatch
     from simulator.cost.hardware import get_accelerator
-    from simulator.cost.memory_plan import plan_memory
+    from simulator.cost.memory_plan import mixed_window_note, plan_memory
     from simulator.cost.models import get_model
     from simulator.cost.params import CostParams
     from simulator.cost.precision import checkpoint_note
@@ -211,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     out["memory_plan"] = plan.to_dict()
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
+    out["kv_plan_note"] = mixed_window_note(cm.model)
     out["precision"] = cm.precision.to_dict()
     note = checkpoint_note(model, args.dtype, quant)  # what the released checkpoint filled in
     out["precision"]["from_checkpoint"] = note is not None
@@ -252,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if not out["fits_kv_pool"]:
         print(f"warning: this batch needs {kv_tokens:,} KV tokens; the pool holds "
               f"{plan.max_num_tokens:,}")
+    if out["kv_plan_note"]:
+        print(f"KV plan       {out['kv_plan_note']}")
     print()
     print(br.format_table(explain=args.explain))
     if args.explain:

@@ -208,3 +208,21 @@ def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, matrix_bytes: f
     """Bytes of routed-expert weights on the fullest GPU, `matrix_bytes` per weight (the
     precision's, with its quantization groups)."""
     return max(routed_expert_params_per_gpu(model, sh)) * matrix_bytes
+
+
+def mixed_window_note(model: ModelSpec) -> str | None:
+    """For a model that mixes sliding-window and full-attention layers (gpt-oss, Gemma 3,
+    Llama 4): how kvpd's KV plan differs from engines that give each attention type its own
+    blocks, as a sentence; None for other models. A kvpd block holds every layer's KV, so the
+    plan keeps the whole context on the sliding layers too (blocks slide out only when every
+    layer slides); vLLM V1's hybrid KV cache manager keeps only the window there, so at
+    contexts much longer than the window it holds up to layers / full layers x the tokens."""
+    sliding, layers = model.num_sliding_layers, model.num_layers
+    if not model.sliding_window or sliding in (0, layers):
+        return None
+    return (f"{sliding} of {layers} layers attend to a {model.sliding_window:,}-token window, "
+            "but a kvpd KV block holds every layer, so the plan keeps the whole context on "
+            "all of them; engines that give each attention type its own blocks (vLLM V1's "
+            "hybrid KV cache manager) keep only the window there, up to "
+            f"{layers / (layers - sliding):.1f}x the KV tokens at long contexts: kvpd's KV "
+            "capacity is low and its preemptions high against them")
