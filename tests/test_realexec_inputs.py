@@ -378,6 +378,21 @@ def test_chat_renders_the_tokenizer_template_as_vllms_llm_chat(tmp_path):
         LLM(NAME).chat(conv)
 
 
+def test_a_multimodal_gemma3_config_without_its_text_config_is_refused():
+    cfg = builtin_config("tiny-gemma3-mm")
+    del cfg["text_config"]
+    with pytest.raises(ValueError, match="missing field 'text_config'"):
+        load_model(cfg)
+    cfg = builtin_config("tiny-gemma3-mm")
+    del cfg["text_config"]["head_dim"]
+    with pytest.raises(ValueError, match="text_config: Gemma 3 config is missing field 'head_dim'"):
+        load_model(cfg)
+    cfg = builtin_config("tiny-gemma3-mm")
+    cfg["text_config"]["attn_logit_softcapping"] = 50.0
+    with pytest.raises(ValueError, match="no logit soft-capping"):
+        load_model(cfg)
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("attn_logit_softcapping", 50.0, "no logit soft-capping"),
     ("use_bidirectional_attention", True, "not a causal LM"),
@@ -394,12 +409,14 @@ def test_a_gemma3_config_the_executor_cannot_run_is_refused_naming_the_field(fie
         load_model(cfg)
 
 
-def test_a_gemma3_checkpoint_directory_runs_its_own_weights(tmp_path):
-    """A saved Gemma 3 (text) checkpoint, tied embeddings and all, loads from its directory
-    and decodes as transformers' own `generate` does."""
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gemma3-mm"])
+def test_a_gemma3_checkpoint_directory_runs_its_own_weights(tmp_path, name):
+    """A saved Gemma 3 checkpoint, tied embeddings and all, loads from its directory and
+    decodes as transformers' own `generate` does: the text release (1B) and the multimodal
+    one (4B-27B, whose text model runs text prompts)."""
     from realexec.engine.hf_reference import hf_greedy
 
-    src = load_model("tiny-gemma3", seed=3)
+    src = load_model(name, seed=3)
     src.model.save_pretrained(tmp_path)
     prompts = random_prompts(7, [4, 17, 30])  # 17 and 30 run past the 10-token window
     outs = LLM(str(tmp_path), block_size=4).generate(

@@ -7,6 +7,7 @@ greedy decoding is not decided by float noise (see `model_loader.build_model`).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 # ~51.7M parameters, Llama-shaped: 6 layers x (attention 0.79M + MLP 2.36M) + embeddings and an
@@ -122,6 +123,20 @@ TINY: dict[str, dict[str, Any]] = {
                     "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
                     "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
                     "tie_word_embeddings": True, "pad_token_id": 0},
+    # the multimodal Gemma 3 release (4B-27B): tiny-gemma3's text model beside a one-layer
+    # SigLIP tower and projector that text prompts never reach
+    "tiny-gemma3-mm": {"model_type": "gemma3", "initializer_range": 0.5, "bos_token_id": 1,
+                       "eos_token_id": 2, "pad_token_id": 0, "mm_tokens_per_image": 4,
+                       "boi_token_index": 253, "eoi_token_index": 254, "image_token_index": 255,
+                       "text_config": {
+                           **{k: v for k, v in _TINY_COMMON.items()
+                              if k not in ("bos_token_id", "eos_token_id")},
+                           "num_hidden_layers": 4, "head_dim": 16, "query_pre_attn_scalar": 16,
+                           "sliding_window": 10,
+                           "layer_types": ["sliding_attention"] * 3 + ["full_attention"]},
+                       "vision_config": {"hidden_size": 32, "intermediate_size": 64,
+                                         "num_hidden_layers": 1, "num_attention_heads": 2,
+                                         "image_size": 28, "patch_size": 14}},
     # Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, a rotary over 3/4 of each head
     # (Phi-4-mini's partial_rotary_factor), a 10-token window on every layer (Phi-3-mini-4k
     # slides all of its layers), GQA
@@ -149,9 +164,10 @@ DEFAULT_MODEL = "llama-50m"
 
 
 def builtin_config(name: str) -> dict[str, Any]:
-    """A copy of the built-in config `name`; ValueError listing the names if unknown."""
+    """A deep copy of the built-in config `name` (its nested mappings too: a caller may edit
+    them); ValueError listing the names if unknown."""
     try:
-        return dict(BUILTIN_CONFIGS[name])
+        return copy.deepcopy(BUILTIN_CONFIGS[name])
     except KeyError:
         raise ValueError(
             f"unknown built-in model {name!r}; built-in: {', '.join(sorted(BUILTIN_CONFIGS))} "

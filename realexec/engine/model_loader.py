@@ -33,6 +33,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "gemma3_text": "Gemma 3",
+    "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
     "phi3": "Phi-3",
 }
 
@@ -138,6 +139,9 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         )
     if model_type == "gpt2" and getattr(config, "add_cross_attention", False):
         raise ValueError(f"{where}: GPT-2 with cross-attention is not a causal LM we can run")
+    if model_type == "gemma3":  # the multimodal release: its text model runs, images do not
+        config = config.get_text_config()
+        model_type = config.model_type
     if model_type == "gemma3_text":
         if getattr(config, "attn_logit_softcapping", None) is not None:
             raise ValueError(f"{where}: attn_logit_softcapping="
@@ -175,6 +179,13 @@ def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
 def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> None:
     """ValueError naming the field when `d` lacks one `REQUIRED_FIELDS[model_type]` lists (or
     gives it a non-positive value), or when `layer_types` is malformed."""
+    if model_type == "gemma3":  # the text model's fields sit under text_config
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise ValueError(f"{where}: Gemma 3 (multimodal) config is missing field "
+                             "'text_config' (a mapping), which holds its text model's shape")
+        check_required_fields("gemma3_text", text, f"{where} text_config")
+        return
     family = SUPPORTED_MODEL_TYPES[model_type]
     for key in REQUIRED_FIELDS.get(model_type, ()):
         value = d.get(key)
@@ -287,7 +298,9 @@ def load_model(
             hf = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation=impl)
     hf.eval()
     hf.requires_grad_(False)
-    return LoadedModel(hf, hf.config, torch_dtype, dev, source, weights_dir is None)
+    # a multimodal release's text config (vocabulary, context, EOS); the model itself otherwise
+    return LoadedModel(hf, hf.config.get_text_config(), torch_dtype, dev, source,
+                       weights_dir is None)
 
 
 def eos_token_id(config: PretrainedConfig) -> int | None:

@@ -81,8 +81,8 @@ class PagedCausalLM:
     DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
-        config = hf_model.config
-        check_supported(config, "model")
+        check_supported(hf_model.config, "model")
+        config = hf_model.config.get_text_config()  # a multimodal Gemma 3: its text model
         self.hf = hf_model
         self.config = config
         self.family = config.model_type
@@ -97,7 +97,7 @@ class PagedCausalLM:
             self.scales = [blk.attn.scaling for blk in self.layers]
             self.mla = False
         else:
-            base = hf_model.model
+            base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
             self.final_norm = base.norm
             self.num_heads = config.num_attention_heads
