@@ -41,6 +41,14 @@ def test_published_sizes():
     assert round(v3.num_params / 1e9) == 671 and 37 <= v3.num_active_params / 1e9 < 38
     assert v3.num_dense_layers == 3 and v3.num_moe_layers == 58
     assert v3.num_shared_experts == 1 and v3.shared_expert_ffn_size == 2048
+    # Moonshot's Kimi K2 card: 1T total, 32B activated (DeepSeek-V3's architecture with 384
+    # experts and 64 heads); Qwen3-Coder-480B-A35B: 480B total, 35B activated
+    k2 = get_model("moonshotai/Kimi-K2-Instruct")
+    assert 1.00e12 < k2.num_params < 1.05e12 and round(k2.num_active_params / 1e9) in (32, 33)
+    assert (k2.num_dense_layers, k2.num_experts, k2.kv_bytes_per_token("bf16")) == (1, 384, 61 * 576 * 2)
+    assert get_model("kimi-k2-0905").max_position_embeddings == 262144
+    coder = get_model("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8")
+    assert round(coder.num_params / 1e9) == 480 and round(coder.num_active_params / 1e9) == 35
 
 
 def test_mla_kv_bytes_are_the_latent():
