@@ -68,7 +68,7 @@ def main() -> None:
     for label, model, hw, tp, pp, *ep in CONFIGS:
         cm = CostModel(model, hw, dtype="fp8" if model == "deepseek-v3" else "bf16", tp=tp, pp=pp,
                        ep=ep[0] if ep else 1)
-        w = cm.model.sliding_window
+        w = cm.model.attention_window
         sh = mixed_batch(random.Random(0), w) if w else shape
         dsh = BatchShape.from_lists([1] * 64, decode_ctx, w) if w else decode_shape
         evals = rate(lambda cm=cm, sh=sh: cm.step_time(sh), args.n)

@@ -1,6 +1,6 @@
 """All-decode pricing (`simulator.cost.decode_steps`): the loop the native build runs and the
 numpy form the interpreter runs give bit-identical seconds, and a run equals its steps priced
-one at a time, across models (dense, MoE, MLA, sliding layers), pipeline stages, decode
+one at a time, across models (dense, MoE, MLA, sliding layers, sparse attention), pipeline stages, decode
 padding, overlap and the added per-step seconds."""
 
 from __future__ import annotations
@@ -17,15 +17,19 @@ from simulator.cost.costmodel import CostModel
 from simulator.cost.models import get_model
 from simulator.cost.params import CostParams
 
-WINDOW = 4096
-MODELS = {  # name: (model spec, shapes track the window)
-    "llama-3-8b": (get_model("llama-3-8b"), False),
-    "mixtral-8x7b": (get_model("mixtral-8x7b"), False),
-    "deepseek-v2-lite": (get_model("deepseek-v2-lite"), False),
-    "mistral-7b": (get_model("mistral-7b"), True),
+MODELS = {  # name: (model spec, the window its shapes track: 0 for none)
+    "llama-3-8b": (get_model("llama-3-8b"), 0),
+    "mixtral-8x7b": (get_model("mixtral-8x7b"), 0),
+    "deepseek-v2-lite": (get_model("deepseek-v2-lite"), 0),
+    "mistral-7b": (get_model("mistral-7b"), 4096),
     "mistral-7b half sliding": (dataclasses.replace(
         get_model("mistral-7b"), num_sliding_layers=get_model("mistral-7b").num_layers // 2),
-        True),
+        4096),
+    # sparse attention: top-k capped sums plus the indexer's share of the uncapped ones
+    "deepseek-v3.2": (get_model("deepseek-v3.2"), 2048),
+    "deepseek-v2-lite sparse": (dataclasses.replace(
+        get_model("deepseek-v2-lite"), index_topk=1024, index_n_heads=16, index_head_dim=128),
+        1024),
 }
 
 
@@ -37,11 +41,11 @@ MODELS = {  # name: (model spec, shapes track the window)
 def test_loop_and_numpy_runs_are_bit_identical_and_equal_single_steps(
         name: str, pp: int, padding: float, overlap: float, contexts: list[int], steps: int,
         extra_s: float) -> None:
-    model, windowed = MODELS[name]
+    model, window = MODELS[name]
     params = dataclasses.replace(CostParams(), decode_padding=padding, overlap=overlap)
     cm = CostModel(model, "h100-sxm", params=params, tp=2, pp=pp)
-    shape = BatchShape.from_lists([1] * len(contexts), contexts, WINDOW if windowed else 0)
-    if windowed and shape.num_decodes_below_window:  # a run stops where a context reaches it
+    shape = BatchShape.from_lists([1] * len(contexts), contexts, window)
+    if window and shape.num_decodes_below_window:  # a run stops where a context reaches it
         steps = min(steps, shape.min_window_gap)
     loop = decode_steps._loop_run(cm, shape, steps, extra_s)
     vectorised = decode_steps._numpy_run(cm, shape, steps) + extra_s if extra_s else (

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                        free_gpu_memory_fraction=args.free_gpu_memory_fraction,
                        mem_fraction_static=args.mem_fraction_static, dp_attention=dp)
     # the step's requests, one by one over the attention ranks (one rank without dp)
-    ranks = [BatchShape(window=model.sliding_window) for _ in range(args.tp if dp else 1)]
+    ranks = [BatchShape(window=model.attention_window) for _ in range(args.tp if dp else 1)]
     rank_kv = [0] * len(ranks)
     held = kv_tokens_held(model, plan.block_size)
     reqs: list[tuple[int, int, int]] = []  # (new tokens, context before, KV tokens held)
@@ -303,4 +303,12 @@ def explain_variants(cm, br, num_tokens: int) -> dict:
                             "key), decode absorbed over the latent "
                             f"({m.kv_lora_rank}+{m.qk_rope_head_dim} per key)")
         out["KV bytes per token"] = f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (latent)"
+    if m.is_sparse_attention:
+        out["sparse attention"] = (
+            f"each query attends to its top {m.index_topk:,} keys (capped sums); the indexer "
+            f"({m.index_n_heads} heads x {m.index_head_dim}, FP8) scores every key, priced as "
+            f"{cm.indexer_shares[0]:.3f} of a prefill pair and {cm.indexer_shares[1]:.3f} of a "
+            "KV token read per key")
+        out["KV bytes per token"] = (f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (latent "
+                                     f"+ {m.indexer_key_bytes} B indexer key per layer)")
     return out

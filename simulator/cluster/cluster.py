@@ -293,9 +293,10 @@ class SimCluster:
             num_cpu_blocks=plan.num_cpu_blocks,
             enable_prefix_caching=sc.cache.enable_prefix_caching,
             block_bytes=int(plan.memory.kv_bytes_per_block),
-            # sliding layers' attention is capped at the window in the shapes; blocks slide out
-            # of the pool only when every layer slides (one block table serves all layers)
-            sliding_window=self.model.sliding_window if self.model.num_sliding_layers else 0,
+            # sliding layers' attention (sparse attention: its top-k) is capped at the window
+            # in the shapes; blocks slide out of the pool only when every layer slides (one
+            # block table serves all layers; sparse attention may pick any earlier key)
+            sliding_window=self.model.attention_window,
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
         )
         pcie_link = plan.accelerator.link("pcie")

@@ -62,6 +62,7 @@ from simulator.cost.decode_steps import (
     decode_run_times,
     decode_step_time,
 )
+from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.eager_dispatch import EagerDispatch
 from simulator.cost.hardware import Accelerator, Link, get_accelerator, get_link
 from simulator.cost.kernels import (
@@ -71,7 +72,7 @@ from simulator.cost.kernels import (
     kernel_profile,
 )
 from simulator.cost.models import ModelSpec, get_model
-from simulator.cost.moe_cost import MOE_A2A_BACKENDS, expected_experts_hit
+from simulator.cost.moe_cost import MOE_A2A_BACKENDS, expected_experts_hit, mla_terms
 from simulator.cost.op_cost import StepBreakdown
 from simulator.cost.parallel import shard_model
 from simulator.cost.params import CostParams
@@ -145,14 +146,31 @@ class CostModel(StageTerms):
         self._microbatches = p.pp_microbatches or pp
         self._padding = float(p.decode_padding)
         m = self.model
-        # share of the layers that slide (their attention is capped at the window)
-        self._slide = m.num_sliding_layers / m.num_layers if m.sliding_window else 0.0
-        self._window = m.sliding_window
+        # share of the layers whose attention is capped at the window: those that slide, or
+        # every layer under sparse attention (the top-k keys)
+        self._window = m.attention_window
+        self._slide = (1.0 if m.is_sparse_attention else
+                       m.num_sliding_layers / m.num_layers if m.sliding_window else 0.0)
+        # sparse attention's indexer, which scores every key, as shares of the attention's own
+        # prices: per query-key pair at prefill (FP8 MMA at twice the BF16 rate) and per KV
+        # token read (its FP8 key beside the latent) (simulator/cost/moe_cost.py)
+        self._index_pairs = self._index_tokens = 0.0
+        if m.is_sparse_attention:
+            t = mla_terms(m, tp)
+            self._index_pairs = t.index_flops_per_pair / 2.0 / t.prefill_flops_per_pair
+            self._index_tokens = t.index_bytes_per_token / (
+                t.kv_elems_per_token * dtype_bytes(self.kv_cache_dtype))
         # steps that run outside CUDA graphs: their layers' host dispatch adds to the step
         # (simulator/cost/eager_dispatch.py); None: every step under graphs
         self.eager = eager
         self._eager_tokens = eager.max_graph_tokens if eager is not None else 0
         self._eager_s = m.num_layers * eager.layer_s if eager is not None else 0.0
+
+    @property
+    def indexer_shares(self) -> tuple[float, float]:
+        """Sparse attention's indexer as shares of the attention's own prices: (of a prefill
+        query-key pair, of a KV token read), both 0.0 without sparse attention."""
+        return self._index_pairs, self._index_tokens
 
     def expected_experts_loaded(self, num_tokens: float) -> float:
         """Routed experts whose weights one rank streams per MoE layer for a step of
@@ -202,17 +220,22 @@ class CostModel(StageTerms):
                 pad = shape.num_decode_reqs * min(shape.max_decode_context, self._window) - Dw
                 if pad > 0:
                     Dw = Dw + self._padding * pad
-            return D + self._slide * (Dw - D)
-        return D
+            return D + self._slide * (Dw - D) + self._index_tokens * D
+        return D + self._index_tokens * D if self._index_tokens else D
 
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]:
         """(prefill query-key pairs, prefill KV tokens read, decode KV tokens) per layer,
-        averaged over the layers: sliding layers take the shape's window-capped sums."""
-        P, Pctx = shape.prefill_attn_pairs, shape.prefill_context_tokens
+        averaged over the layers: sliding layers take the shape's window-capped sums; under
+        sparse attention the top-k's capped sums plus the indexer's share of the uncapped."""
+        P = P0 = shape.prefill_attn_pairs
+        Pctx = Pctx0 = shape.prefill_context_tokens
         if self._slide and self._windowed(shape):
             f = self._slide
             P += f * (shape.prefill_window_pairs - P)
             Pctx += f * (shape.prefill_window_context_tokens - Pctx)
+        if self._index_pairs:  # sparse attention's indexer scores every pair
+            P += self._index_pairs * P0
+            Pctx += self._index_tokens * Pctx0
         return P, Pctx, self.decode_attn_tokens(shape)
 
     def _windowed(self, shape: BatchShape) -> bool:

@@ -30,7 +30,7 @@ class DecodeTerms:
     decode counts: `mb` micro-batches; per stage the seconds without the decode-attention term
     (`rests`) and that term's coefficients (`attn`: s per context token computed, s per KV
     token read, s per decode request); `host` s; `ov` = 1 - overlap; and the cost model's
-    decode padding, sliding share and window (tokens)."""
+    decode padding, sliding share and window (tokens), and sparse attention's indexer share."""
 
     num_decodes: int
     mb: int
@@ -41,6 +41,7 @@ class DecodeTerms:
     padding: float
     slide: float
     window: int
+    index: float = 0.0  # sparse attention's indexer: a share of every (uncapped) context token
     Rd: float = field(init=False)  # decodes per micro-batch
 
     def __post_init__(self) -> None:
@@ -52,10 +53,13 @@ class DecodeTerms:
         sliding layers. One element of `steps`, with the same float operations."""
         padding = self.padding
         ctx = D + padding * pad if padding and pad > 0 else D
+        full = ctx
         if win is not None:  # sliding layers read the window-capped contexts
             Dw, longest = win
             Dw = Dw + padding * (self.num_decodes * min(longest, self.window) - Dw)
             ctx = ctx + self.slide * (Dw - ctx)
+        if self.index:
+            ctx = ctx + self.index * full
         mb = self.mb
         if mb != 1:
             ctx = ctx / mb
@@ -81,10 +85,13 @@ class DecodeTerms:
         """`step` elementwise over arrays of `D` and of `win`'s parts, vectorised."""
         padding = self.padding
         ctx = D + padding * pad if padding and pad > 0 else D
+        full = ctx
         if win is not None:
             Dw, longest = win
             Dw = Dw + padding * (self.num_decodes * np.minimum(longest, self.window) - Dw)
             ctx = ctx + self.slide * (Dw - ctx)
+        if self.index:
+            ctx = ctx + self.index * full
         mb = self.mb
         if mb != 1:
             ctx = ctx / mb
@@ -118,7 +125,8 @@ def decode_terms(cm: CostModel, shape: BatchShape) -> DecodeTerms:
                  for f in fasts]
         attn = [(float(f.dac), float(f.dakv), float(f.aqd)) for f in fasts]  # MLA: absorbed
         terms = DecodeTerms(shape.num_decode_reqs, mb, rests, attn, host_overhead_s(cm, shape),
-                            1.0 - cm.params.overlap, cm._padding, cm._slide, cm._window)
+                            1.0 - cm.params.overlap, cm._padding, cm._slide, cm._window,
+                            cm._index_tokens)
         cm._decode_terms[key] = terms
     return terms
 

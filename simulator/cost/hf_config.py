@@ -1,13 +1,19 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Phi-3/Phi-4, Gemma 3 (text), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
-whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5/4.6,
+whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3/V3.2 with MLA, GLM-4.5/4.6,
 gpt-oss, Llama 4). Errors name the config and the field."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.cost.model_variants import SINK_FAMILIES, mla_fields, moe_fields, window_fields
+from simulator.cost.model_variants import (
+    SINK_FAMILIES,
+    dsa_fields,
+    mla_fields,
+    moe_fields,
+    window_fields,
+)
 
 # attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention
 NO_O_BIAS_FAMILIES = {"glm4_moe"}
@@ -24,6 +30,7 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
@@ -144,7 +151,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         heads = _int(cfg, "num_attention_heads", where)
         layers = _int(cfg, "num_hidden_layers", where)  # (the variant fields index layers by it)
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
-                   **window_fields(cfg, fam, where)}
+                   **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where)}
         spec = dict(
             name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
@@ -156,7 +163,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
-                                                      and fam not in ("deepseek_v2", "deepseek_v3")),
+                                                      and fam not in ("deepseek_v2", "deepseek_v3",
+                                                                      "deepseek_v32")),
             o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3")

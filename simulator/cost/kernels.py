@@ -170,8 +170,8 @@ class KernelProfile:
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
         MoE routing and grouped GEMMs (on an MoE layer), shared experts, MLA's projections,
-        Qwen3's q/k norms, Gemma 3's sandwich norms (kernels.yaml layer_floor.extra_kernels
-        lists each)."""
+        Qwen3's q/k norms, Gemma 3's sandwich norms, DeepSeek-V3.2's sparse-attention indexer
+        (kernels.yaml layer_floor.extra_kernels lists each)."""
         if not self.kernel_s:
             return 0.0
         return self._count(self.kernels, self.extra_kernels, model, moe_layer)
@@ -197,6 +197,8 @@ class KernelProfile:
             n += extra.get("qk_norm", 0)
         if model.sandwich_norms:
             n += extra.get("sandwich_norms", 0)
+        if model.is_sparse_attention:
+            n += extra.get("sparse_indexer", 0)
         return n
 
     def moe_call_extra_s(self) -> float:

@@ -11,6 +11,9 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `n_shared_experts` (x `moe_intermediate_size`), `first_k_dense_replace` dense layers of
   `intermediate_size`, and MLA: `kv_lora_rank`, `q_lora_rank` (null = plain q_proj),
   `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`.
+- DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3's fields plus its sparse attention's
+  lightning indexer: `index_topk` (keys each query attends to), `index_n_heads`,
+  `index_head_dim`.
 - GLM-4.5 / 4.6 (Glm4MoeForCausalLM): DeepSeek-V3's MoE fields (`n_routed_experts`,
   `n_shared_experts`, `moe_intermediate_size`, `first_k_dense_replace`, `intermediate_size`)
   with grouped-query attention of an explicit `head_dim` (GLM-4.6: 96 heads of 128 over a
@@ -39,8 +42,10 @@ from __future__ import annotations
 from typing import Any
 
 MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3", "glm4_moe"}
-MLA_FAMILIES = {"deepseek_v2", "deepseek_v3"}
+                "deepseek_v3", "glm4_moe", "deepseek_v32"}
+MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32"}
+# DeepSeek Sparse Attention: a lightning indexer picks the keys each query attends to
+DSA_FAMILIES = {"deepseek_v32"}
 SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
 
 
@@ -113,7 +118,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             out["shared_expert_gate"] = True
         else:
             out["qk_norm"] = True
-    else:  # DeepSeek's keys: deepseek_v2 / v3, glm4_moe
+    else:  # DeepSeek's keys: deepseek_v2 / v3 / v32, glm4_moe
         out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
         if fam == "glm4_moe":  # GQA heads wider than hidden / heads: the config says
             out["head_dim"] = _req(cfg, "head_dim", where, fam)
@@ -141,6 +146,15 @@ def mla_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
             "v_head_dim": _req(cfg, "v_head_dim", where, fam),
             "head_dim": nope + rope}
+
+
+def dsa_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
+    """ModelSpec fields of DeepSeek Sparse Attention's indexer (empty for other families)."""
+    if fam not in DSA_FAMILIES:
+        return {}
+    return {"index_topk": _req(cfg, "index_topk", where, fam),
+            "index_n_heads": _req(cfg, "index_n_heads", where, fam),
+            "index_head_dim": _req(cfg, "index_head_dim", where, fam)}
 
 
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:

@@ -59,6 +59,10 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0  # rotary key dims, cached per token next to the latent
     v_head_dim: int = 0
+    # ---- DeepSeek Sparse Attention (DeepSeek-V3.2; 0 = every query attends to all keys) ----
+    index_topk: int = 0  # keys each query attends to, picked by the lightning indexer
+    index_n_heads: int = 0  # the indexer's query heads
+    index_head_dim: int = 0  # its query and key width (keys cached in FP8)
     # ---- sliding-window attention (0 = none) ----
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
@@ -78,6 +82,27 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def is_sparse_attention(self) -> bool:
+        """DeepSeek Sparse Attention: each query attends to the `index_topk` keys an indexer
+        scores highest among all of them."""
+        return self.index_topk > 0
+
+    @property
+    def attention_window(self) -> int:
+        """Keys a capped query attends to at most (tokens; 0: no cap): the sliding window of
+        the sliding layers, or sparse attention's top-k (every layer)."""
+        return self.sliding_window if self.num_sliding_layers else self.index_topk
+
+    @cached_property
+    def indexer_matrix_params(self) -> int:
+        """The sparse-attention indexer's matrices of one layer: its query projection from the
+        q LoRA rank, its key projection and its per-head weights from the hidden state."""
+        if not self.is_sparse_attention:
+            return 0
+        n, dk, d = self.index_n_heads, self.index_head_dim, self.hidden_size
+        return (self.q_lora_rank or d) * n * dk + d * dk + d * n
+
+    @property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is routed experts (0 for a dense model)."""
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
@@ -92,7 +117,7 @@ class ModelSpec:
             q = d * qr + qr * h * hd if qr else d * h * hd
             kv = d * (self.kv_lora_rank + self.qk_rope_head_dim) \
                 + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + h * self.v_head_dim * d
+            return q + kv + h * self.v_head_dim * d + self.indexer_matrix_params
         return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
 
     @cached_property
@@ -135,6 +160,8 @@ class ModelSpec:
             n += self.num_moe_layers * per
         if self.is_mla:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
+        if self.is_sparse_attention:  # the indexer's key LayerNorm (weight and bias)
+            n += self.num_layers * 2 * self.index_head_dim
         if self.qk_norm:
             n += self.num_layers * 2 * self.head_dim
         return n
@@ -214,11 +241,18 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes,
-        or for MLA layers x (kv_lora_rank + qk_rope_head_dim) x bytes (the latent alone)."""
+        or for MLA layers x (kv_lora_rank + qk_rope_head_dim) x bytes (the latent alone),
+        plus sparse attention's indexer keys (`indexer_key_bytes`, whatever `dtype`)."""
         if self.is_mla:
             return (self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
-                    * dtype_bytes(dtype))
+                    * dtype_bytes(dtype) + self.num_layers * self.indexer_key_bytes)
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
+
+    @property
+    def indexer_key_bytes(self) -> int:
+        """Bytes of one token's sparse-attention indexer key in one layer: FP8 with one fp32
+        scale per 128 values, as vLLM caches DeepSeek-V3.2's (0 without sparse attention)."""
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128) if self.index_head_dim else 0
 
     @cached_property
     def flops_per_token(self) -> int:
@@ -234,10 +268,13 @@ class ModelSpec:
 
     def attention_flops_per_token(self, context: int) -> int:
         """Score and value FLOPs of one query token attending to `context` keys (sliding
-        layers see at most `sliding_window` of them; MLA: q.k over nope + rope dims, p.v
-        over `v_head_dim`)."""
+        layers see at most `sliding_window` of them, sparse attention `index_topk` plus its
+        indexer's scores over all; MLA: q.k over nope + rope dims, p.v over `v_head_dim`)."""
         per_key = 2 * self.num_heads * (self.head_dim + (self.v_head_dim if self.is_mla
                                                          else self.head_dim))
+        if self.is_sparse_attention:  # the top-k keys, and the indexer's scores over all
+            return self.num_layers * (per_key * min(context, self.index_topk)
+                                      + 2 * self.index_n_heads * self.index_head_dim * context)
         full = self.num_layers - self.num_sliding_layers
         return per_key * (full * context
                           + self.num_sliding_layers * min(context, self.sliding_window))

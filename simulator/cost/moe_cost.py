@@ -27,6 +27,13 @@ per token (replicated on every TP rank, as vLLM does). Prefill attention runs th
 form: K/V rebuilt per head, 2 x heads x (d_qk + d_v) FLOPs per query-key pair; decode runs
 the absorbed form (FlashMLA): each query attends to the latent itself, 2 x heads x
 (2 x kv_lora_rank + rope) FLOPs per pair, reading only the latent per context token.
+
+DeepSeek Sparse Attention (DeepSeek-V3.2), on top of MLA: each query attends to the
+`index_topk` keys a lightning indexer scores highest, so the attention above is priced over
+min(context, top-k) keys (the batch shape's window-capped sums). The indexer scores every key:
+2 x index_n_heads x index_head_dim FLOPs per pair in FP8 (twice the BF16 rate), reading its
+FP8 key per context token; it is replicated on every TP rank, its projections join the QKV
+weights. `CostModel` adds it as a share of the attention's own per-pair and per-token prices.
 """
 
 from __future__ import annotations
@@ -130,6 +137,8 @@ class MLATerms:
     prefill_flops_per_pair: float
     decode_flops_per_pair: float
     kv_elems_per_token: float  # latent + rope key, cached and read
+    index_flops_per_pair: float = 0.0  # sparse attention's indexer: scores over every key
+    index_bytes_per_token: float = 0.0  # its FP8 key (+ scale), cached and read
 
 
 def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
@@ -140,9 +149,12 @@ def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
     dqk, dv, nope = model.head_dim, model.v_head_dim, model.qk_nope_head_dim
     w_q = d * qr + qr * h * dqk if qr else d * h * dqk
     w_kv = d * (kr + rope) + kr * h * (nope + dv)
+    n, dk = model.index_n_heads, model.index_head_dim  # (0 without sparse attention)
     return MLATerms(
-        w_qkv=w_q + w_kv, w_o=h * dv * d,
-        qkv_act_bytes_per_token=d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv),
+        w_qkv=w_q + w_kv + model.indexer_matrix_params, w_o=h * dv * d,
+        qkv_act_bytes_per_token=(d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv)
+                                 + n * dk + dk + n),
         prefill_flops_per_pair=2 * h * (dqk + dv),
         decode_flops_per_pair=2 * h * (2 * kr + rope),
-        kv_elems_per_token=kr + rope)
+        kv_elems_per_token=kr + rope,
+        index_flops_per_pair=2 * n * dk, index_bytes_per_token=model.indexer_key_bytes)

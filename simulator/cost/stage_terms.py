@@ -54,6 +54,9 @@ class StageTerms:
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
             qkv = ([(qr, d), (h * hd, qr)] if qr else [(h * hd, d)])
             qkv += [(kr + rope, d), (h * (m.qk_nope_head_dim + m.v_head_dim), kr)]
+            if m.is_sparse_attention:  # the indexer's q (from the q LoRA), k and head weights
+                n, dk = m.index_n_heads, m.index_head_dim
+                qkv += [(n * dk, qr or d), (dk, d), (n, d)]
             o = [(d, h * m.v_head_dim)]
         else:
             qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
