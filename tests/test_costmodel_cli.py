@@ -175,3 +175,13 @@ def test_a_mixed_window_model_says_how_its_kv_plan_differs(capsys) -> None:
     rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware", "h100-sxm",
                          "--decode", "8x1000")
     assert "KV plan" not in out
+
+
+def test_model_show_says_how_the_queries_attend(capsys) -> None:
+    expect = {"gemma-3-27b": "a 1,024-token sliding window on 52 of 62 layers",
+              "deepseek-v3.2": "sparse: each query attends to its top 2,048 keys",
+              "deepseek-v3": "MLA (latent 512 + rope 64 cached)",
+              "llama-3-8b": "GQA (4 query heads per KV head)", "gpt2": "MHA"}
+    for name, text in expect.items():
+        rc, out, _ = run_cli(capsys, "model", "show", name, "--json")
+        assert rc == 0 and text in json.loads(out)["attention"], name

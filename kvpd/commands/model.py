@@ -19,6 +19,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def attention_kind(m) -> str:
+    """How the model's queries attend, in words: MLA's latent, sliding windows, sparse top-k."""
+    kind = (f"MLA (latent {m.kv_lora_rank} + rope {m.qk_rope_head_dim} cached)" if m.is_mla
+            else "MHA (a KV head per query head)" if m.num_kv_heads == m.num_heads else
+            f"GQA ({m.num_heads // m.num_kv_heads} query heads per KV head)")
+    if m.is_sparse_attention:
+        kind += (f"; sparse: each query attends to its top {m.index_topk:,} keys, an indexer "
+                 f"({m.index_n_heads} heads x {m.index_head_dim}) scoring all")
+    elif m.num_sliding_layers:
+        kind += (f"; a {m.sliding_window:,}-token sliding window on {m.num_sliding_layers} of "
+                 f"{m.num_layers} layers")
+    return kind
+
+
 def model_dict(m) -> dict:
     """Shape and derived sizes of a ModelSpec (bytes, FLOPs)."""
     return {
@@ -29,6 +43,7 @@ def model_dict(m) -> dict:
         "experts_per_token": m.experts_per_token,
         "max_position_embeddings": m.max_position_embeddings,
         "tie_word_embeddings": m.tie_word_embeddings,
+        "attention": attention_kind(m),
         "num_params": m.num_params, "num_active_params": m.num_active_params,
         "flops_per_token": m.flops_per_token,
         "weight_bytes": {dt: m.weight_bytes(dt) for dt in DTYPES},
@@ -49,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([model_dict(m) for m in models], indent=2))
             return 0
-        print(f"{'model':16s} {'params':>9s} {'L':>4s} {'d':>6s} {'heads':>5s} {'kv':>3s} "
+        print(f"{'model':22s} {'params':>9s} {'L':>4s} {'d':>6s} {'heads':>5s} {'kv':>3s} "
               f"{'FFN':>6s} {'vocab':>7s} {'experts':>7s} {'KV KB/tok':>9s}  hf_id")
         for m in models:
             experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "-"
-            print(f"{m.name:16s} {m.num_params / 1e9:8.2f}B {m.num_layers:4d} {m.hidden_size:6d} "
+            print(f"{m.name:22s} {m.num_params / 1e9:8.2f}B {m.num_layers:4d} {m.hidden_size:6d} "
                   f"{m.num_heads:5d} {m.num_kv_heads:3d} {m.ffn_size:6d} {m.vocab_size:7d} "
                   f"{experts:>7s} {m.kv_bytes_per_token('bf16') / 1024:9.0f}  {m.hf_id}")
         return 0

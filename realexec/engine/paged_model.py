@@ -51,7 +51,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     if config.model_type in ("gpt2", "llama"):
         return [None] * n
     layer_types = getattr(config, "layer_types", None)
-    if config.model_type in ("qwen2", "qwen2_moe", "gpt_oss", "gemma3_text") and layer_types is not None:
+    if layer_types is not None and config.model_type in ("qwen2", "qwen2_moe", "gpt_oss",
+                                                         "gemma3_text"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return [window] * n

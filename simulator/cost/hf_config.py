@@ -1,7 +1,8 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Phi-3/Phi-4, Gemma 3 (text), Mixtral, GPT-2 and OPT families and the mixtures of experts and attention variants
-whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3/V3.2 with MLA, GLM-4.5/4.6,
-gpt-oss, Llama 4). Errors name the config and the field."""
+(dense), Phi-3/Phi-4, Gemma 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
+attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
+with MLA and V3.2 with sparse attention, GLM-4.5/4.6, gpt-oss, Llama 4). Errors name the
+config and the field."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ TEXT_CONFIG_FAMILIES = ("llama4", "gemma3")
 MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
 TIED_BY_DEFAULT = ("gemma3",)
+
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
     archs = cfg.get("architectures")
