@@ -1,7 +1,7 @@
 """All-decode pricing (`simulator.cost.decode_steps`): the loop the native build runs and the
 numpy form the interpreter runs give bit-identical seconds, and a run equals its steps priced
-one at a time, across models (dense, MoE, MLA, sliding layers, sparse attention), pipeline stages, decode
-padding, overlap and the added per-step seconds."""
+one at a time, across models (dense, MoE, MLA, sliding layers, sparse attention), pipeline
+stages, decode padding, overlap and the added per-step seconds."""
 
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def test_published_sizes():
     # experts and 64 heads); Qwen3-Coder-480B-A35B: 480B total, 35B activated
     k2 = get_model("moonshotai/Kimi-K2-Instruct")
     assert 1.00e12 < k2.num_params < 1.05e12 and round(k2.num_active_params / 1e9) in (32, 33)
-    assert (k2.num_dense_layers, k2.num_experts, k2.kv_bytes_per_token("bf16")) == (1, 384, 61 * 576 * 2)
+    assert (k2.num_dense_layers, k2.num_experts) == (1, 384)
+    assert k2.kv_bytes_per_token("bf16") == 61 * 576 * 2
     assert get_model("kimi-k2-0905").max_position_embeddings == 262144
     coder = get_model("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8")
     assert round(coder.num_params / 1e9) == 480 and round(coder.num_active_params / 1e9) == 35

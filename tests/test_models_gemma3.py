@@ -66,7 +66,8 @@ def test_local_layers_make_long_context_decode_cheaper() -> None:
                          "sliding_window": 0, "num_sliding_layers": 0})
     t_local = CostModel(gemma, "h200-sxm").step_time(
         BatchShape.from_lists([1] * 16, [32_000] * 16, window=gemma.sliding_window))
-    t_global = CostModel(dense, "h200-sxm").step_time(BatchShape.from_lists([1] * 16, [32_000] * 16))
+    t_global = CostModel(dense, "h200-sxm").step_time(
+        BatchShape.from_lists([1] * 16, [32_000] * 16))
     assert t_local < 0.75 * t_global
 
 
@@ -79,7 +80,7 @@ def test_the_text_model_type_alone_and_the_multimodal_wrapper_both_read() -> Non
                                   "text_config": text})
     assert a.num_params == b.num_params and a.num_sliding_layers == b.num_sliding_layers == 10
     assert ModelSpec.from_hf_config({**text, "sliding_window_pattern": 3}).num_sliding_layers == 8
-    with pytest.raises(ValueError, match="'sliding_window_pattern' must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="'sliding_window_pattern' must be a positive integer"):
         ModelSpec.from_hf_config({**text, "sliding_window_pattern": 0})
     with pytest.raises(ValueError, match="field 'layer_types' must list 12 entries"):
         ModelSpec.from_hf_config({**text, "layer_types": ["sliding_attention"] * 3})

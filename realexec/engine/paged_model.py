@@ -78,8 +78,9 @@ _SANDWICH_MODEL_TYPES = frozenset({"gemma3_text"})
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
-    Gemma 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral / Qwen2-MoE / Qwen3-MoE /
-    DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
+    Gemma 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
+    Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks,
+    mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         check_supported(hf_model.config, "model")
@@ -204,7 +205,8 @@ class PagedCausalLM:
             o = sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
             if self.sandwich:  # Gemma 3: norm each sublayer's output before the residual add
                 h = h + layer.post_attention_layernorm(o)
-                h = h + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(h)))
+                mlp = layer.mlp(layer.pre_feedforward_layernorm(h))
+                h = h + layer.post_feedforward_layernorm(mlp)
                 continue
             h = h + o
             x = layer.post_attention_layernorm(h)

@@ -41,7 +41,7 @@ class ModelSpec:
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
-    sandwich_norms: bool = False  # Gemma 3: RMSNorms on the attention and MLP outputs too (4 a layer)
+    sandwich_norms: bool = False  # Gemma 3: RMSNorms on the attention and MLP outputs too
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
@@ -252,7 +252,8 @@ class ModelSpec:
     def indexer_key_bytes(self) -> int:
         """Bytes of one token's sparse-attention indexer key in one layer: FP8 with one fp32
         scale per 128 values, as vLLM caches DeepSeek-V3.2's (0 without sparse attention)."""
-        return self.index_head_dim + 4 * -(-self.index_head_dim // 128) if self.index_head_dim else 0
+        dk = self.index_head_dim
+        return dk + 4 * -(-dk // 128) if dk else 0
 
     @cached_property
     def flops_per_token(self) -> int:
