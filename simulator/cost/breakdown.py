@@ -29,8 +29,9 @@ class CostModel(Protocol):
     shard: Any  # per-rank heads and KV heads
     _stages: list[dict[str, Any]]
     _padding: float
-    _slide: float  # share of layers that slide
+    _slide: float  # share of layers whose attention is capped at the window
     _window: int
+    _index_tokens: float  # sparse attention's indexer: a share of each uncapped KV token
     _decode_terms: dict[tuple[int, int, int], Any]  # `decode_steps.DecodeTerms` per shape
     eager: Any  # `eager_dispatch.EagerDispatch` or None
     _eager_s: float  # an eager step's dispatch: layers x eager.layer_s
