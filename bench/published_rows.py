@@ -57,6 +57,7 @@ MODEL_NAMES = {
     # precision is the row's.
     "deepseek-ai/DeepSeek-R1": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
+    "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2",  # V3's shapes with sparse attention
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "zai-org/GLM-4.5-Air": "glm-4.5-air",

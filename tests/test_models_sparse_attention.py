@@ -45,8 +45,9 @@ def test_a_long_context_decode_reads_the_top_k_and_the_indexer_keys() -> None:
     v3 = CostModel("deepseek-v3", "h200-sxm", dtype="fp8", tp=8)
     v32 = CostModel("deepseek-v3.2", "h200-sxm", dtype="fp8", tp=8)
     pairs, tokens = v32.indexer_shares
+    # the indexer's FP8 pair against a pair of the absorbed (MQA-form) attention over 16 heads
     assert tokens == pytest.approx(132 / (576 * 2)) and pairs == pytest.approx(
-        (2 * 64 * 128 / 2) / (2 * 16 * (192 + 128)))
+        (2 * 64 * 128 / 2) / (2 * 16 * (2 * 512 + 64)))
     for ctx, lo, hi in ((1_000, 1.0, 1.10), (100_000, 0.3, 0.5)):
         a = v3.step_time(BatchShape.from_lists([1] * 32, [ctx] * 32))
         b = v32.step_time(BatchShape.from_lists([1] * 32, [ctx] * 32, window=2048))
@@ -55,6 +56,16 @@ def test_a_long_context_decode_reads_the_top_k_and_the_indexer_keys() -> None:
     assert shape.decode_window_tokens == 8 * 2048
     assert v32.decode_attn_tokens(shape) == pytest.approx(
         shape.decode_window_tokens + tokens * shape.decode_context_tokens)
+
+
+def test_sparse_prefill_runs_in_the_absorbed_form() -> None:
+    """DSA runs under MLA's MQA mode (DeepSeek-V3.2's report): a prefill pair costs what a
+    decode pair does, 2 x heads x (2 x latent + rope), not the expanded 2 x heads x (192 + 128)."""
+    from simulator.cost.moe_cost import mla_terms
+
+    v3, v32 = mla_terms(get_model("deepseek-v3"), 8), mla_terms(get_model("deepseek-v3.2"), 8)
+    assert v3.prefill_flops_per_pair == 2 * 16 * (192 + 128)
+    assert v32.prefill_flops_per_pair == v32.decode_flops_per_pair == 2 * 16 * (2 * 512 + 64)
 
 
 def test_a_config_missing_an_indexer_field_is_refused_naming_it() -> None:

@@ -30,7 +30,9 @@ the absorbed form (FlashMLA): each query attends to the latent itself, 2 x heads
 
 DeepSeek Sparse Attention (DeepSeek-V3.2), on top of MLA: each query attends to the
 `index_topk` keys a lightning indexer scores highest, so the attention above is priced over
-min(context, top-k) keys (the batch shape's window-capped sums). The indexer scores every key:
+min(context, top-k) keys (the batch shape's window-capped sums), at prefill too in the
+absorbed (MQA) form: the report instantiates DSA under MLA's MQA mode, every selected latent
+shared by all heads, and FlashMLA's sparse prefill and decode kernels run it so. The indexer scores every key:
 2 x index_n_heads x index_head_dim FLOPs per pair in FP8 (twice the BF16 rate), reading its
 FP8 key per context token; it is replicated on every TP rank, its projections join the QKV
 weights. `CostModel` adds it as a share of the attention's own per-pair and per-token prices.
@@ -154,7 +156,10 @@ def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
         w_qkv=w_q + w_kv + model.indexer_matrix_params, w_o=h * dv * d,
         qkv_act_bytes_per_token=(d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv)
                                  + n * dk + dk + n),
-        prefill_flops_per_pair=2 * h * (dqk + dv),
+        # sparse attention runs both in MLA's MQA (absorbed) form: the top-k latents are
+        # shared by all heads (DeepSeek-V3.2's report; FlashMLA's sparse kernels)
+        prefill_flops_per_pair=(2 * h * (2 * kr + rope) if model.is_sparse_attention
+                                else 2 * h * (dqk + dv)),
         decode_flops_per_pair=2 * h * (2 * kr + rope),
         kv_elems_per_token=kr + rope,
         index_flops_per_pair=2 * n * dk, index_bytes_per_token=model.indexer_key_bytes)
