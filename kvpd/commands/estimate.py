@@ -298,7 +298,10 @@ def explain_variants(cm, br, num_tokens: int) -> dict:
         if "ep_all_to_all" in ops:
             out["EP dispatch + combine"] = (f"{ops['ep_all_to_all'].time_s * 1e3:.3f} ms over "
                                             f"{cm.ep_link.name}")
-    if m.is_mla:
+    if m.is_mla and m.is_sparse_attention:  # DSA runs in MLA's MQA (absorbed) form
+        out["attention"] = (f"MLA: prefill and decode absorbed over the latent "
+                            f"({m.kv_lora_rank}+{m.qk_rope_head_dim} per key)")
+    elif m.is_mla:
         out["attention"] = (f"MLA: prefill expanded (heads x {m.head_dim}+{m.v_head_dim} per "
                             "key), decode absorbed over the latent "
                             f"({m.kv_lora_rank}+{m.qk_rope_head_dim} per key)")
