@@ -34,6 +34,8 @@ CONFIGS = [
     {"architectures": ["OPTForCausalLM"], "model_type": "opt", "num_hidden_layers": 3,
      "hidden_size": 64, "num_attention_heads": 8, "ffn_dim": 96, "vocab_size": 320,
      "max_position_embeddings": 128, "word_embed_proj_dim": 32},  # OPT-350m-style projections
+    {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", **SMALL,
+     "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16},  # tied, sandwich norms
     {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", **SMALL,
      "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16},  # tied, sandwich norms
     {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", **SMALL,  # fused projections

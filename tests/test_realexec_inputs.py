@@ -409,7 +409,7 @@ def test_a_gemma3_config_the_executor_cannot_run_is_refused_naming_the_field(fie
         load_model(cfg)
 
 
-@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gemma3-mm"])
+@pytest.mark.parametrize("name", ["tiny-gemma2", "tiny-gemma3", "tiny-gemma3-mm"])
 def test_a_gemma3_checkpoint_directory_runs_its_own_weights(tmp_path, name):
     """A saved Gemma 3 checkpoint, tied embeddings and all, loads from its directory and
     decodes as transformers' own `generate` does: the text release (1B) and the multimodal

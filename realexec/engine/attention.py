@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from realexec.engine.kv_cache import PagedKVCache
 from realexec.engine.sinks import causal_mask, sdpa_with_sinks
+from realexec.engine.softcap import softcapped_attention
 
 try:  # the SDPA backends the model walk allows on CUDA (`sdpa_backends`)
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -63,10 +64,11 @@ class AttentionBackend(Protocol):
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-        window: int | None, sinks: torch.Tensor | None = None,
+        window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
     ) -> torch.Tensor:
         """Attention output `[T, heads, d]` for the flat batch (after storing k, v); `sinks`
-        (`[heads]`, gpt-oss): one logit per head added to the softmax denominator."""
+        (`[heads]`, gpt-oss): one logit per head added to the softmax denominator; `softcap`
+        (Gemma 2): scores capped at cap x tanh(score / cap)."""
         ...
 
 
@@ -265,13 +267,13 @@ class PagedAttention:
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-        window: int | None, sinks: torch.Tensor | None = None,
+        window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
     ) -> torch.Tensor:
         self.cache.write(layer, self.meta.slot_mapping, k, v)
         k_cache = self.cache.key_cache(layer)
         v_cache = self.cache.value_cache(layer)
         return self._attend(q, k, v, lambda slots: self.workspace.gather(k_cache, v_cache, slots),
-                            scale, window, sinks)
+                            scale, window, sinks, softcap)
 
     def attend_latent(
         self, layer: int, q: torch.Tensor, latent: torch.Tensor,
@@ -289,10 +291,11 @@ class PagedAttention:
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
-        window: int | None, sinks: torch.Tensor | None = None,
+        window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
     ) -> torch.Tensor:
         """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
-        returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator."""
+        returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator;
+        `softcap` (Gemma 2) caps the scores (`softcap.softcapped_attention`)."""
         meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads, v_dim = k.shape[1], v.shape[2]
@@ -304,7 +307,9 @@ class PagedAttention:
             kd, vd = gather(meta.decode_slots.reshape(-1))
             kd = kd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)  # [B, kvh, L, d]
             vd = vd.view(b, max_len, kv_heads, v_dim).transpose(1, 2)
-            if sinks is None:
+            if softcap:  # query rows are (kv head, group member), as for sinks
+                od = softcapped_attention(qd, kd, vd, meta.decode_mask(window), scale, softcap)
+            elif sinks is None:
                 od = F.scaled_dot_product_attention(
                     qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
                 )
@@ -323,7 +328,11 @@ class PagedAttention:
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)
-            if sinks is None:
+            if softcap:
+                if mask is None:
+                    mask = causal_mask(p.q_len, p.q_len, q.device)
+                op = softcapped_attention(qp, kp, vp, mask, scale, softcap)
+            elif sinks is None:
                 op = F.scaled_dot_product_attention(
                     qp, kp, vp, attn_mask=mask, is_causal=mask is None, scale=scale,
                     enable_gqa=gqa,

@@ -123,6 +123,14 @@ TINY: dict[str, dict[str, Any]] = {
                     "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
                     "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
                     "tie_word_embeddings": True, "pad_token_id": 0},
+    # Gemma 2: sliding and full layers alternating (sliding first; a 10-token window), sandwich
+    # norms, attention scores soft-capped at 50 and the final logits at 30 (the releases'),
+    # tied embeddings scaled by sqrt(hidden), one rotary
+    "tiny-gemma2": {"model_type": "gemma2", **_TINY_COMMON, "num_hidden_layers": 4,
+                    "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
+                    "layer_types": ["sliding_attention", "full_attention"] * 2,
+                    "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+                    "tie_word_embeddings": True, "pad_token_id": 0},
     # the multimodal Gemma 3 release (4B-27B): tiny-gemma3's text model beside a one-layer
     # SigLIP tower and projector that text prompts never reach
     "tiny-gemma3-mm": {"model_type": "gemma3", "initializer_range": 0.5, "bos_token_id": 1,

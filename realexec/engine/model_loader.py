@@ -32,15 +32,16 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "deepseek_v3": "DeepSeek-V3",
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
+    "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",
     "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
     "phi3": "Phi-3",
 }
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
-# attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`); its eager
-# attention is the reference the paged executor matches.
-_HF_ATTN: dict[str, str] = {"gpt_oss": "eager"}
+# attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`), nor logit
+# soft-capping (Gemma 2); their eager attention is the reference the paged executor matches.
+_HF_ATTN: dict[str, str] = {"gpt_oss": "eager", "gemma2": "eager"}
 
 # config.json fields a family's dict must carry: `transformers` fills absent ones with the
 # defaults of its largest release (GptOssConfig: 36 layers, 128 experts; MixtralConfig: 8
@@ -62,13 +63,14 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                     "qk_rope_head_dim", "v_head_dim"),
     "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                  "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
-    # Gemma3TextConfig's defaults are a 2B-class shape with 256-wide heads
+    # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
+    "gemma2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's
     "phi3": (*_CORE, "intermediate_size"),
 }
 # families whose `layer_types` (and `sliding_window`) are checked up front
-_WINDOWED_TYPES = ("gpt_oss", "gemma3_text")
+_WINDOWED_TYPES = ("gpt_oss", "gemma2", "gemma3_text")
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
 _DTYPES: dict[str, torch.dtype] = {

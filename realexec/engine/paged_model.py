@@ -41,7 +41,7 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
-    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss, Gemma 3) slide only their
+    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only their
     "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer when
     `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). GPT-2 and Llama have no window.
@@ -52,7 +52,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
         return [None] * n
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None and config.model_type in ("qwen2", "qwen2_moe", "gpt_oss",
-                                                         "gemma3_text"):
+                                                         "gemma2", "gemma3_text"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return [window] * n
@@ -70,15 +70,16 @@ _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # rotary of half-width cos/sin applied to the two halves (HF's `apply_rotary_pos_emb` of the
 # family's module, looked up once)
 _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
-# Gemma 3: "sandwich" norms (post_attention_layernorm on the attention output, then
-# pre/post_feedforward_layernorm around the MLP) and one rotary per attention type (its
-# local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
-_SANDWICH_MODEL_TYPES = frozenset({"gemma3_text"})
+# Gemma 2 and 3: "sandwich" norms (post_attention_layernorm on the attention output, then
+# pre/post_feedforward_layernorm around the MLP); Gemma 3 also one rotary per attention type
+# (its local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
+_SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text"})
+_ROTARY_PER_TYPE = frozenset({"gemma3_text"})
 
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
-    Gemma 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
+    Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks,
     mixed windows)."""
 
@@ -123,8 +124,11 @@ class PagedCausalLM:
         self.sandwich = self.family in _SANDWICH_MODEL_TYPES
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
-                                             if self.sandwich else [None] * self.num_layers)
+                                             if self.family in _ROTARY_PER_TYPE
+                                             else [None] * self.num_layers)
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
+        # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
+        self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
         self.base = base
         self.lm_head = hf_model.lm_head
         assert self.family in SUPPORTED_MODEL_TYPES
@@ -201,9 +205,13 @@ class PagedCausalLM:
                 o = attn.attend(i, q, k, v, self.scales[i], self.windows[i], sinks=sa.sinks)
             else:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
-                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
+                if self.attn_softcap:
+                    o = attn.attend(i, q, k, v, self.scales[i], self.windows[i],
+                                    softcap=self.attn_softcap)
+                else:
+                    o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
             o = sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
-            if self.sandwich:  # Gemma 3: norm each sublayer's output before the residual add
+            if self.sandwich:  # Gemma 2/3: norm each sublayer's output before the residual add
                 h = h + layer.post_attention_layernorm(o)
                 mlp = layer.mlp(layer.pre_feedforward_layernorm(h))
                 h = h + layer.post_feedforward_layernorm(mlp)

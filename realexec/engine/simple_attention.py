@@ -14,16 +14,21 @@ import torch
 import torch.nn.functional as F
 
 from realexec.engine.sinks import causal_mask, sdpa_with_sinks
+from realexec.engine.softcap import softcapped_attention
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-          mask: torch.Tensor | None, causal: bool, sinks: torch.Tensor | None = None
-          ) -> torch.Tensor:
+          mask: torch.Tensor | None, causal: bool, sinks: torch.Tensor | None = None,
+          softcap: float | None = None) -> torch.Tensor:
     """q `[Tq, h, d]`, k/v `[Tk, kvh, d]` -> `[Tq, h, d]`; `sinks` `[h]`: gpt-oss's per-head
-    logits in the softmax denominator."""
+    logits in the softmax denominator; `softcap`: Gemma 2's score cap."""
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     gqa = k.shape[1] != q.shape[1]
-    if sinks is not None:
+    if softcap:
+        if causal:
+            mask = causal_mask(q.shape[0], k.shape[0], q.device)
+        out = softcapped_attention(q4, k4, v4, mask, scale, softcap)
+    elif sinks is not None:
         if causal:
             mask = causal_mask(q.shape[0], k.shape[0], q.device)
         out = sdpa_with_sinks(q4, k4, v4, mask, scale, sinks.view(1, -1, 1, 1), enable_gqa=gqa)
@@ -47,11 +52,11 @@ class NoCacheAttention:
     """Causal attention over one sequence's tokens in this forward (no KV kept)."""
 
     def attend(self, layer: int, q, k, v, scale: float, window: int | None,
-               sinks: torch.Tensor | None = None) -> torch.Tensor:
+               sinks: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
         if window is None:
-            return _sdpa(q, k, v, scale, None, True, sinks)
+            return _sdpa(q, k, v, scale, None, True, sinks, softcap)
         return _sdpa(q, k, v, scale, _window_causal_mask(0, q.shape[0], k.shape[0], window,
-                                                         q.device), False, sinks)
+                                                         q.device), False, sinks, softcap)
 
 
 class ContiguousKVAttention:
@@ -66,7 +71,7 @@ class ContiguousKVAttention:
         self._new = 0
 
     def attend(self, layer: int, q, k, v, scale: float, window: int | None,
-               sinks: torch.Tensor | None = None) -> torch.Tensor:
+               sinks: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
         n = q.shape[0]
         start, end = self.length, self.length + n
         if end > self.max_len:
@@ -76,11 +81,11 @@ class ContiguousKVAttention:
         self._new = n
         kc, vc = self.kv[layer, 0, :end], self.kv[layer, 1, :end]
         if start == 0 and window is None:
-            return _sdpa(q, kc, vc, scale, None, True, sinks)
+            return _sdpa(q, kc, vc, scale, None, True, sinks, softcap)
         if n == 1 and (window is None or end <= window):
-            return _sdpa(q, kc, vc, scale, None, False, sinks)
+            return _sdpa(q, kc, vc, scale, None, False, sinks, softcap)
         return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device),
-                     False, sinks)
+                     False, sinks, softcap)
 
     def advance(self) -> None:
         """Commit the tokens of the forward just run."""

@@ -1,5 +1,5 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Phi-3/Phi-4, Gemma 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
+(dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
 with MLA and V3.2 with sparse attention, GLM-4.5/4.6, gpt-oss, Llama 4). Errors name the
 config and the field."""
@@ -37,6 +37,7 @@ SUPPORTED_ARCHITECTURES = {
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
     "Phi3ForCausalLM": "phi3",  # Phi-3 and Phi-4 (fused projections: the same weights)
+    "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
 }
@@ -45,7 +46,7 @@ TEXT_CONFIG_FAMILIES = ("llama4", "gemma3")
 # model_type values (no `architectures`) of a family named otherwise
 MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
-TIED_BY_DEFAULT = ("gemma3",)
+TIED_BY_DEFAULT = ("gemma2", "gemma3")
 
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
@@ -171,7 +172,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3")
             or bool(cfg.get("use_qk_norm", False)),
-            sandwich_norms=fam == "gemma3",
+            sandwich_norms=fam in ("gemma2", "gemma3"),
             attention_sinks=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:

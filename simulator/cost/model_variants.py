@@ -162,7 +162,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam in ("qwen2", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window", False):
         return {}
     if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4",
-                   "gemma3", "phi3"):
+                   "gemma2", "gemma3", "phi3"):
         return {}
     window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window")
     if not window:
@@ -187,6 +187,8 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     elif fam == "llama4":  # no layer_types: every no_rope_layers 0 entry is global
         nope = _list(cfg, "no_rope_layers", where)
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
+    elif fam == "gemma2":  # HF: sliding and global alternate, sliding first
+        sliding = sum(1 for i in range(L) if (i + 1) % 2)
     elif fam == "gemma3":  # HF: every sliding_window_pattern-th layer is global (default 6)
         pattern = _opt(cfg, "sliding_window_pattern", where, 6)
         if pattern == 0:

@@ -41,7 +41,7 @@ class ModelSpec:
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
-    sandwich_norms: bool = False  # Gemma 3: RMSNorms on the attention and MLP outputs too
+    sandwich_norms: bool = False  # Gemma 2/3: RMSNorms on the attention and MLP outputs too
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size

@@ -1,5 +1,5 @@
-"""Gemma 3 (text) from its HF configs: parameter counts and local/global layers as
-`transformers` builds them from the same config, the sandwich norms' kernels, the windows'
+"""Gemma 2 and Gemma 3 (text) from their HF configs: parameter counts and local/global layers
+as `transformers` builds them from the same config, the sandwich norms' kernels, the windows'
 lighter decode reads, and the config errors."""
 
 from __future__ import annotations
@@ -37,6 +37,22 @@ def test_catalog_entries_count_what_transformers_builds(name: str) -> None:
     assert spec.num_sliding_layers == hf_cfg.layer_types.count("sliding_attention")
     assert spec.sliding_window == hf_cfg.sliding_window
     assert spec.tie_word_embeddings and spec.qk_norm and spec.sandwich_norms
+
+
+@pytest.mark.parametrize("name", ["gemma-2-2b", "gemma-2-9b", "gemma-2-27b"])
+def test_gemma2_entries_count_what_transformers_builds(name: str) -> None:
+    """Gemma 2: local and global layers alternate (sliding first, as Gemma2Config derives
+    them), sandwich norms, tied embeddings; HF's published sizes 2.61B, 9.24B, 27.2B."""
+    text = {k: v for k, v in _text_config(name).items() if k != "architectures"}
+    hf_cfg = transformers.AutoConfig.for_model("gemma2", **text)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    spec = get_model(name)
+    assert spec.num_params == model.num_parameters()
+    assert spec.num_sliding_layers == hf_cfg.layer_types.count("sliding_attention")
+    assert spec.sandwich_norms and spec.tie_word_embeddings and not spec.qk_norm
+    published = {"gemma-2-2b": 2.61e9, "gemma-2-9b": 9.24e9, "gemma-2-27b": 27.2e9}[name]
+    assert spec.num_params == pytest.approx(published, rel=0.005)
 
 
 def test_published_sizes_and_global_layers() -> None:
