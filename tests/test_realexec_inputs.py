@@ -389,12 +389,12 @@ def test_a_multimodal_gemma3_config_without_its_text_config_is_refused():
         load_model(cfg)
     cfg = builtin_config("tiny-gemma3-mm")
     cfg["text_config"]["attn_logit_softcapping"] = 50.0
-    with pytest.raises(ValueError, match="no logit soft-capping"):
+    with pytest.raises(ValueError, match="soft-caps Gemma 2's scores only"):
         load_model(cfg)
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("attn_logit_softcapping", 50.0, "no logit soft-capping"),
+    ("attn_logit_softcapping", 50.0, "soft-caps Gemma 2's scores only"),
     ("use_bidirectional_attention", True, "not a causal LM"),
     ("head_dim", None, "Gemma 3 config is missing field 'head_dim'"),
     ("layer_types", ["sliding_attention", "global"], "field 'layer_types' must list"),

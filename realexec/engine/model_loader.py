@@ -147,8 +147,8 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
     if model_type == "gemma3_text":
         if getattr(config, "attn_logit_softcapping", None) is not None:
             raise ValueError(f"{where}: attn_logit_softcapping="
-                             f"{config.attn_logit_softcapping!r}: the paged attention has no "
-                             "logit soft-capping (Gemma 3 releases set null)")
+                             f"{config.attn_logit_softcapping!r}: the executor soft-caps Gemma 2's "
+                             "scores only (Gemma 3 releases set null)")
         if getattr(config, "use_bidirectional_attention", False):
             raise ValueError(f"{where}: use_bidirectional_attention=true is not a causal LM "
                              "we can run (Gemma 3 releases set false)")
