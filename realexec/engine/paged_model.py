@@ -205,11 +205,8 @@ class PagedCausalLM:
                 o = attn.attend(i, q, k, v, self.scales[i], self.windows[i], sinks=sa.sinks)
             else:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
-                if self.attn_softcap:
-                    o = attn.attend(i, q, k, v, self.scales[i], self.windows[i],
-                                    softcap=self.attn_softcap)
-                else:
-                    o = attn.attend(i, q, k, v, self.scales[i], self.windows[i])
+                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i],
+                                softcap=self.attn_softcap)
             o = sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
             if self.sandwich:  # Gemma 2/3: norm each sublayer's output before the residual add
                 h = h + layer.post_attention_layernorm(o)
