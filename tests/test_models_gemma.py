@@ -24,18 +24,24 @@ def _text_config(name: str) -> dict:
     return dict(cfg.get("text_config", cfg))
 
 
-@pytest.mark.parametrize("name", GEMMA3)
-def test_catalog_entries_count_what_transformers_builds(name: str) -> None:
-    """The text model transformers builds from the entry's (text) config has kvpd's parameter
-    count, and its layer_types (derived from sliding_window_pattern) kvpd's sliding layers."""
+def _built_by_transformers(name: str, model_type: str):
+    """(kvpd's spec, transformers' config and its model on the meta device) of a catalog entry."""
     text = {k: v for k, v in _text_config(name).items() if k != "architectures"}
-    hf_cfg = transformers.AutoConfig.for_model("gemma3_text", **text)
+    hf_cfg = transformers.AutoConfig.for_model(model_type, **text)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     spec = get_model(name)
     assert spec.num_params == model.num_parameters()
     assert spec.num_sliding_layers == hf_cfg.layer_types.count("sliding_attention")
     assert spec.sliding_window == hf_cfg.sliding_window
+    return spec
+
+
+@pytest.mark.parametrize("name", GEMMA3)
+def test_catalog_entries_count_what_transformers_builds(name: str) -> None:
+    """The text model transformers builds from the entry's (text) config has kvpd's parameter
+    count, and its layer_types (derived from sliding_window_pattern) kvpd's sliding layers."""
+    spec = _built_by_transformers(name, "gemma3_text")
     assert spec.tie_word_embeddings and spec.qk_norm and spec.sandwich_norms
 
 
@@ -43,13 +49,7 @@ def test_catalog_entries_count_what_transformers_builds(name: str) -> None:
 def test_gemma2_entries_count_what_transformers_builds(name: str) -> None:
     """Gemma 2: local and global layers alternate (sliding first, as Gemma2Config derives
     them), sandwich norms, tied embeddings; HF's published sizes 2.61B, 9.24B, 27.2B."""
-    text = {k: v for k, v in _text_config(name).items() if k != "architectures"}
-    hf_cfg = transformers.AutoConfig.for_model("gemma2", **text)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
-    spec = get_model(name)
-    assert spec.num_params == model.num_parameters()
-    assert spec.num_sliding_layers == hf_cfg.layer_types.count("sliding_attention")
+    spec = _built_by_transformers(name, "gemma2")
     assert spec.sandwich_norms and spec.tie_word_embeddings and not spec.qk_norm
     published = {"gemma-2-2b": 2.61e9, "gemma-2-9b": 9.24e9, "gemma-2-27b": 27.2e9}[name]
     assert spec.num_params == pytest.approx(published, rel=0.005)
