@@ -126,6 +126,7 @@ class PagedCausalLM:
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in _ROTARY_PER_TYPE
                                              else [None] * self.num_layers)
+        self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
@@ -167,7 +168,7 @@ class PagedCausalLM:
         """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and gpt-oss (`[T, head_dim /
         2]`), `[T, 1, d]` otherwise."""
         out = {}
-        for kind in dict.fromkeys(self.rope_kinds):
+        for kind in self._rope_kind_set:
             cos, sin = (self.base.rotary_emb(h, pos[None, :]) if kind is None
                         else self.base.rotary_emb(h, pos[None, :], kind))
             if self.mla or self.sinks:

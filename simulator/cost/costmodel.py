@@ -220,7 +220,8 @@ class CostModel(StageTerms):
                 pad = shape.num_decode_reqs * min(shape.max_decode_context, self._window) - Dw
                 if pad > 0:
                     Dw = Dw + self._padding * pad
-            return D + self._slide * (Dw - D) + self._index_tokens * D
+            Ds = D + self._slide * (Dw - D)
+            return Ds + self._index_tokens * D if self._index_tokens else Ds
         return D + self._index_tokens * D if self._index_tokens else D
 
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]:

@@ -161,9 +161,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         pool *= free_fraction
     if model.is_mla:  # the latent + rope key (+ a sparse-attention indexer key), replicated
         # on every TP rank (as vLLM)
-        kv_per_block = (block_size * max(sh.layers_per_stage)
-                        * ((model.kv_lora_rank + model.qk_rope_head_dim) * dtype_bytes(kv_dt)
-                           + model.indexer_key_bytes))
+        kv_per_block = block_size * max(sh.layers_per_stage) * model.mla_kv_bytes(kv_dt)
     else:
         kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * kv_sh.kv_heads
                         * model.head_dim * dtype_bytes(kv_dt))

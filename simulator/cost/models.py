@@ -244,9 +244,14 @@ class ModelSpec:
         or for MLA layers x (kv_lora_rank + qk_rope_head_dim) x bytes (the latent alone),
         plus sparse attention's indexer keys (`indexer_key_bytes`, whatever `dtype`)."""
         if self.is_mla:
-            return (self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
-                    * dtype_bytes(dtype) + self.num_layers * self.indexer_key_bytes)
+            return self.num_layers * self.mla_kv_bytes(dtype)
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
+
+    def mla_kv_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes one token caches in one MLA layer: its latent and rotary key in `dtype`, plus a
+        sparse-attention indexer key (`indexer_key_bytes`)."""
+        return ((self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(dtype)
+                + self.indexer_key_bytes)
 
     @property
     def indexer_key_bytes(self) -> int:
