@@ -279,6 +279,7 @@ def test_reduced_precision_runs():
                                           ("tiny-qwen2-moe", "Qwen2-MoE"),
                                           ("tiny-qwen3-moe", "Qwen3-MoE"),
                                           ("tiny-deepseek-v3", "DeepSeek-V3"),
+                                          ("tiny-deepseek-v32", "DeepSeek-V3.2"),
                                           ("tiny-glm4-moe", "GLM-4.5")])
 def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
     """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
@@ -289,6 +290,15 @@ def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family)
         broken = {k: v for k, v in cfg.items() if k != field}
         with pytest.raises(ValueError, match=f"{family} config is missing field '{field}'"):
             load_model(broken)
+
+
+def test_a_deepseek_v32_indexer_narrower_than_its_rotary_is_refused():
+    """The indexer rotates the first qk_rope_head_dim of its index_head_dim dims."""
+    cfg = builtin_config("tiny-deepseek-v32")
+    cfg["index_head_dim"] = cfg["qk_rope_head_dim"] - 1
+    with pytest.raises(ValueError, match=r"'index_head_dim' \(7\) must be at least "
+                                         r"'qk_rope_head_dim' \(8\)"):
+        load_model(cfg)
 
 
 def test_a_model_directory_with_a_tokenizer_takes_and_gives_text(tmp_path):

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BLOCK = 4
 LENS = [1, 5, 11, 23, 40]
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
-            "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-gpt-oss",
-            "tiny-gemma2", "tiny-gemma3", "tiny-gemma3-mm", "tiny-phi3"]
+            "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-deepseek-v32",
+            "tiny-glm4-moe", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-gemma3-mm", "tiny-phi3"]
 
 
 def _setup(model):
@@ -173,3 +173,26 @@ def test_mla_caches_only_the_latent():
     assert spec.bytes_per_token == pm.num_layers * 24 * 4
     dense = PagedCausalLM(load_model("tiny-mixtral", dtype="fp32", device="cpu").model)
     assert dense.kv_cache_shape == (2, dense.num_kv_heads, dense.head_dim)
+
+
+def test_deepseek_v32_caches_its_indexer_key_beside_the_latent_and_attends_sparsely(monkeypatch):
+    """DeepSeek-V3.2: each token's cache row is the MLA latent plus the indexer's key; a query
+    attends to the `index_topk` keys its indexer scores best. With every key selected instead,
+    the logits of prompts longer than top-k move far from HF's (the selection is what matches)."""
+    pm = PagedCausalLM(load_model("tiny-deepseek-v32", dtype="fp32", device="cpu").model)
+    cfg = pm.config
+    assert pm.kv_cache_shape == (1, 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim
+                                 + cfg.index_head_dim)
+    from realexec.engine import sparse_index
+
+    keep_all = sparse_index.IndexSelection.__init__
+
+    def dense(self, q, w, keys, topk, scale):
+        keep_all(self, q, w, keys, 10**9, scale)
+
+    monkeypatch.setattr(sparse_index.IndexSelection, "__init__", dense)
+    pm, cache, seqs, tables, ref = _setup("tiny-deepseek-v32")
+    got = _run_steps(pm, cache, seqs, tables, [{i: len(s) for i, s in enumerate(seqs)}])
+    for g, r, s in zip(got, ref, seqs):
+        off = float((g - r).abs().max())
+        assert (off > 1.0) == (len(s) > cfg.index_topk), (len(s), off)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from realexec.engine.kv_cache import PagedKVCache
 from realexec.engine.sinks import causal_mask, sdpa_with_sinks
 from realexec.engine.softcap import softcapped_attention
+from realexec.engine.sparse_index import IndexSelection
 
 try:  # the SDPA backends the model walk allows on CUDA (`sdpa_backends`)
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -278,24 +279,38 @@ class PagedAttention:
     def attend_latent(
         self, layer: int, q: torch.Tensor, latent: torch.Tensor,
         expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
+        select: IndexSelection | None = None,
     ) -> torch.Tensor:
-        """Multi-head latent attention: store `latent` (`[T, 1, kv_lora_rank + rope_dim]`) and
-        attend over keys/values `expand` rebuilds from the cached latents (`[n, heads, d_qk]`,
-        `[n, heads, d_v]`), as HF's DeepSeek does. Output `[T, heads, d_v]`."""
+        """Multi-head latent attention: store `latent` (`[T, 1, kv_lora_rank + rope_dim]`, plus
+        DeepSeek-V3.2's indexer key) and attend over keys/values `expand` rebuilds from the
+        cached rows (`[n, heads, d_qk]`, `[n, heads, d_v]`), as HF's DeepSeek does; with
+        `select`, each query over the keys its indexer keeps. Output `[T, heads, d_v]`."""
         self.cache.write(layer, self.meta.slot_mapping, latent, None)
         c_cache = self.cache.key_cache(layer)
         k, v = expand(latent)
         return self._attend(q, k, v, lambda slots: expand(c_cache.index_select(0, slots)),
-                            scale, None)
+                            scale, None, select=select)
+
+    def cached_rows_tail(self, layer: int, start: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """`slots -> [n, dim - start]`: the elements from `start` on of layer `layer`'s cached
+        single-plane rows (DeepSeek-V3.2: the indexer keys behind the MLA latent)."""
+        cache = self.cache
+
+        def tail(slots: torch.Tensor) -> torch.Tensor:
+            return cache.key_cache(layer)[:, 0, start:].index_select(0, slots)
+
+        return tail
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
+        select: IndexSelection | None = None,
     ) -> torch.Tensor:
         """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
         returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator;
-        `softcap` (Gemma 2) caps the scores (`softcap.softcapped_attention`)."""
+        `softcap` (Gemma 2) caps the scores (`softcap.softcapped_attention`); `select`
+        (DeepSeek-V3.2) narrows each query's keys to its indexer's top-k."""
         meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads, v_dim = k.shape[1], v.shape[2]
@@ -307,7 +322,10 @@ class PagedAttention:
             kd, vd = gather(meta.decode_slots.reshape(-1))
             kd = kd.view(b, max_len, kv_heads, head_dim).transpose(1, 2)  # [B, kvh, L, d]
             vd = vd.view(b, max_len, kv_heads, v_dim).transpose(1, 2)
-            if softcap:  # query rows are (kv head, group member), as for sinks
+            if select is not None:
+                od = F.scaled_dot_product_attention(qd, kd, vd, scale=scale, attn_mask=(
+                    select.decode_mask(meta.decode_idx, meta.decode_slots, meta.decode_valid)))
+            elif softcap:  # query rows are (kv head, group member), as for sinks
                 od = softcapped_attention(qd, kd, vd, meta.decode_mask(window), scale, softcap)
             elif sinks is None:
                 od = F.scaled_dot_product_attention(
@@ -328,7 +346,13 @@ class PagedAttention:
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)
-            if softcap:
+            if select is not None:
+                keys = meta.slot_mapping[s:e] if p.slots is None else p.slots
+                if mask is None:
+                    mask = causal_mask(p.q_len, p.q_len, q.device)
+                op = F.scaled_dot_product_attention(
+                    qp, kp, vp, attn_mask=select.prefill_mask(s, e, keys, mask), scale=scale)
+            elif softcap:
                 if mask is None:
                     mask = causal_mask(p.q_len, p.q_len, q.device)
                 op = softcapped_attention(qp, kp, vp, mask, scale, softcap)

@@ -90,6 +90,17 @@ TINY: dict[str, dict[str, Any]] = {
                          "topk_group": 1, "moe_intermediate_size": 32, "n_shared_experts": 1,
                          "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
                          "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
+    # DeepSeek-V3.2: tiny-deepseek-v3 with sparse attention: each query attends to the 8 keys
+    # its indexer (16 heads of 16 dims, a rotary over 8) scores best, so prompts longer than 8
+    # tokens attend sparsely. 16 indexer heads make an exact tie in the selection (every head's
+    # ReLU at zero) rare.
+    "tiny-deepseek-v32": {"model_type": "deepseek_v32", **_TINY_COMMON,
+                          "num_key_value_heads": 4, "n_routed_experts": 4,
+                          "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                          "moe_intermediate_size": 32, "n_shared_experts": 1,
+                          "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+                          "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+                          "index_topk": 8, "index_n_heads": 16, "index_head_dim": 16},
     # GLM-4.5 (Glm4MoeForCausalLM): q/k/v biases, per-head q/k RMSNorm, a rotary over half of
     # each head (partial_rotary_factor 0.5), layer 0 dense (`first_k_dense_replace`), layer 1
     # MoE with 4 routed experts top-2 (sigmoid router with a score-correction bias) and a

@@ -1,5 +1,6 @@
 """Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
-Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, GLM-4.5, gpt-oss) for the real executor.
+Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 with sparse attention,
+GLM-4.5, gpt-oss) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -30,6 +31,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen2_moe": "Qwen2-MoE",
     "qwen3_moe": "Qwen3-MoE",
     "deepseek_v3": "DeepSeek-V3",
+    "deepseek_v32": "DeepSeek-V3.2",
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "gemma2": "Gemma 2",
@@ -48,6 +50,9 @@ _HF_ATTN: dict[str, str] = {"gpt_oss": "eager", "gemma2": "eager"}
 # experts of 14336), which would run a different model than the file describes.
 # `sliding_window` is needed when a gpt-oss layer slides.
 _CORE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+_DEEPSEEK_V3 = (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
+                "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                "v_head_dim")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                 "num_local_experts", "num_experts_per_tok"),
@@ -58,9 +63,10 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                   "num_experts_per_tok", "shared_expert_intermediate_size"),
     "qwen3_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
                   "num_experts_per_tok"),
-    "deepseek_v3": (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
-                    "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim",
-                    "qk_rope_head_dim", "v_head_dim"),
+    "deepseek_v3": _DEEPSEEK_V3,
+    # and its sparse attention's indexer (DeepseekV32Config's defaults are the 671B release's)
+    "deepseek_v32": (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads",
+                     "index_head_dim"),
     "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                  "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
     # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
@@ -196,6 +202,10 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
                              "integer), which the executor needs")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+    if model_type == "deepseek_v32" and d["index_head_dim"] < d["qk_rope_head_dim"]:
+        raise ValueError(f"{where}: field 'index_head_dim' ({d['index_head_dim']}) must be at "
+                         f"least 'qk_rope_head_dim' ({d['qk_rope_head_dim']}): the indexer "
+                         "rotates that many of its dims")
     if model_type not in _WINDOWED_TYPES:
         return
     types = d.get("layer_types")

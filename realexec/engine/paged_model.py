@@ -16,7 +16,13 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
-from realexec.engine.mla import MLA_MODEL_TYPES, mla_attention, mla_cache_dim, mla_rotate
+from realexec.engine.mla import (
+    MLA_MODEL_TYPES,
+    indexer_rotate,
+    mla_attention,
+    mla_cache_dim,
+    mla_rotate,
+)
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 
 # rows below which CPU GEMMs are padded (see compute_logits)
@@ -62,8 +68,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
-MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "glm4_moe",
-                             "gpt_oss"})
+MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
+                             "glm4_moe", "gpt_oss"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
@@ -80,8 +86,8 @@ _ROTARY_PER_TYPE = frozenset({"gemma3_text"})
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
-    Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / GLM-4.5 (partial rotary) / gpt-oss (sinks,
-    mixed windows)."""
+    Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 (MLA with sparse attention) /
+    GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         check_supported(hf_model.config, "model")
@@ -117,6 +123,8 @@ class PagedCausalLM:
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
+        # DeepSeek-V3.2: each MLA layer attends to the keys its indexer selects
+        self.index_rotate = indexer_rotate(first_attn) if hasattr(first_attn, "indexer") else None
         self.sinks = self.family in _SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
                           if self.sinks else None)
@@ -141,7 +149,8 @@ class PagedCausalLM:
     @property
     def kv_cache_shape(self) -> tuple[int, int, int]:
         """(planes, heads, dim) of one token's cache entry per layer: (2, kv_heads, head_dim)
-        for K and V, (1, 1, kv_lora_rank + qk_rope_head_dim) for an MLA latent."""
+        for K and V, (1, 1, kv_lora_rank + qk_rope_head_dim) for an MLA latent (plus
+        index_head_dim for DeepSeek-V3.2's indexer key)."""
         if self.mla:
             return 1, 1, mla_cache_dim(self.config)
         return 2, self.num_kv_heads, self.head_dim
@@ -186,7 +195,7 @@ class PagedCausalLM:
             sa = layer.self_attn
             x = layer.input_layernorm(h)
             if self.mla:
-                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate)
+                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, self.index_rotate)
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
                 continue
             if self.fused_qkv:  # Phi-3: [q | k | v] along the output features
