@@ -39,7 +39,8 @@ def prompts(seed: int, lengths: list[int], vocab: int = 256) -> list[list[int]]:
     return [[rng.randrange(3, vocab) for _ in range(n)] for n in lengths]
 
 
-def reference(prompt_list: list[list[int]], max_tokens: int, **options: Any) -> list[list[int]]:
+def reference(prompt_list: list[list[int]], max_tokens: int, model: str = TINY,
+              **options: Any) -> list[list[int]]:
     """Greedy outputs of the colocated in-process engine (same model and seeds; `options`
     are more sampling options), computed on one torch thread (a tiny model on several
     threads of a busy machine is ~100x slower)."""
@@ -50,7 +51,7 @@ def reference(prompt_list: list[list[int]], max_tokens: int, **options: Any) -> 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        llm = LLM(TINY, **TINY_KWARGS)
+        llm = LLM(model, **TINY_KWARGS)
         outs = llm.generate(prompt_list, {**GREEDY, "max_tokens": max_tokens, **options})
     finally:
         torch.set_num_threads(threads)

@@ -192,6 +192,20 @@ def test_layerwise_transfer_with_two_prefill_workers_equals_colocated():
         assert all(r.kv["bytes"] > 0 and not r.kv.get("lost") for r in reqs)
 
 
+@pytest.mark.parametrize("kv_mode", ["full", "layerwise"])
+def test_an_mla_model_moves_its_latent_pool_and_equals_colocated(kv_mode):
+    """DeepSeek's MLA caches one plane per layer (its latents; V3.2's indexer keys ride in the
+    same row), not K and V: the prefill worker sends that plane, in one message or layer by
+    layer as each layer's attention writes it. (Before, either mode killed the prefill worker.)"""
+    model = "tiny-deepseek-v32"
+    with EngineClient(tiny_config(model=model, pd=(1, 1), kv_mode=kv_mode)) as client:
+        ps = prompts(26, [1, 9, 23, 40])  # past the indexer's 8 keys: sparse attention
+        reqs = _run(client, ps, 7)
+        assert [r.token_ids for r in reqs] == reference(ps, 7, model=model)
+        wait_pools_whole(client)
+        assert all(r.kv["bytes"] > 0 and not r.kv.get("lost") for r in reqs)
+
+
 @pytest.mark.slow
 def test_lost_kv_transfer_is_recomputed_on_the_decode_side():
     with EngineClient(tiny_config(pd=(1, 1), fault_drop_kv=True, kv_timeout_s=0.5)) as client:

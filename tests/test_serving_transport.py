@@ -82,18 +82,23 @@ def test_block_runs_groups_consecutive_ids():
     assert block_runs([]) == []
 
 
-def _cache(num_blocks: int, block_size: int, layers: int = 3) -> PagedKVCache:
-    return PagedKVCache(KVCacheSpec(layers, 2, 8, block_size, torch.float32), num_blocks,
-                        torch.device("cpu"))
+def _cache(num_blocks: int, block_size: int, layers: int = 3, planes: int = 2) -> PagedKVCache:
+    """K and V of 2 heads x 8 (planes 2), or an MLA latent row of 24 (planes 1)."""
+    heads, dim = (2, 8) if planes == 2 else (1, 24)
+    return PagedKVCache(KVCacheSpec(layers, heads, dim, block_size, torch.float32,
+                                    num_planes=planes), num_blocks, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("layerwise", [False, True])
 @pytest.mark.parametrize("gather", [False, True])
-def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise, gather, monkeypatch):
+@pytest.mark.parametrize("planes", [2, 1])
+def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise, gather, planes,
+                                                                      monkeypatch):
+    """Planes 1: an MLA model's latent pool (DeepSeek), which PD once could not send."""
     if not gather:  # send every run as a zero-copy view of the pool, however small
         monkeypatch.setattr(pd_kv, "ZERO_COPY_MIN_BYTES", 0)
     n = 23  # prompt tokens: the last source block is partial
-    src, dst = _cache(16, 4), _cache(12, 8)
+    src, dst = _cache(16, 4, planes=planes), _cache(12, 8, planes=planes)
     src_ids = [7, 8, 9, 2, 3, 11]  # 6 blocks of 4 >= 23 tokens, three runs
     g = torch.Generator().manual_seed(0)
     src.kv.copy_(torch.randn(src.kv.shape, generator=g))
@@ -101,14 +106,14 @@ def test_kv_moves_between_pools_with_different_blocks_and_block_sizes(layerwise,
     dst_ids = [5, 1, 9]  # 3 blocks of 8 >= 23 tokens
     skip = 8  # the first block is cached on the decode side already
     before = dst.kv.clone()
-    staged = StagedKV("r", "p", n, 3)
+    staged = StagedKV("r", "p", n, 3, planes)
     groups = [range(i, i + 1) for i in range(3)] if layerwise else [range(3)]
     for k, layers in enumerate(groups):
         runs, tensors = kv_frames(src, src_ids, n, layers)
         views = [t.untyped_storage().data_ptr() == src.kv.untyped_storage().data_ptr()
                  for t in tensors]
-        # 3 runs of blocks: a view per run, layer and K/V, or all of it in one gathered frame
-        assert len(tensors) == (1 if gather else 2 * len(layers) * 3)
+        # 3 runs of blocks: a view per run, layer and plane, or all of it in one gathered frame
+        assert len(tensors) == (1 if gather else planes * len(layers) * 3)
         assert all(views) != gather
         msg = decode([bytes(memoryview(f)) for f in encode("kv", {
             "request_id": "r", "num_tokens": n, "block_size": 4, "runs": runs,

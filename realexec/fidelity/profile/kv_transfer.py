@@ -53,7 +53,7 @@ def _receiver(args: dict[str, Any]) -> None:
             break
         check_kv_message(msg, cache)
         staged = StagedKV(msg.body["request_id"], msg.body["prefill_worker"],
-                          msg.body["num_tokens"], spec.num_layers)
+                          msg.body["num_tokens"], spec.num_layers, spec.num_planes)
         stage(staged, msg)
         write_staged(cache, staged, list(range(args["num_blocks"])), 0)
         if cache.device.type == "cuda":

@@ -4,11 +4,12 @@ side), collect received frames and write them into another pool (decode side).
 A `kv` message carries `runs`: one entry `[first_layer, num_layers, first_kv, num_kv,
 token_start, num_tokens]` per tensor frame, and the frame is
 `kv[first_layer : first_layer + num_layers, first_kv : first_kv + num_kv]` (kv 0: keys,
-1: values) of prompt tokens `[token_start, token_start + num_tokens)`, shaped
-`[num_layers, num_kv, num_tokens, kv_heads, head_dim]`. A CPU pool whose blocks lie in long
-runs of consecutive ids sends one zero-copy view per run, layer and K/V (`[1, 1, ...]`
-frames); scattered blocks, and any device pool, are gathered into one frame of all the
-message's layers, K and V (`[layers, 2, ...]`): one copy, one frame. Token ranges (not block
+1: values; an MLA model's pool has one plane, its latents) of prompt tokens
+`[token_start, token_start + num_tokens)`, shaped `[num_layers, num_kv, num_tokens, kv_heads,
+head_dim]`. A CPU pool whose blocks lie in long runs of consecutive ids sends one zero-copy view
+per run, layer and plane (`[1, 1, ...]` frames); scattered blocks, and any device pool, are
+gathered into one frame of all the message's layers and planes (`[layers, planes, ...]`): one
+copy, one frame. Token ranges (not block
 ids) cross the wire, so the two sides may use different block sizes and block ids. A frame may
 extend past the prompt into the tail of its final block; the receiver writes only prompt
 tokens.
@@ -52,7 +53,7 @@ def kv_frames(cache: PagedKVCache, block_ids: list[int], num_tokens: int,
     tensors are views into `cache` (valid while the blocks are held), one per run, layer and
     K/V. Otherwise (short prompts, scattered blocks, or a device pool that must go through
     host memory anyway: one device-to-host copy per frame) all of it is gathered into one
-    tensor `[layers, 2, tokens, kv_heads, head_dim]` with a single copy."""
+    tensor `[layers, planes, tokens, kv_heads, head_dim]` with a single copy."""
     if layers.step != 1 or not layers:
         raise ValueError(f"layers must be a non-empty range of consecutive layers, got {layers}")
     bs = cache.block_size
@@ -60,20 +61,21 @@ def kv_frames(cache: PagedKVCache, block_ids: list[int], num_tokens: int,
     if need > len(block_ids):
         raise ValueError(f"{num_tokens} tokens need {need} blocks, the request holds {len(block_ids)}")
     block_runs_ = block_runs(block_ids[:need])
-    frame_bytes = cache.spec.bytes_per_block // (2 * cache.spec.num_layers)  # one layer's K
+    planes = cache.spec.num_planes  # K and V, or an MLA latent
+    frame_bytes = cache.spec.bytes_per_block // (planes * cache.spec.num_layers)  # one layer's K
     if cache.device.type != "cpu" or need * frame_bytes < ZERO_COPY_MIN_BYTES * len(block_runs_):
         ids = torch.tensor(block_ids[:need], dtype=torch.long, device=cache.device)
         spec = cache.spec
         pool = cache.kv[layers.start:layers.stop]
-        blocks = pool.view(len(layers), 2, -1, bs, spec.num_kv_heads, spec.head_dim)
+        blocks = pool.view(len(layers), planes, -1, bs, spec.num_kv_heads, spec.head_dim)
         # whole-block rows: ~3x faster than gathering token slots
         frame = blocks.index_select(2, ids).flatten(2, 3)
-        return [[layers.start, len(layers), 0, 2, 0, need * bs]], [frame]
+        return [[layers.start, len(layers), 0, planes, 0, need * bs]], [frame]
     runs, tensors = [], []
     for idx, first, n in block_runs_:
         lo, hi = first * bs, (first + n) * bs
         for layer in layers:
-            for kv in (0, 1):
+            for kv in range(planes):
                 runs.append([layer, 1, kv, 1, idx * bs, n * bs])
                 tensors.append(cache.kv[layer : layer + 1, kv : kv + 1, lo:hi])
     return runs, tensors
@@ -87,6 +89,7 @@ class StagedKV:
     prefill_worker: str
     num_tokens: int
     num_layers: int
+    num_planes: int = 2  # K and V; 1 for an MLA latent pool
     parts: list[tuple[list[list[int]], list[torch.Tensor]]] = field(default_factory=list)
     covered: dict[tuple[int, int], int] = field(default_factory=dict)  # (layer, kv) -> tokens
     nbytes: int = 0  # tensor bytes received
@@ -97,11 +100,11 @@ class StagedKV:
 
     @property
     def complete(self) -> bool:
-        """Every layer's K and V cover the whole prompt."""
+        """Every layer's K and V (or latent) cover the whole prompt."""
         if not self.got_last:
             return False
         return all(self.covered.get((layer, kv), 0) >= self.num_tokens
-                   for layer in range(self.num_layers) for kv in (0, 1))
+                   for layer in range(self.num_layers) for kv in range(self.num_planes))
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -124,8 +127,11 @@ def check_kv_message(msg: Message, cache: PagedKVCache) -> None:
                                 f"num_kv, token_start, num_tokens], got {run}")
         layer, num_layers, kv, num_kv, start, n = run
         if not (layer >= 0 and num_layers >= 1 and layer + num_layers <= spec.num_layers
-                and kv >= 0 and num_kv >= 1 and kv + num_kv <= 2 and start >= 0 and n >= 1):
-            raise ProtocolError(f"kv run {i}: {run} out of range ({spec.num_layers} layers, K and V)")
+                and kv >= 0 and num_kv >= 1 and kv + num_kv <= spec.num_planes and start >= 0
+                and n >= 1):
+            planes = "K and V" if spec.num_planes == 2 else "1 plane (MLA latent)"
+            raise ProtocolError(f"kv run {i}: {run} out of range ({spec.num_layers} layers, "
+                                f"{planes})")
         if t.dtype != spec.dtype or tuple(t.shape) != (num_layers, num_kv, n, *want):
             raise ProtocolError(
                 f"kv run {i}: frame is {_dtype(t.dtype)}{list(t.shape)}, this pool needs "

@@ -39,6 +39,15 @@ class _HookedAttention:
         self.on_layer(layer)
         return out
 
+    def attend_latent(self, layer: int, *args: Any, **kwargs: Any) -> Any:
+        """MLA's attention (DeepSeek): the same hook after the latent is written."""
+        out = self.inner.attend_latent(layer, *args, **kwargs)
+        self.on_layer(layer)
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # the backend's other calls (the indexer's keys)
+        return getattr(self.inner, name)
+
 
 class _LayerHookModel:
     """The runner's model with an optional per-layer callback around its attention."""

@@ -145,7 +145,9 @@ class KVReceiver:
         with self.lock:
             st = self.staged.get(rid)
             if st is None:
-                st = StagedKV(rid, b["prefill_worker"], b["num_tokens"], self.cache.spec.num_layers)
+                spec = self.cache.spec
+                st = StagedKV(rid, b["prefill_worker"], b["num_tokens"], spec.num_layers,
+                              spec.num_planes)
                 self.staged[rid] = st
                 self.staged_at[rid] = time.monotonic()
             elif st.num_tokens != b["num_tokens"]:
