@@ -87,3 +87,59 @@ def test_a_simulation_keeps_every_block_and_finishes() -> None:
     assert res.summary["requests"]["finished"] == 30
     kvm = res.cluster.replicas[0].scheduler.kv_cache_manager
     assert kvm.sliding_window == 0 and kvm.num_slid_out_blocks == 0
+
+
+# GLM-5 (glm_moe_dsa): DeepSeek-V3.2's architecture; a layer may reuse the previous layer's
+# top-k ("shared") instead of running an indexer of its own
+GLM_SMALL = {**SMALL, "num_hidden_layers": 8}
+
+
+@pytest.mark.parametrize("extra, own", [({}, 8),  # GLM-5 / 5.1: every layer its own
+                                        ({"index_topk_freq": 4, "index_skip_topk_offset": 3}, 4),
+                                        ({"index_topk_pattern": "FFSSFSSS"}, 3)])
+def test_glm5_parameters_equal_what_transformers_builds(extra, own) -> None:
+    cfg = {**GLM_SMALL, **extra}
+    hf_cfg = transformers.AutoConfig.for_model("glm_moe_dsa", **cfg)
+    assert hf_cfg.indexer_types.count("full") == own
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    spec = ModelSpec.from_hf_config({"architectures": ["GlmMoeDsaForCausalLM"], **cfg})
+    assert spec.num_params == model.num_parameters()
+    assert spec.index_layer_share == pytest.approx(own / 8)
+    assert spec.is_mla and spec.is_moe and spec.attention_window == 8
+
+
+def test_shared_indexers_cache_and_score_less() -> None:
+    """A layer that reuses another's top-k caches no indexer key and scores no pairs: the KV
+    bytes and the long-context decode fall with the share of layers that run their own."""
+    full = ModelSpec.from_hf_config({"architectures": ["GlmMoeDsaForCausalLM"], **GLM_SMALL})
+    shared = ModelSpec.from_hf_config({"architectures": ["GlmMoeDsaForCausalLM"], **GLM_SMALL,
+                                       "index_topk_freq": 4, "index_skip_topk_offset": 3})
+    key = full.indexer_key_bytes
+    assert full.kv_bytes_per_token("bf16") - shared.kv_bytes_per_token("bf16") == 4 * key
+    a = CostModel(full, "h200-sxm", tp=1).step_time(
+        BatchShape.from_lists([1] * 16, [200] * 16, window=8))
+    b = CostModel(shared, "h200-sxm", tp=1).step_time(
+        BatchShape.from_lists([1] * 16, [200] * 16, window=8))
+    assert b < a
+
+
+def test_the_glm5_catalog_entry_is_its_744b_release() -> None:
+    """zai-org/GLM-5's config.json (GLM-5.1: the same shapes): 743.9B parameters without the
+    MTP layer (GLM's "744B"; its safetensors hold 753.9B with it)."""
+    m = get_model("zai-org/GLM-5.1")
+    assert m.name == "glm-5" and m.num_params == 743_911_199_232
+    assert (m.index_topk, m.index_n_heads, m.index_head_dim, m.index_layer_share) == \
+        (2048, 32, 128, 1.0)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("indexer_types", ["shared"] + ["full"] * 7, "the first 'full'"),
+    ("indexer_types", ["full"] * 7, "must list 8 entries"),
+    ("index_topk_pattern", "FFXS", "must be a list of strs"),
+    ("index_skip_topk_offset", "3", "must be an integer"),
+])
+def test_a_bad_glm5_indexer_layout_is_refused_naming_the_field(field, value, says) -> None:
+    cfg = {"architectures": ["GlmMoeDsaForCausalLM"], **GLM_SMALL, field: value}
+    with pytest.raises(ValueError, match=says):
+        ModelSpec.from_hf_config(cfg)

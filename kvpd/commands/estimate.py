@@ -312,6 +312,8 @@ def explain_variants(cm, br, num_tokens: int) -> dict:
             f"({m.index_n_heads} heads x {m.index_head_dim}, FP8) scores every key, priced as "
             f"{cm.indexer_shares[0]:.3f} of a prefill pair and {cm.indexer_shares[1]:.3f} of a "
             "KV token read per key")
+        where = (f"on {m.num_index_layers} of {m.num_layers} layers" if m.num_index_layers
+                 else "per layer")
         out["KV bytes per token"] = (f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (latent "
-                                     f"+ {m.indexer_key_bytes} B indexer key per layer)")
+                                     f"+ {m.indexer_key_bytes} B indexer key {where})")
     return out

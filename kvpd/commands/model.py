@@ -27,6 +27,9 @@ def attention_kind(m) -> str:
     if m.is_sparse_attention:
         kind += (f"; sparse: each query attends to its top {m.index_topk:,} keys, an indexer "
                  f"({m.index_n_heads} heads x {m.index_head_dim}) scoring all")
+        if m.num_index_layers:
+            kind += (f" (its own on {m.num_index_layers} of {m.num_layers} layers; the others "
+                     "reuse the previous layer's top-k)")
     elif m.num_sliding_layers:
         kind += (f"; a {m.sliding_window:,}-token sliding window on {m.num_sliding_layers} of "
                  f"{m.num_layers} layers")

@@ -1,7 +1,7 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
-with MLA and V3.2 with sparse attention, GLM-4.5/4.6, gpt-oss, Llama 4). Errors name the
+with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, Llama 4). Errors name the
 config and the field."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ SUPPORTED_ARCHITECTURES = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",  # GLM-5: DeepSeek-V3.2's architecture
     "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
@@ -167,7 +168,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
                                                       and fam not in ("deepseek_v2", "deepseek_v3",
-                                                                      "deepseek_v32")),
+                                                                      "deepseek_v32",
+                                                                      "glm_moe_dsa")),
             o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3")

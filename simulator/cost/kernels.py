@@ -197,8 +197,8 @@ class KernelProfile:
             n += extra.get("qk_norm", 0)
         if model.sandwich_norms:
             n += extra.get("sandwich_norms", 0)
-        if model.is_sparse_attention:
-            n += extra.get("sparse_indexer", 0)
+        if model.is_sparse_attention:  # (averaged where layers share an indexer: GLM-5.2)
+            n += extra.get("sparse_indexer", 0) * model.index_layer_share
         return n
 
     def moe_call_extra_s(self) -> float:

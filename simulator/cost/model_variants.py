@@ -14,6 +14,11 @@ Families and the config.json keys each needs (the HF `transformers` names):
 - DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3's fields plus its sparse attention's
   lightning indexer: `index_topk` (keys each query attends to), `index_n_heads`,
   `index_head_dim`.
+- GLM-5 (GlmMoeDsaForCausalLM, `glm_moe_dsa`): DeepSeek-V3.2's fields (sigmoid router, one
+  expert group); a layer may reuse the previous layer's top-k instead of running its own
+  indexer (`indexer_types` "full" / "shared", else derived as HF does from
+  `index_topk_pattern` or `index_topk_freq` and `index_skip_topk_offset`; GLM-5 and 5.1 run
+  every layer's).
 - GLM-4.5 / 4.6 (Glm4MoeForCausalLM): DeepSeek-V3's MoE fields (`n_routed_experts`,
   `n_shared_experts`, `moe_intermediate_size`, `first_k_dense_replace`, `intermediate_size`)
   with grouped-query attention of an explicit `head_dim` (GLM-4.6: 96 heads of 128 over a
@@ -42,10 +47,10 @@ from __future__ import annotations
 from typing import Any
 
 MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3", "glm4_moe", "deepseek_v32"}
-MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32"}
+                "deepseek_v3", "glm4_moe", "deepseek_v32", "glm_moe_dsa"}
+MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
 # DeepSeek Sparse Attention: a lightning indexer picks the keys each query attends to
-DSA_FAMILIES = {"deepseek_v32"}
+DSA_FAMILIES = {"deepseek_v32", "glm_moe_dsa"}
 SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
 
 
@@ -118,7 +123,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             out["shared_expert_gate"] = True
         else:
             out["qk_norm"] = True
-    else:  # DeepSeek's keys: deepseek_v2 / v3 / v32, glm4_moe
+    else:  # DeepSeek's keys: deepseek_v2 / v3 / v32, glm4_moe, glm_moe_dsa
         out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
         if fam == "glm4_moe":  # GQA heads wider than hidden / heads: the config says
             out["head_dim"] = _req(cfg, "head_dim", where, fam)
@@ -152,9 +157,41 @@ def dsa_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """ModelSpec fields of DeepSeek Sparse Attention's indexer (empty for other families)."""
     if fam not in DSA_FAMILIES:
         return {}
-    return {"index_topk": _req(cfg, "index_topk", where, fam),
-            "index_n_heads": _req(cfg, "index_n_heads", where, fam),
-            "index_head_dim": _req(cfg, "index_head_dim", where, fam)}
+    out = {"index_topk": _req(cfg, "index_topk", where, fam),
+           "index_n_heads": _req(cfg, "index_n_heads", where, fam),
+           "index_head_dim": _req(cfg, "index_head_dim", where, fam)}
+    types = indexer_types(cfg, where) if fam == "glm_moe_dsa" else []
+    if "shared" in types:
+        out["num_index_layers"] = types.count("full")
+    return out
+
+
+def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
+    """GLM-5's per-layer indexer mode, "full" (its own indexer) or "shared" (the previous
+    layer's top-k), as transformers' `GlmMoeDsaConfig` derives it: `indexer_types`, else
+    `index_topk_pattern` (a string of F / S or a list), else every `index_topk_freq`-th layer
+    from `index_skip_topk_offset` - 1 on (default 1 and 2: every layer runs its own)."""
+    L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
+    types = _list(cfg, "indexer_types", where, str)
+    if not types:
+        pattern = cfg.get("index_topk_pattern")
+        if isinstance(pattern, str) and set(pattern) <= {"F", "S"}:
+            types = [{"F": "full", "S": "shared"}[c] for c in pattern]
+        elif pattern is not None:
+            types = _list(cfg, "index_topk_pattern", where, str)
+        else:
+            freq = max(_opt(cfg, "index_topk_freq", where, 1), 1)
+            offset = cfg.get("index_skip_topk_offset", 2)
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise ValueError(f"{where}: field 'index_skip_topk_offset' must be an integer, "
+                                 f"got {offset!r}")
+            types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared"
+                     for i in range(L)]
+    if len(types) != L or not set(types) <= {"full", "shared"} or types[0] != "full":
+        raise ValueError(f"{where}: the indexer modes ('indexer_types', or from "
+                         f"'index_topk_pattern') must list {L} entries of 'full' / 'shared', the "
+                         f"first 'full' (a shared layer reuses the one before), got {types!r}")
+    return types
 
 
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:

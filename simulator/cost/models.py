@@ -63,6 +63,8 @@ class ModelSpec:
     index_topk: int = 0  # keys each query attends to, picked by the lightning indexer
     index_n_heads: int = 0  # the indexer's query heads
     index_head_dim: int = 0  # its query and key width (keys cached in FP8)
+    num_index_layers: int = 0  # layers running their own indexer (0: all; GLM-5.2's others reuse
+    #                            the previous layer's top-k: no indexer weights, keys or scores)
     # ---- sliding-window attention (0 = none) ----
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
@@ -93,10 +95,17 @@ class ModelSpec:
         the sliding layers, or sparse attention's top-k (every layer)."""
         return self.sliding_window if self.num_sliding_layers else self.index_topk
 
+    @property
+    def index_layer_share(self) -> float:
+        """Fraction of layers that run their own sparse-attention indexer (0 without one)."""
+        if not self.is_sparse_attention:
+            return 0.0
+        return self.num_index_layers / self.num_layers if self.num_index_layers else 1.0
+
     @cached_property
     def indexer_matrix_params(self) -> int:
-        """The sparse-attention indexer's matrices of one layer: its query projection from the
-        q LoRA rank, its key projection and its per-head weights from the hidden state."""
+        """The sparse-attention indexer's matrices of one layer that runs one: its query
+        projection from the q LoRA rank, its key projection and its per-head weights."""
         if not self.is_sparse_attention:
             return 0
         n, dk, d = self.index_n_heads, self.index_head_dim, self.hidden_size
@@ -110,14 +119,16 @@ class ModelSpec:
     @cached_property
     def attn_matrix_params(self) -> int:
         """Q, K, V and output projection weights of one layer (MLA: q (LoRA), the KV down
-        projection to latent + rope key, the latent's up projection to K_nope and V, o)."""
+        projection to latent + rope key, the latent's up projection to K_nope and V, o; sparse
+        attention's indexer, averaged over the layers where some share one)."""
         d, hd = self.hidden_size, self.head_dim
         if self.is_mla:
             h, qr = self.num_heads, self.q_lora_rank
             q = d * qr + qr * h * hd if qr else d * h * hd
             kv = d * (self.kv_lora_rank + self.qk_rope_head_dim) \
                 + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + h * self.v_head_dim * d + self.indexer_matrix_params
+            return q + kv + h * self.v_head_dim * d + round(self.indexer_matrix_params
+                                                            * self.index_layer_share)
         return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
 
     @cached_property
@@ -161,7 +172,7 @@ class ModelSpec:
         if self.is_mla:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
         if self.is_sparse_attention:  # the indexer's key LayerNorm (weight and bias)
-            n += self.num_layers * 2 * self.index_head_dim
+            n += (self.num_index_layers or self.num_layers) * 2 * self.index_head_dim
         if self.qk_norm:
             n += self.num_layers * 2 * self.head_dim
         return n
@@ -249,9 +260,10 @@ class ModelSpec:
 
     def mla_kv_bytes(self, dtype: str = "bf16") -> float:
         """Bytes one token caches in one MLA layer: its latent and rotary key in `dtype`, plus a
-        sparse-attention indexer key (`indexer_key_bytes`)."""
+        sparse-attention indexer key (`indexer_key_bytes`; averaged over the layers where some
+        reuse another's top-k and cache none)."""
         return ((self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(dtype)
-                + self.indexer_key_bytes)
+                + self.indexer_key_bytes * self.index_layer_share)
 
     @property
     def indexer_key_bytes(self) -> int:
@@ -280,7 +292,8 @@ class ModelSpec:
                                                          else self.head_dim))
         if self.is_sparse_attention:  # the top-k keys, and the indexer's scores over all
             return self.num_layers * (per_key * min(context, self.index_topk)
-                                      + 2 * self.index_n_heads * self.index_head_dim * context)
+                                      + 2 * self.index_n_heads * self.index_head_dim * context
+                                      * self.index_layer_share)
         full = self.num_layers - self.num_sliding_layers
         return per_key * (full * context
                           + self.num_sliding_layers * min(context, self.sliding_window))

@@ -152,14 +152,16 @@ def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
     w_q = d * qr + qr * h * dqk if qr else d * h * dqk
     w_kv = d * (kr + rope) + kr * h * (nope + dv)
     n, dk = model.index_n_heads, model.index_head_dim  # (0 without sparse attention)
+    share = model.index_layer_share  # layers with an indexer of their own (GLM-5.2: some reuse)
     return MLATerms(
-        w_qkv=w_q + w_kv + model.indexer_matrix_params, w_o=h * dv * d,
+        w_qkv=w_q + w_kv + model.indexer_matrix_params * share, w_o=h * dv * d,
         qkv_act_bytes_per_token=(d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv)
-                                 + n * dk + dk + n),
+                                 + (n * dk + dk + n) * share),
         # sparse attention runs both in MLA's MQA (absorbed) form: the top-k latents are
         # shared by all heads (DeepSeek-V3.2's report; FlashMLA's sparse kernels)
         prefill_flops_per_pair=(2 * h * (2 * kr + rope) if model.is_sparse_attention
                                 else 2 * h * (dqk + dv)),
         decode_flops_per_pair=2 * h * (2 * kr + rope),
         kv_elems_per_token=kr + rope,
-        index_flops_per_pair=2 * n * dk, index_bytes_per_token=model.indexer_key_bytes)
+        index_flops_per_pair=2 * n * dk * share,
+        index_bytes_per_token=model.indexer_key_bytes * share)

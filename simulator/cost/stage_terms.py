@@ -56,7 +56,9 @@ class StageTerms:
             qkv += [(kr + rope, d), (h * (m.qk_nope_head_dim + m.v_head_dim), kr)]
             if m.is_sparse_attention:  # the indexer's q (from the q LoRA), k and head weights
                 n, dk = m.index_n_heads, m.index_head_dim
-                qkv += [(n * dk, qr or d), (dk, d), (n, d)]
+                own = m.index_layer_share  # (outputs scaled where layers share one: GLM-5.2)
+                qkv += [(max(1, round(n * dk * own)), qr or d), (max(1, round(dk * own)), d),
+                        (max(1, round(n * own)), d)]
             o = [(d, h * m.v_head_dim)]
         else:
             qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
