@@ -280,6 +280,7 @@ def test_reduced_precision_runs():
                                           ("tiny-qwen3-moe", "Qwen3-MoE"),
                                           ("tiny-deepseek-v3", "DeepSeek-V3"),
                                           ("tiny-deepseek-v32", "DeepSeek-V3.2"),
+                                          ("tiny-glm5", "GLM-5"),
                                           ("tiny-glm4-moe", "GLM-4.5")])
 def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
     """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
@@ -298,6 +299,14 @@ def test_a_deepseek_v32_indexer_narrower_than_its_rotary_is_refused():
     cfg["index_head_dim"] = cfg["qk_rope_head_dim"] - 1
     with pytest.raises(ValueError, match=r"'index_head_dim' \(7\) must be at least "
                                          r"'qk_rope_head_dim' \(8\)"):
+        load_model(cfg)
+
+
+def test_a_glm5_config_whose_first_layer_shares_an_indexer_is_refused():
+    """A "shared" layer reuses the previous layer's top-k: the first has none to reuse."""
+    cfg = builtin_config("tiny-glm5")
+    cfg["indexer_types"] = ["shared", "full", "full", "full"]
+    with pytest.raises(ValueError, match="indexer_types must start with 'full'"):
         load_model(cfg)
 
 

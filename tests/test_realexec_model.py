@@ -21,7 +21,8 @@ BLOCK = 4
 LENS = [1, 5, 11, 23, 40]
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
             "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-deepseek-v32",
-            "tiny-glm4-moe", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-gemma3-mm", "tiny-phi3"]
+            "tiny-glm5", "tiny-glm4-moe", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3",
+            "tiny-gemma3-mm", "tiny-phi3"]
 
 
 def _setup(model):
@@ -196,3 +197,34 @@ def test_deepseek_v32_caches_its_indexer_key_beside_the_latent_and_attends_spars
     for g, r, s in zip(got, ref, seqs):
         off = float((g - r).abs().max())
         assert (off > 1.0) == (len(s) > cfg.index_topk), (len(s), off)
+
+
+def test_glm5_rotates_its_indexer_interleaved_and_shared_layers_reuse_the_top_k(monkeypatch):
+    """GLM-5: the indexer's rotary is interleaved (DeepSeek-V3.2's is half-split), and a layer
+    without an indexer ("shared") attends to the previous layer's selection. Either changed,
+    the logits of prompts longer than top-k leave HF's."""
+    from realexec.engine import sparse_index
+
+    def off(pm, cache, seqs, tables, ref):
+        got = _run_steps(pm, cache, seqs, tables, [{i: len(s) for i, s in enumerate(seqs)}])
+        return [float((g - r).abs().max()) for g, r in zip(got, ref)]
+
+    pm, cache, seqs, tables, ref = _setup("tiny-glm5")
+    long = [len(s) > pm.config.index_topk for s in seqs]
+    assert max(off(pm, cache, seqs, tables, ref)) < 1e-3
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as v32
+
+    pm.index_rotate = v32.apply_rotary_pos_emb  # DeepSeek-V3.2's half-split rotary
+    assert [d > 1.0 for d in off(pm, cache, seqs, tables, ref)] == long
+    pm, cache, seqs, tables, ref = _setup("tiny-glm5")
+    own = sparse_index.SparseIndexState.select
+
+    def dense_when_shared(self, sa, x, q_latent, cos, sin, keys, key_dim):
+        if sa.indexer is None:  # attend to every key instead of reusing the last top-k
+            key, last = own(self, sa, x, q_latent, cos, sin, keys, key_dim)
+            return key, sparse_index.IndexSelection(last.q, last.weights, last.keys, 10**9,
+                                                    last.scale)
+        return own(self, sa, x, q_latent, cos, sin, keys, key_dim)
+
+    monkeypatch.setattr(sparse_index.SparseIndexState, "select", dense_when_shared)
+    assert [d > 1.0 for d in off(pm, cache, seqs, tables, ref)] == long

@@ -101,6 +101,16 @@ TINY: dict[str, dict[str, Any]] = {
                           "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
                           "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
                           "index_topk": 8, "index_n_heads": 16, "index_head_dim": 16},
+    # GLM-5 (GlmMoeDsaForCausalLM): tiny-deepseek-v32's shapes over 4 layers, the indexer
+    # rotated interleaved, and layers 1 and 3 reusing the previous layer's top-k (GLM-5.2's
+    # "shared" indexers; GLM-5 and 5.1 run every layer's own)
+    "tiny-glm5": {"model_type": "glm_moe_dsa", **_TINY_COMMON, "num_hidden_layers": 4,
+                  "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                  "n_group": 1, "topk_group": 1, "moe_intermediate_size": 32,
+                  "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 16,
+                  "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                  "v_head_dim": 16, "index_topk": 8, "index_n_heads": 16, "index_head_dim": 16,
+                  "indexer_types": ["full", "shared", "full", "shared"]},
     # GLM-4.5 (Glm4MoeForCausalLM): q/k/v biases, per-head q/k RMSNorm, a rotary over half of
     # each head (partial_rotary_factor 0.5), layer 0 dense (`first_k_dense_replace`), layer 1
     # MoE with 4 routed experts top-2 (sigmoid router with a score-correction bias) and a

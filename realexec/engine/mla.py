@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from realexec.engine.attention import AttentionBackend
-from realexec.engine.sparse_index import index_key_dim, index_selection
+from realexec.engine.sparse_index import SparseIndexState, index_key_dim
 
-MLA_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32"})
+MLA_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
 
 
 def mla_cache_dim(config) -> int:
@@ -38,17 +38,20 @@ def mla_rotate(sa: nn.Module) -> Callable:
 
 
 def indexer_rotate(sa: nn.Module) -> Callable:
-    """The half-split rotary HF's DeepSeek-V3.2 indexer calls (`apply_rotary_pos_emb`)."""
-    return sys.modules[type(sa).__module__].apply_rotary_pos_emb
+    """The rotary HF's sparse-attention indexer calls: DeepSeek-V3.2's half-split
+    (`apply_rotary_pos_emb`), GLM-5's interleaved, as its MLA."""
+    hf = sys.modules[type(sa).__module__]
+    return hf.apply_rotary_pos_emb_interleave if sa.config.model_type == "glm_moe_dsa" \
+        else hf.apply_rotary_pos_emb
 
 
 def mla_attention(
     sa: nn.Module, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-    attn: AttentionBackend, rotate: Callable, index_rotate: Callable | None = None,
+    attn: AttentionBackend, rotate: Callable, sparse: SparseIndexState | None = None,
 ) -> torch.Tensor:
     """`sa.o_proj` of MLA for the flat batch `x` `[T, hidden]`; `cos`/`sin` `[T, rope_dim]`;
-    `rotate`: `mla_rotate(sa)`; `index_rotate` (DeepSeek-V3.2: `indexer_rotate(sa)`): attend
-    only to the keys the layer's indexer selects."""
+    `rotate`: `mla_rotate(sa)`; `sparse` (DeepSeek-V3.2, GLM-5: the forward's state): attend
+    only to the keys the layer's indexer (or the one it reuses) selects."""
     t = x.shape[0]
     heads, nope, rope = sa.num_heads, sa.qk_nope_head_dim, sa.qk_rope_head_dim
     rank, dv = sa.kv_lora_rank, sa.v_head_dim
@@ -65,9 +68,10 @@ def mla_attention(
     q = torch.cat((q_pass, q_rot), dim=-1)
     latent = torch.cat((kv_nope.view(t, 1, rank), k_rot), dim=-1)
     select = None
-    if index_rotate is not None:  # DeepSeek-V3.2: the indexer key rides in the latent's row
-        index_key, select = index_selection(sa, x, q_latent, cos, sin, index_rotate,
-                                            attn.cached_rows_tail(layer, rank + rope))
+    if sparse is not None:  # the indexer key rides in the latent's row
+        index_key, select = sparse.select(sa, x, q_latent, cos, sin,
+                                          attn.cached_rows_tail(layer, rank + rope),
+                                          index_key_dim(sa.config))
         latent = torch.cat((latent, index_key.view(t, 1, -1)), dim=-1)
 
     def expand(lat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

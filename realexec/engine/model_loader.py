@@ -1,6 +1,6 @@
 """Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
-Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 with sparse attention,
-GLM-4.5, gpt-oss) for the real executor.
+Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 and GLM-5 with sparse
+attention, GLM-4.5, gpt-oss) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -32,6 +32,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3_moe": "Qwen3-MoE",
     "deepseek_v3": "DeepSeek-V3",
     "deepseek_v32": "DeepSeek-V3.2",
+    "glm_moe_dsa": "GLM-5",
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "gemma2": "Gemma 2",
@@ -53,6 +54,7 @@ _CORE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"
 _DEEPSEEK_V3 = (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                 "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim")
+_DEEPSEEK_V32 = (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads", "index_head_dim")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                 "num_local_experts", "num_experts_per_tok"),
@@ -65,8 +67,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                   "num_experts_per_tok"),
     "deepseek_v3": _DEEPSEEK_V3,
     # and its sparse attention's indexer (DeepseekV32Config's defaults are the 671B release's)
-    "deepseek_v32": (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads",
-                     "index_head_dim"),
+    "deepseek_v32": _DEEPSEEK_V32,
+    "glm_moe_dsa": _DEEPSEEK_V32,  # (GlmMoeDsaConfig's defaults are GLM-5's 744B release)
     "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                  "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
     # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
@@ -147,6 +149,11 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         )
     if model_type == "gpt2" and getattr(config, "add_cross_attention", False):
         raise ValueError(f"{where}: GPT-2 with cross-attention is not a causal LM we can run")
+    if model_type == "glm_moe_dsa":
+        types = list(getattr(config, "indexer_types", None) or ["full"])
+        if types[0] != "full":
+            raise ValueError(f"{where}: indexer_types must start with 'full' (a 'shared' layer "
+                             f"reuses the previous layer's top-k), got {types!r}")
     if model_type == "gemma3":  # the multimodal release: its text model runs, images do not
         config = config.get_text_config()
         model_type = config.model_type
@@ -202,7 +209,8 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
                              "integer), which the executor needs")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
-    if model_type == "deepseek_v32" and d["index_head_dim"] < d["qk_rope_head_dim"]:
+    if model_type in ("deepseek_v32", "glm_moe_dsa") and \
+            d["index_head_dim"] < d["qk_rope_head_dim"]:
         raise ValueError(f"{where}: field 'index_head_dim' ({d['index_head_dim']}) must be at "
                          f"least 'qk_rope_head_dim' ({d['qk_rope_head_dim']}): the indexer "
                          "rotates that many of its dims")

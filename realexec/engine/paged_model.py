@@ -24,6 +24,7 @@ from realexec.engine.mla import (
     mla_rotate,
 )
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
+from realexec.engine.sparse_index import SparseIndexState
 
 # rows below which CPU GEMMs are padded (see compute_logits)
 _CPU_MIN_GEMM_ROWS = 4
@@ -69,7 +70,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
-                             "glm4_moe", "gpt_oss"})
+                             "glm_moe_dsa", "glm4_moe", "gpt_oss"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
@@ -86,8 +87,8 @@ _ROTARY_PER_TYPE = frozenset({"gemma3_text"})
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
-    Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 (MLA with sparse attention) /
-    GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
+    Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
+    attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         check_supported(hf_model.config, "model")
@@ -123,7 +124,7 @@ class PagedCausalLM:
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
-        # DeepSeek-V3.2: each MLA layer attends to the keys its indexer selects
+        # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
         self.index_rotate = indexer_rotate(first_attn) if hasattr(first_attn, "indexer") else None
         self.sinks = self.family in _SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
@@ -190,12 +191,13 @@ class PagedCausalLM:
         h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
         rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
+        sparse = SparseIndexState(self.index_rotate) if self.index_rotate else None
         for i, layer in enumerate(self.layers):
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
             x = layer.input_layernorm(h)
             if self.mla:
-                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, self.index_rotate)
+                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, sparse)
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
                 continue
             if self.fused_qkv:  # Phi-3: [q | k | v] along the output features

@@ -1,11 +1,13 @@
-"""DeepSeek Sparse Attention (DSA, DeepSeek-V3.2): the lightning indexer's top-k key selection.
+"""DeepSeek Sparse Attention (DSA: DeepSeek-V3.2, GLM-5): the lightning indexer's top-k keys.
 
 Each MLA layer of V3.2 carries an indexer with its own small projections: per query token
 `index_n_heads` queries (from the MLA's normalised query latent) and per-head weights, per key
 token one key of `index_head_dim` (a LayerNorm'd projection of the layer input), both rotated
 over their first `qk_rope_head_dim` dims (half-split, unlike MLA's interleaved rotary). A query
 scores every key it may see as sum_h w_h x relu(q_h . k x d^-0.5) and attends only to the
-`index_topk` best; shorter contexts attend to every key, as plain MLA.
+`index_topk` best; shorter contexts attend to every key, as plain MLA. GLM-5 rotates the
+indexer interleaved (as its MLA) and may let a layer reuse the previous layer's selection
+(`indexer_types` "shared": that layer has no indexer and caches no indexer key).
 
 The executor caches the indexer key beside the MLA latent (the tail of the same cache row,
 `mla.mla_cache_dim`), so one slot mapping serves both. Scores are computed in fp32 with the
@@ -22,7 +24,7 @@ import torch
 from torch import nn
 
 # model types whose MLA layers select keys with an indexer
-SPARSE_INDEX_MODEL_TYPES = frozenset({"deepseek_v32"})
+SPARSE_INDEX_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 
 
 def index_key_dim(config) -> int:
@@ -46,25 +48,32 @@ class IndexSelection:
         self.keys = keys
         self.topk = topk
         self.scale = scale
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}  # by rows, for reusing layers
 
     def decode_mask(self, rows: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor
                     ) -> torch.Tensor:
         """`[B, 1, 1, L]` keys to attend for decode rows `rows` `[B]` over gathered key slots
         `slots` `[B, L]` of which `valid` `[B, L]` are in the context (True = attend)."""
+        if (-1, -1) in self._masks:  # (a step has one decode batch)
+            return self._masks[-1, -1]
         b, n = slots.shape
         q = self.q.index_select(0, rows)[:, None]  # [B, 1, H, D]: HF's [batch, seq, H, D]
         w = self.weights.index_select(0, rows)[:, None]  # [B, 1, H]
         k = self.keys(slots.reshape(-1)).view(b, n, -1)
-        return self._select(q, w, k, valid[:, None, :])[:, :, None, :]
+        mask = self._masks[-1, -1] = self._select(q, w, k, valid[:, None, :])[:, :, None, :]
+        return mask
 
     def prefill_mask(self, start: int, end: int, slots: torch.Tensor, allowed: torch.Tensor
                      ) -> torch.Tensor:
         """`[q, n]` keys to attend for the chunk of flat rows `start:end` over key slots
         `slots` `[n]` where `allowed` `[q, n]` (causal, True = attend)."""
+        if (start, end) in self._masks:
+            return self._masks[start, end]
         q = self.q[start:end][None]  # [1, q, H, D]
         w = self.weights[start:end][None]
         k = self.keys(slots)[None]  # [1, n, D]
-        return self._select(q, w, k, allowed[None])[0]
+        mask = self._masks[start, end] = self._select(q, w, k, allowed[None])[0]
+        return mask
 
     def _select(self, q: torch.Tensor, w: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor
                 ) -> torch.Tensor:
@@ -100,3 +109,26 @@ def index_selection(
     k = torch.cat([k_rot, k_pass], dim=-1)[:, 0]
     w = ix.weights_proj(x.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
     return k, IndexSelection(q, w, keys, ix.index_topk, ix.softmax_scale)
+
+
+class SparseIndexState:
+    """One forward's sparse-attention state across layers: the last selection, which a GLM-5
+    layer without an indexer of its own ("shared") reuses. `rotate`: the indexer's rotary (HF's
+    `apply_rotary_pos_emb`, or `apply_rotary_pos_emb_interleave` for GLM-5)."""
+
+    def __init__(self, rotate: Callable) -> None:
+        self.rotate = rotate
+        self.last: IndexSelection | None = None
+
+    def select(self, sa: nn.Module, x: torch.Tensor, q_latent: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, keys: Callable[[torch.Tensor], torch.Tensor], key_dim: int
+               ) -> tuple[torch.Tensor, IndexSelection]:
+        """(indexer keys to cache `[T, key_dim]`, the selection) of layer `sa`: its own, or
+        for a layer without an indexer zeros and the previous layer's."""
+        if sa.indexer is None:
+            if self.last is None:
+                raise ValueError("a shared sparse-attention layer needs an earlier layer's "
+                                 "indexer (indexer_types must start with 'full')")
+            return x.new_zeros(x.shape[0], key_dim), self.last
+        key, self.last = index_selection(sa, x, q_latent, cos, sin, self.rotate, keys)
+        return key, self.last
