@@ -4,8 +4,8 @@ Per token the cache holds only the normalised KV latent (`kv_lora_rank`) and the
 shared by all heads (`qk_rope_head_dim`): one plane of `kv_lora_rank + qk_rope_head_dim`
 elements per layer instead of `2 x heads x head_dim`. Keys and values are rebuilt from the
 cached latents with `kv_b_proj` every step, as HF's `DeepseekV3Attention` does (its cache also
-stores the compressed latents), so logits match HF's forward. DeepSeek-V3.2 adds its sparse
-attention's indexer key to the same row and attends to the keys its indexer selects
+stores the compressed latents), so logits match HF's forward. DeepSeek-V3.2 and GLM-5 add their
+sparse attention's indexer key to the same row and attend to the keys the indexer selects
 (`sparse_index.py`).
 """
 
@@ -25,7 +25,7 @@ MLA_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
 
 def mla_cache_dim(config) -> int:
     """Elements one token's cache row takes per layer: `kv_lora_rank + qk_rope_head_dim`, plus
-    `index_head_dim` for DeepSeek-V3.2's indexer key."""
+    `index_head_dim` for a sparse-attention indexer key (DeepSeek-V3.2, GLM-5)."""
     return int(config.kv_lora_rank) + int(config.qk_rope_head_dim) + index_key_dim(config)
 
 

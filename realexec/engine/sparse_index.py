@@ -7,7 +7,7 @@ over their first `qk_rope_head_dim` dims (half-split, unlike MLA's interleaved r
 scores every key it may see as sum_h w_h x relu(q_h . k x d^-0.5) and attends only to the
 `index_topk` best; shorter contexts attend to every key, as plain MLA. GLM-5 rotates the
 indexer interleaved (as its MLA) and may let a layer reuse the previous layer's selection
-(`indexer_types` "shared": that layer has no indexer and caches no indexer key).
+(`indexer_types` "shared": that layer has no indexer; its rows' indexer part stays zero).
 
 The executor caches the indexer key beside the MLA latent (the tail of the same cache row,
 `mla.mla_cache_dim`), so one slot mapping serves both. Scores are computed in fp32 with the
@@ -25,6 +25,7 @@ from torch import nn
 
 # model types whose MLA layers select keys with an indexer
 SPARSE_INDEX_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
+_DECODE = (-1, -1)  # the key of a step's (one) decode batch among the memoised masks
 
 
 def index_key_dim(config) -> int:
@@ -54,13 +55,13 @@ class IndexSelection:
                     ) -> torch.Tensor:
         """`[B, 1, 1, L]` keys to attend for decode rows `rows` `[B]` over gathered key slots
         `slots` `[B, L]` of which `valid` `[B, L]` are in the context (True = attend)."""
-        if (-1, -1) in self._masks:  # (a step has one decode batch)
-            return self._masks[-1, -1]
+        if _DECODE in self._masks:
+            return self._masks[_DECODE]
         b, n = slots.shape
         q = self.q.index_select(0, rows)[:, None]  # [B, 1, H, D]: HF's [batch, seq, H, D]
         w = self.weights.index_select(0, rows)[:, None]  # [B, 1, H]
         k = self.keys(slots.reshape(-1)).view(b, n, -1)
-        mask = self._masks[-1, -1] = self._select(q, w, k, valid[:, None, :])[:, :, None, :]
+        mask = self._masks[_DECODE] = self._select(q, w, k, valid[:, None, :])[:, :, None, :]
         return mask
 
     def prefill_mask(self, start: int, end: int, slots: torch.Tensor, allowed: torch.Tensor
@@ -96,7 +97,7 @@ def index_selection(
     """(new tokens' indexer keys `[T, index_head_dim]`, their `IndexSelection`) for MLA layer
     `sa` (its `indexer` module) on the flat batch `x` `[T, hidden]`, with the MLA's normalised
     query latent `q_latent` `[T, q_lora_rank]`, `cos`/`sin` `[T, rope_dim]` and `rotate` the
-    family's half-split rotary (HF's `apply_rotary_pos_emb`)."""
+    indexer's rotary (`mla.indexer_rotate`)."""
     ix = sa.indexer
     t = x.shape[0]
     rope = ix.qk_rope_head_dim
