@@ -18,12 +18,14 @@ def _ids(text: str) -> list[int]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from realexec.engine.configs import BUILTIN_CONFIGS  # (no torch: shapes only)
+
     p = sub.add_parser(
         "generate",
         help="generate tokens with the real engine (paged KV cache, shared scheduler)",
         description="Generate with a real model. --model is a directory (config.json + "
         "safetensors), a config.json (seeded random weights) or a built-in name "
-        "(llama-50m, llama-3-8b, tiny-llama, tiny-mistral, tiny-qwen2, tiny-gpt2).",
+        f"({', '.join(BUILTIN_CONFIGS)}).",
     )
     p.add_argument("--model", default="llama-50m", help="model directory, config.json or built-in name")
     p.add_argument("--prompt-ids", type=_ids, action="append", metavar="1,2,3",
