@@ -10,13 +10,16 @@
 (e) A/B: case (a) in this checkout and in a checkout of `--base` (default: the commit before
     the issue-35 speed work), alternately, `--ab N` times each: wall and CPU seconds and ratios;
 (f) every summary figure of the fast paths (decode bursts, streamed records, several processes)
-    against a step-by-step run that keeps every request: colocated, PD and prefix caching.
+    against a step-by-step run that keeps every request: colocated, PD and prefix caching;
+(g) a least_kv_usage router (it reads each replica's KV usage, mid-burst too) over 4 H100s,
+    6,000 Azure conv requests at 4x their rate: decode bursts against step by step, alternately,
+    wall seconds, their ratio and whether every summary figure is the same.
 
 Peak memory is ru_maxrss: of the child, and with (d)'s worker processes the largest of them
 (the total is at most child + workers). Targets (issue 35): (d) < 60 s and < 2 GB; (e) >= 3x.
 Vidur, measured on this kind of machine: ~190 simulated requests per wall second.
 
-    python bench/sim_speed.py [--cases abcdef] [--ab 3] [--base REV] [--json]
+    python bench/sim_speed.py [--cases abcdefg] [--ab 3] [--base REV] [--json]
 
 With `KVPD_NATIVE=1` (after `kvpd native build`) this checkout's runs use the core compiled
 with mypyc; the printout says which core ran.
@@ -213,9 +216,38 @@ def same(rows: dict) -> None:
         rows.setdefault("same", {})[name] = not diff
 
 
+def least_kv(n: int, rows: dict) -> None:
+    """(g): a least_kv_usage router, decode bursts vs step by step, `n` runs of each."""
+    sys.path.insert(0, str(REPO))
+    from simulator.run import run_scenario
+    from simulator.scenario import scenario_from_dict
+
+    d = dict(_scenario("a"), cluster={"replicas": 4, "router": "least_kv_usage"},
+             workload={"trace": str(TRACE), "limit": 6000, "rate_scale": 4})
+    walls: dict[int, list[float]] = {1024: [], 1: []}
+    summaries = {}
+    for _ in range(n):
+        for burst in (1024, 1):
+            t = time.perf_counter()
+            res = run_scenario(scenario_from_dict(dict(d, sim={"max_decode_burst": burst})))
+            walls[burst].append(time.perf_counter() - t)
+            s = json.loads(json.dumps(res.summary))
+            s.pop("wall_s")
+            s["sim"].pop("requests_per_wall_s")
+            summaries[burst] = s
+    fast, slow = statistics.median(walls[1024]), statistics.median(walls[1])
+    same_summary = summaries[1024] == summaries[1]
+    print(f"\n(g) least_kv_usage, 4 x H100, 6,000 Azure conv at 4x: bursts {fast:.2f} s, step by "
+          f"step {slow:.2f} s (medians of {n}; {', '.join(f'{w:.2f}' for w in walls[1024])} / "
+          f"{', '.join(f'{w:.2f}' for w in walls[1])}): {slow / fast:.2f}x; summaries identical: "
+          f"{same_summary}")
+    rows["least_kv_usage"] = {"bursts_s": walls[1024], "step_by_step_s": walls[1],
+                              "ratio": slow / fast, "identical": same_summary}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default="abcdef", help="which of a-f to run (default all)")
+    ap.add_argument("--cases", default="abcdefg", help="which of a-g to run (default all)")
     ap.add_argument("--ab", type=int, default=3, help="runs of each side in (e)")
     ap.add_argument("--base", default=BASE_REV, help="the commit (e) compares against")
     ap.add_argument("--json", action="store_true", help="also write bench_sim_speed.json")
@@ -229,6 +261,8 @@ def main() -> None:
         ab(args.ab, args.base, rows)
     if "f" in args.cases:
         same(rows)
+    if "g" in args.cases:
+        least_kv(args.ab, rows)
     if args.json:
         Path("bench_sim_speed.json").write_text(json.dumps(rows, indent=2))
 

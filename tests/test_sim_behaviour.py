@@ -90,16 +90,51 @@ def test_same_scenario_and_seed_give_identical_summary(tmp_path):
 
 
 @pytest.mark.parametrize("router", ["least_outstanding_tokens", "least_kv_usage"])
-def test_decode_bursts_do_not_change_results(router):
+def test_decode_bursts_do_not_change_results(router, monkeypatch):
     # least_kv_usage reads KV usage, which a decode burst's new blocks change: a fuzz found
-    # its routes differing from step-by-step until such replicas stepped one by one
+    # its routes differing from step-by-step while replicas reported the usage of the burst's
+    # start; they now report what the steps scheduled by then took (SimReplica.kv_usage)
+    from simulator.cluster.replica import SimReplica
+
+    bursts = []
+    run = SimReplica._steps
+
+    def counting(self, shape, k, segments=None):
+        bursts.append(k)
+        return (yield from run(self, shape, k, segments))
+
+    monkeypatch.setattr(SimReplica, "_steps", counting)
     patch = {"cluster": {"replicas": 2, "router": router},
              "cache": {"num_gpu_blocks": 400}, "scheduler": {"max_model_len": 3000}}
     burst = sim(patch)
+    assert max(bursts) > 1  # the burst run ran bursts
     step = sim(merged(patch, {"sim": {"max_decode_burst": 1}}))
     assert step.summary["sim"]["num_steps"] == burst.summary["sim"]["num_steps"]
     for a, b in zip(burst.requests, step.requests):
+        assert a.annotations["replica"] == b.annotations["replica"]
         assert list(a.token_times) == list(b.token_times)  # bit for bit
+
+
+def test_a_replica_reports_mid_burst_the_kv_usage_stepping_would_show(monkeypatch):
+    """Read at every instant a request arrives, each replica's `kv_usage` with bursts equals
+    the one step-by-step simulation shows at that instant (the router's whole input)."""
+    from simulator.cluster.router import Router
+
+    seen: list[list[float]] = []
+    route = Router.route
+
+    def recording(self, req):
+        seen.append([r.kv_usage for r in self.replicas])
+        return route(self, req)
+
+    monkeypatch.setattr(Router, "route", recording)
+    patch = {"cluster": {"replicas": 3, "router": "least_kv_usage"},
+             "workload": {"synthetic": {"num_requests": 120,
+                                        "arrival": {"process": "poisson", "rate": 30.0}}}}
+    sim(patch)
+    with_bursts, seen[:] = list(seen), []
+    sim(merged(patch, {"sim": {"max_decode_burst": 1}}))
+    assert with_bursts == seen and any(u > 0 for row in seen for u in row)
 
 
 def test_bursts_cut_early_in_a_run_stay_bit_identical():

@@ -300,11 +300,18 @@ class SimCluster:
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
         )
         pcie_link = plan.accelerator.link("pcie")
-        # least_kv_usage reads each replica's KV usage, which changes inside a decode burst
-        # (a decode's new block): those replicas step one by one, so routing sees what it
-        # would step by step
+        # least_kv_usage reads each replica's KV usage, which changes inside a decode burst (a
+        # decode's new block): a replica reports mid-burst what stepping one by one would show
+        # (`SimReplica.kv_usage`), from the blocks each step takes; where steps also free
+        # blocks (every layer sliding) or a neighbour re-prices them (host sharing), it steps
+        # one by one instead
         n, router = _decoding_pool_router(sc)  # (prefill replicas never burst)
-        max_burst = 1 if router == "least_kv_usage" and n > 1 else sc.sim.max_decode_burst
+        read_usage = router == "least_kv_usage" and n > 1
+        c = sc.cluster
+        shared_host = (c.host_memory_share or 1.0) < 1 or (c.host_compute_share or 1.0) < 1
+        max_burst = sc.sim.max_decode_burst
+        if read_usage and (cache_cfg.free_outside_window or shared_host):
+            max_burst = 1
         front = sc.api_server
         # decodes arrive by KV hand-off, through a server only on vLLM's proxy route
         served = front.preprocess_s > 0 and (role != "decode"
@@ -330,6 +337,7 @@ class SimCluster:
                     on_kv_ready=self._on_kv_ready if role == "prefill" else None,
                     on_kv_to_receive=self._on_kv_to_receive if role == "decode" else None,
                 )]
+                made[0].track_burst_usage = read_usage
             if served:  # one server per replica name (a DP group's ranks share it)
                 server = self.front_ends[name] = APIServer(self.env, front.preprocess_s,
                                                            front.processes)

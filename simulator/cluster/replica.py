@@ -6,7 +6,8 @@ a duration from the cost model (plus PCIe time for swap traffic), then
 polling). Runs of all-decode steps, led or not by a step that completes prompts, are
 simulated as one *decode burst* (`Scheduler.max_decode_burst`); an arrival or a KV
 landing during a burst cuts it at the step in progress, so results equal step-by-step
-simulation.
+simulation. A router that reads KV usage (`least_kv_usage`) reads it mid-burst as stepping
+one by one would have left it (`kv_usage`: the blocks the steps scheduled by now took).
 
 Replicas sharing one host (`cluster.host_memory_share`, `host_compute_share`) slow each
 other while both are in a step (`simulator.cost.host_share`); a neighbour starting or ending a
@@ -26,7 +27,7 @@ from simpy.events import NORMAL
 from simulator.cluster.links import SimLink
 from simulator.cluster.timeline import Timeline
 from simulator.core.batch_shape import BatchShape
-from simulator.core.decode_burst import burst_segments
+from simulator.core.decode_burst import burst_decode_before, burst_segments
 from simulator.core.request import Request
 from simulator.core.scheduler import Scheduler
 from simulator.core.scheduler_output import StepResult
@@ -96,6 +97,12 @@ class SimReplica:
         self._idle_since: float | None = None
         # who steps this replica when it does not (`start` False): woken in its place
         self.on_wake: Callable[[], None] | None = None
+        # `kv_usage` mid-burst (set by a cluster whose router reads it): the burst's
+        # (free blocks before step 2, block size, each request's context before step 1 and
+        # table length) and its steps' planned end times (s)
+        self.track_burst_usage = False
+        self._burst_blocks: tuple[int, int, list[int], list[int]] | None = None
+        self._burst_ends: list[float] = []
         self.process = env.process(self._run()) if start else None
 
     # ---- intake (called by routers and the PD link) ----
@@ -137,7 +144,20 @@ class SimReplica:
 
     @property
     def kv_usage(self) -> float:
-        return self.scheduler.kv_cache_manager.usage
+        """Fraction of the KV pool in use now; inside a decode burst, what stepping one by one
+        would show: the blocks of the steps scheduled by now (each step's are taken when it is
+        scheduled, and a step ending now has let the next one be scheduled)."""
+        pool = self.scheduler.kv_cache_manager.block_pool
+        if self._burst_blocks is None:
+            return 1.0 - pool.num_free_blocks / pool.num_blocks  # (BlockPool.usage)
+        free, bs, before, held = self._burst_blocks
+        ends = self._burst_ends
+        j = min(len(ends), 1 + bisect_right(ends, self.env.now))  # steps scheduled
+        for b, n in zip(before, held):
+            need = -(-(b + j) // bs) - n
+            if need > 0:
+                free -= need
+        return 1.0 - free / pool.num_blocks
 
     # ---- the engine loop ----
     def _run(self):
@@ -161,7 +181,12 @@ class SimReplica:
                 yield self.pcie.transfer(swap_bytes)
             k = sched.max_decode_burst(out, self.max_decode_burst) if self.max_decode_burst > 1 else 1
             start = env.now
+            if k > 1 and self.track_burst_usage:
+                self._burst_blocks = (self.scheduler.kv_cache_manager.num_free_blocks,
+                                      sched.block_size, burst_decode_before(out),
+                                      [len(ids) for ids in out.block_ids])
             ends = yield from self._steps(out.shape, k, burst_segments(out, k) if k > 1 else None)
+            self._burst_blocks = None
             handoff = self._handoff_s(out) if self.on_kv_ready else 0.0
             if handoff > 0:  # the prefill worker hands KV and first tokens over, then steps on
                 yield env.timeout(handoff)
@@ -212,6 +237,8 @@ class SimReplica:
             plan = list(accumulate(prices if work == 1.0 else [work * prices[0], *prices[1:]],
                                    initial=seg))
             del plan[0]
+            if self._burst_blocks is not None:  # (what `kv_usage` reads mid-burst)
+                self._burst_ends = ends + plan
             self._wake = wake = env.event()
             timer = _until(env, plan[-1])
             yield _first_of(env, timer, wake)

@@ -61,7 +61,7 @@ def _remaining(out: SchedulerOutput) -> list[int]:
     return rems
 
 
-def _decode_before(out: SchedulerOutput) -> list[int]:
+def burst_decode_before(out: SchedulerOutput) -> list[int]:
     """Each request's context before step 1 had step 1 been a decode: `before + n - 1` for
     `n` new tokens (`before` itself for a decode), noted on `out`."""
     vb = out.decode_before
@@ -137,7 +137,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         if free < 0:
             return 1
     # tokens each request's blocks hold beyond step 1's, and the steps it runs at most
-    slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, _decode_before(out))]
+    slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, burst_decode_before(out))]
     if len(slack) * (-(-(k - 1) // bs)) <= free:
         return k
 
@@ -171,7 +171,7 @@ def burst_segments(out: SchedulerOutput, k: int) -> Iterator[tuple[BatchShape, i
         yield out.shape, k
         return
     yield out.shape, ends[0]
-    ctx = [before + 1 for before in _decode_before(out)]  # context at step 1, as decodes
+    ctx = [before + 1 for before in burst_decode_before(out)]  # context at step 1, as decodes
     for m, e in enumerate(ends):
         alive = [c for c, r in zip(ctx, rems) if r > e]
         n = len(alive)
@@ -196,7 +196,7 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     times = array("d", times)  # (extends the requests' token-time arrays by copying)
     any_done = False
     cached = kvm.num_cached_blocks
-    alive = list(zip(out.reqs, _decode_before(out), out.block_ids, steps, rems))
+    alive = list(zip(out.reqs, burst_decode_before(out), out.block_ids, steps, rems))
     start = 1  # step 1's blocks were allocated by schedule()
     for e in sorted(set(steps)):
         needs: list[tuple[str, int]] = []  # blocks to take, in request order, in one go
