@@ -138,6 +138,13 @@ def test_config_json_of_each_family_loads_like_the_catalog(tmp_path, family: str
         assert m.architecture == FAMILY_CONFIGS[family]["architectures"][0]
 
 
+def test_a_config_file_of_another_name_is_named_by_its_stem(tmp_path) -> None:
+    """A checkpoint's config.json takes its folder's name; any other file its own stem (it
+    took the folder's, so /tmp/glm52.json was called "tmp")."""
+    (tmp_path / "glm52.json").write_text(json.dumps(LLAMA))
+    assert get_model(str(tmp_path / "glm52.json")).name == "glm52"
+
+
 def test_model_type_is_enough_without_architectures() -> None:
     cfg = {k: v for k, v in LLAMA.items() if k != "architectures"} | {"model_type": "llama"}
     assert ModelSpec.from_hf_config(cfg).num_params == get_model("llama-3-8b").num_params

@@ -358,7 +358,10 @@ def load_hf_config(path: str) -> ModelSpec:
         raise ValueError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not a JSON text file ({exc.reason} at byte {exc.start})") from None
-    name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    # a checkpoint's config.json is named by its folder (HF's layout); any other file by its stem
+    base = os.path.basename(path)
+    name = (os.path.basename(os.path.dirname(os.path.abspath(path))) if base == "config.json"
+            else os.path.splitext(base)[0]) or path
     return _parse_hf_config(cfg, name, path)
 
 
