@@ -228,3 +228,28 @@ def test_glm5_rotates_its_indexer_interleaved_and_shared_layers_reuse_the_top_k(
 
     monkeypatch.setattr(sparse_index.SparseIndexState, "select", dense_when_shared)
     assert [d > 1.0 for d in off(pm, cache, seqs, tables, ref)] == long
+
+
+def test_the_indexer_scores_long_contexts_in_row_chunks_with_the_same_selection(monkeypatch):
+    """Scores of many queries over many keys are computed a few query rows at a time (a
+    2,048-token chunk over 128k keys would need 64 GiB at once); the keys kept are the same."""
+    from realexec.engine import sparse_index
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 37, 16, 16, generator=g)
+    w = torch.randn(2, 37, 16, generator=g)
+    k = torch.randn(2, 300, 16, generator=g)
+    allowed = torch.rand(2, 37, 300, generator=g) > 0.3
+    sel = sparse_index.IndexSelection(q, w, lambda s: s, 8, 0.25)
+    whole = sel._select(q, w, k, allowed)
+    for rows in (5, 1):  # query rows of one sequence a chunk
+        monkeypatch.setattr(sparse_index, "SCORE_BYTES", 16 * 300 * 4 * rows)
+        assert torch.equal(sel._select(q, w, k, allowed), whole)
+    assert whole.sum(-1).max() == 8 and whole.sum(-1).min() > 0
+    decode = sparse_index.IndexSelection(q, w, lambda s: s, 8, 0.25)  # one row, 2 sequences
+    one = decode._select(q[:, :1], w[:, :1], k, allowed[:, :1])
+    monkeypatch.setattr(sparse_index, "SCORE_BYTES", 16 * 300 * 4)  # one sequence a chunk
+    assert torch.equal(decode._select(q[:, :1], w[:, :1], k, allowed[:, :1]), one)
+    assert sparse_index._chunks(3, 1, 2) == [(0, 2, 0, 1), (2, 3, 0, 1)]
+    assert sparse_index._chunks(2, 5, 2) == [(0, 1, 0, 2), (0, 1, 2, 4), (0, 1, 4, 5),
+                                             (1, 2, 0, 2), (1, 2, 2, 4), (1, 2, 4, 5)]

@@ -26,6 +26,11 @@ from torch import nn
 # model types whose MLA layers select keys with an indexer
 SPARSE_INDEX_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 _DECODE = (-1, -1)  # the key of a step's (one) decode batch among the memoised masks
+# the most bytes one fp32 score tensor [rows, index_heads, keys] may take: queries are scored
+# in row chunks below it (a 2,048-token chunk over 128k keys with 64 heads would be 64 GiB at
+# once). Each query row's scores are computed on their own either way, so chunking changes no
+# value and no selection.
+SCORE_BYTES = 1 << 28
 
 
 def index_key_dim(config) -> int:
@@ -80,14 +85,28 @@ class IndexSelection:
                 ) -> torch.Tensor:
         """`allowed` narrowed to each query's top-k keys by index score, as HF's
         `DeepseekV32Indexer.forward`: q `[B, S, H, D]`, w `[B, S, H]`, k `[B, T, D]`,
-        `allowed` `[B, S, T]`."""
-        scores = torch.matmul(q, k.transpose(-1, -2).float().unsqueeze(1)) * self.scale
-        scores = torch.relu(scores)  # [B, S, H, T]
-        index = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)  # [B, S, T]
-        index = index.masked_fill(~allowed, float("-inf"))
-        top = index.topk(min(self.topk, index.shape[-1]), dim=-1).indices
-        keep = torch.zeros_like(allowed).scatter_(-1, top, True)
+        `allowed` `[B, S, T]`; rows scored in chunks of at most `SCORE_BYTES` of scores."""
+        kt = k.transpose(-1, -2).float().unsqueeze(1)  # [B, 1, D, T]
+        b, rows, heads = q.shape[:3]
+        cells = max(1, SCORE_BYTES // (heads * kt.shape[-1] * 4))  # (batch, row) pairs a chunk
+        keep = torch.zeros_like(allowed)
+        for b0, b1, r0, r1 in _chunks(b, rows, cells):
+            scores = torch.relu(torch.matmul(q[b0:b1, r0:r1], kt[b0:b1]) * self.scale)
+            index = torch.matmul(w[b0:b1, r0:r1].unsqueeze(-2), scores).squeeze(-2)
+            index = index.masked_fill(~allowed[b0:b1, r0:r1], float("-inf"))
+            top = index.topk(min(self.topk, index.shape[-1]), dim=-1).indices
+            keep[b0:b1, r0:r1].scatter_(-1, top, True)
         return keep & allowed
+
+
+def _chunks(batch: int, rows: int, cells: int) -> list[tuple[int, int, int, int]]:
+    """(b0, b1, r0, r1) blocks covering `batch` x `rows` with at most `cells` pairs each: whole
+    rows of several batch entries (decodes: one row each), else row chunks of one entry."""
+    if rows <= cells:
+        per = cells // rows
+        return [(b0, min(batch, b0 + per), 0, rows) for b0 in range(0, batch, per)]
+    return [(b0, b0 + 1, r0, min(rows, r0 + cells)) for b0 in range(batch)
+            for r0 in range(0, rows, cells)]
 
 
 def index_selection(
