@@ -331,6 +331,25 @@ def test_a_model_directory_with_a_tokenizer_takes_and_gives_text(tmp_path):
     assert llm.generate("t5 t9 t200 t31", {"temperature": 0, "max_tokens": 6,
                                            "ignore_eos": True})[0].token_ids == outs[0].token_ids
     assert llm.generate([[5, 9]], {"max_tokens": 2})[0].prompt is None
+    # vLLM's prompt mappings (TextPrompt, TokensPrompt), alone or in a list, and in add_request
+    greedy = {"temperature": 0, "max_tokens": 6, "ignore_eos": True}
+    ids = llm.tokenizer.encode(prompts[0])
+    wrapped = llm.generate([{"prompt": prompts[0]}, {"prompt_token_ids": ids}], greedy)
+    assert [o.token_ids for o in wrapped] == [outs[0].token_ids] * 2
+    assert wrapped[0].prompt == prompts[0] and wrapped[1].prompt is None
+    assert llm.generate({"prompt_token_ids": ids}, greedy)[0].token_ids == outs[0].token_ids
+    assert llm.add_request("x", {"prompt": prompts[1]}, greedy).prompt_token_ids == \
+        llm.tokenizer.encode(prompts[1])
+
+
+def test_a_prompt_mapping_with_other_keys_is_refused_naming_the_request():
+    llm = LLM(NAME, num_gpu_blocks=32, block_size=4)
+    with pytest.raises(ValueError, match=r"request 1: a prompt mapping holds 'prompt' .* got "
+                                         r"keys \['multi_modal_data', 'prompt_token_ids'\]"):
+        llm.generate([[5, 6], {"prompt_token_ids": [5], "multi_modal_data": {}}])
+    with pytest.raises(ValueError, match="got keys \\['prompt'\\]"):  # a text, not a number
+        llm.generate([{"prompt": 5}])
+    assert not llm.has_unfinished_requests()
 
 
 def test_text_prompts_without_a_tokenizer_are_refused_naming_the_request(tmp_path):

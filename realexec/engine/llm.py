@@ -10,7 +10,7 @@ import math
 import numbers
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,22 @@ SamplingArg = SamplingParams | dict[str, Any] | None
 def _listed(x: Any) -> Any:
     """A torch tensor or numpy array as nested lists; anything else as it is."""
     return x.tolist() if isinstance(x, torch.Tensor | np.ndarray) else x
+
+
+def unwrap_prompt(index: int, prompt: Any) -> Any:
+    """vLLM's prompt mappings as what they hold: `{"prompt": text}` (TextPrompt) as the text,
+    `{"prompt_token_ids": ids}` (TokensPrompt) as the ids; anything else as it is. ValueError
+    naming the request for a mapping with other keys."""
+    if not isinstance(prompt, Mapping):
+        return prompt
+    keys = sorted(map(str, prompt))
+    if keys == ["prompt"] and isinstance(prompt["prompt"], str):
+        return prompt["prompt"]
+    if keys == ["prompt_token_ids"]:
+        return prompt["prompt_token_ids"]
+    raise ValueError(f"request {index}: a prompt mapping holds 'prompt' (a text: vLLM's "
+                     "TextPrompt) or 'prompt_token_ids' (vLLM's TokensPrompt), one of them; "
+                     f"got keys {keys}")
 
 
 def validate_prompt(index: int, prompt: Any, vocab_size: int) -> list[int]:
@@ -259,7 +275,9 @@ class LLM:
                      sampling_params: SamplingArg = None, arrival_time: float | None = None,
                      priority: int = 0, index: int = 0) -> Request:
         """A validated core `Request` (ValueError naming `index` and the field if bad); a
-        text prompt is encoded by the tokenizer (with its special tokens, as vLLM's `LLM`)."""
+        text prompt is encoded by the tokenizer (with its special tokens, as vLLM's `LLM`);
+        vLLM's prompt mappings are taken too (`unwrap_prompt`)."""
+        prompt_token_ids = unwrap_prompt(index, prompt_token_ids)
         if isinstance(prompt_token_ids, str):
             prompt_token_ids = self._encode(index, prompt_token_ids)
         prompt = validate_prompt(index, prompt_token_ids, self.vocab_size)
@@ -364,20 +382,23 @@ class LLM:
         """Generate for every prompt; outputs in prompt order.
 
         `prompts`: token-id lists (or tensors / arrays), or with a tokenizer text (one string
-        or a list); with a tokenizer every output also has its `text`.
+        or a list); with a tokenizer every output also has its `text`. vLLM's prompt mappings,
+        `{"prompt": text}` and `{"prompt_token_ids": ids}`, are taken as what they hold.
 
         `sampling_params`: one for all prompts or one per prompt (SamplingParams or a dict of
         options). `arrival_times`: optional offsets (s) from the call at which each request
         arrives (staggered traffic); by default all arrive at once. All inputs are validated
         before anything runs.
         """
-        prompt_token_ids = [prompts] if isinstance(prompts, str) else _listed(prompts)
+        prompt_token_ids = [prompts] if isinstance(prompts, str | Mapping) else _listed(prompts)
+        if isinstance(prompt_token_ids, Sequence) and not isinstance(prompt_token_ids, str):
+            prompt_token_ids = [unwrap_prompt(i, p) for i, p in enumerate(prompt_token_ids)]
         if not isinstance(prompt_token_ids, Sequence) or (
             prompt_token_ids
             and not isinstance(prompt_token_ids[0], Sequence | torch.Tensor | np.ndarray)
         ):
-            raise ValueError("prompts must be a list of prompts, each a list of token ids or "
-                             "a text")
+            raise ValueError("prompts must be a list of prompts, each a list of token ids, a "
+                             "text or vLLM's {'prompt': ...} / {'prompt_token_ids': ...}")
         n = len(prompt_token_ids)
         if isinstance(sampling_params, Sequence) and not isinstance(sampling_params, str):
             if len(sampling_params) != n:
