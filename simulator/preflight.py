@@ -62,6 +62,8 @@ def preflight(sc: Scenario, pools: bool = False) -> None:
     if isinstance(model, str):
         is_path = model.endswith(".json") or model.startswith((".", "/", "~"))
         _keyed("model", _model, str(sc.resolve(model)) if is_path else model)
+    if sc.hf_overrides:  # the model with them: a bad value is named by its config key
+        _keyed("hf_overrides", sc.model_spec)
     for role, _, hw in hardware_specs(sc):  # names, inline specs, calibrations, speeds
         where = "hardware" if role == "colocated" else f"cluster.pd.{role}.hardware"
         _keyed(where, resolve_hardware, hw, sc, role)

@@ -396,6 +396,9 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = 0
     model: Spec = DEFAULT_MODEL
+    # HF config keys laid over the model's config (vLLM's --hf-overrides, SGLang's
+    # --json-model-override-args): e.g. GLM-5's index_topk_pattern, a shorter context
+    hf_overrides: dict[str, Any] | None = None
     dtype: str = "bf16"  # weights: fp32, bf16, fp16, fp8, int8, int4
     quantization: QuantizationSpec | None = None
     hardware: Spec = DEFAULT_HARDWARE
@@ -461,11 +464,12 @@ class Scenario(_Strict):
 
     def model_spec(self) -> Any:
         """The `ModelSpec` this scenario runs: a catalog name or config dict, or a config.json
-        path relative to the scenario file."""
+        path relative to the scenario file, with `hf_overrides` laid over its config."""
         from simulator.cost.models import get_model
 
         m = self.model
-        return get_model(str(self.resolve(m)) if isinstance(m, str) and m.endswith(".json") else m)
+        return get_model(str(self.resolve(m)) if isinstance(m, str) and m.endswith(".json") else m,
+                         self.hf_overrides)
 
     def max_model_len(self, model: Any = None) -> int:
         """The longest prompt + output a request may have (tokens): `scheduler.max_model_len`,

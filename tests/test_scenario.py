@@ -111,3 +111,32 @@ def test_a_max_model_len_past_the_model_context_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"scheduler.max_model_len = 100000 exceeds llama-3-8b's "
                                          r"context of 8192 tokens"):
         run_scenario(load_scenario(p, ["scheduler.max_model_len=100000"]))
+
+
+def test_hf_overrides_lay_config_keys_over_the_model(tmp_path, capsys):
+    """vLLM's --hf-overrides: GLM-5's IndexCache pattern (SGLang's cookbook) as a scenario key
+    and on `kvpd estimate`; a bad value is refused naming hf_overrides and the field."""
+    from simulator.cost.models import get_model, merged_config
+
+    pattern = "FFSFSSSFSSFFFSSSFFFSFSSSSSSFFSFFSFFSSFFFFFFSFFFFFSFFSSSSSSFSFFFSFSSSFSFFSFFSSS"
+    sc = scenario_from_dict(merged(BASE, {"model": "zai-org/GLM-5-FP8", "dtype": "fp8",
+                                          "hf_overrides": {"index_topk_pattern": pattern}}))
+    m = sc.model_spec()
+    assert (m.name, m.hf_id, m.num_index_layers) == ("glm-5", "zai-org/GLM-5", pattern.count("F"))
+    assert get_model("glm-5").num_index_layers == 0  # the catalog entry itself is untouched
+    assert get_model("llama-3-8b", {"max_position_embeddings": 4096}).max_position_embeddings \
+        == 4096
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "intermediate_size": 128,
+                               "vocab_size": 100, "max_position_embeddings": 512}))
+    assert get_model(str(cfg), {"num_hidden_layers": 3}).num_layers == 3
+    assert merged_config({"a": 1, "t": {"x": 1, "y": 2}}, {"t": {"y": 3}}) == \
+        {"a": 1, "t": {"x": 1, "y": 3}}
+    bad = _write(tmp_path, merged(BASE, {"model": "glm-5", "hf_overrides": {
+        "index_topk_pattern": "S" + pattern[1:]}}))
+    assert main(["simulate", str(bad), "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert f"{bad}: hf_overrides: " in err and "the first 'full'" in err and "got SFSF" in err
+    with pytest.raises(ValueError, match="hf_overrides must be a mapping"):
+        get_model("glm-5", ["index_topk_pattern"])

@@ -24,10 +24,26 @@ from simulator.cost.moe_cost import MOE_A2A_BACKENDS
 from simulator.cost.parallel import check_a2a
 
 
+def _overrides(text: str) -> dict:
+    """--hf-overrides: a JSON object of HF config keys."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--hf-overrides expects a JSON object, got {text!r} "
+                                         f"({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"--hf-overrides expects a JSON object of HF config "
+                                         f"keys, got {text!r}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="roofline time of one engine step (explained)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="catalog model, HF id or config.json path")
+    p.add_argument("--hf-overrides", type=_overrides, metavar="JSON", default=None,
+                   help="HF config keys laid over the model's config, as vLLM's --hf-overrides "
+                        "(scenario key hf_overrides), e.g. '{\"max_position_embeddings\": 32768}'")
     p.add_argument("--hardware", required=True,
                    help="catalog accelerator (see `kvpd hardware list`) or an inline YAML mapping, "
                         "e.g. '{base: h100-sxm, mem_bw_tbps_scale: 2}'")
@@ -142,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.prefill and not args.decode:
         raise ValueError("give --prefill N, --decode BxC, or both")
-    model = get_model(args.model)
+    model = get_model(args.model, args.hf_overrides)
     acc = get_accelerator(parse_hardware(args.hardware))
     params = (CostParams.load(args.params, device=acc.name, model=model.name)
               if args.params else None)

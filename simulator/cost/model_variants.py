@@ -188,9 +188,11 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
             types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared"
                      for i in range(L)]
     if len(types) != L or not set(types) <= {"full", "shared"} or types[0] != "full":
+        got = ("".join("F" if t == "full" else "S" for t in types) + f" ({len(types)} layers)"
+               if set(types) <= {"full", "shared"} else repr(types))
         raise ValueError(f"{where}: the indexer modes ('indexer_types', or from "
                          f"'index_topk_pattern') must list {L} entries of 'full' / 'shared', the "
-                         f"first 'full' (a shared layer reuses the one before), got {types!r}")
+                         f"first 'full' (a shared layer reuses the one before), got {got}")
     return types
 
 

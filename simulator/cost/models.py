@@ -365,9 +365,51 @@ def load_hf_config(path: str) -> ModelSpec:
     return _parse_hf_config(cfg, name, path)
 
 
-def get_model(name_or_path_or_dict: str | dict[str, Any]) -> ModelSpec:
-    """A catalog model (name, alias or HF id), a config.json path/directory, or a config dict."""
+def merged_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` laid over it, nested mappings key by key (vLLM's
+    `--hf-overrides`: `{"text_config": {"sliding_window": 4096}}` changes that key only)."""
+    out = dict(base)
+    for k, v in overrides.items():
+        out[k] = (merged_config(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict)
+                  else v)
+    return out
+
+
+def _config_of(x: str | dict[str, Any]) -> tuple[dict[str, Any], str | None, str, str | None]:
+    """(HF config dict, name, where, hf_id) behind a catalog name / alias, a config path or
+    a config dict."""
+    if isinstance(x, dict):
+        return x, None, "config", None
+    key = normalize_name(x)
+    key = key if key in _catalog() else _aliases().get(key)
+    if key is not None:
+        entry = _catalog()[key]
+        return entry["config"], key, f"models.yaml:{key}", entry["hf_id"]
+    path = os.path.join(x, "config.json") if os.path.isdir(x) else x
+    if not os.path.isfile(path):
+        get_model(x)  # raises: an unknown name or a missing file, said as without overrides
+    spec = load_hf_config(x)  # (validates the file and names the model)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f), spec.name, path, None
+
+
+def get_model(name_or_path_or_dict: str | dict[str, Any],
+              hf_overrides: dict[str, Any] | None = None) -> ModelSpec:
+    """A catalog model (name, alias or HF id), a config.json path/directory, or a config dict;
+    `hf_overrides`: HF config keys laid over its config first (vLLM's `--hf-overrides`, SGLang's
+    `--json-model-override-args`), e.g. GLM-5's `index_topk_pattern` or a shorter context."""
     x = name_or_path_or_dict
+    if hf_overrides:
+        if not isinstance(hf_overrides, dict):
+            raise ValueError(f"hf_overrides must be a mapping of HF config keys to values, got "
+                             f"{type(hf_overrides).__name__}")
+        if isinstance(x, ModelSpec):
+            raise ValueError("hf_overrides need the model's HF config: give a catalog name, a "
+                             "config.json path or a config dict, not a ModelSpec")
+        cfg, name, where, hf_id = _config_of(x)
+        spec = _parse_hf_config(merged_config(cfg, hf_overrides), name,
+                                f"{where} with hf_overrides")
+        return _with_hf_id(spec, hf_id) if hf_id else spec
     if isinstance(x, ModelSpec):
         return x
     if isinstance(x, dict):

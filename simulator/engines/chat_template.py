@@ -29,6 +29,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 
 # [first, last] release with the per-request parse, its seconds per request, and what it ran
@@ -47,8 +48,6 @@ def chat_template_rule(data: dict[str, Any], version: Any) -> list[str]:
     """`api_server.preprocess_s` for a vLLM `version` server whose clients call the chat
     route, where that version re-parses the model's chat template per request; the rule used
     (or why none applied), or nothing."""
-    from simulator.cost.models import get_model
-    from simulator.defaults import DEFAULT_MODEL
 
     front = data.get("api_server") or {}
     if not isinstance(front, dict) or "preprocess_s" in front:
@@ -67,7 +66,7 @@ def chat_template_rule(data: dict[str, Any], version: Any) -> list[str]:
     if endpoint != "chat_completions":
         return []
     try:
-        model = get_model(data.get("model", DEFAULT_MODEL))
+        model = raw_model(data)
     except (ValueError, OSError):  # the scenario check names what it cannot read
         return []
     if model.architecture in HARMONY_ARCHITECTURES:

@@ -26,6 +26,7 @@ from typing import Any
 from packaging.version import Version
 
 from simulator.cost.catalog_file import read_catalog
+from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 
 CONFIGS_FILE = "fused_moe_configs.json"
@@ -83,8 +84,7 @@ def fused_moe_fallback_rule(engine: str, data: dict[str, Any], cluster: dict[str
     `version` runs the old fallback for the scenario's 16-bit experts on its GPU; the rule it
     used, or nothing."""
     from simulator.cost.hardware import scenario_accelerator
-    from simulator.cost.models import get_model
-    from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+    from simulator.defaults import DEFAULT_HARDWARE
 
     v = parse_version(version)
     if v is None or "fused_moe_config" in cluster or "pd" in cluster:
@@ -92,7 +92,7 @@ def fused_moe_fallback_rule(engine: str, data: dict[str, Any], cluster: dict[str
     if (engine == "vllm" and v >= VLLM_FIXED_FROM) or (engine == "sglang" and v > SGLANG_LAST_READ):
         return []
     try:
-        model = get_model(data.get("model", DEFAULT_MODEL))
+        model = raw_model(data)
         acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
     except (ValueError, OSError):  # the scenario check names what it cannot read
         return []

@@ -24,9 +24,10 @@ from typing import Any
 from packaging.version import Version
 
 from simulator.cost.memory_plan import MEMORY_RULES
-from simulator.defaults import DEFAULT_HARDWARE, DEFAULT_MODEL
+from simulator.defaults import DEFAULT_HARDWARE
 from simulator.engines.chat_template import chat_template_rule
 from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
+from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
@@ -315,10 +316,9 @@ def _modelopt_weights(data: dict[str, Any]) -> str | None:
     method = q.get("method") if isinstance(q, dict) else q
     if method:
         return "NVFP4" if method == "nvfp4" else None
-    from simulator.cost.models import get_model
 
     try:  # a release in MXFP4 (gpt-oss) is not a ModelOpt export
-        released = get_model(data.get("model", DEFAULT_MODEL)).checkpoint_quant_method
+        released = raw_model(data).checkpoint_quant_method
     except (ValueError, OSError):
         return None
     return "NVFP4" if released in ("", "nvfp4") else None
@@ -388,7 +388,6 @@ def _sglang_prefill_graphs(data: dict[str, Any], sched: dict[str, Any],
     what turns its piecewise graphs off, when the scenario leaves it out."""
     from simulator.cost.eager_dispatch import SGLANG_EAGER_LAYER_S
     from simulator.cost.hardware import scenario_accelerator
-    from simulator.cost.models import get_model
 
     if "prefill_graph_max_tokens" in cluster:
         return []
@@ -407,7 +406,7 @@ def _sglang_prefill_graphs(data: dict[str, Any], sched: dict[str, Any],
                 f"CUDA graphs opt-in before {SGLANG_PCG_DEFAULT_FROM}); {cost}"]
     try:
         vendor = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).vendor
-        mla = get_model(data.get("model", DEFAULT_MODEL)).is_mla
+        mla = raw_model(data).is_mla
     except (ValueError, OSError):  # the scenario check names what it cannot read
         return []
     off = [why for why, on in (
@@ -462,7 +461,6 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                  offline: bool) -> list[str]:
     """vLLM's scheduler defaults (VLLM_V1_DEFAULTS, V0 above) for the limits not set."""
     from simulator.cost.hardware import scenario_accelerator
-    from simulator.cost.models import get_model
 
     if "max_num_seqs" in sched and "max_num_batched_tokens" in sched:
         return []
@@ -479,7 +477,7 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
                 f"{'LLM class' if offline else 'OpenAI server'})")
     else:
         seqs = VLLM_V0_MAX_NUM_SEQS
-        model = get_model(data.get("model", DEFAULT_MODEL))
+        model = raw_model(data)
         max_len = int(sched.get("max_model_len") or model.max_position_embeddings)
         arch = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).arch or ""
         rocm = arch.startswith("cdna") and v3 >= VLLM_V0_CHUNK_2048_FROM
@@ -515,10 +513,9 @@ def _vllm_attention(data: dict[str, Any], cluster: dict[str, Any], cache: dict[s
     (`vllm_attention_backend`): in `cluster`, or in each PD pool by the pool's own part."""
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
-    from simulator.cost.models import get_model
 
     try:
-        model = get_model(data.get("model", DEFAULT_MODEL))
+        model = raw_model(data)
     except (ValueError, OSError):  # the scenario check names a model it cannot read
         return []
     v3 = version3(version)
