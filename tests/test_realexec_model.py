@@ -219,12 +219,12 @@ def test_glm5_rotates_its_indexer_interleaved_and_shared_layers_reuse_the_top_k(
     pm, cache, seqs, tables, ref = _setup("tiny-glm5")
     own = sparse_index.SparseIndexState.select
 
-    def dense_when_shared(self, sa, x, q_latent, cos, sin, keys, key_dim):
+    def dense_when_shared(self, sa, x, q_latent, cos, sin, keys):
         if sa.indexer is None:  # attend to every key instead of reusing the last top-k
-            key, last = own(self, sa, x, q_latent, cos, sin, keys, key_dim)
+            key, last = own(self, sa, x, q_latent, cos, sin, keys)
             return key, sparse_index.IndexSelection(last.q, last.weights, last.keys, 10**9,
                                                     last.scale)
-        return own(self, sa, x, q_latent, cos, sin, keys, key_dim)
+        return own(self, sa, x, q_latent, cos, sin, keys)
 
     monkeypatch.setattr(sparse_index.SparseIndexState, "select", dense_when_shared)
     assert [d > 1.0 for d in off(pm, cache, seqs, tables, ref)] == long

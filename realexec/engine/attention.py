@@ -346,15 +346,13 @@ class PagedAttention:
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
             mask = _prefill_mask(p, window, q.device)
+            if mask is None and (select is not None or softcap or sinks is not None):
+                mask = causal_mask(p.q_len, p.q_len, q.device)  # (no is_causal outside SDPA's)
             if select is not None:
                 keys = meta.slot_mapping[s:e] if p.slots is None else p.slots
-                if mask is None:
-                    mask = causal_mask(p.q_len, p.q_len, q.device)
                 op = F.scaled_dot_product_attention(
                     qp, kp, vp, attn_mask=select.prefill_mask(s, e, keys, mask), scale=scale)
             elif softcap:
-                if mask is None:
-                    mask = causal_mask(p.q_len, p.q_len, q.device)
                 op = softcapped_attention(qp, kp, vp, mask, scale, softcap)
             elif sinks is None:
                 op = F.scaled_dot_product_attention(
@@ -362,8 +360,6 @@ class PagedAttention:
                     enable_gqa=gqa,
                 )
             else:
-                if mask is None:
-                    mask = causal_mask(p.q_len, p.q_len, q.device)
                 op = sdpa_with_sinks(qp, kp, vp, mask, scale, sinks.view(1, num_heads, 1, 1),
                                      enable_gqa=gqa)
             out[s:e] = op[0].transpose(0, 1)

@@ -70,8 +70,7 @@ def mla_attention(
     select = None
     if sparse is not None:  # the indexer key rides in the latent's row
         index_key, select = sparse.select(sa, x, q_latent, cos, sin,
-                                          attn.cached_rows_tail(layer, rank + rope),
-                                          index_key_dim(sa.config))
+                                          attn.cached_rows_tail(layer, rank + rope))
         latent = torch.cat((latent, index_key.view(t, 1, -1)), dim=-1)
 
     def expand(lat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

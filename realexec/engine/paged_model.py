@@ -24,7 +24,7 @@ from realexec.engine.mla import (
     mla_rotate,
 )
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
-from realexec.engine.sparse_index import SparseIndexState
+from realexec.engine.sparse_index import SparseIndexState, index_key_dim
 
 # rows below which CPU GEMMs are padded (see compute_logits)
 _CPU_MIN_GEMM_ROWS = 4
@@ -191,7 +191,8 @@ class PagedCausalLM:
         h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
         rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
-        sparse = SparseIndexState(self.index_rotate) if self.index_rotate else None
+        sparse = (SparseIndexState(self.index_rotate, index_key_dim(self.config))
+                  if self.index_rotate else None)
         for i, layer in enumerate(self.layers):
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn

@@ -24,13 +24,11 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     logits in the softmax denominator; `softcap`: Gemma 2's score cap."""
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     gqa = k.shape[1] != q.shape[1]
+    if causal and (softcap or sinks is not None):  # (no is_causal outside SDPA's)
+        mask, causal = causal_mask(q.shape[0], k.shape[0], q.device), False
     if softcap:
-        if causal:
-            mask = causal_mask(q.shape[0], k.shape[0], q.device)
         out = softcapped_attention(q4, k4, v4, mask, scale, softcap)
     elif sinks is not None:
-        if causal:
-            mask = causal_mask(q.shape[0], k.shape[0], q.device)
         out = sdpa_with_sinks(q4, k4, v4, mask, scale, sinks.view(1, -1, 1, 1), enable_gqa=gqa)
     else:
         out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, is_causal=causal,

@@ -134,14 +134,16 @@ def index_selection(
 class SparseIndexState:
     """One forward's sparse-attention state across layers: the last selection, which a GLM-5
     layer without an indexer of its own ("shared") reuses. `rotate`: the indexer's rotary (HF's
-    `apply_rotary_pos_emb`, or `apply_rotary_pos_emb_interleave` for GLM-5)."""
+    `apply_rotary_pos_emb`, or `apply_rotary_pos_emb_interleave` for GLM-5); `key_dim`: its
+    key width (`index_key_dim`)."""
 
-    def __init__(self, rotate: Callable) -> None:
+    def __init__(self, rotate: Callable, key_dim: int) -> None:
         self.rotate = rotate
+        self.key_dim = key_dim
         self.last: IndexSelection | None = None
 
     def select(self, sa: nn.Module, x: torch.Tensor, q_latent: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, keys: Callable[[torch.Tensor], torch.Tensor], key_dim: int
+               sin: torch.Tensor, keys: Callable[[torch.Tensor], torch.Tensor]
                ) -> tuple[torch.Tensor, IndexSelection]:
         """(indexer keys to cache `[T, key_dim]`, the selection) of layer `sa`: its own, or
         for a layer without an indexer zeros and the previous layer's."""
@@ -149,6 +151,6 @@ class SparseIndexState:
             if self.last is None:
                 raise ValueError("a shared sparse-attention layer needs an earlier layer's "
                                  "indexer (indexer_types must start with 'full')")
-            return x.new_zeros(x.shape[0], key_dim), self.last
+            return x.new_zeros(x.shape[0], self.key_dim), self.last
         key, self.last = index_selection(sa, x, q_latent, cos, sin, self.rotate, keys)
         return key, self.last

@@ -184,6 +184,13 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     return PoolPlan(role, spec, acc, cost, mem, blocks, cpu_blocks)
 
 
+def _shares_host(scenario: Scenario) -> bool:
+    """Whether the replicas share one host's memory bandwidth or compute
+    (`cluster.host_memory_share` / `host_compute_share` below 1)."""
+    c = scenario.cluster
+    return (c.host_memory_share or 1.0) < 1 or (c.host_compute_share or 1.0) < 1
+
+
 def _decoding_pool_router(scenario: Scenario) -> tuple[int, str]:
     """(replicas, router) of the pool whose replicas decode, the only ones that burst: the
     colocated pool, or PD's decode pool."""
@@ -240,9 +247,8 @@ class SimCluster:
             }
             self.layerwise = c.pd.transfer == "layerwise"
             self.first_token_at_decode = c.pd.first_token == "decode"
-        mem_share, compute_share = c.host_memory_share or 1.0, c.host_compute_share or 1.0
-        if mem_share < 1 or compute_share < 1:
-            self._share_host(mem_share, compute_share)
+        if _shares_host(scenario):
+            self._share_host(c.host_memory_share or 1.0, c.host_compute_share or 1.0)
         elif self._unobserved(scenario):
             for r in self.replicas:
                 r.scheduler.burst_past_finishes = True
@@ -307,10 +313,8 @@ class SimCluster:
         # one by one instead
         n, router = _decoding_pool_router(sc)  # (prefill replicas never burst)
         read_usage = router == "least_kv_usage" and n > 1
-        c = sc.cluster
-        shared_host = (c.host_memory_share or 1.0) < 1 or (c.host_compute_share or 1.0) < 1
         max_burst = sc.sim.max_decode_burst
-        if read_usage and (cache_cfg.free_outside_window or shared_host):
+        if read_usage and (cache_cfg.free_outside_window or _shares_host(sc)):
             max_burst = 1
         front = sc.api_server
         # decodes arrive by KV hand-off, through a server only on vLLM's proxy route

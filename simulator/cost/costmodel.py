@@ -214,15 +214,17 @@ class CostModel(StageTerms):
             pad = shape.num_decode_reqs * shape.max_decode_context - D
             if pad > 0:
                 D = D + self._padding * pad
+        out = D
         if self._slide and self._windowed(shape):
             Dw = shape.decode_window_tokens
             if self._padding:
                 pad = shape.num_decode_reqs * min(shape.max_decode_context, self._window) - Dw
                 if pad > 0:
                     Dw = Dw + self._padding * pad
-            Ds = D + self._slide * (Dw - D)
-            return Ds + self._index_tokens * D if self._index_tokens else Ds
-        return D + self._index_tokens * D if self._index_tokens else D
+            out = D + self._slide * (Dw - D)
+        if self._index_tokens:  # sparse attention's indexer reads every (uncapped) token
+            out = out + self._index_tokens * D
+        return out
 
     def attention_sums(self, shape: BatchShape) -> tuple[float, float, float]:
         """(prefill query-key pairs, prefill KV tokens read, decode KV tokens) per layer,

@@ -102,6 +102,17 @@ class ModelSpec:
             return 0.0
         return self.num_index_layers / self.num_layers if self.num_index_layers else 1.0
 
+    @property
+    def mean_indexer_params(self) -> float:
+        """Indexer matrix weights per layer, averaged over the layers (those reusing another
+        layer's top-k have none)."""
+        return self.indexer_matrix_params * self.index_layer_share
+
+    @property
+    def mean_indexer_key_bytes(self) -> float:
+        """Indexer key bytes one token caches per layer, averaged over the layers."""
+        return self.indexer_key_bytes * self.index_layer_share
+
     @cached_property
     def indexer_matrix_params(self) -> int:
         """The sparse-attention indexer's matrices of one layer that runs one: its query
@@ -127,8 +138,7 @@ class ModelSpec:
             q = d * qr + qr * h * hd if qr else d * h * hd
             kv = d * (self.kv_lora_rank + self.qk_rope_head_dim) \
                 + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + h * self.v_head_dim * d + round(self.indexer_matrix_params
-                                                            * self.index_layer_share)
+            return q + kv + h * self.v_head_dim * d + round(self.mean_indexer_params)
         return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
 
     @cached_property
@@ -263,7 +273,7 @@ class ModelSpec:
         sparse-attention indexer key (`indexer_key_bytes`; averaged over the layers where some
         reuse another's top-k and cache none)."""
         return ((self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(dtype)
-                + self.indexer_key_bytes * self.index_layer_share)
+                + self.mean_indexer_key_bytes)
 
     @property
     def indexer_key_bytes(self) -> int:
@@ -346,6 +356,12 @@ def _with_hf_id(spec: ModelSpec, hf_id: str) -> ModelSpec:
 
 def load_hf_config(path: str) -> ModelSpec:
     """A ModelSpec from a config.json file, or a directory holding one."""
+    return _parse_hf_config(*_read_config_file(path))
+
+
+def _read_config_file(path: str) -> tuple[dict[str, Any], str, str]:
+    """(config dict, model name, the file read) of a config.json file or a directory holding
+    one; errors name the file."""
     if os.path.isdir(path):
         folder, path = path, os.path.join(path, "config.json")
         if not os.path.isfile(path):
@@ -362,7 +378,7 @@ def load_hf_config(path: str) -> ModelSpec:
     base = os.path.basename(path)
     name = (os.path.basename(os.path.dirname(os.path.abspath(path))) if base == "config.json"
             else os.path.splitext(base)[0]) or path
-    return _parse_hf_config(cfg, name, path)
+    return cfg, name, path
 
 
 def merged_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -385,12 +401,10 @@ def _config_of(x: str | dict[str, Any]) -> tuple[dict[str, Any], str | None, str
     if key is not None:
         entry = _catalog()[key]
         return entry["config"], key, f"models.yaml:{key}", entry["hf_id"]
-    path = os.path.join(x, "config.json") if os.path.isdir(x) else x
-    if not os.path.isfile(path):
+    if not os.path.exists(x):
         get_model(x)  # raises: an unknown name or a missing file, said as without overrides
-    spec = load_hf_config(x)  # (validates the file and names the model)
-    with open(path, encoding="utf-8") as f:
-        return json.load(f), spec.name, path, None
+    cfg, name, path = _read_config_file(x)
+    return cfg, name, path, None
 
 
 def get_model(name_or_path_or_dict: str | dict[str, Any],

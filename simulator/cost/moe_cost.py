@@ -154,7 +154,7 @@ def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
     n, dk = model.index_n_heads, model.index_head_dim  # (0 without sparse attention)
     share = model.index_layer_share  # layers with an indexer of their own (GLM-5.2: some reuse)
     return MLATerms(
-        w_qkv=w_q + w_kv + model.indexer_matrix_params * share, w_o=h * dv * d,
+        w_qkv=w_q + w_kv + model.mean_indexer_params, w_o=h * dv * d,
         qkv_act_bytes_per_token=(d + (qr or 0) + h * dqk + kr + rope + h * (nope + dv)
                                  + (n * dk + dk + n) * share),
         # sparse attention runs both in MLA's MQA (absorbed) form: the top-k latents are
@@ -164,4 +164,4 @@ def mla_terms(model: ModelSpec, tp: int) -> MLATerms:
         decode_flops_per_pair=2 * h * (2 * kr + rope),
         kv_elems_per_token=kr + rope,
         index_flops_per_pair=2 * n * dk * share,
-        index_bytes_per_token=model.indexer_key_bytes * share)
+        index_bytes_per_token=model.mean_indexer_key_bytes)
