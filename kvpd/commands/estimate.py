@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.cost.costmodel import CostModel
     from simulator.cost.eager_dispatch import EagerDispatch
     from simulator.cost.hardware import get_accelerator
-    from simulator.cost.memory_plan import mixed_window_note, plan_memory
+    from simulator.cost.memory_plan import linear_attention_note, mixed_window_note, plan_memory
     from simulator.cost.models import get_model
     from simulator.cost.params import CostParams
     from simulator.cost.precision import checkpoint_note
@@ -202,7 +202,11 @@ def run(args: argparse.Namespace) -> int:
     # the step's requests, one by one over the attention ranks (one rank without dp)
     ranks = [BatchShape(window=model.attention_window) for _ in range(args.tp if dp else 1)]
     rank_kv = [0] * len(ranks)
-    held = kv_tokens_held(model, plan.block_size)
+    held0 = kv_tokens_held(model, plan.block_size)
+    state = plan.state_blocks_per_request * plan.block_size  # linear-attention state, as tokens
+
+    def held(n: int, step: int) -> int:
+        return held0(n, step) + state
     reqs: list[tuple[int, int, int]] = []  # (new tokens, context before, KV tokens held)
     if args.prefill:
         b, n = parse_batch(args.prefill, "--prefill", need_batch=False)
@@ -227,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     out["memory_plan"] = plan.to_dict()
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
-    out["kv_plan_note"] = mixed_window_note(cm.model)
+    out["kv_plan_note"] = mixed_window_note(cm.model) or linear_attention_note(cm.model, plan)
     out["precision"] = cm.precision.to_dict()
     note = checkpoint_note(model, args.dtype, quant)  # what the released checkpoint filled in
     out["precision"]["from_checkpoint"] = note is not None
@@ -332,4 +336,14 @@ def explain_variants(cm, br, num_tokens: int) -> dict:
                  else "per layer")
         out["KV bytes per token"] = (f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (latent "
                                      f"+ {m.indexer_key_bytes} B indexer key {where})")
+    if m.has_linear_attention:
+        op = ops.get("linear_attn")
+        out["linear attention"] = (
+            f"Gated DeltaNet on {m.num_linear_layers} of {m.num_layers} layers "
+            f"({m.linear_key_heads} key / {m.linear_value_heads} value heads of "
+            f"{m.linear_key_head_dim} x {m.linear_value_head_dim}), state "
+            f"{m.linear_state_dtype or 'in the model dtype'}"
+            + (f": {op.time_s * 1e3:.3f} ms" if op is not None else ""))
+        out["KV bytes per token"] = (f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (the "
+                                     f"{m.num_full_attention_layers} softmax-attention layers)")
     return out

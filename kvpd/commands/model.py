@@ -33,6 +33,13 @@ def attention_kind(m) -> str:
     elif m.num_sliding_layers:
         kind += (f"; a {m.sliding_window:,}-token sliding window on {m.num_sliding_layers} of "
                  f"{m.num_layers} layers")
+    if m.has_linear_attention:
+        kind = (f"{kind} on {m.num_full_attention_layers} of {m.num_layers} layers"
+                + (" (output-gated)" if m.attn_output_gate else "")
+                + f"; Gated DeltaNet linear attention on the other {m.num_linear_layers} "
+                f"({m.linear_key_heads} key / {m.linear_value_heads} value heads of "
+                f"{m.linear_key_head_dim} x {m.linear_value_head_dim}, a fixed state per "
+                "request)")
     return kind
 
 
@@ -51,6 +58,9 @@ def model_dict(m) -> dict:
         "flops_per_token": m.flops_per_token,
         "weight_bytes": {dt: m.weight_bytes(dt) for dt in DTYPES},
         "kv_bytes_per_token": {dt: m.kv_bytes_per_token(dt) for dt in ("fp32", "bf16", "fp8")},
+        # linear-attention layers' recurrent state of one request, all layers (model dtype)
+        "state_bytes_per_request": {dt: m.linear_state_bytes(dt) for dt in ("bf16",)}
+        if m.has_linear_attention else None,
         # the released checkpoint's quantization (config.json quantization_config), which the
         # cost model applies when a scenario's weights are in its dtype and say nothing else
         "checkpoint_quantization": ({"method": m.checkpoint_quant_method,

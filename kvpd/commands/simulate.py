@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from simulator.accuracy import accuracy_line
-    from simulator.cost.memory_plan import mixed_window_note
+    from simulator.cost.memory_plan import linear_attention_note, mixed_window_note
     from simulator.cost.precision import checkpoint_note
     from simulator.report import summary_table
 
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         note = checkpoint_note(sc.model_spec(), sc.dtype, sc.quantization_mapping())
         if note:
             print(f"{name}: quantization {note}; set quantization.method/scope to override")
-        note = mixed_window_note(sc.model_spec())
+        note = mixed_window_note(sc.model_spec()) or linear_attention_note(sc.model_spec())
         if note:
             print(f"{name}: KV plan: {note}")
     print(summary_table([r.summary for r in results], names))

@@ -41,6 +41,12 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "phi3": "Phi-3",
 }
 
+# model_type values the simulator prices but this executor does not run, and why
+NOT_RUN_MODEL_TYPES: dict[str, str] = {
+    t: "Gated DeltaNet linear attention (a recurrent state per request, not a paged KV cache) "
+       "is not in the paged executor; kvpd simulate and kvpd estimate price this model"
+    for t in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")}
+
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
 # attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`), nor logit
 # soft-capping (Gemma 2); their eager attention is the reference the paged executor matches.
@@ -141,6 +147,8 @@ def max_position_embeddings(config: PretrainedConfig) -> int:
 def check_supported(config: PretrainedConfig, where: str) -> None:
     """ValueError naming the supported families when `config` is of another architecture."""
     model_type = getattr(config, "model_type", None)
+    if model_type in NOT_RUN_MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r}: {NOT_RUN_MODEL_TYPES[model_type]}")
     if model_type not in SUPPORTED_MODEL_TYPES:
         supported = ", ".join(f"{v} ({k})" for k, v in SUPPORTED_MODEL_TYPES.items())
         raise ValueError(

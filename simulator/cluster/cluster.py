@@ -173,7 +173,11 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     blocks = spec.num_gpu_blocks or cache.num_gpu_blocks or mem.num_gpu_blocks
     if blocks < 1:
         raise ValueError(f"{role} pool: the memory plan leaves no room for KV blocks ({mem.to_dict()})")
-    cpu_blocks = int(cache.swap_space_gb * 1e9 // mem.kv_bytes_per_block) if cache.swap_space_gb else 0
+    if model.has_linear_attention and scenario.scheduler.preemption_mode == "swap":
+        raise ValueError(f"scheduler.preemption_mode: swap does not move the recurrent state of "
+                         f"{model.name}'s linear-attention layers; use recompute")
+    cpu_blocks = (int(cache.swap_space_gb * 1e9 // mem.kv_bytes_per_block)
+                  if cache.swap_space_gb and not model.has_linear_attention else 0)
     if scenario.scheduler.preemption_mode == "swap" and cpu_blocks == 0:
         raise ValueError(f"scheduler.preemption_mode: swap needs a host pool, but "
                          f"cache.swap_space_gb = {cache.swap_space_gb} holds no {role} KV block "
@@ -297,13 +301,16 @@ class SimCluster:
         cache_cfg = CacheConfig(
             num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,
             num_cpu_blocks=plan.num_cpu_blocks,
-            enable_prefix_caching=sc.cache.enable_prefix_caching,
+            # (a linear-attention state is not cached by prefix: linear_attention_note)
+            enable_prefix_caching=(sc.cache.enable_prefix_caching
+                                   and not self.model.has_linear_attention),
             block_bytes=int(plan.memory.kv_bytes_per_block),
             # sliding layers' attention (sparse attention: its top-k) is capped at the window
             # in the shapes; blocks slide out of the pool only when every layer slides (one
             # block table serves all layers; sparse attention may pick any earlier key)
             sliding_window=self.model.attention_window,
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
+            state_blocks=plan.memory.state_blocks_per_request,
         )
         pcie_link = plan.accelerator.link("pcie")
         # least_kv_usage reads each replica's KV usage, which changes inside a decode burst (a

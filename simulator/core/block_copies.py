@@ -30,6 +30,8 @@ class BlockCopies:
     cpu_skipped_blocks: dict[str, int]
     num_swapped_out_blocks: int
     num_swapped_in_blocks: int
+    state_blocks: int
+    req_to_state_blocks: dict[str, list[KVCacheBlock]]
 
     def free(self, request: Request, preempted: bool = False) -> None:
         raise NotImplementedError  # KVCacheManager.free
@@ -46,15 +48,17 @@ class BlockCopies:
 
     def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
         """Give `child` the parent's computed blocks: full blocks are shared; a partial last
-        block is copied. Returns the (src, dst) device copies to make (empty if none), or
-        None (nothing changed) if no block is free for the copy."""
+        block is copied, and so is the parent's recurrent state (`state_blocks`). Returns the
+        (src, dst) device copies to make (empty if none), or None (nothing changed) if no
+        block is free for the copies."""
         pid, cid = parent.request_id, child.request_id
         bs = self.block_size
         num_computed = parent.num_computed_tokens
         parent_blocks = self.req_to_blocks.get(pid, [])
         num_full = num_computed // bs
         partial = num_computed % bs != 0
-        if partial and self.block_pool.num_free_blocks < 1:
+        state = self.req_to_state_blocks.get(pid, []) if self.state_blocks else []
+        if (1 if partial else 0) + len(state) > self.block_pool.num_free_blocks:
             return None
         shared = parent_blocks[:num_full]
         skipped = self.num_skipped_blocks.get(pid, 0)  # <= num_full: the window ends later
@@ -67,6 +71,10 @@ class BlockCopies:
             (new,) = self.block_pool.get_new_blocks(1)
             copy.append((parent_blocks[num_full].block_id, new.block_id))
             blocks.append(new)
+        if state:  # the child's own copy of the state the parent reached
+            own = self.block_pool.get_new_blocks(len(state))
+            copy.extend((s.block_id, d.block_id) for s, d in zip(state, own))
+            self.req_to_state_blocks[cid] = own
         self.req_to_blocks[cid] = blocks
         self.req_to_block_ids[cid] = [b.block_id for b in blocks]
         self.num_cached_blocks[cid] = min(self.num_cached_blocks.get(pid, 0), num_full)

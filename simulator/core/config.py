@@ -38,6 +38,9 @@ class CacheConfig:
     layers (gpt-oss, Gemma 2/3, Qwen2 with max_window_layers): one block table serves every
     layer, and the full layers read every block, so nothing is freed early. PD prefill and
     decode roles never free early either (the prompt's KV is handed over whole).
+    state_blocks: blocks each request holds from its first allocation to its end besides its
+    KV blocks: the recurrent state of a model's linear-attention layers (Qwen3-Next,
+    Qwen3.5), which vLLM V1 keeps in the same pool as the KV blocks; 0 for other models.
     """
 
     num_gpu_blocks: int
@@ -47,6 +50,7 @@ class CacheConfig:
     block_bytes: int = 0
     sliding_window: int = 0
     free_outside_window: bool = False
+    state_blocks: int = 0
 
     def __post_init__(self) -> None:
         check_min("cache.block_size", self.block_size, 1)
@@ -54,6 +58,14 @@ class CacheConfig:
         check_min("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
         check_min("cache.block_bytes", self.block_bytes, 0)
         check_min("cache.sliding_window", self.sliding_window, 0)
+        check_min("cache.state_blocks", self.state_blocks, 0)
+        if self.state_blocks and self.enable_prefix_caching:
+            raise ValueError("cache.state_blocks: a request's recurrent state (linear-attention "
+                             "layers) is not cached by prefix; set enable_prefix_caching false")
+        if self.state_blocks and self.num_cpu_blocks:
+            raise ValueError("cache.state_blocks: swap preemption does not move a request's "
+                             "recurrent state (linear-attention layers); preempt by recompute "
+                             "(num_cpu_blocks 0)")
 
 
 @dataclass(frozen=True)

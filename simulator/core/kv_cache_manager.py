@@ -10,6 +10,12 @@ their place: a table keeps its length, its freed entries are always a prefix of 
 backend reads only the window's blocks. A prefix hit then needs only the cached blocks the
 first recomputed token reads (the window before the hit point), not the whole prefix.
 
+Recurrent state (`state_blocks` > 0, for a model with linear-attention layers: Qwen3-Next,
+Qwen3.5): each request also holds that many blocks of the pool, outside its block table, from
+its first allocation until it is freed, as vLLM V1 keeps such a state in the KV pool's pages.
+A request holding no table entries yet has no state blocks either, so `blocks_to_grow` with
+`held` 0 counts them; prefix caching and swapping are refused with them (`CacheConfig`).
+
 The manager only does bookkeeping; it returns the block copies a backend must
 perform (swap-out, swap-in, copy-on-write) and the bytes they move, so the real
 executor copies tensors and the simulator charges link time.
@@ -80,6 +86,7 @@ class KVCacheManager(BlockCopies):
         block_bytes: int = 0,
         sliding_window: int = 0,
         max_step_tokens: int = 0,
+        state_blocks: int = 0,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1 token, got {block_size}")
@@ -113,6 +120,10 @@ class KVCacheManager(BlockCopies):
         # blocks before a hit point that a hit needs cached: those the next token reads
         self.window_hit_blocks = max(1, -(-(sliding_window - 1) // block_size))
         self.num_slid_out_blocks = 0  # freed because they slid out of the window
+        if state_blocks < 0:
+            raise ValueError(f"state_blocks must be >= 0 blocks, got {state_blocks}")
+        self.state_blocks = state_blocks  # a request's recurrent state, from its first allocation
+        self.req_to_state_blocks: dict[str, list[KVCacheBlock]] = {}
 
     # ---- queries ----
     @property
@@ -131,7 +142,7 @@ class KVCacheManager(BlockCopies):
         them, or with a sliding window those of the window plus one step's new tokens
         (vLLM's `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(window - 1 + step, bs) + 1)."""
         return blocks_held(num_tokens, self.block_size, self.sliding_window,
-                           self.max_step_tokens or num_tokens)
+                           self.max_step_tokens or num_tokens) + self.state_blocks
 
     def limits(self) -> dict[str, int]:
         """What bounds the blocks one request can hold (`max_blocks_held`): the pool, the block
@@ -146,6 +157,8 @@ class KVCacheManager(BlockCopies):
         sliding window at most `max_blocks_held` (its table never holds more; what it frees
         meanwhile comes back)."""
         grow = -(-num_tokens // self.block_size) - held + revived
+        if not held:
+            grow += self.state_blocks  # (a request with no entries has no state yet)
         if self.sliding_window:
             peak = self.max_blocks_held(num_tokens)
             if peak < grow:
@@ -237,6 +250,8 @@ class KVCacheManager(BlockCopies):
         have = (len(blocks) if blocks else 0) + len(new_computed_blocks)
         num_tokens = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
         need = -(-(num_tokens + num_new_tokens) // self.block_size) - have
+        if self.state_blocks and request.request_id not in self.req_to_state_blocks:
+            need += self.state_blocks
         return need <= self.block_pool.num_free_blocks - num_revived(new_computed_blocks)
 
     def allocate_slots(
@@ -264,6 +279,13 @@ class KVCacheManager(BlockCopies):
             self._free_slid_out(rid, blocks, request.num_computed_tokens)
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
+        state = self.state_blocks if (self.state_blocks
+                                      and rid not in self.req_to_state_blocks) else 0
+        if state:  # the recurrent state first: it is held for the request's whole life
+            if need + state > self.block_pool.num_free_blocks:
+                return False
+            self.req_to_state_blocks[rid] = self.block_pool.take_blocks(state)[0]
+            self._note_usage()
         if need > 0 or num_hit:
             pool = self.block_pool
             reviving = num_revived(new_computed_blocks) if num_hit else 0
@@ -403,6 +425,9 @@ class KVCacheManager(BlockCopies):
                 self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
             else:
                 self.block_pool.free_blocks(blocks[::-1], ids[::-1])
+        state = self.req_to_state_blocks.pop(rid, None)
+        if state:
+            self.block_pool.free_blocks(state)
         cpu = self.req_to_cpu_blocks.pop(rid, None)
         self.cpu_skipped_blocks.pop(rid, None)
         if cpu:

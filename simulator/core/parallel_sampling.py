@@ -60,8 +60,9 @@ class ParallelSampling(SchedulerState):
             child.num_cached_tokens = parent.num_cached_tokens
             self.requests[child.request_id] = child
             child.num_computed_tokens = parent.num_computed_tokens
-            if no_evict and (
-                kvm.blocks_to_grow(max_kv_tokens(child, role), shared) > kvm.num_free_blocks - reserved
+            if no_evict and (  # (the fork copies the parent's recurrent state, if any)
+                kvm.blocks_to_grow(max_kv_tokens(child, role), shared)
+                + (kvm.state_blocks if shared else 0) > kvm.num_free_blocks - reserved
             ):
                 copies = None
             else:

@@ -59,6 +59,7 @@ class Scheduler(PDHandoff, ParallelSampling):
             block_bytes=cache_config.block_bytes,
             sliding_window=cache_config.sliding_window if frees else 0,
             max_step_tokens=step_tokens,
+            state_blocks=cache_config.state_blocks,
         )
         self._window = cache_config.sliding_window  # batch shapes track it for the cost model
         self.block_size = cache_config.block_size
@@ -144,8 +145,10 @@ class Scheduler(PDHandoff, ParallelSampling):
             at_once = f" at once (sliding window {kvm.sliding_window})" if kvm.sliding_window else ""
             kept = (f", {self._kept} of them kept free (admission_watermark, "
                     "append_needs_free_block)" if self._kept else "")
+            state = (f" ({kvm.state_blocks} of them its linear-attention state)"
+                     if kvm.state_blocks else "")
             return (
-                f"needs {blocks} KV blocks{at_once} for {need} tokens but the whole pool has "
+                f"needs {blocks} KV blocks{at_once} for {need} tokens{state} but the whole pool has "
                 f"{kvm.num_gpu_blocks}{kept}"
             )
         if not cfg.enable_chunked_prefill and req.num_prompt_tokens > cfg.max_num_batched_tokens:

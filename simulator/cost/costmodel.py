@@ -265,7 +265,7 @@ class CostModel(StageTerms):
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
          qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
-         dac, dakv, q1, o1, m1, aqd, apr, dmix) = fast
+         dac, dakv, q1, o1, m1, aqd, apr, dmix, lpc, lpt, ldr) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -294,6 +294,10 @@ class CostModel(StageTerms):
             a = Dctx * dac
             b = Dctx * dakv * (dmix if Tp else 1.0) + Rd * aqd
             t += dovh + (a + ov * b if a > b else b + ov * a)
+        if ldr:  # linear-attention layers: chunked prefill kernels, each decode's state
+            if Tp:
+                t += lpc + Tp * lpt
+            t += Rd * ldr
         t += T * el + cm0 + T * cm1 + lovh
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = h_lin.seconds(R) if h_lin else R * lc
@@ -307,8 +311,12 @@ class CostModel(StageTerms):
         return t
 
     def kv_transfer_bytes(self, num_tokens: int) -> int:
-        """KV-cache bytes of `num_tokens` tokens of this model (all layers, cache dtype)."""
-        return int(round(num_tokens * self.model.kv_bytes_per_token(self.kv_cache_dtype)))
+        """KV-cache bytes of `num_tokens` tokens of this model (all layers, cache dtype), plus
+        one request's recurrent state for a model with linear-attention layers."""
+        m = self.model
+        state = (m.linear_state_bytes("fp32" if self.dtype == "fp32" else "bf16")
+                 if m.has_linear_attention and num_tokens > 0 else 0.0)
+        return int(round(num_tokens * m.kv_bytes_per_token(self.kv_cache_dtype) + state))
 
     def efficiency_sources(self) -> dict[str, tuple[float, str]]:
         """Each efficiency the model uses: (value, where it came from)."""

@@ -1,8 +1,8 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
-with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, Llama 4). Errors name the
-config and the field."""
+with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, Llama 4, and Qwen3-Next
+and Qwen3.5 with Gated DeltaNet linear attention). Errors name the config and the field."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from simulator.cost.model_variants import (
     SINK_FAMILIES,
     dsa_fields,
+    linear_attention_fields,
     mla_fields,
     moe_fields,
     window_fields,
@@ -41,11 +42,17 @@ SUPPORTED_ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",  # the text model (text_config) only
+    "Qwen3_5ForCausalLM": "qwen3_5",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",  # the text model (text_config) only
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
 }
 # families whose multimodal config.json nests the text model's fields under `text_config`
-TEXT_CONFIG_FAMILIES = ("llama4", "gemma3")
+TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe")
 # model_type values (no `architectures`) of a family named otherwise
-MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3"}
+MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "qwen3_5_text": "qwen3_5",
+                       "qwen3_5_moe_text": "qwen3_5_moe"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
 TIED_BY_DEFAULT = ("gemma2", "gemma3")
 
@@ -155,7 +162,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         heads = _int(cfg, "num_attention_heads", where)
         layers = _int(cfg, "num_hidden_layers", where)  # (the variant fields index layers by it)
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
-                   **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where)}
+                   **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
+                   **linear_attention_fields(cfg, fam, where)}
         spec = dict(
             name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
@@ -172,7 +180,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
                                                                       "glm_moe_dsa")),
             o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3")
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3", "qwen3_5")
             or bool(cfg.get("use_qk_norm", False)),
             sandwich_norms=fam in ("gemma2", "gemma3"),
             attention_sinks=fam in SINK_FAMILIES, **variant)

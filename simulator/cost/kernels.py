@@ -95,6 +95,17 @@ class GroupedGemm:
 
 
 @dataclass(frozen=True)
+class LinearAttentionKernel:
+    """Gated DeltaNet's chunked prefill kernels (kernels.yaml linear_attention): one layer's
+    `chunk_gated_delta_rule` forward takes `call_s` + prompt tokens x (`token_s` +
+    `token_head_s` x value heads per rank), seconds."""
+
+    call_s: float
+    token_s: float
+    token_head_s: float
+
+
+@dataclass(frozen=True)
 class KernelProfile:
     """One architecture's kernel efficiencies (see kernels.yaml for each field's source)."""
 
@@ -127,6 +138,8 @@ class KernelProfile:
     # the K/V prefix once per query block and streams it at this x the part's bandwidth
     # (0: no figure for this architecture; the backend is refused)
     triton_reread_bandwidth: float = 0.0
+    # Gated DeltaNet's chunked prefill (None: priced as a roofline of its FLOPs)
+    linear_attention: LinearAttentionKernel | None = None
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -170,8 +183,9 @@ class KernelProfile:
     def layer_kernels(self, model: Any, moe_layer: bool) -> float:
         """Dependent kernels of one decoder layer of `model`: the dense layer's, plus
         MoE routing and grouped GEMMs (on an MoE layer), shared experts, MLA's projections,
-        Qwen3's q/k norms, Gemma 3's sandwich norms, DeepSeek-V3.2's sparse-attention indexer
-        (kernels.yaml layer_floor.extra_kernels lists each)."""
+        Qwen3's q/k norms, Gemma 3's sandwich norms, DeepSeek-V3.2's sparse-attention indexer,
+        Qwen3-Next's output gate and linear-attention layers (averaged over the layers;
+        kernels.yaml layer_floor.extra_kernels lists each)."""
         if not self.kernel_s:
             return 0.0
         return self._count(self.kernels, self.extra_kernels, model, moe_layer)
@@ -193,8 +207,13 @@ class KernelProfile:
                 n += extra.get("shared_expert", 0)
         if model.is_mla:
             n += extra.get("mla", 0)
+        full = 1.0 - model.num_linear_layers / model.num_layers  # softmax-attention share
         if model.qk_norm:
-            n += extra.get("qk_norm", 0)
+            n += extra.get("qk_norm", 0) * full
+        if model.attn_output_gate:
+            n += extra.get("output_gate", 0) * full
+        if model.num_linear_layers:
+            n += extra.get("linear_attention", 0) * (1.0 - full)
         if model.sandwich_norms:
             n += extra.get("sandwich_norms", 0)
         if model.is_sparse_attention:  # (averaged where layers share an indexer: GLM-5.2)
@@ -248,6 +267,7 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
                       if g.get("fp4_relative") is not None else None),
         gemm_tile_fixed_s=_non_negative(f"{arch}.gemm.tile_fixed_s", g.get("tile_fixed_s", 0.0)),
         triton_reread_bandwidth=_triton_reread(arch, e.get("triton_attn")),
+        linear_attention=_linear_attention(arch, e.get("linear_attention")),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
@@ -262,6 +282,14 @@ def _triton_reread(arch: str, t: dict[str, Any] | None) -> float:
         raise ValueError(f"{KERNELS_FILE}: {arch}.triton_attn.reread_bandwidth must be a "
                          f"multiple of the part's memory bandwidth in (0, 4], got {v!r}")
     return float(v)
+
+
+def _linear_attention(arch: str, t: dict[str, Any] | None) -> LinearAttentionKernel | None:
+    """`linear_attention` (None where the architecture has no entry)."""
+    if t is None:
+        return None
+    return LinearAttentionKernel(*(_non_negative(f"{arch}.linear_attention.{k}", t.get(k))
+                                   for k in ("call_s", "token_s", "token_head_s")))
 
 
 def _relative(where: str, v: Any) -> float:

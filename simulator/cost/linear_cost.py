@@ -114,6 +114,7 @@ class SummedLinearCost:
         self.parts = parts
         first = parts[0]
         self.efficiency, self.rate = first.efficiency, first.rate
+        self.tile, self.sm_count, self.k_half = first.tile, first.sm_count, first.k_half
         self.weight_only = next((p.weight_only for p in parts if p.weight_only), None)
         self.flops_per_row = sum(p.flops_per_row for p in parts)
         self.per_row = sum(p.per_row for p in parts)

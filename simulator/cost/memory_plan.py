@@ -59,6 +59,10 @@ class MemoryPlan:
     # data-parallel attention: every GPU holds whole attention weights and its own requests'
     # KV (all KV heads); num_gpu_blocks is then one GPU's (one attention rank's) pool
     dp_attention: bool = False
+    # linear-attention layers (Qwen3-Next, Qwen3.5): one request's recurrent state on the
+    # fullest GPU, bytes, and the KV blocks it takes from the pool (vLLM V1 keeps it there)
+    state_bytes_per_request: float = 0.0
+    state_blocks_per_request: int = 0
 
     @property
     def max_num_tokens(self) -> int:
@@ -162,9 +166,14 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     if model.is_mla:  # the latent + rope key (+ a sparse-attention indexer key), replicated
         # on every TP rank (as vLLM)
         kv_per_block = block_size * max(sh.layers_per_stage) * model.mla_kv_bytes(kv_dt)
-    else:
-        kv_per_block = (block_size * max(sh.layers_per_stage) * 2 * kv_sh.kv_heads
+    else:  # (the softmax-attention layers': linear-attention ones keep a state instead)
+        full = model.num_full_attention_layers / model.num_layers
+        kv_per_block = (block_size * max(sh.layers_per_stage) * full * 2 * kv_sh.kv_heads
                         * model.head_dim * dtype_bytes(kv_dt))
+    state = 0.0
+    if model.has_linear_attention:  # its heads split tp ways, its layers over the stages
+        state = (model.linear_state_bytes("fp32" if dt == "fp32" else "bf16") / tp
+                 * max(sh.layers_per_stage) / model.num_layers)
     if pool < kv_per_block:
         raise ValueError(
             f"no room for the KV cache: {where} uses {weights / GB:.1f} GB of weights and "
@@ -178,7 +187,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_block=kv_per_block,
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts,
         free_gpu_memory_fraction=free_fraction, mem_fraction_static=static,
-        dp_attention=dp_attention)
+        dp_attention=dp_attention, state_bytes_per_request=state,
+        state_blocks_per_request=-int(-state // kv_per_block))
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
@@ -226,3 +236,18 @@ def mixed_window_note(model: ModelSpec) -> str | None:
             "hybrid KV cache manager) keep only the window there, up to "
             f"{layers / (layers - sliding):.1f}x the KV tokens at long contexts: kvpd's KV "
             "capacity is low and its preemptions high against them")
+
+
+def linear_attention_note(model: ModelSpec, plan: MemoryPlan | None = None) -> str | None:
+    """For a model with linear-attention layers (Qwen3-Next, Qwen3.5): what each request holds
+    besides its KV blocks and what kvpd leaves out, as a sentence; None for other models."""
+    if not model.has_linear_attention:
+        return None
+    out = (f"{model.num_linear_layers} of {model.num_layers} layers are Gated DeltaNet linear "
+           "attention: a fixed-size recurrent state per request instead of KV per token")
+    if plan is not None:
+        out += (f" ({plan.state_bytes_per_request / 2**20:,.1f} MiB per GPU, "
+                f"{plan.state_blocks_per_request} KV blocks of the pool from its first step "
+                "to its end, as vLLM V1 keeps it)")
+    return (out + "; prefix caching is off for it (the state of a prefix is not cached), and "
+            "swap preemption is refused")

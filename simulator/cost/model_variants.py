@@ -39,6 +39,16 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `layer_types` ("sliding_attention" / "full_attention") where the config lists them.
 Where the dense layers sit is kept (`dense_layer_ids`), so a pipeline stage of an interleaved
 model (Llama 4 Maverick, Qwen-MoE with `decoder_sparse_step`) gets its own share of each kind.
+- Qwen3-Next (`qwen3_next`), Qwen3.5 and Qwen3.5-MoE (`qwen3_5`, `qwen3_5_moe`, their
+  `text_config`): Gated DeltaNet linear attention on the layers `layer_types` marks
+  "linear_attention" (else every layer but each `full_attention_interval`-th, default 4, as
+  transformers derives it), of `linear_num_key_heads` x `linear_key_head_dim` query/key heads,
+  `linear_num_value_heads` x `linear_value_head_dim` value heads and a causal convolution of
+  `linear_conv_kernel_dim` taps; the recurrent state is kept in `mamba_ssm_dtype` where the
+  config names it (Qwen3.5: float32), else the model's dtype. The full-attention layers gate
+  their output (`attn_output_gate`, default true: q_proj emits a gate per head dim) and
+  norm q and k per head. The MoE variants have one gated shared expert
+  (`shared_expert_intermediate_size`); Qwen3.5-MoE's every layer is MoE.
 A field an MoE or MLA family needs and the config lacks is refused, naming the field.
 """
 
@@ -47,18 +57,23 @@ from __future__ import annotations
 from typing import Any
 
 MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3", "glm4_moe", "deepseek_v32", "glm_moe_dsa"}
+                "deepseek_v3", "glm4_moe", "deepseek_v32", "glm_moe_dsa", "qwen3_next",
+                "qwen3_5_moe"}
 MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
 # DeepSeek Sparse Attention: a lightning indexer picks the keys each query attends to
 DSA_FAMILIES = {"deepseek_v32", "glm_moe_dsa"}
 SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
+# Gated DeltaNet linear attention beside gated full attention (Qwen3-Next, Qwen3.5)
+LINEAR_ATTENTION_FAMILIES = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
+# Qwen MoE families with one sigmoid-gated shared expert per MoE layer
+QWEN_SHARED_EXPERT_FAMILIES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe"}
 
 
 def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
     value = cfg.get(key)
     if value is None:
         raise ValueError(f"{where}: {fam} config is missing field {key!r} (a positive integer), "
-                         "which its mixture-of-experts / latent-attention layers need")
+                         "which its mixture-of-experts, latent- or linear-attention layers need")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
     return value
@@ -109,7 +124,6 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
         "ffn_size": _req(cfg, "moe_intermediate_size", where, fam),
-        "dense_ffn_size": _req(cfg, "intermediate_size", where, fam),
     }
     if fam.startswith("qwen"):
         out["num_experts"] = _req(cfg, "num_experts", where, fam)
@@ -117,13 +131,16 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         dense_only = set(_list(cfg, "mlp_only_layers", where))
         out["dense_layer_ids"] = tuple(i for i in range(L) if i in dense_only or (i + 1) % step)
         out["num_dense_layers"] = len(out["dense_layer_ids"])
-        if fam == "qwen2_moe":
+        if out["num_dense_layers"] or cfg.get("intermediate_size") is not None:
+            out["dense_ffn_size"] = _req(cfg, "intermediate_size", where, fam)
+        if fam in QWEN_SHARED_EXPERT_FAMILIES:
             out["shared_expert_ffn_size"] = _req(cfg, "shared_expert_intermediate_size", where, fam)
             out["num_shared_experts"] = 1
             out["shared_expert_gate"] = True
-        else:
+        if fam != "qwen2_moe":
             out["qk_norm"] = True
     else:  # DeepSeek's keys: deepseek_v2 / v3 / v32, glm4_moe, glm_moe_dsa
+        out["dense_ffn_size"] = _req(cfg, "intermediate_size", where, fam)
         out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
         if fam == "glm4_moe":  # GQA heads wider than hidden / heads: the config says
             out["head_dim"] = _req(cfg, "head_dim", where, fam)
@@ -241,3 +258,44 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     else:
         sliding = L
     return {"sliding_window": window, "num_sliding_layers": sliding} if sliding else {}
+
+
+def linear_attention_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
+    """ModelSpec fields of Gated DeltaNet linear attention (empty for other families): how
+    many layers use it, its head counts and sizes, the convolution taps, the state's dtype,
+    and the full-attention layers' output gate."""
+    if fam not in LINEAR_ATTENTION_FAMILIES:
+        return {}
+    L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
+    types = _list(cfg, "layer_types", where, str)
+    if types:
+        bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")})
+        if bad or len(types) != L:
+            raise ValueError(f"{where}: field 'layer_types' must list {L} entries of "
+                             f"'linear_attention' / 'full_attention', got {types!r}")
+        linear = types.count("linear_attention")
+    else:
+        interval = _opt(cfg, "full_attention_interval", where, 4)
+        if interval == 0:
+            raise ValueError(f"{where}: field 'full_attention_interval' must be a positive "
+                             "integer, got 0")
+        linear = sum(1 for i in range(L) if (i + 1) % interval)
+    if linear == L:
+        raise ValueError(f"{where}: every one of the {L} layers is 'linear_attention'; kvpd "
+                         "needs at least one full-attention layer to hold the KV cache")
+    state = cfg.get("mamba_ssm_dtype")
+    if state is not None and state not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"{where}: field 'mamba_ssm_dtype' must be 'float32', 'bfloat16' or "
+                         f"'float16', got {state!r}")
+    gate = cfg.get("attn_output_gate", True)
+    if not isinstance(gate, bool):
+        raise ValueError(f"{where}: field 'attn_output_gate' must be true or false, got {gate!r}")
+    return {"num_linear_layers": linear,
+            "linear_key_heads": _req(cfg, "linear_num_key_heads", where, fam),
+            "linear_value_heads": _req(cfg, "linear_num_value_heads", where, fam),
+            "linear_key_head_dim": _req(cfg, "linear_key_head_dim", where, fam),
+            "linear_value_head_dim": _req(cfg, "linear_value_head_dim", where, fam),
+            "linear_conv_kernel": _req(cfg, "linear_conv_kernel_dim", where, fam),
+            "linear_state_dtype": {"float32": "fp32", "bfloat16": "bf16",
+                                   "float16": "fp16"}.get(state or "", ""),
+            "attn_output_gate": gate}

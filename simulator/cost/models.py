@@ -69,6 +69,15 @@ class ModelSpec:
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
     num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
+    # ---- Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5; 0 = none) ----
+    num_linear_layers: int = 0  # layers of linear attention: a fixed-size state, no KV cache
+    linear_key_heads: int = 0  # query/key heads of those layers
+    linear_value_heads: int = 0  # value heads (each keeps a key_dim x value_dim state)
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0  # taps of the causal convolution over q, k, v
+    linear_state_dtype: str = ""  # the recurrent state's dtype ("": the model's dtype)
+    attn_output_gate: bool = False  # full attention gates its output (q_proj emits the gate)
     # ---- how the checkpoint is stored (config.json quantization_config; "" = not quantized) ----
     checkpoint_quant_method: str = ""  # a kvpd method (fp8, mxfp4, ...) the release uses
     checkpoint_quant_scope: str = ""  # all, or experts (the rest left out of the quantization)
@@ -123,6 +132,49 @@ class ModelSpec:
         return (self.q_lora_rank or d) * n * dk + d * dk + d * n
 
     @property
+    def has_linear_attention(self) -> bool:
+        """Some layers run Gated DeltaNet linear attention (a recurrent state, no KV cache)."""
+        return self.num_linear_layers > 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers of softmax attention: the ones that cache K and V per token."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a linear-attention layer's causal convolution: its q, k and v."""
+        return (2 * self.linear_key_heads * self.linear_key_head_dim
+                + self.linear_value_heads * self.linear_value_head_dim)
+
+    @cached_property
+    def linear_attn_matrix_params(self) -> int:
+        """Matrices of one linear-attention layer: the input projection to q, k, v, the output
+        gate z and the per-head decay and write rates (a, b), and the output projection."""
+        d = self.hidden_size
+        v = self.linear_value_heads * self.linear_value_head_dim
+        return d * (self.linear_conv_dim + v + 2 * self.linear_value_heads) + v * d
+
+    @property
+    def linear_layer_small_params(self) -> int:
+        """Never-quantized weights of one linear-attention layer: the depthwise convolution,
+        the per-head decay (A_log) and time-step bias, and the gated RMSNorm."""
+        return (self.linear_conv_dim * self.linear_conv_kernel + 2 * self.linear_value_heads
+                + self.linear_value_head_dim)
+
+    def linear_state_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes of one request's recurrent state over all linear-attention layers: each value
+        head's key_dim x value_dim matrix (in `linear_state_dtype`, else `dtype`) and the last
+        kernel - 1 convolution inputs (in `dtype`)."""
+        if not self.has_linear_attention:
+            return 0.0
+        state_dtype = self.linear_state_dtype or dtype
+        ssm = (self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
+               * dtype_bytes(state_dtype))
+        conv = (self.linear_conv_kernel - 1) * self.linear_conv_dim * dtype_bytes(dtype)
+        return self.num_linear_layers * (ssm + conv)
+
+    @property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is routed experts (0 for a dense model)."""
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
@@ -139,7 +191,24 @@ class ModelSpec:
             kv = d * (self.kv_lora_rank + self.qk_rope_head_dim) \
                 + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + h * self.v_head_dim * d + round(self.mean_indexer_params)
-        return d * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * d
+        if self.has_linear_attention:  # the layers' mean (their total: attention_matrix_params)
+            return round(self.attention_matrix_params / self.num_layers)
+        return self.full_attn_matrix_params
+
+    @cached_property
+    def full_attn_matrix_params(self) -> int:
+        """Q (and its output gate), K, V and O weights of one softmax-attention layer."""
+        d, hd, h = self.hidden_size, self.head_dim, self.num_heads
+        q = h * hd * (2 if self.attn_output_gate else 1)
+        return d * (q + 2 * self.num_kv_heads * hd) + h * hd * d
+
+    @cached_property
+    def attention_matrix_params(self) -> int:
+        """Attention matrix weights of all layers (softmax and linear attention ones)."""
+        if not self.has_linear_attention:
+            return self.num_layers * self.attn_matrix_params
+        return (self.num_full_attention_layers * self.full_attn_matrix_params
+                + self.num_linear_layers * self.linear_attn_matrix_params)
 
     @cached_property
     def shared_expert_params(self) -> int:
@@ -184,7 +253,8 @@ class ModelSpec:
         if self.is_sparse_attention:  # the indexer's key LayerNorm (weight and bias)
             n += (self.num_index_layers or self.num_layers) * 2 * self.index_head_dim
         if self.qk_norm:
-            n += self.num_layers * 2 * self.head_dim
+            n += self.num_full_attention_layers * 2 * self.head_dim
+        n += self.num_linear_layers * self.linear_layer_small_params
         return n
 
     @cached_property
@@ -223,7 +293,7 @@ class ModelSpec:
     @cached_property
     def small_params(self) -> int:
         """Biases, norms, routers and gates of all layers (never quantized)."""
-        if not (self.is_moe or self.is_mla or self.qk_norm):
+        if not (self.is_moe or self.is_mla or self.qk_norm or self.has_linear_attention):
             return self.num_layers * self.layer_small_params
         base = self._dense_twin().layer_small_params
         return self.num_layers * base + self.variant_small_params
@@ -236,19 +306,19 @@ class ModelSpec:
 
     @cached_property
     def num_params(self) -> int:
-        return (self.num_layers * self.attn_matrix_params + self.mlp_matrix_params
+        return (self.attention_matrix_params + self.mlp_matrix_params
                 + self.small_params + self.embedding_params)
 
     @cached_property
     def num_active_params(self) -> int:
         """Parameters one token touches (MoE: `experts_per_token` routed + shared experts)."""
-        return (self.num_layers * self.attn_matrix_params + self.active_mlp_params
+        return (self.attention_matrix_params + self.active_mlp_params
                 + self.small_params + self.embedding_params)
 
     def quantizable_params(self) -> int:
         """Weights of the attention and MLP matrices, the part fp8/int4 checkpoints quantize
         (embeddings, LM head, norms and biases stay in 16 bits, as in vLLM's AWQ/GPTQ/FP8)."""
-        return self.num_layers * self.attn_matrix_params + self.mlp_matrix_params
+        return self.attention_matrix_params + self.mlp_matrix_params
 
     def weight_bytes(self, dtype: str = "bf16", matrix_bytes: float | None = None) -> float:
         """Bytes of all weights stored in `dtype` (quantized dtypes: matrices only);
@@ -261,12 +331,14 @@ class ModelSpec:
         return quant * mb + rest * (4.0 if dt == "fp32" else 2.0)
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
-        """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes,
+        """KV-cache bytes of one token, all layers: 2 x layers x kv_heads x head_dim x bytes
+        (softmax-attention layers only: linear attention keeps a state, `linear_state_bytes`),
         or for MLA layers x (kv_lora_rank + qk_rope_head_dim) x bytes (the latent alone),
         plus sparse attention's indexer keys (`indexer_key_bytes`, whatever `dtype`)."""
         if self.is_mla:
             return self.num_layers * self.mla_kv_bytes(dtype)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
+        return (2 * self.num_full_attention_layers * self.num_kv_heads * self.head_dim
+                * dtype_bytes(dtype))
 
     def mla_kv_bytes(self, dtype: str = "bf16") -> float:
         """Bytes one token caches in one MLA layer: its latent and rotary key in `dtype`, plus a
@@ -288,7 +360,7 @@ class ModelSpec:
         (attention scores add `attention_flops_per_token(context)`)."""
         d = self.hidden_size
         p = self.embed_proj_dim or d
-        matrices = self.num_layers * self.attn_matrix_params + self.active_mlp_params
+        matrices = self.attention_matrix_params + self.active_mlp_params
         if self.is_moe:
             matrices += self.num_moe_layers * d * self.num_experts  # the router
         matrices += self.vocab_size * p + (2 * p * d if p != d else 0)
@@ -304,7 +376,7 @@ class ModelSpec:
             return self.num_layers * (per_key * min(context, self.index_topk)
                                       + 2 * self.index_n_heads * self.index_head_dim * context
                                       * self.index_layer_share)
-        full = self.num_layers - self.num_sliding_layers
+        full = self.num_full_attention_layers - self.num_sliding_layers
         return per_key * (full * context
                           + self.num_sliding_layers * min(context, self.sliding_window))
 

@@ -39,7 +39,17 @@ class ShardPlan:
             t = mla_terms(model, self.tp)
             return t.w_qkv + t.w_o
         d, hd = model.hidden_size, model.head_dim
-        return d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d
+        q = self.heads * (2 if model.attn_output_gate else 1)
+        full = d * (q + 2 * self.kv_heads) * hd + self.heads * hd * d
+        if not model.has_linear_attention:
+            return full
+        # the layers' mean: linear-attention layers assumed spread evenly over the stages
+        share = model.num_linear_layers / model.num_layers
+        return full + share * (self.linear_attention_params(model) - full)
+
+    def linear_attention_params(self, model: ModelSpec) -> float:
+        """Matrices of one linear-attention layer on one rank: its heads split tp ways."""
+        return model.linear_attn_matrix_params / self.tp
 
     def stage_layer_params(self, model: ModelSpec, s: int) -> float:
         """Attention + MLP weights of stage `s`'s layers on one rank, for MoE (dense first
@@ -62,7 +72,7 @@ class ShardPlan:
         hi = 4.0 if dt == "fp32" else 2.0  # norms, biases, embeddings stay in 16 bits
         d = model.hidden_size
         p = model.embed_proj_dim or d
-        variant = model.is_moe or model.is_mla
+        variant = model.is_moe or model.is_mla or model.has_linear_attention
         mb = matrix_weight_bytes(dt) if matrix_bytes is None else matrix_bytes
         per_layer = (self.layer_matrix_params(model) * mb
                      + model.layer_small_params * hi)
@@ -115,6 +125,11 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> Shar
     if model.ffn_size % tp and ep == 1:
         raise ValueError(f"tp={tp} does not divide ffn_size={model.ffn_size} of {name}: each rank "
                          "holds an equal slice of the MLP")
+    for heads, key in ((model.linear_key_heads, "linear_num_key_heads"),
+                       (model.linear_value_heads, "linear_num_value_heads")):
+        if heads and heads % tp:
+            raise ValueError(f"tp={tp} does not divide {key}={heads} of {name}: each rank "
+                             f"holds whole linear-attention heads (valid tp: {_divisors(heads)})")
     if pp > model.num_layers:
         raise ValueError(f"pp={pp} exceeds the {model.num_layers} layers of {name}")
     return ShardPlan(

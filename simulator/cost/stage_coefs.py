@@ -61,3 +61,6 @@ class StageCoefs(NamedTuple):
     # re-reads; 0 for FlashAttention, which reads the context once: akv)
     dmix: float  # decode KV reads x this in a step with prompt tokens (flash_attn_2: the
     # query heads per KV head, its unpacked decode rows; else 1)
+    lpc: float = 0.0  # linear-attention layers: seconds per step with prompt tokens
+    lpt: float = 0.0  # ... seconds per prompt token (the chunked kernels)
+    ldr: float = 0.0  # ... seconds per decode request (its state read and written)

@@ -60,11 +60,25 @@ class StageTerms:
                 qkv += [(max(1, round(n * dk * own)), qr or d), (max(1, round(dk * own)), d),
                         (max(1, round(n * own)), d)]
             o = [(d, h * m.v_head_dim)]
-        else:
-            qkv, o = [((hq + 2 * hkv) * hd, d)], [(d, hq * hd)]
+        else:  # (a gated attention's q_proj also emits the output gate)
+            qkv = [((hq * (2 if m.attn_output_gate else 1) + 2 * hkv) * hd, d)]
+            o = [(d, hq * hd)]
+
+        def attn_linear(mats: list[tuple[int, int]], lin: list[tuple[int, int]]) -> Any:
+            """The attention-side GEMMs of the stage's L layers: with linear-attention layers,
+            the softmax layers' and theirs, each over its share of the layers."""
+            if not m.has_linear_attention:
+                return LinearCost(mats, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)
+            share = m.num_linear_layers / m.num_layers
+            return SummedLinearCost([
+                LinearCost(mats, L * (1.0 - share), d_peak, d_eff, tile, sms, d_wo, alu,
+                           k_half=d_kh),
+                LinearCost(lin, L * share, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)])
+
+        lin_in, lin_out = self._linear_attention_gemms()
         out = {
-            "qkv_proj": LinearCost(qkv, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
-            "o_proj": LinearCost(o, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh),
+            "qkv_proj": attn_linear(qkv, lin_in),
+            "o_proj": attn_linear(o, lin_out),
             "mlp": (self._moe_linear(s, peak, eff, wo, alu, d_kh,
                                      1.0 / (d_peak * d_eff) if pr.scope != "all" else None,
                                      d_wo is not None) if m.is_moe else LinearCost(
@@ -79,6 +93,68 @@ class StageTerms:
                 gem, 1, ab_peak, bf16_eff, tile, acc.sm_count, table_rows=1024,
                 k_half=k.k_half(ab_peak * bf16_eff, sms))
         return out
+
+    def _linear_attention_gemms(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(N, K) of a linear-attention layer's input projections (q, k, v and the output
+        gate z; the per-head decay and write rates a, b) and output projection on one rank
+        (empty lists for a model without such layers)."""
+        m, tp = self.model, self.tp
+        if not m.has_linear_attention:
+            return [], []
+        v = m.linear_value_heads * m.linear_value_head_dim // tp
+        d = m.hidden_size
+        return ([(m.linear_conv_dim // tp + v, d), (2 * m.linear_value_heads // tp, d)],
+                [(d, v)])
+
+    def _linear_attention_terms(self, raw: dict[str, Any], L: int, dwb: float, ab: float,
+                                rate: dict[str, float]) -> None:
+        """Put the stage's linear-attention layers (Gated DeltaNet) in `raw`: their share of
+        the attention projections (`dwb` bytes per weight), the softmax attention scaled to
+        the other layers, and the `linear_attn` operator (kernels.yaml linear_attention)."""
+        m, tp, k = self.model, self.tp, self.kernels
+        share = m.num_linear_layers / m.num_layers
+        Ll, Lf = L * share, L * (1.0 - share)
+        (n_in, d), (n_ab, _) = self._linear_attention_gemms()[0]
+        v = n_in - m.linear_conv_dim // tp  # value dims on this rank
+        heads = m.linear_value_heads / tp
+        w_in, w_out = (n_in + n_ab) * d, v * d
+        fq, fo = raw["qkv_proj"], raw["o_proj"]  # the softmax layers', per layer x L
+        raw["qkv_proj"] = tuple(f * (1.0 - share) for f in fq)
+        raw["o_proj"] = tuple(f * (1.0 - share) for f in fo)
+        raw["qkv_proj"] = (raw["qkv_proj"][0] + Ll * 2 * w_in, raw["qkv_proj"][1] + Ll * w_in * dwb,
+                           raw["qkv_proj"][2] + Ll * (d + n_in + n_ab) * ab)
+        raw["o_proj"] = (raw["o_proj"][0] + Ll * 2 * w_out, raw["o_proj"][1] + Ll * w_out * dwb,
+                         raw["o_proj"][2] + Ll * (v + d) * ab)
+        raw["attn"] = tuple(f * (1.0 - share) for f in raw["attn"])
+        raw["attn_decode"] = tuple(f * (1.0 - share) for f in raw["attn_decode"])
+        # convolution in/out, the gate z and the gated norm, per token
+        conv = m.linear_conv_dim / tp
+        ew_flops, ew_bytes = raw["elementwise"]
+        raw["elementwise"] = (ew_flops, ew_bytes + Ll * (2 * conv + 3 * v) * ab)
+        # one request's state on this rank (all the stage's linear layers): read and written
+        # by each decode (the recurrent kernel) and by each prompt chunk (start and end)
+        act = "fp32" if self.precision.dtype == "fp32" else "bf16"
+        state = m.linear_state_bytes(act) / m.num_linear_layers / tp
+        dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+        # FLOPs per prompt token and value head of the chunked algorithm (64-token chunks):
+        # the state's read-out and update (3 x 2 dk dv) and the in-chunk products
+        # (2 x 64 x (2 dk + dv) for K K^T, W, U and the masked Q K^T V)
+        chunk_flops = 6.0 * dk * dv + 2.0 * 64 * (2 * dk + dv)
+        prefill_flops = Ll * heads * chunk_flops
+        decode_bytes = Ll * 2.0 * state
+        la = getattr(k, "linear_attention", None)
+        if la is not None:  # the measured chunked kernels (latency-bound)
+            call_s, token_s = Ll * la.call_s, Ll * (la.token_s + la.token_head_s * heads)
+        else:  # a roofline of the chunk algorithm's FLOPs
+            call_s, token_s = 0.0, prefill_flops * rate["attn_c"]
+        raw["linear_attn"] = {"layers": Ll, "call_s": call_s, "token_s": token_s,
+                              "prefill_flops": prefill_flops,
+                              "prefill_bytes": Ll * (2 * conv + v) * ab,
+                              "decode_flops": Ll * heads * 4.0 * dk * dv,
+                              "decode_bytes": decode_bytes,
+                              "decode_s": decode_bytes * rate["attn_m"],
+                              "measured": la is not None}
+        raw["full_attention_layers"] = Lf
 
     def _gemm_rate(self, compute: str) -> tuple[float, float]:
         """(peak FLOP/s, efficiency) of GEMMs multiplying in `compute`: this replica's own
@@ -192,13 +268,14 @@ class StageTerms:
             "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
         }
         n_mats = 3 if m.gated_mlp else 2
-        w_qkv, w_o, w_e = d * (hq + 2 * hkv) * hd, hq * hd * d, n_mats * d * f
+        hq_q = hq * (2 if m.attn_output_gate else 1)  # q_proj's outputs (with the gate)
+        w_qkv, w_o, w_e = d * (hq_q + 2 * hkv) * hd, hq * hd * d, n_mats * d * f
         kv_tok, qo_tok = 2 * hkv * hd * kvb, 2 * hq * hd * ab
         tp = self.tp
         ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves 2 (tp-1)/tp of the message
         raw = {
             # (flops per token, weight bytes, activation bytes per token), L layers
-            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * dwb, L * (d + (hq + 2 * hkv) * hd) * ab),
+            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * dwb, L * (d + (hq_q + 2 * hkv) * hd) * ab),
             "o_proj": (L * 2 * w_o, L * w_o * dwb, L * (hq * hd + d) * ab),
             "mlp": (L * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
                     L * w_e * wb,  # per expert touched
@@ -218,6 +295,8 @@ class StageTerms:
         raw["ep_alltoall"] = (0.0, 0.0)
         if m.is_moe or m.is_mla:
             self._variant_terms(raw, s, L, wb, dwb, ab, kvb, ring, rate)
+        if m.has_linear_attention:
+            self._linear_attention_terms(raw, L, dwb, ab, rate)
         ew_flops, ew_bytes = raw["elementwise"]
         raw["elementwise"] = (ew_flops, ew_bytes + raw.pop("mlp_elementwise"))
         lin = self._linear_costs(s, L, last)
@@ -293,6 +372,10 @@ class StageTerms:
             lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
             raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
             reread, dmix,
+            # linear-attention layers: seconds per step with prompt tokens, per prompt token,
+            # per decode request (0 without them)
+            *((la["call_s"], la["token_s"], la["decode_s"]) if (la := raw.get("linear_attn"))
+              else (0.0, 0.0, 0.0)),
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread,
