@@ -180,16 +180,17 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
     if la is not None and (Tp or Rd):  # Gated DeltaNet layers (costmodel.py `ldr`)
         fast = st["fast"]
         prefill_s = fast.lpc + Tp * fast.lpt if Tp else 0.0
-        where = (f"simulator/catalog/kernels.yaml {cm.kernels.arch}.linear_attention "
-                 "(chunked prefill kernels, measured)" if la["measured"]
-                 else f"roofline of the chunked algorithm at {a_src}")
+        where = ("" if not Tp else
+                 f"chunked prefill: simulator/catalog/kernels.yaml {cm.kernels.arch}."
+                 "linear_attention (measured kernels); " if la["measured"]
+                 else f"chunked prefill: a roofline of its FLOPs at {a_src}; ")
         ops.append(OpCost("linear_attn", Tp * la["prefill_flops"] + Rd * la["decode_flops"],
                           Tp * la["prefill_bytes"] + Rd * la["decode_bytes"],
                           prefill_s + Rd * fast.ldr,
                           "compute" if prefill_s >= Rd * fast.ldr else "memory",
                           compute_s=prefill_s, memory_s=Rd * fast.ldr,
-                          source=f"{where}; decodes read and write each request's state at "
-                                 f"{d_src}"))
+                          source=f"{where}decodes read and write each request's state at "
+                                 f"{d_src}" if Rd else where.rstrip("; ")))
     fl, wb, act = raw["o_proj"]
     ops.append(linear("o_proj", "o_proj", fl, wb, act))
     fl, wb, act = raw["mlp"]
