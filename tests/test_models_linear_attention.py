@@ -175,3 +175,19 @@ def test_swap_preemption_is_refused_for_a_linear_attention_model():
     with pytest.raises(ValueError, match="swap does not move the recurrent state"):
         sim({"model": "qwen3-next-80b-a3b", "cluster": {"tp": 4},
              "scheduler": {"preemption_mode": "swap"}, "cache": {"swap_space_gb": 4}})
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe"])
+def test_the_real_engine_accounts_the_state_as_the_simulator_does(name):
+    from realexec.engine.configs import builtin_config
+    from realexec.engine.llm import LLM
+
+    llm = LLM(name, num_gpu_blocks=64, block_size=4, enable_prefix_caching=True)
+    spec = ModelSpec.from_hf_config(builtin_config(name))
+    kv = llm.kv_cache.spec
+    assert kv.num_layers == spec.num_full_attention_layers  # the pool caches softmax layers
+    assert llm.kv_cache_manager.state_blocks == -(-spec.linear_state_bytes("fp32")
+                                                  // kv.bytes_per_block)
+    assert not llm.kv_cache_manager.enable_prefix_caching
+    with pytest.raises(ValueError, match="run this model colocated"):
+        LLM(name, num_gpu_blocks=64, block_size=4, role="decode")

@@ -9,6 +9,7 @@ import pytest
 from realexec import LLM, SamplingParams
 from tests.realexec_reference import (
     FAMILIES,
+    LINEAR_FAMILIES,
     assert_pool_whole,
     hf_model,
     one_thread,  # noqa: F401  (fixture)
@@ -131,6 +132,10 @@ def test_shared_prefixes_and_full_prompt_hits(name):
     llm = LLM(name, num_gpu_blocks=128, block_size=bs, enable_prefix_caching=True)
     _check(name, llm, [base], params[:1])
     outs = _check(name, llm, prompts, params)  # all hit base's cached blocks
+    if any(llm.runner.model.linear):  # a linear-attention state is not cached by prefix
+        assert llm.kv_cache_manager.state_blocks and not llm.kv_cache_manager.enable_prefix_caching
+        assert [o.outputs[0].num_cached_tokens for o in outs] == [0] * len(prompts)
+        return
     assert [o.outputs[0].num_cached_tokens for o in outs] == [20, 12, 16, 16, 4]
     again = _check(name, llm, prompts, params)  # full-prompt hits (minus the last token)
     assert again[1].outputs[0].num_cached_tokens == 12  # block-aligned: last block recomputed
@@ -142,6 +147,10 @@ def test_shared_prefixes_and_full_prompt_hits(name):
 def test_tiny_pool_forces_preemption(name, mode):
     prompts = random_prompts(4, [10, 14, 9, 12, 11, 13])
     params = [_greedy(20) for _ in prompts]
+    if mode == "swap" and name in LINEAR_FAMILIES:  # its recurrent state is not swapped
+        with pytest.raises(ValueError, match="linear-attention state; use 'recompute'"):
+            LLM(name, num_gpu_blocks=20, block_size=4, preemption_mode=mode, num_cpu_blocks=40)
+        return
     llm = LLM(name, num_gpu_blocks=20, block_size=4, preemption_mode=mode,
               num_cpu_blocks=40 if mode == "swap" else 0, enable_prefix_caching=False)
     outs = _check(name, llm, prompts, params)

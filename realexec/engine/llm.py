@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
+from realexec.engine.linear_attention import LinearStates, Segment, state_blocks
 from realexec.engine.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
 from realexec.engine.outputs import CompletionOutput, RequestOutput
 from realexec.engine.paged_model import PagedCausalLM
@@ -133,6 +134,10 @@ class LLM:
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
     layers (Qwen2 `layer_types`, gpt-oss) keep every block: the full layers read them all.
+    Linear attention (Qwen3-Next's Gated DeltaNet layers): each request's state is held in
+    blocks of the pool from its first step to its end (`CacheConfig.state_blocks`), prefix
+    caching is off for such a model (the state at a prefix's end is not kept; vLLM V1 turns
+    it off for them too) and swap preemption is refused.
     """
 
     def __init__(
@@ -209,8 +214,8 @@ class LLM:
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
-        spec = KVCacheSpec(self.model.num_layers, kv_heads, kv_dim, block_size, self.loaded.dtype,
-                           num_planes=planes)
+        spec = KVCacheSpec(self.model.num_kv_layers, kv_heads, kv_dim, block_size,
+                           self.loaded.dtype, num_planes=planes)
         if num_gpu_blocks is None:
             used = self.loaded.weight_bytes + self._profile_activation_bytes(
                 min(max_num_batched_tokens, max_model_len))
@@ -221,9 +226,19 @@ class LLM:
         if num_cpu_blocks is None:
             num_cpu_blocks = num_gpu_blocks if preemption_mode == "swap" else 0
         windows = self.model.windows
+        # linear-attention layers: each request's state, as KV blocks of the pool (the core
+        # holds them, as vLLM V1 does); its prefixes are not cached and it is not swapped
+        state = state_blocks(self.model, spec)
+        if state and preemption_mode == "swap":
+            raise ValueError("preemption_mode 'swap' does not move a request's linear-attention "
+                             "state; use 'recompute'")
+        if state and role != "colocated":
+            raise ValueError(f"role {role!r}: PD hand-off sends KV blocks, not a request's "
+                             "linear-attention state; run this model colocated")
         cache_cfg = CacheConfig(
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_caching=enable_prefix_caching, block_bytes=spec.bytes_per_block,
+            enable_prefix_caching=enable_prefix_caching and not state,
+            block_bytes=spec.bytes_per_block, state_blocks=state,
             # blocks slide out (are freed) only when every layer slides by one window
             sliding_window=sliding_window_of(windows),
             free_outside_window=uniform_window(windows) is not None,
@@ -250,7 +265,14 @@ class LLM:
         base = torch.cuda.memory_allocated(self.device)
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
         pos = torch.arange(num_tokens, device=self.device)
-        hidden = self.model.forward(ids, pos, NoCacheAttention())
+        linear = None
+        if any(self.model.linear):  # one request's fresh linear-attention state
+            states = LinearStates(self.model.config)
+            segments = [Segment(Request("profile", num_prompt_tokens=num_tokens), 0,
+                                num_tokens, 0)]
+            states.begin_step(segments)
+            linear = (states, segments)
+        hidden = self.model.forward(ids, pos, NoCacheAttention(), linear)
         self.model.compute_logits(hidden, pos[-1:])
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device) - base

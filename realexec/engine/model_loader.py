@@ -39,13 +39,18 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gemma3_text": "Gemma 3",
     "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
     "phi3": "Phi-3",
+    "qwen3_next": "Qwen3-Next",
+    "qwen3_5_text": "Qwen3.5 (its text model)",
+    "qwen3_5_moe_text": "Qwen3.5-MoE (its text model)",
 }
 
 # model_type values the simulator prices but this executor does not run, and why
 NOT_RUN_MODEL_TYPES: dict[str, str] = {
-    t: "Gated DeltaNet linear attention (a recurrent state per request, not a paged KV cache) "
-       "is not in the paged executor; kvpd simulate and kvpd estimate price this model"
-    for t in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")}
+    t: "the multimodal Qwen3.5 release (a vision tower beside its text model) is not loaded by "
+       "the paged executor; its text model runs as model_type "
+       f"{t + '_text'!r} (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM), and kvpd simulate and "
+       "kvpd estimate price the release"
+    for t in ("qwen3_5", "qwen3_5_moe")}
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
 # attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`), nor logit
@@ -61,6 +66,8 @@ _DEEPSEEK_V3 = (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_
                 "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim")
 _DEEPSEEK_V32 = (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads", "index_head_dim")
+_LINEAR = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+           "linear_value_head_dim", "linear_conv_kernel_dim")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                 "num_local_experts", "num_experts_per_tok"),
@@ -82,6 +89,15 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's
     "phi3": (*_CORE, "intermediate_size"),
+    # Qwen3NextConfig's defaults are the 80B release's
+    "qwen3_next": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                   "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+                   "shared_expert_intermediate_size", *_LINEAR),
+    "qwen3_5_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                     *_LINEAR),
+    "qwen3_5_moe_text": (*_CORE, "num_key_value_heads", "head_dim", "moe_intermediate_size",
+                         "num_experts", "num_experts_per_tok",
+                         "shared_expert_intermediate_size", *_LINEAR),
 }
 # families whose `layer_types` (and `sliding_window`) are checked up front
 _WINDOWED_TYPES = ("gpt_oss", "gemma2", "gemma3_text")

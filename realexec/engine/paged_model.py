@@ -16,6 +16,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
+from realexec.engine.linear_attention import LinearStates, Segment, linear_layers
 from realexec.engine.mla import (
     MLA_MODEL_TYPES,
     indexer_rotate,
@@ -70,7 +71,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
-                             "glm_moe_dsa", "glm4_moe", "gpt_oss"})
+                             "glm_moe_dsa", "glm4_moe", "gpt_oss", "qwen3_next",
+                             "qwen3_5_text", "qwen3_5_moe_text"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
@@ -106,21 +108,34 @@ class PagedCausalLM:
             self.num_kv_heads = self.num_heads
             self.scales = [blk.attn.scaling for blk in self.layers]
             self.mla = False
-        else:
+        # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others
+        self.linear = linear_layers(config) if self.family != "gpt2" else [False] * len(
+            hf_model.transformer.h)
+        if self.family != "gpt2":
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
             self.final_norm = base.norm
             self.num_heads = config.num_attention_heads
             self.mla = self.family in MLA_MODEL_TYPES
+            first = next(la for la, lin in zip(self.layers, self.linear) if not lin)
             if self.mla:  # queries/keys of nope + rope dims; the cache holds the latent
                 self.head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
             else:
-                self.head_dim = self.layers[0].self_attn.head_dim
+                self.head_dim = first.self_attn.head_dim
             self.num_kv_heads = config.num_key_value_heads
-            self.scales = [layer.self_attn.scaling for layer in self.layers]
+            self.scales = [None if lin else layer.self_attn.scaling
+                           for layer, lin in zip(self.layers, self.linear)]
+        # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
+        self.kv_index = [sum(1 for lin in self.linear[:i] if not lin) for i in range(len(self.linear))]
+        self.num_kv_layers = sum(1 for lin in self.linear if not lin)
         self.moe = self.family in MOE_MODEL_TYPES
         # fixed per model, so looked up once rather than per layer and step
-        first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
+        first_attn = self.layers[0].attn if self.family == "gpt2" else first.self_attn
+        # Qwen3-Next, Qwen3.5: q_proj also emits a gate per head dim, sigmoid(gate) x the
+        # attention output (HF's gated attention: twice the query features)
+        q_proj = getattr(first_attn, "q_proj", None)
+        self.output_gate = (not self.mla and q_proj is not None and isinstance(q_proj, nn.Linear)
+                            and q_proj.out_features == 2 * self.num_heads * self.head_dim)
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
@@ -166,13 +181,16 @@ class PagedCausalLM:
 
     @torch.inference_mode()
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend,
+        linear: tuple[LinearStates, list[Segment]] | None = None,
     ) -> torch.Tensor:
-        """Final hidden states `[T, hidden]` (before the last norm) for flat `input_ids` `[T]`."""
+        """Final hidden states `[T, hidden]` (before the last norm) for flat `input_ids` `[T]`;
+        `linear`: the requests' linear-attention states and their slices of the batch (a
+        model with such layers)."""
         with sdpa_backends(self.device):
             if self.family == "gpt2":
                 return self._forward_gpt2(input_ids, positions, attn)
-            return self._forward_llama(input_ids, positions, attn)
+            return self._forward_llama(input_ids, positions, attn, linear)
 
     def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:
         """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and gpt-oss (`[T, head_dim /
@@ -187,16 +205,23 @@ class PagedCausalLM:
                 out[kind] = cos[0, :, None, :], sin[0, :, None, :]
         return out
 
-    def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
+    def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend,
+                       linear: tuple[LinearStates, list[Segment]] | None = None):
         h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
         rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
         sparse = (SparseIndexState(self.index_rotate, index_key_dim(self.config))
                   if self.index_rotate else None)
         for i, layer in enumerate(self.layers):
+            x = layer.input_layernorm(h)
+            if self.linear[i]:  # Gated DeltaNet: each request over its own state
+                if linear is None:
+                    raise ValueError("a model with linear-attention layers needs their states")
+                h = h + linear[0].run(layer.linear_attn, x, linear[1])
+                h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
+                continue
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
-            x = layer.input_layernorm(h)
             if self.mla:
                 h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, sparse)
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
@@ -207,6 +232,10 @@ class PagedCausalLM:
                 q = q.reshape(t, self.num_heads, self.head_dim)
                 k = k.reshape(t, self.num_kv_heads, self.head_dim)
                 v = v.reshape(t, self.num_kv_heads, self.head_dim)
+            elif self.output_gate:  # per head: [query | gate] (HF's chunk of q_proj's output)
+                q, gate = sa.q_proj(x).view(t, self.num_heads, 2 * self.head_dim).chunk(2, -1)
+                k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+                v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
             else:
                 q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
                 k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
@@ -215,12 +244,16 @@ class PagedCausalLM:
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
-                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i], sinks=sa.sinks)
+                o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
+                                sinks=sa.sinks)
             else:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
-                o = attn.attend(i, q, k, v, self.scales[i], self.windows[i],
+                o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
                                 softcap=self.attn_softcap)
-            o = sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            o = o.reshape(t, self.num_heads * self.head_dim)
+            if self.output_gate:
+                o = o * torch.sigmoid(gate.reshape(t, -1))
+            o = sa.o_proj(o)
             if self.sandwich:  # Gemma 2/3: norm each sublayer's output before the residual add
                 h = h + layer.post_attention_layernorm(o)
                 mlp = layer.mlp(layer.pre_feedforward_layernorm(h))

@@ -18,6 +18,7 @@ import torch
 from realexec.engine.attention import GatherWorkspace, PagedAttention, build_metadata
 from realexec.engine.device import synchronize
 from realexec.engine.kv_cache import PagedKVCache
+from realexec.engine.linear_attention import LinearStates, Segment
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.sampler import Sampler, row_from_params
 from simulator.core.batch_shape import BatchShape
@@ -72,10 +73,15 @@ class ModelRunner:
         self.workspace = GatherWorkspace()
         # every layer slides by one window: gather only its keys (the core frees the rest)
         self.window = uniform_window(model.windows)
+        # each running request's linear-attention state (models with such layers)
+        self.linear_states = LinearStates(model.config) if any(model.linear) else None
 
     def drop_request(self, request_id: str) -> None:
-        """Forget per-request state (its RNG) of a finished request."""
+        """Forget per-request state (its RNG, its linear-attention state) of a finished
+        request."""
         self.generators.pop(request_id, None)
+        if self.linear_states is not None:
+            self.linear_states.drop(request_id)
 
     def _generator(self, req: Request) -> torch.Generator | None:
         seed = req.sampling_params.seed
@@ -133,8 +139,19 @@ class ModelRunner:
             self.cache.block_size, self.cache.num_blocks, dev, self.window,
         )
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        linear = None
+        if self.linear_states is not None:
+            starts = [0]
+            for n in output.num_new_tokens:
+                starts.append(starts[-1] + n)
+            segments = [Segment(r, s, n, b) for r, s, n, b in zip(
+                output.reqs, starts, output.num_new_tokens, output.num_computed_before)]
+            self.linear_states.begin_step(segments)
+            linear = (self.linear_states, segments)
         hidden = self.model.forward(input_ids, meta.positions,
-                                    PagedAttention(self.cache, meta, self.workspace))
+                                    PagedAttention(self.cache, meta, self.workspace), linear)
+        if linear is not None:
+            self.linear_states.snapshot_forks(linear[1])
         for req, first, count, at in prompt_rows:
             self._record_prompt_logprobs(req, hidden, first, count, at)
         sampled = [-1] * len(output.reqs)
