@@ -28,6 +28,8 @@ CONFIGS = [  # (label, model, hardware, tp, pp[, ep])
     ("deepseek-v3 h200 tp8 ep8", "deepseek-v3", "h200-sxm", 8, 1, 8),
     # every layer slides (4096 tokens): attention capped at the window (issue 34)
     ("mistral-7b  h100 tp1 window", "mistral-7b", "h100-sxm", 1, 1),
+    # three of four layers Gated DeltaNet linear attention: the linear_attn operator
+    ("qwen3.5-35b h100 tp1 linear", "qwen3.5-35b-a3b", "h100-sxm", 1, 1),
 ]
 
 
