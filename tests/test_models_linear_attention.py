@@ -191,3 +191,23 @@ def test_the_real_engine_accounts_the_state_as_the_simulator_does(name):
     assert not llm.kv_cache_manager.enable_prefix_caching
     with pytest.raises(ValueError, match="run this model colocated"):
         LLM(name, num_gpu_blocks=64, block_size=4, role="decode")
+
+
+def test_data_parallel_attention_prices_the_linear_layers_on_the_attention_side():
+    from simulator.cost.breakdown import explain_step
+    from simulator.cost.dp_attention import (
+        ATTENTION_OPS,
+        EXPERT_OPS,
+        REPLACED_OPS,
+        DPAttentionCost,
+    )
+
+    attn = CostModel("qwen3.5-35b-a3b", "h200-sxm", "fp8", tp=1)
+    experts = CostModel("qwen3.5-35b-a3b", "h200-sxm", "fp8", tp=8, ep=8)
+    dp = DPAttentionCost(attn, experts)
+    known = ATTENTION_OPS | EXPERT_OPS | REPLACED_OPS | {"tp_allreduce", "logits_gather"}
+    mixed = _shape([(1, 2000)] * 16 + [(512, 0)])
+    for cm in (attn, experts):
+        assert {op.name for op in explain_step(cm, mixed).ops} <= known
+    ranks = [_shape([(1, 2000)] * 4) for _ in range(7)] + [_shape([(512, 0)])]
+    assert dp.step_time(ranks) == pytest.approx(dp.breakdown(ranks).total_s)

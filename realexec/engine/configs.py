@@ -62,6 +62,17 @@ _TINY_COMMON: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 
+# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 4 layers, linear attention of 2 key / 4 value
+# heads of 8 dims and a 4-tap convolution, 16-dim softmax heads with a partial rotary
+_TINY_LINEAR: dict[str, Any] = {
+    **_TINY_COMMON, "num_hidden_layers": 4, "head_dim": 16, "partial_rotary_factor": 0.25,
+    "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+_TINY_LINEAR_MOE: dict[str, Any] = {"num_experts": 4, "num_experts_per_tok": 2,
+                                    "moe_intermediate_size": 32,
+                                    "shared_expert_intermediate_size": 32}
+
 # Tiny models of each supported family, for tests and quick tries (a few hundred thousand
 # parameters; a large initializer_range so greedy argmaxes are never near-ties).
 TINY: dict[str, dict[str, Any]] = {
@@ -136,39 +147,21 @@ TINY: dict[str, dict[str, Any]] = {
                      # 4 layers at 0.5 grow activations to where fp32 noise (eager vs. SDPA
                      # summation order) reaches ~1e-3 in the logits; 0.3 keeps it ~1e-5
                      "initializer_range": 0.3},
+    # Qwen3-Next: Gated DeltaNet on layers 0, 1 and 3 (a state per request, no KV), output-
+    # gated softmax attention with a partial rotary (a quarter of each 16-dim head) on layer 2;
+    # MoE of 4 experts (top 2) plus a gated shared expert, layer 1 a dense MLP
+    "tiny-qwen3-next": {"model_type": "qwen3_next", **_TINY_LINEAR, **_TINY_LINEAR_MOE,
+                        "mlp_only_layers": [1], "norm_topk_prob": True},
+    # Qwen3.5 (its text model): tiny-qwen3-next's layout with split linear projections and a
+    # multimodal rotary over text positions; dense, and the MoE release's shape (every layer
+    # MoE, linear and full layers alternating)
+    "tiny-qwen3.5": {"model_type": "qwen3_5_text", **_TINY_LINEAR},
+    "tiny-qwen3.5-moe": {"model_type": "qwen3_5_moe_text", **_TINY_LINEAR, **_TINY_LINEAR_MOE,
+                         "layer_types": ["linear_attention", "full_attention"] * 2},
     # Gemma 3 (text): 4 layers, 3 sliding (a 10-token window, as tiny-gpt-oss's) then 1 full, as
     # the releases' 5 local : 1 global; per-head q/k RMSNorm, sandwich norms, 16-wide heads
     # scaled by query_pre_attn_scalar 16, tied embeddings scaled by sqrt(hidden), GeGLU MLP,
     # local and global rotaries of different bases (HF's defaults, 10k and 1M)
-    # Qwen3-Next: Gated DeltaNet on layers 0, 1 and 3 (a state per request, no KV), output-
-    # gated softmax attention with a partial rotary (a quarter of each 16-dim head) on layer 2;
-    # MoE of 4 experts (top 2) plus a gated shared expert, layer 1 a dense MLP
-    "tiny-qwen3-next": {"model_type": "qwen3_next", **_TINY_COMMON, "num_hidden_layers": 4,
-                        "head_dim": 16, "partial_rotary_factor": 0.25,
-                        "layer_types": ["linear_attention", "linear_attention",
-                                        "full_attention", "linear_attention"],
-                        "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                        "linear_key_head_dim": 8, "linear_value_head_dim": 8,
-                        "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
-                        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-                        "mlp_only_layers": [1], "norm_topk_prob": True},
-    # Qwen3.5 (its text model): tiny-qwen3-next's layout with split linear projections and a
-    # multimodal rotary over text positions; dense, and the MoE release's shape
-    "tiny-qwen3.5": {"model_type": "qwen3_5_text", **_TINY_COMMON, "num_hidden_layers": 4,
-                     "head_dim": 16, "partial_rotary_factor": 0.25,
-                     "layer_types": ["linear_attention", "linear_attention",
-                                     "full_attention", "linear_attention"],
-                     "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                     "linear_key_head_dim": 8, "linear_value_head_dim": 8,
-                     "linear_conv_kernel_dim": 4},
-    "tiny-qwen3.5-moe": {"model_type": "qwen3_5_moe_text", **_TINY_COMMON,
-                         "num_hidden_layers": 4, "head_dim": 16, "partial_rotary_factor": 0.25,
-                         "layer_types": ["linear_attention", "full_attention",
-                                         "linear_attention", "full_attention"],
-                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                         "linear_key_head_dim": 8, "linear_value_head_dim": 8,
-                         "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
-                         "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32},
     "tiny-gemma3": {"model_type": "gemma3_text", **_TINY_COMMON, "num_hidden_layers": 4,
                     "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 10,
                     "layer_types": ["sliding_attention"] * 3 + ["full_attention"],

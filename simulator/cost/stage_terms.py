@@ -111,50 +111,49 @@ class StageTerms:
         """Put the stage's linear-attention layers (Gated DeltaNet) in `raw`: their share of
         the attention projections (`dwb` bytes per weight), the softmax attention scaled to
         the other layers, and the `linear_attn` operator (kernels.yaml linear_attention)."""
-        m, tp, k = self.model, self.tp, self.kernels
+        m, tp = self.model, self.tp
         share = m.num_linear_layers / m.num_layers
-        Ll, Lf = L * share, L * (1.0 - share)
+        Ll = L * share  # (the layers of each kind assumed spread evenly over the stages)
         (n_in, d), (n_ab, _) = self._linear_attention_gemms()[0]
         v = n_in - m.linear_conv_dim // tp  # value dims on this rank
         heads = m.linear_value_heads / tp
+
+        def blend(softmax: tuple[float, ...], linear: tuple[float, ...]) -> tuple[float, ...]:
+            """An operator's (per-token FLOPs, weight bytes, activation bytes) over the stage:
+            the softmax layers' share of `softmax` (L layers' worth) plus `linear` (per layer)."""
+            return tuple(f * (1.0 - share) + Ll * g for f, g in zip(softmax, linear, strict=True))
+
         w_in, w_out = (n_in + n_ab) * d, v * d
-        fq, fo = raw["qkv_proj"], raw["o_proj"]  # the softmax layers', per layer x L
-        raw["qkv_proj"] = tuple(f * (1.0 - share) for f in fq)
-        raw["o_proj"] = tuple(f * (1.0 - share) for f in fo)
-        raw["qkv_proj"] = (raw["qkv_proj"][0] + Ll * 2 * w_in, raw["qkv_proj"][1] + Ll * w_in * dwb,
-                           raw["qkv_proj"][2] + Ll * (d + n_in + n_ab) * ab)
-        raw["o_proj"] = (raw["o_proj"][0] + Ll * 2 * w_out, raw["o_proj"][1] + Ll * w_out * dwb,
-                         raw["o_proj"][2] + Ll * (v + d) * ab)
-        raw["attn"] = tuple(f * (1.0 - share) for f in raw["attn"])
-        raw["attn_decode"] = tuple(f * (1.0 - share) for f in raw["attn_decode"])
-        # convolution in/out, the gate z and the gated norm, per token
+        raw["qkv_proj"] = blend(raw["qkv_proj"], (2 * w_in, w_in * dwb, (d + n_in + n_ab) * ab))
+        raw["o_proj"] = blend(raw["o_proj"], (2 * w_out, w_out * dwb, (v + d) * ab))
+        raw["attn"] = blend(raw["attn"], (0.0, 0.0, 0.0))
+        raw["attn_decode"] = blend(raw["attn_decode"], (0.0, 0.0))
+        # convolution in and out, the gate z and the gated norm, per token
         conv = m.linear_conv_dim / tp
         ew_flops, ew_bytes = raw["elementwise"]
         raw["elementwise"] = (ew_flops, ew_bytes + Ll * (2 * conv + 3 * v) * ab)
-        # one request's state on this rank (all the stage's linear layers): read and written
-        # by each decode (the recurrent kernel) and by each prompt chunk (start and end)
+        # one request's state on this rank per layer, read and written by each decode (the
+        # recurrent kernel); a prompt chunk's reads and writes are in the measured kernel times
         act = "fp32" if self.precision.dtype == "fp32" else "bf16"
         state = m.linear_state_bytes(act) / m.num_linear_layers / tp
         dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
         # FLOPs per prompt token and value head of the chunked algorithm (64-token chunks):
         # the state's read-out and update (3 x 2 dk dv) and the in-chunk products
         # (2 x 64 x (2 dk + dv) for K K^T, W, U and the masked Q K^T V)
-        chunk_flops = 6.0 * dk * dv + 2.0 * 64 * (2 * dk + dv)
-        prefill_flops = Ll * heads * chunk_flops
-        decode_bytes = Ll * 2.0 * state
-        la = getattr(k, "linear_attention", None)
+        prefill_flops = Ll * heads * (6.0 * dk * dv + 2.0 * 64 * (2 * dk + dv))
+        la = getattr(self.kernels, "linear_attention", None)
         if la is not None:  # the measured chunked kernels (latency-bound)
             call_s, token_s = Ll * la.call_s, Ll * (la.token_s + la.token_head_s * heads)
         else:  # a roofline of the chunk algorithm's FLOPs
             call_s, token_s = 0.0, prefill_flops * rate["attn_c"]
-        raw["linear_attn"] = {"layers": Ll, "call_s": call_s, "token_s": token_s,
+        decode_bytes = Ll * 2.0 * state
+        raw["linear_attn"] = {"call_s": call_s, "token_s": token_s,
                               "prefill_flops": prefill_flops,
                               "prefill_bytes": Ll * (2 * conv + v) * ab,
                               "decode_flops": Ll * heads * 4.0 * dk * dv,
                               "decode_bytes": decode_bytes,
                               "decode_s": decode_bytes * rate["attn_m"],
                               "measured": la is not None}
-        raw["full_attention_layers"] = Lf
 
     def _gemm_rate(self, compute: str) -> tuple[float, float]:
         """(peak FLOP/s, efficiency) of GEMMs multiplying in `compute`: this replica's own
