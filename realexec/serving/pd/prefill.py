@@ -56,10 +56,10 @@ class _LayerHookModel:
         self._model = model
         self.on_layer: Any = None
 
-    def forward(self, input_ids: Any, positions: Any, attn: Any) -> Any:
+    def forward(self, input_ids: Any, positions: Any, attn: Any, linear: Any = None) -> Any:
         if self.on_layer is not None:
             attn = _HookedAttention(attn, self.on_layer)
-        return self._model.forward(input_ids, positions, attn)
+        return self._model.forward(input_ids, positions, attn, linear)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
