@@ -325,3 +325,11 @@ def test_batch_waiting_holds_an_arrival_beside_decodes():
     llm = LLM("tiny-llama", num_gpu_blocks=64, block_size=4, max_num_batched_tokens=64,
               batch_wait_timeout_iters=2, batch_wait_max_tokens_ratio=0.9)
     assert _second_arrival(llm, 12, steps_before=1) == [False, False, True]  # after a's prompt
+
+
+def test_the_ladder_refuses_a_linear_attention_model_saying_what_runs_it():
+    from realexec.engine.model_loader import load_model
+    from realexec.fidelity.ladder_rungs import SingleRequestRunner
+
+    with pytest.raises(ValueError, match="linear-attention layers; the paged engine"):
+        SingleRequestRunner(load_model("tiny-qwen3-next", dtype="fp32", device="cpu", seed=0))

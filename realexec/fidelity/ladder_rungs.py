@@ -73,6 +73,10 @@ class SingleRequestRunner:
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
         self.pm = PagedCausalLM(loaded.model)
+        if any(self.pm.linear):  # its rungs keep a KV cache per request, no recurrent state
+            raise ValueError(f"the ladder's rungs do not run {loaded.config.model_type}'s "
+                             "linear-attention layers; the paged engine (kvpd generate, serve) "
+                             "does")
         self.eos = eos_token_id(loaded.config)
         self.dev = loaded.device
         kv_per_token = 2 * self.pm.num_layers * self.pm.num_kv_heads * self.pm.head_dim
