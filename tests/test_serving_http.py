@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
 import httpx
@@ -421,14 +422,17 @@ def test_dead_engine_gives_503_and_health_down(tokenizer):
     try:
         body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 400, "stream": True,
                 "ignore_eos": True}
+        # the engine is stopped before the request reaches it and killed while the stream is
+        # open, so the request cannot finish first (killing it after the stream's second
+        # event raced a tiny model's 400 tokens, and lost on a loaded machine)
+        pid = client.workers["engine-0"].proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+        t_kill = time.monotonic() + 0.5
+        killer.start()
         with httpx.stream("POST", f"{srv.base_url}/v1/completions", json=body, timeout=30) as r:
-            events = []
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line)
-                    if len(events) == 2:
-                        os.kill(client.workers["engine-0"].proc.pid, signal.SIGKILL)
-                        t_kill = time.monotonic()
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        killer.join()
         assert time.monotonic() - t_kill < 10
         assert '"error"' in events[-2] and "engine-0 is down" in events[-2]
         assert events[-1] == "data: [DONE]"
