@@ -158,6 +158,14 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-qwen3.5": {"model_type": "qwen3_5_text", **_TINY_LINEAR},
     "tiny-qwen3.5-moe": {"model_type": "qwen3_5_moe_text", **_TINY_LINEAR, **_TINY_LINEAR_MOE,
                          "layer_types": ["linear_attention", "full_attention"] * 2},
+    # the multimodal Qwen3.5-MoE release: tiny-qwen3.5-moe's text model beside a one-block
+    # vision tower (transformers' causal-LM class builds the text model alone)
+    "tiny-qwen3.5-mm": {"model_type": "qwen3_5_moe", "initializer_range": 0.5,
+                        "tie_word_embeddings": False,
+                        "text_config": {**_TINY_LINEAR, **_TINY_LINEAR_MOE,
+                                        "layer_types": ["linear_attention", "full_attention"] * 2},
+                        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64,
+                                          "num_heads": 2, "out_hidden_size": 64}},
     # Gemma 3 (text): 4 layers, 3 sliding (a 10-token window, as tiny-gpt-oss's) then 1 full, as
     # the releases' 5 local : 1 global; per-head q/k RMSNorm, sandwich norms, 16-wide heads
     # scaled by query_pre_attn_scalar 16, tied embeddings scaled by sqrt(hidden), GeGLU MLP,

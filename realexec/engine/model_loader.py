@@ -42,15 +42,13 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3_next": "Qwen3-Next",
     "qwen3_5_text": "Qwen3.5 (its text model)",
     "qwen3_5_moe_text": "Qwen3.5-MoE (its text model)",
+    # the multimodal Qwen3.5 releases: transformers' causal-LM class builds their text model
+    "qwen3_5": "Qwen3.5 (multimodal; its text model)",
+    "qwen3_5_moe": "Qwen3.5-MoE (multimodal; its text model)",
 }
-
-# model_type values the simulator prices but this executor does not run, and why
-NOT_RUN_MODEL_TYPES: dict[str, str] = {
-    t: "the multimodal Qwen3.5 release (a vision tower beside its text model) is not loaded by "
-       "the paged executor; its text model runs as model_type "
-       f"{t + '_text'!r} (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM), and kvpd simulate and "
-       "kvpd estimate price the release"
-    for t in ("qwen3_5", "qwen3_5_moe")}
+# multimodal model types whose `text_config` holds the text model that runs text prompts
+TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
+                    "qwen3_5_moe": "qwen3_5_moe_text"}
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
 # attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`), nor logit
@@ -163,8 +161,6 @@ def max_position_embeddings(config: PretrainedConfig) -> int:
 def check_supported(config: PretrainedConfig, where: str) -> None:
     """ValueError naming the supported families when `config` is of another architecture."""
     model_type = getattr(config, "model_type", None)
-    if model_type in NOT_RUN_MODEL_TYPES:
-        raise ValueError(f"{where}: model_type {model_type!r}: {NOT_RUN_MODEL_TYPES[model_type]}")
     if model_type not in SUPPORTED_MODEL_TYPES:
         supported = ", ".join(f"{v} ({k})" for k, v in SUPPORTED_MODEL_TYPES.items())
         raise ValueError(
@@ -178,7 +174,7 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         if types[0] != "full":
             raise ValueError(f"{where}: indexer_types must start with 'full' (a 'shared' layer "
                              f"reuses the previous layer's top-k), got {types!r}")
-    if model_type == "gemma3":  # the multimodal release: its text model runs, images do not
+    if model_type in TEXT_MODEL_TYPES:  # a multimodal release: its text model runs, images not
         config = config.get_text_config()
         model_type = config.model_type
     if model_type == "gemma3_text":
@@ -218,12 +214,13 @@ def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
 def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> None:
     """ValueError naming the field when `d` lacks one `REQUIRED_FIELDS[model_type]` lists (or
     gives it a non-positive value), or when `layer_types` is malformed."""
-    if model_type == "gemma3":  # the text model's fields sit under text_config
+    if model_type in TEXT_MODEL_TYPES:  # the text model's fields sit under text_config
         text = d.get("text_config")
         if not isinstance(text, dict):
-            raise ValueError(f"{where}: Gemma 3 (multimodal) config is missing field "
-                             "'text_config' (a mapping), which holds its text model's shape")
-        check_required_fields("gemma3_text", text, f"{where} text_config")
+            raise ValueError(f"{where}: {SUPPORTED_MODEL_TYPES[model_type]} config is missing "
+                             "field 'text_config' (a mapping), which holds its text model's "
+                             "shape")
+        check_required_fields(TEXT_MODEL_TYPES[model_type], text, f"{where} text_config")
         return
     family = SUPPORTED_MODEL_TYPES[model_type]
     for key in REQUIRED_FIELDS.get(model_type, ()):
