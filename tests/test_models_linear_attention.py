@@ -212,3 +212,15 @@ def test_data_parallel_attention_prices_the_linear_layers_on_the_attention_side(
         assert {op.name for op in explain_step(cm, mixed).ops} <= known
     ranks = [_shape([(1, 2000)] * 4) for _ in range(7)] + [_shape([(512, 0)])]
     assert dp.step_time(ranks) == pytest.approx(dp.breakdown(ranks).total_s)
+
+
+def test_estimate_explains_the_linear_layers_and_their_state(capsys):
+    from kvpd.cli import main
+
+    assert main(["estimate", "--model", "qwen3.5-397b-a17b", "--hardware", "h200-sxm",
+                 "--dtype", "fp8", "--tp", "8", "--prefill", "2048", "--decode", "16x4096",
+                 "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "linear_attn" in out and "chunked prefill: simulator/catalog/kernels.yaml hopper" in out
+    assert "Gated DeltaNet on 45 of 60 layers" in out
+    assert "98 KV blocks of the pool" in out  # the state, 22.9 MiB per GPU at TP8
