@@ -109,8 +109,7 @@ class PagedCausalLM:
             self.scales = [blk.attn.scaling for blk in self.layers]
             self.mla = False
         # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others
-        self.linear = linear_layers(config) if self.family != "gpt2" else [False] * len(
-            hf_model.transformer.h)
+        self.linear = linear_layers(config)
         if self.family != "gpt2":
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
@@ -127,7 +126,7 @@ class PagedCausalLM:
                            for layer, lin in zip(self.layers, self.linear)]
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
         self.kv_index = [sum(1 for lin in self.linear[:i] if not lin) for i in range(len(self.linear))]
-        self.num_kv_layers = sum(1 for lin in self.linear if not lin)
+        self.num_kv_layers = self.linear.count(False)
         self.moe = self.family in MOE_MODEL_TYPES
         # fixed per model, so looked up once rather than per layer and step
         first_attn = self.layers[0].attn if self.family == "gpt2" else first.self_attn

@@ -120,11 +120,15 @@ class ModelRunner:
         sample_rows: list[int] = []
         logit_idx: list[int] = []
         prompt_rows: list[tuple[Request, int, int, int]] = []  # req, first position, count, at
+        states = self.linear_states
+        segments: list[Segment] = []  # (models with linear-attention layers)
         offset = 0
         for i, (req, n, before) in enumerate(
             zip(output.reqs, output.num_new_tokens, output.num_computed_before)
         ):
             ids.extend(req.token_ids_slice(before, before + n))
+            if states is not None:
+                segments.append(Segment(req, offset, n, before))
             if req.sampling_params.prompt_logprobs is not None and before < req.num_prompt_tokens:
                 # positions before the prompt's last predict its next token
                 scored = min(before + n, req.num_prompt_tokens - 1) - before
@@ -140,18 +144,13 @@ class ModelRunner:
         )
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         linear = None
-        if self.linear_states is not None:
-            starts = [0]
-            for n in output.num_new_tokens:
-                starts.append(starts[-1] + n)
-            segments = [Segment(r, s, n, b) for r, s, n, b in zip(
-                output.reqs, starts, output.num_new_tokens, output.num_computed_before)]
-            self.linear_states.begin_step(segments)
-            linear = (self.linear_states, segments)
+        if states is not None:
+            states.begin_step(segments)
+            linear = (states, segments)
         hidden = self.model.forward(input_ids, meta.positions,
                                     PagedAttention(self.cache, meta, self.workspace), linear)
-        if linear is not None:
-            self.linear_states.snapshot_forks(linear[1])
+        if states is not None:
+            states.snapshot_forks(segments)
         for req, first, count, at in prompt_rows:
             self._record_prompt_logprobs(req, hidden, first, count, at)
         sampled = [-1] * len(output.reqs)

@@ -76,7 +76,7 @@ def blocks_to_completion(kvm: KVCacheManager, req: Request, role: str, num_hits:
     once (`KVCacheManager.blocks_to_grow`)."""
     held = kvm.req_to_blocks.get(req.request_id)
     return kvm.blocks_to_grow(max_kv_tokens(req, role), (len(held) if held else 0) + num_hits,
-                              revived)
+                              revived, req.request_id)
 
 
 def promise(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock], role: str) -> int:
@@ -136,7 +136,8 @@ def ratio_need(kvm: KVCacheManager, req: Request, hits: list[KVCacheBlock]) -> i
     prompt rest and its whole output budget, plus each hit revived from the free queue."""
     held = kvm.req_to_blocks.get(req.request_id)
     return kvm.blocks_to_grow(req.num_tokens + output_budget(req),
-                              (len(held) if held else 0) + len(hits), num_revived(hits))
+                              (len(held) if held else 0) + len(hits), num_revived(hits),
+                              req.request_id)
 
 
 def ratio_after_preemption(running: Iterable[Request]) -> float:

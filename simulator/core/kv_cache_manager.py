@@ -150,15 +150,25 @@ class KVCacheManager(BlockCopies):
         return {"num_gpu_blocks": self.num_gpu_blocks, "block_size": self.block_size,
                 "sliding_window": self.sliding_window, "max_step_tokens": self.max_step_tokens}
 
-    def blocks_to_grow(self, num_tokens: int, held: int, revived: int = 0) -> int:
+    def state_to_take(self, request_id: str) -> int:
+        """Recurrent-state blocks the request still takes with its next allocation (0 once it
+        holds them, or without linear-attention layers)."""
+        if not self.state_blocks or request_id in self.req_to_state_blocks:
+            return 0
+        return self.state_blocks
+
+    def blocks_to_grow(self, num_tokens: int, held: int, revived: int = 0,
+                       request_id: str | None = None) -> int:
         """Device blocks a request whose table has `held` entries (`revived` of them prefix
         hits about to leave the free queue) may still take from the free pool before it holds
-        `num_tokens` tokens: those it still allocates plus the revived ones, and with a
-        sliding window at most `max_blocks_held` (its table never holds more; what it frees
-        meanwhile comes back)."""
+        `num_tokens` tokens: those it still allocates plus the revived ones and its state
+        (`state_to_take`; without `request_id`, a table with no entries has none yet), and
+        with a sliding window at most `max_blocks_held` (its table never holds more; what it
+        frees meanwhile comes back)."""
         grow = -(-num_tokens // self.block_size) - held + revived
-        if not held:
-            grow += self.state_blocks  # (a request with no entries has no state yet)
+        if self.state_blocks:
+            grow += (self.state_to_take(request_id) if request_id is not None
+                     else 0 if held else self.state_blocks)
         if self.sliding_window:
             peak = self.max_blocks_held(num_tokens)
             if peak < grow:
@@ -249,9 +259,8 @@ class KVCacheManager(BlockCopies):
         blocks = self.req_to_blocks.get(request.request_id)
         have = (len(blocks) if blocks else 0) + len(new_computed_blocks)
         num_tokens = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
-        need = -(-(num_tokens + num_new_tokens) // self.block_size) - have
-        if self.state_blocks and request.request_id not in self.req_to_state_blocks:
-            need += self.state_blocks
+        need = (-(-(num_tokens + num_new_tokens) // self.block_size) - have
+                + self.state_to_take(request.request_id))
         return need <= self.block_pool.num_free_blocks - num_revived(new_computed_blocks)
 
     def allocate_slots(
@@ -279,8 +288,7 @@ class KVCacheManager(BlockCopies):
             self._free_slid_out(rid, blocks, request.num_computed_tokens)
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
-        state = self.state_blocks if (self.state_blocks
-                                      and rid not in self.req_to_state_blocks) else 0
+        state = self.state_to_take(rid)
         if state:  # the recurrent state first: it is held for the request's whole life
             if need + state > self.block_pool.num_free_blocks:
                 return False

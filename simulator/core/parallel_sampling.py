@@ -61,8 +61,8 @@ class ParallelSampling(SchedulerState):
             self.requests[child.request_id] = child
             child.num_computed_tokens = parent.num_computed_tokens
             if no_evict and (  # (the fork copies the parent's recurrent state, if any)
-                kvm.blocks_to_grow(max_kv_tokens(child, role), shared)
-                + (kvm.state_blocks if shared else 0) > kvm.num_free_blocks - reserved
+                kvm.blocks_to_grow(max_kv_tokens(child, role), shared,
+                                   request_id=child.request_id) > kvm.num_free_blocks - reserved
             ):
                 copies = None
             else:

@@ -357,7 +357,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         """Blocks `req` may still take from the free pool before its last token so far
         (`KVCacheManager.blocks_to_grow`)."""
         kvm = self.kv_cache_manager
-        return kvm.blocks_to_grow(req.num_tokens, len(kvm.req_to_blocks.get(req.request_id) or ()))
+        rid = req.request_id
+        return kvm.blocks_to_grow(req.num_tokens, len(kvm.req_to_blocks.get(rid) or ()), 0, rid)
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> int:
         """Schedule `num_new` tokens of running `req` into `out`, preempting victims until its
@@ -456,7 +457,8 @@ class Scheduler(PDHandoff, ParallelSampling):
                     if running and req.sampling_params.ignore_eos and not kvm.enable_prefix_caching:
                         # it surely runs to max_tokens: its prompt must fit what is not
                         # estimated, and every running request must be able to finish
-                        prompt = kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
+                        prompt = kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits),
+                                                    req.request_id)
                         if (prompt > kvm.num_free_blocks - estimated
                                 or not finish_order.admits(kvm, req, prompt)):
                             break
@@ -465,14 +467,16 @@ class Scheduler(PDHandoff, ParallelSampling):
                     else:
                         finish_order.add(req)
                     estimated += need  # (an idle engine takes the head request whatever it asks)
-                if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits), num_revived(hits))
+                if promised >= 0 and (kvm.blocks_to_grow(req.num_tokens, len(hits),
+                                                         num_revived(hits), req.request_id)
                                       > kvm.num_free_blocks - promised):
                     break  # its whole prompt does not fit beyond the running prompts' rest
                 if whole_prompt or kept:
                     # the blocks it takes now (all of its tokens', or this chunk's) must leave
                     # `kept` free
                     upto = req.num_tokens if whole_prompt else req.num_computed_tokens + num_hit + num_new
-                    if kvm.blocks_to_grow(upto, len(hits), num_revived(hits)) > kvm.num_free_blocks - kept:
+                    if kvm.blocks_to_grow(upto, len(hits), num_revived(hits),
+                                          req.request_id) > kvm.num_free_blocks - kept:
                         break
             if not kvm.allocate_slots(req, num_new, hits):
                 break

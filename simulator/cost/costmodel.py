@@ -314,8 +314,7 @@ class CostModel(StageTerms):
         """KV-cache bytes of `num_tokens` tokens of this model (all layers, cache dtype), plus
         one request's recurrent state for a model with linear-attention layers."""
         m = self.model
-        state = (m.linear_state_bytes("fp32" if self.dtype == "fp32" else "bf16")
-                 if m.has_linear_attention and num_tokens > 0 else 0.0)
+        state = m.linear_state_bytes(self.dtype) if num_tokens > 0 else 0.0
         return int(round(num_tokens * m.kv_bytes_per_token(self.kv_cache_dtype) + state))
 
     def efficiency_sources(self) -> dict[str, tuple[float, str]]:

@@ -173,7 +173,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
     state = 0.0
     if model.has_linear_attention:  # its heads split as the KV's (a DP attention rank holds
         # them all), its layers over the stages
-        state = (model.linear_state_bytes("fp32" if dt == "fp32" else "bf16") / kv_sh.tp
+        state = (model.linear_state_bytes(dt) / kv_sh.tp
                  * max(sh.layers_per_stage) / model.num_layers)
     if pool < kv_per_block:
         raise ValueError(

@@ -163,11 +163,13 @@ class ModelSpec:
                 + self.linear_value_head_dim)
 
     def linear_state_bytes(self, dtype: str = "bf16") -> float:
-        """Bytes of one request's recurrent state over all linear-attention layers: each value
-        head's key_dim x value_dim matrix (in `linear_state_dtype`, else `dtype`) and the last
-        kernel - 1 convolution inputs (in `dtype`)."""
+        """Bytes of one request's recurrent state over all linear-attention layers for weights
+        in `dtype`: each value head's key_dim x value_dim matrix (in `linear_state_dtype`, else
+        the activations' dtype: fp32 for fp32 weights, else bf16) and the last kernel - 1
+        convolution inputs (in the activations' dtype)."""
         if not self.has_linear_attention:
             return 0.0
+        dtype = "fp32" if dtype == "fp32" else "bf16"
         state_dtype = self.linear_state_dtype or dtype
         ssm = (self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
                * dtype_bytes(state_dtype))

@@ -134,8 +134,7 @@ class StageTerms:
         raw["elementwise"] = (ew_flops, ew_bytes + Ll * (2 * conv + 3 * v) * ab)
         # one request's state on this rank per layer, read and written by each decode (the
         # recurrent kernel); a prompt chunk's reads and writes are in the measured kernel times
-        act = "fp32" if self.precision.dtype == "fp32" else "bf16"
-        state = m.linear_state_bytes(act) / m.num_linear_layers / tp
+        state = m.linear_state_bytes(self.precision.dtype) / m.num_linear_layers / tp
         dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
         # FLOPs per prompt token and value head of the chunked algorithm (64-token chunks):
         # the state's read-out and update (3 x 2 dk dv) and the in-chunk products
