@@ -32,6 +32,9 @@ class BlockCopies:
     num_swapped_in_blocks: int
     state_blocks: int
     req_to_state_blocks: dict[str, list[KVCacheBlock]]
+    sliding_groups: int
+    req_to_window_blocks: dict[str, list[KVCacheBlock]]
+    window_first: dict[str, int]
 
     def free(self, request: Request, preempted: bool = False) -> None:
         raise NotImplementedError  # KVCacheManager.free
@@ -48,7 +51,8 @@ class BlockCopies:
 
     def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
         """Give `child` the parent's computed blocks: full blocks are shared; a partial last
-        block is copied, and so is the parent's recurrent state (`state_blocks`). Returns the
+        block is copied, and so are the parent's recurrent state (`state_blocks`) and its
+        sliding groups' live blocks (`sliding_groups`). Returns the
         (src, dst) device copies to make (empty if none), or None (nothing changed) if no
         block is free for the copies."""
         pid, cid = parent.request_id, child.request_id
@@ -58,7 +62,8 @@ class BlockCopies:
         num_full = num_computed // bs
         partial = num_computed % bs != 0
         state = self.req_to_state_blocks.get(pid, []) if self.state_blocks else []
-        if (1 if partial else 0) + len(state) > self.block_pool.num_free_blocks:
+        window = self.req_to_window_blocks.get(pid, []) if self.sliding_groups else []
+        if (1 if partial else 0) + len(state) + len(window) > self.block_pool.num_free_blocks:
             return None
         shared = parent_blocks[:num_full]
         skipped = self.num_skipped_blocks.get(pid, 0)  # <= num_full: the window ends later
@@ -75,6 +80,11 @@ class BlockCopies:
             own = self.block_pool.get_new_blocks(len(state))
             copy.extend((s.block_id, d.block_id) for s, d in zip(state, own))
             self.req_to_state_blocks[cid] = own
+        if pid in self.req_to_window_blocks:  # the child's own copy of the window's KV
+            mine = self.block_pool.get_new_blocks(len(window)) if window else []
+            copy.extend((s.block_id, d.block_id) for s, d in zip(window, mine))
+            self.req_to_window_blocks[cid] = mine
+            self.window_first[cid] = self.window_first[pid]
         self.req_to_blocks[cid] = blocks
         self.req_to_block_ids[cid] = [b.block_id for b in blocks]
         self.num_cached_blocks[cid] = min(self.num_cached_blocks.get(pid, 0), num_full)

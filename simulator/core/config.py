@@ -41,6 +41,12 @@ class CacheConfig:
     state_blocks: blocks each request holds from its first allocation to its end besides its
     KV blocks: the recurrent state of a model's linear-attention layers (Qwen3-Next,
     Qwen3.5), which vLLM V1 keeps in the same pool as the KV blocks; 0 for other models.
+    sliding_groups: for a model that mixes sliding-window and full-attention layers, the KV
+    cache groups of its sliding layers under vLLM V1's hybrid KV cache manager (0: one block
+    table serves every layer). A block then holds one group's layers, and a request holds,
+    besides its table (the full-attention group's), `sliding_groups` blocks for each block
+    position its sliding layers still read (`KVCacheManager`). Colocated replicas only (vLLM
+    turns the manager off with a KV connector), recompute preemption only.
     """
 
     num_gpu_blocks: int
@@ -51,6 +57,7 @@ class CacheConfig:
     sliding_window: int = 0
     free_outside_window: bool = False
     state_blocks: int = 0
+    sliding_groups: int = 0
 
     def __post_init__(self) -> None:
         check_min("cache.block_size", self.block_size, 1)
@@ -59,6 +66,17 @@ class CacheConfig:
         check_min("cache.block_bytes", self.block_bytes, 0)
         check_min("cache.sliding_window", self.sliding_window, 0)
         check_min("cache.state_blocks", self.state_blocks, 0)
+        check_min("cache.sliding_groups", self.sliding_groups, 0)
+        if self.sliding_groups and (not self.sliding_window or self.free_outside_window):
+            raise ValueError("cache.sliding_groups: KV cache groups of sliding layers need a "
+                             "model that mixes sliding-window (cache.sliding_window > 0) and "
+                             "full-attention layers (free_outside_window false), got "
+                             f"sliding_window {self.sliding_window}, free_outside_window "
+                             f"{self.free_outside_window}")
+        if self.sliding_groups and self.num_cpu_blocks:
+            raise ValueError("cache.sliding_groups: swap preemption does not move the sliding "
+                             "groups' blocks (vLLM V1 preempts by recompute); set "
+                             "num_cpu_blocks 0")
         if self.state_blocks and self.enable_prefix_caching:
             raise ValueError("cache.state_blocks: a request's recurrent state (linear-attention "
                              "layers) is not cached by prefix; set enable_prefix_caching false")
@@ -189,6 +207,11 @@ class SchedulerConfig:
                 f"scheduler.max_num_batched_tokens ({self.max_num_batched_tokens}) must be at "
                 f"least one block (cache.block_size = {cache.block_size} tokens)"
             )
+        if cache.sliding_groups and self.role != "colocated":
+            raise ValueError(
+                f"cache.sliding_groups ({cache.sliding_groups}) apply to colocated replicas, "
+                f"not the {self.role} role: vLLM turns its hybrid KV cache manager off with a "
+                "KV connector, so a PD pool keeps one block table for every layer")
         if self.preemption_mode == "swap" and cache.num_cpu_blocks == 0:
             raise ValueError(
                 "scheduler.preemption_mode 'swap' needs cache.num_cpu_blocks > 0 (a host pool)"

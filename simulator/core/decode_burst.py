@@ -85,6 +85,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         or out.blocks_to_copy
         or out.kv_to_receive
         or core.config.role == "prefill"
+        or core.kv_cache_manager.sliding_groups  # (each step's blocks: not modelled here)
     ):
         return 1
     kvm = core.kv_cache_manager

@@ -10,6 +10,16 @@ their place: a table keeps its length, its freed entries are always a prefix of 
 backend reads only the window's blocks. A prefix hit then needs only the cached blocks the
 first recomputed token reads (the window before the hit point), not the whole prefix.
 
+KV-cache groups (`sliding_groups` > 0, for a model that mixes sliding-window and
+full-attention layers, as vLLM V1's hybrid KV cache manager): a pool block holds one group's
+layers (as many as the model's full-attention layers), and each request has a block table per
+group. Its table here is the full-attention group's; besides it the request holds
+`sliding_groups` blocks for each block position its sliding layers still read (those of the
+last `group_window` tokens and of the tokens a step adds), outside the table, freed as they
+slide out (`allocate_slots`, vLLM's `remove_skipped_blocks`). A prefix hit takes new blocks
+for the sliding groups' window before the hit point (vLLM may find them cached: kvpd keeps
+no hash for them, so it counts them as taken anew).
+
 Recurrent state (`state_blocks` > 0, for a model with linear-attention layers: Qwen3-Next,
 Qwen3.5): each request also holds that many blocks of the pool, outside its block table, from
 its first allocation until it is freed, as vLLM V1 keeps such a state in the KV pool's pages.
@@ -87,6 +97,8 @@ class KVCacheManager(BlockCopies):
         sliding_window: int = 0,
         max_step_tokens: int = 0,
         state_blocks: int = 0,
+        sliding_groups: int = 0,
+        group_window: int = 0,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1 token, got {block_size}")
@@ -124,6 +136,18 @@ class KVCacheManager(BlockCopies):
             raise ValueError(f"state_blocks must be >= 0 blocks, got {state_blocks}")
         self.state_blocks = state_blocks  # a request's recurrent state, from its first allocation
         self.req_to_state_blocks: dict[str, list[KVCacheBlock]] = {}
+        if sliding_groups < 0 or group_window < 0 or bool(sliding_groups) != bool(group_window):
+            raise ValueError("sliding_groups and group_window go together (both > 0, or both "
+                             f"0), got {sliding_groups} and {group_window}")
+        if sliding_groups and sliding_window:
+            raise ValueError("sliding_groups (a model mixing sliding and full layers) and "
+                             "sliding_window (every layer slides) exclude each other")
+        self.sliding_groups = sliding_groups  # groups of sliding layers beside the table's
+        self.group_window = group_window  # tokens their layers read back
+        # the sliding groups' live blocks (sliding_groups per block position, in position
+        # order) and the first position they still hold, by request
+        self.req_to_window_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.window_first: dict[str, int] = {}
 
     # ---- queries ----
     @property
@@ -141,14 +165,19 @@ class KVCacheManager(BlockCopies):
         """The most device blocks one request of `num_tokens` tokens holds at once: all of
         them, or with a sliding window those of the window plus one step's new tokens
         (vLLM's `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(window - 1 + step, bs) + 1)."""
-        return blocks_held(num_tokens, self.block_size, self.sliding_window,
+        held = blocks_held(num_tokens, self.block_size, self.sliding_window,
                            self.max_step_tokens or num_tokens) + self.state_blocks
+        if self.sliding_groups:
+            held += self.sliding_groups * blocks_held(
+                num_tokens, self.block_size, self.group_window, self.max_step_tokens or num_tokens)
+        return held
 
     def limits(self) -> dict[str, int]:
         """What bounds the blocks one request can hold (`max_blocks_held`): the pool, the block
         size, the window blocks slide out of (0: none) and the most tokens a step adds."""
         return {"num_gpu_blocks": self.num_gpu_blocks, "block_size": self.block_size,
-                "sliding_window": self.sliding_window, "max_step_tokens": self.max_step_tokens}
+                "sliding_window": self.sliding_window, "max_step_tokens": self.max_step_tokens,
+                "sliding_groups": self.sliding_groups, "group_window": self.group_window}
 
     def state_to_take(self, request_id: str) -> int:
         """Recurrent-state blocks the request still takes with its next allocation (0 once it
@@ -164,11 +193,21 @@ class KVCacheManager(BlockCopies):
         `num_tokens` tokens: those it still allocates plus the revived ones and its state
         (`state_to_take`; without `request_id`, a table with no entries has none yet), and
         with a sliding window at most `max_blocks_held` (its table never holds more; what it
-        frees meanwhile comes back)."""
+        frees meanwhile comes back). With sliding groups, also the most blocks they hold at
+        once less those the request holds now."""
         grow = -(-num_tokens // self.block_size) - held + revived
         if self.state_blocks:
             grow += (self.state_to_take(request_id) if request_id is not None
                      else 0 if held else self.state_blocks)
+        if self.sliding_groups:
+            peak = self.sliding_groups * blocks_held(num_tokens, self.block_size,
+                                                     self.group_window,
+                                                     self.max_step_tokens or num_tokens)
+            have = self.req_to_window_blocks.get(request_id) if request_id is not None else None
+            if have:
+                peak -= len(have)
+            if peak > 0:
+                grow += peak
         if self.sliding_window:
             peak = self.max_blocks_held(num_tokens)
             if peak < grow:
@@ -176,9 +215,12 @@ class KVCacheManager(BlockCopies):
         return grow
 
     def num_real_blocks(self, request_id: str) -> int:
-        """Device blocks the request's table holds (its entries less the slid-out ones)."""
+        """Device blocks the request's table holds (its entries less the slid-out ones), and
+        its sliding groups' live blocks."""
         blocks = self.req_to_blocks.get(request_id)
-        return len(blocks) - self.num_skipped_blocks.get(request_id, 0) if blocks else 0
+        window = self.req_to_window_blocks.get(request_id)
+        return ((len(blocks) - self.num_skipped_blocks.get(request_id, 0) if blocks else 0)
+                + (len(window) if window else 0))
 
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids.get(request_id, [])
@@ -261,7 +303,44 @@ class KVCacheManager(BlockCopies):
         num_tokens = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
         need = (-(-(num_tokens + num_new_tokens) // self.block_size) - have
                 + self.state_to_take(request.request_id))
+        if self.sliding_groups:
+            need += self._window_need(request.request_id, num_tokens,
+                                      num_tokens + num_new_tokens)
         return need <= self.block_pool.num_free_blocks - num_revived(new_computed_blocks)
+
+    def _window_first_at(self, num_computed: int) -> int:
+        """The first block position a sliding layer still reads once `num_computed` tokens are
+        computed (vLLM's `remove_skipped_blocks`: keys from num_computed - window + 1 on)."""
+        first = (num_computed - self.group_window + 1) // self.block_size
+        return first if first > 0 else 0
+
+    def _window_need(self, rid: str, num_computed: int, num_total: int) -> int:
+        """Blocks the sliding groups take so that the request holds `num_total` tokens, once
+        those before what `num_computed` computed tokens read are freed: one per group for
+        each new block position (from the first one they still read, for a request holding
+        none yet)."""
+        window = self.req_to_window_blocks.get(rid)
+        end = -(-num_total // self.block_size)
+        if window is None:
+            start = self._window_first_at(num_computed)
+        else:
+            start = self.window_first[rid] + len(window) // self.sliding_groups
+        return self.sliding_groups * (end - start) if end > start else 0
+
+    def _free_window_before(self, rid: str, first: int) -> None:
+        """Free the request's sliding-group blocks of the block positions before `first`."""
+        window = self.req_to_window_blocks.get(rid)
+        if not window:
+            return
+        held_from = self.window_first[rid]
+        n = min(first - held_from, len(window) // self.sliding_groups) * self.sliding_groups
+        if n <= 0:
+            return
+        self.window_first[rid] = held_from + n // self.sliding_groups
+        gone = window[:n]
+        del window[:n]
+        self.num_slid_out_blocks += n
+        self.block_pool.free_blocks(gone)
 
     def allocate_slots(
         self,
@@ -288,17 +367,28 @@ class KVCacheManager(BlockCopies):
             self._free_slid_out(rid, blocks, request.num_computed_tokens)
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
+        window = 0
+        if self.sliding_groups:
+            if rid in self.req_to_window_blocks:
+                self._free_window_before(rid, self._window_first_at(request.num_computed_tokens))
+            window = self._window_need(rid, request.num_computed_tokens + num_hit * bs,
+                                       num_total)
         state = self.state_to_take(rid)
+        pool = self.block_pool
+        reviving = num_revived(new_computed_blocks) if num_hit else 0
+        if (need if need > 0 else 0) + window + state > pool.num_free_blocks - reviving:
+            return False
         if state:  # the recurrent state first: it is held for the request's whole life
-            if need + state > self.block_pool.num_free_blocks:
-                return False
-            self.req_to_state_blocks[rid] = self.block_pool.take_blocks(state)[0]
+            self.req_to_state_blocks[rid] = pool.take_blocks(state)[0]
+            self._note_usage()
+        if window:  # the sliding groups' blocks of the new positions
+            if rid not in self.req_to_window_blocks:
+                self.req_to_window_blocks[rid] = []
+                self.window_first[rid] = self._window_first_at(
+                    request.num_computed_tokens + num_hit * bs)
+            self.req_to_window_blocks[rid].extend(pool.take_blocks(window)[0])
             self._note_usage()
         if need > 0 or num_hit:
-            pool = self.block_pool
-            reviving = num_revived(new_computed_blocks) if num_hit else 0
-            if need > pool.num_free_blocks - reviving:
-                return False
             ids = self.req_to_block_ids[rid]
             if num_hit:
                 skipped = 0  # NULL_BLOCKs lead a sliding-window hit
@@ -345,6 +435,8 @@ class KVCacheManager(BlockCopies):
 
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""
+        if self.sliding_groups:
+            return self._window_first_at(num_computed) > self.window_first.get(request_id, 0)
         return (num_computed - self.sliding_window + 1) // self.block_size > \
             self.num_skipped_blocks.get(request_id, 0)
 
@@ -436,6 +528,10 @@ class KVCacheManager(BlockCopies):
         state = self.req_to_state_blocks.pop(rid, None)
         if state:
             self.block_pool.free_blocks(state)
+        window = self.req_to_window_blocks.pop(rid, None)
+        self.window_first.pop(rid, None)
+        if window:
+            self.block_pool.free_blocks(window[::-1])
         cpu = self.req_to_cpu_blocks.pop(rid, None)
         self.cpu_skipped_blocks.pop(rid, None)
         if cpu:

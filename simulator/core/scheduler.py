@@ -60,6 +60,8 @@ class Scheduler(PDHandoff, ParallelSampling):
             sliding_window=cache_config.sliding_window if frees else 0,
             max_step_tokens=step_tokens,
             state_blocks=cache_config.state_blocks,
+            sliding_groups=cache_config.sliding_groups,
+            group_window=cache_config.sliding_window if cache_config.sliding_groups else 0,
         )
         self._window = cache_config.sliding_window  # batch shapes track it for the cost model
         self.block_size = cache_config.block_size
@@ -142,7 +144,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         kvm = self.kv_cache_manager
         blocks = kvm.max_blocks_held(need)
         if blocks > kvm.num_gpu_blocks - self._kept:
-            at_once = f" at once (sliding window {kvm.sliding_window})" if kvm.sliding_window else ""
+            window = kvm.sliding_window or kvm.group_window
+            at_once = f" at once (sliding window {window})" if window else ""
             kept = (f", {self._kept} of them kept free (admission_watermark, "
                     "append_needs_free_block)" if self._kept else "")
             state = (f" ({kvm.state_blocks} of them its linear-attention state)"
@@ -223,7 +226,8 @@ class Scheduler(PDHandoff, ParallelSampling):
         num_cached = kvm.num_cached_blocks
         bs = self.block_size
         caching = kvm.enable_prefix_caching
-        slides = kvm.sliding_window  # blocks that slide out are freed the step they do
+        # blocks that slide out are freed the step they do
+        slides = kvm.sliding_window or kvm.sliding_groups
         # the fast path appends to out's lists directly (its requests, running[i - nd:i],
         # and their one new token each when folded in) and sums the decodes' shape here
         before_add, ids_add = out.num_computed_before.append, out.block_ids.append
