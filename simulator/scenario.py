@@ -213,6 +213,11 @@ class CacheSpec(_Strict):
     num_gpu_blocks: int | None = Field(None, ge=1)  # overrides the memory plan
     swap_space_gb: float = Field(0.0, ge=0)  # host pool per replica, GB
     enable_prefix_caching: bool = True
+    # vLLM's --disable-hybrid-kv-cache-manager: false gives a model that mixes sliding-window
+    # and full-attention layers a block table per group of layers (vLLM V1's hybrid KV cache
+    # manager: the sliding layers hold only their window); None (the default without an
+    # engine preset) and true keep one table for every layer. The vllm preset sets false.
+    disable_hybrid_kv_cache_manager: bool | None = None
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -434,6 +439,21 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _hybrid_kv_cache(self):
+        if self.cache.disable_hybrid_kv_cache_manager is not False:
+            return self
+        clash = [k for k, on in (("cluster.pd", self.cluster.pd is not None),
+                                 ("cache.swap_space_gb", self.cache.swap_space_gb > 0),
+                                 ("scheduler.preemption_mode: swap",
+                                  self.scheduler.preemption_mode == "swap")) if on]
+        if clash:
+            raise ValueError("cache.disable_hybrid_kv_cache_manager: false (vLLM V1's hybrid KV "
+                             "cache manager) is modelled for colocated replicas that preempt by "
+                             "recompute (vLLM turns it off with a KV connector and V1 does not "
+                             "swap); set it true, or drop " + " and ".join(clash))
+        return self
+
+    @model_validator(mode="after")
     def _batch_wait(self):
         s = self.scheduler
         if not (s.batch_wait_timeout_iters > 0 and s.batch_wait_max_tokens_ratio > 0):
@@ -500,7 +520,8 @@ class Scenario(_Strict):
                            kv_cache_dtype=c.kv_cache_dtype, quantization=self.quantization_mapping(),
                            ep=ep, free_gpu_memory_fraction=c.free_gpu_memory_fraction,
                            mem_fraction_static=c.mem_fraction_static,
-                           dp_attention=self.cluster.dp_attention and self.cluster.pd is None)
+                           dp_attention=self.cluster.dp_attention and self.cluster.pd is None,
+                           hybrid_kv_cache=c.disable_hybrid_kv_cache_manager is False)
 
 
 # set by the loader, not by a scenario file: left out of key listings and hints

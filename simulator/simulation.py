@@ -190,6 +190,8 @@ def simulate_rows(sc: Scenario, model, trace: workloads.Trace, rows: list[int] |
         pools=[{"role": p.role, "replicas": p.spec.replicas, "tp": p.spec.tp, "pp": p.spec.pp,
                 "hardware": p.accelerator.name, "num_gpu_blocks": p.num_gpu_blocks,
                 "num_cpu_blocks": p.num_cpu_blocks,
+                **({"kv_group_layers": p.memory.kv_group_layers,
+                    "sliding_groups": p.memory.sliding_groups} if p.memory.sliding_groups else {}),
                 **({"dp_attention": True} if p.dp_cost is not None else {})}
                for p in cluster.pools],
         busy_s={r.name: r.busy_s for r in cluster.replicas},

@@ -9,17 +9,27 @@ diag = load_diagnostic("vllm_scheduler")
 
 
 def test_the_preset_limits_and_pool_are_vllm_0_11s_for_the_gpu():
-    h100, prefix, blocks = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.11.0")
-    a100, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
+    h100, prefix, blocks, window = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.11.0")
+    a100, _, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
     assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
     assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
-    assert prefix and blocks > 10_000
+    assert prefix and blocks > 10_000 and window == {}
+
+
+def test_models_mixing_sliding_and_full_layers_get_the_hybrid_managers_groups():
+    _, _, _, gpt_oss = diag.kvpd_setup("gpt-oss-120b", "h100-sxm", "0.11.0")
+    _, _, _, gemma = diag.kvpd_setup("gemma-3-27b", "h100-sxm", "0.11.0")
+    assert gpt_oss == {"sliding_window": 128, "sliding_groups": 1}
+    assert gemma == {"sliding_window": 1024, "sliding_groups": 6}
+    _, _, _, before = diag.kvpd_setup("gpt-oss-120b", "h100-sxm", "0.9.1")
+    assert before == {}
 
 
 def test_a_starved_pool_preempts_and_every_token_is_accounted_for():
-    cfg, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
+    cfg, _, _, _ = diag.kvpd_setup("qwen3-14b", "a100-80gb-sxm", "0.11.0")
     n, prompt, out = 40, 256, 300
-    trace = diag.kvpd_trace(cfg, blocks=200, prefix=False, n=n, prompt=prompt, out=out)
+    trace = diag.kvpd_trace(cfg, blocks=200, prefix=False, n=n, prompt=prompt, out=out,
+                            window={})
     steps = len(trace)
     preempted = trace[-1][2]
     assert preempted > 0
@@ -38,9 +48,9 @@ def test_first_difference():
 
 
 def test_before_0_8_the_preset_runs_v0s_block_manager():
-    cfg, prefix, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3")
+    cfg, prefix, _, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3")
     assert (cfg.prompt_allocation, cfg.admission_watermark, cfg.append_needs_free_block,
             prefix) == ("whole_prompt", 0.01, True, False)
-    short, _, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3", max_model_len=8192)
+    short, _, _, _ = diag.kvpd_setup("qwen3-14b", "h100-sxm", "0.7.3", max_model_len=8192)
     assert not short.enable_chunked_prefill and not short.mixed_batches
     assert short.max_num_batched_tokens == 8192

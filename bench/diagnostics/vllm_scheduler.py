@@ -49,6 +49,7 @@ from simulator.core import (
     Scheduler,
     SchedulerConfig,
 )
+from simulator.cost.models import get_model
 from simulator.engines.presets import VLLM_V1_FROM, version3
 from simulator.scenario import PoolSpec, scenario_from_dict
 
@@ -73,6 +74,20 @@ V1_CASES = [
      None, None),
     ("KV-starved, 512/1000 x 300, no prefix caching, 3000 blocks", "qwen3-14b", "a100-80gb-sxm",
      300, 512, 1000, None, False, 3000),
+    # gpt-oss: 18 sliding-window (128 tokens) and 18 full-attention layers, so the hybrid KV
+    # cache manager's two groups (GPUStack's burst shapes on one H100, then a KV-starved run)
+    ("gpt-oss-120b 1 x H100 (KV groups), 32000/100 x 100", "gpt-oss-120b", "h100-sxm", 100,
+     32000, 100, None, None, None),
+    ("gpt-oss-120b 1 x H100 (KV groups), 4000/200 x 500", "gpt-oss-120b", "h100-sxm", 500, 4000,
+     200, None, None, None),
+    ("gpt-oss-120b (KV groups), 2000/1000 x 300, 3000 blocks", "gpt-oss-120b", "h100-sxm", 300,
+     2000, 1000, None, False, 3000),
+    # Gemma 3 27B: 52 sliding-window (1,024 tokens) and 10 full-attention layers, so one full
+    # and six sliding groups of 10 layers
+    ("gemma-3-27b 1 x H100 (KV groups), 8000/500 x 200", "gemma-3-27b", "h100-sxm", 200, 8000,
+     500, None, None, None),
+    ("gemma-3-27b (KV groups), 3000/1500 x 200, 2500 blocks", "gemma-3-27b", "h100-sxm", 200,
+     3000, 1500, None, False, 2500),
 ]
 V0_CASES = [
     (f"Qwen3-14B 1 x H100, {p}/{o} x {n}{', max_model_len 8192' if ml else ''}", "qwen3-14b",
@@ -87,11 +102,13 @@ def prompt_ids(i: int, n: int) -> list[int]:
     return [(i * 7919 + j * 104729) % 150000 + 1 for j in range(n)]
 
 
-def kvpd_setup(model: str, hardware: str, version: str,
-               max_model_len: int | None = None) -> tuple[SchedulerConfig, bool, int]:
-    """kvpd's scheduler config, prefix-caching default and planned KV blocks for `model` on
-    one `hardware` under vLLM `version`'s preset."""
+def kvpd_setup(model: str, hardware: str, version: str, max_model_len: int | None = None
+               ) -> tuple[SchedulerConfig, bool, int, dict[str, int]]:
+    """kvpd's scheduler config, prefix-caching default, planned KV blocks and KV cache groups
+    (`CacheConfig` keys) for `model` on one `hardware` under vLLM `version`'s preset."""
     data = {"model": model, "hardware": hardware, "engine": {"name": "vllm", "version": version}}
+    if get_model(model).checkpoint_quant_method == "mxfp4":  # (as released: MXFP4 experts)
+        data.update(dtype="fp4", quantization={"method": "mxfp4", "scope": "experts"})
     if max_model_len:
         data["scheduler"] = {"max_model_len": max_model_len}
     sc = scenario_from_dict(data)
@@ -105,15 +122,18 @@ def kvpd_setup(model: str, hardware: str, version: str,
                           prompt_allocation=s.prompt_allocation,
                           admission_watermark=s.admission_watermark,
                           append_needs_free_block=s.append_needs_free_block)
-    blocks = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated").num_gpu_blocks
-    return cfg, sc.cache.enable_prefix_caching, blocks
+    pool = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated")
+    groups = pool.memory.sliding_groups
+    window = {"sliding_window": sc.model_spec().sliding_window, "sliding_groups": groups} \
+        if groups else {}
+    return cfg, sc.cache.enable_prefix_caching, pool.num_gpu_blocks, window
 
 
 def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: int,
-               out: int) -> list[list[int]]:
+               out: int, window: dict[str, int]) -> list[list[int]]:
     """[scheduled tokens, scheduled requests, preemptions so far] of every kvpd step."""
     sched = Scheduler(cfg, CacheConfig(num_gpu_blocks=blocks, block_size=BLOCK,
-                                       enable_prefix_caching=prefix))
+                                       enable_prefix_caching=prefix, **window))
     engine = EngineCore(sched, IdealExecutor(step_s=0.01))
     for i in range(n):
         engine.add_request(Request(str(i), prompt_token_ids=prompt_ids(i, prompt),
@@ -155,6 +175,7 @@ def main() -> None:
     ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                     help="V1: schedule each step before the one in flight has finished (vLLM's "
                          "default from 0.14; kvpd schedules after it)")
+    ap.add_argument("--case", default="", help="only the cases whose label contains this")
     a = ap.parse_args()
     v = version3(a.version)
     if v is None:
@@ -167,15 +188,19 @@ def main() -> None:
     print(f"{'case':58s} {'side':5s} {'steps':>6s} {'tokens':>9s} {'preempt':>7s}  agreement")
     for label, model, hw, n, prompt, out, max_len, prefix, blocks in (
             V1_CASES if engine == "v1" else V0_CASES):
-        cfg, default_prefix, planned = kvpd_setup(model, hw, a.version, max_len)
+        if a.case not in label:
+            continue
+        cfg, default_prefix, planned, window = kvpd_setup(model, hw, a.version, max_len)
         prefix = default_prefix if prefix is None else prefix
         blocks = planned if blocks is None else blocks
         t0 = time.perf_counter()
-        ours = kvpd_trace(cfg, blocks, prefix, n, prompt, out)
+        ours = kvpd_trace(cfg, blocks, prefix, n, prompt, out, window)
         t1 = time.perf_counter()
         args = {"num_blocks": blocks + (engine == "v1"), "n": n, "prompt": prompt, "out": out,
                 "budget": cfg.max_num_batched_tokens, "seqs": cfg.max_num_seqs,
                 "prefix": prefix, "block": BLOCK, "max_len": cfg.max_model_len}
+        if window:  # the hybrid KV cache manager's groups
+            args.update(window=window["sliding_window"], sliding_groups=window["sliding_groups"])
         if engine == "v0":
             args["chunked"] = cfg.enable_chunked_prefill
         elif a.async_scheduling or (a.async_scheduling is None and v >= VLLM_ASYNC_FROM):
@@ -193,7 +218,9 @@ def main() -> None:
                   f"{verdict if side == 'kvpd' else f'({secs:.1f} s)'}")
         print(f"{'':58s} {'':5s} (limits {cfg.max_num_seqs} seqs / {cfg.max_num_batched_tokens} "
               f"tokens, chunked prefill {'on' if cfg.enable_chunked_prefill else 'off'}, "
-              f"{blocks} blocks, prefix caching {'on' if prefix else 'off'})")
+              f"{blocks} blocks, prefix caching {'on' if prefix else 'off'}"
+              + (f", {window['sliding_groups']} sliding group(s) of window "
+                 f"{window['sliding_window']}" if window else "") + ")")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ import a released vLLM (see that file). Not imported by kvpd.
     python vllm_v1_driver.py '{"num_blocks": ..., "n": ..., "prompt": ..., "out": ...,
                                "budget": ..., "seqs": ..., "prefix": true}'
 
+With "window": W and "sliding_groups": S the KV cache config holds one full-attention group and
+S sliding-window groups of window W (the hybrid KV cache manager's layout).
+
 Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
 are all computed after the step samples one token (as vLLM's model runner does: a partial
 prefill's sample is discarded); nothing stops early (ignore_eos). Prints one JSON line:
@@ -31,7 +34,12 @@ except ImportError:
     from vllm.utils import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -59,7 +67,8 @@ def prompt_ids(i: int, n: int) -> list[int]:
 
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         prefix: bool = True, block: int = 16, max_len: int = 40960,
-        async_scheduling: bool = False) -> list[list[int]]:
+        async_scheduling: bool = False, window: int = 0,
+        sliding_groups: int = 0) -> list[list[int]]:
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -85,8 +94,12 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
     spec_args = {"block_size": block, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
     if "use_mla" in FullAttentionSpec.__dataclass_fields__:  # (a field in 0.10 only)
         spec_args["use_mla"] = False
+    # a model mixing sliding-window and full-attention layers: one full-attention group and
+    # `sliding_groups` sliding-window ones (the hybrid KV cache manager's layout)
     kv_cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(**spec_args))])
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(**spec_args))] + [
+        KVCacheGroupSpec([f"sliding{g}"], SlidingWindowSpec(**spec_args, sliding_window=window))
+        for g in range(sliding_groups)])
     extra_args = {}
     if "block_size" in inspect.signature(Scheduler.__init__).parameters:  # (from 0.14 or so)
         extra_args["block_size"] = block

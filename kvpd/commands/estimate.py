@@ -231,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
     out["memory_plan"] = plan.to_dict()
     out["kv_tokens_needed"] = kv_tokens
     out["fits_kv_pool"] = kv_tokens <= plan.max_num_tokens
-    out["kv_plan_note"] = mixed_window_note(cm.model) or linear_attention_note(cm.model, plan)
+    out["kv_plan_note"] = (mixed_window_note(cm.model, plan.kv_group_layers, plan.sliding_groups)
+                           or linear_attention_note(cm.model, plan))
     out["precision"] = cm.precision.to_dict()
     note = checkpoint_note(model, args.dtype, quant)  # what the released checkpoint filled in
     out["precision"]["from_checkpoint"] = note is not None

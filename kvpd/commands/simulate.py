@@ -140,13 +140,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([r.summary for r in results] if args.compare else results[0].summary,
                          indent=2))
         return 0
-    for name, sc in zip(names, scenarios):
+    for name, sc, res in zip(names, scenarios, results):
         for note in sc.engine_notes:  # what the scenario's `engine` filled in
             print(f"{name}: engine {sc.engine.name}: {note}")
         note = checkpoint_note(sc.model_spec(), sc.dtype, sc.quantization_mapping())
         if note:
             print(f"{name}: quantization {note}; set quantization.method/scope to override")
-        note = mixed_window_note(sc.model_spec()) or linear_attention_note(sc.model_spec())
+        pool = res.summary["cluster"][-1]  # (a PD deployment's decode pool)
+        note = (mixed_window_note(sc.model_spec(), pool.get("kv_group_layers", 0),
+                                  pool.get("sliding_groups", 0))
+                or linear_attention_note(sc.model_spec()))
         if note:
             print(f"{name}: KV plan: {note}")
     print(summary_table([r.summary for r in results], names))

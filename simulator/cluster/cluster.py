@@ -311,6 +311,8 @@ class SimCluster:
             sliding_window=self.model.attention_window,
             free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
             state_blocks=plan.memory.state_blocks_per_request,
+            # KV cache groups of the sliding layers (vLLM V1's hybrid KV cache manager)
+            sliding_groups=plan.memory.sliding_groups,
         )
         pcie_link = plan.accelerator.link("pcie")
         # least_kv_usage reads each replica's KV usage, which changes inside a decode burst (a

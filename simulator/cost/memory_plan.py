@@ -63,10 +63,16 @@ class MemoryPlan:
     # fullest GPU, bytes, and the KV blocks it takes from the pool (vLLM V1 keeps it there)
     state_bytes_per_request: float = 0.0
     state_blocks_per_request: int = 0
+    # vLLM V1's hybrid KV cache manager (a model mixing sliding-window and full-attention
+    # layers): a block holds this many layers (0: every layer), one group's, and each request
+    # also holds `sliding_groups` blocks per block position its sliding layers still read
+    kv_group_layers: int = 0
+    sliding_groups: int = 0
 
     @property
     def max_num_tokens(self) -> int:
-        """KV tokens the replica can hold (blocks x block size)."""
+        """KV tokens the replica can hold (blocks x block size); with KV cache groups, those
+        of the full-attention layers, less each request's sliding-window blocks."""
         return self.num_gpu_blocks * self.block_size
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,7 +103,7 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
                 quantization: dict[str, Any] | str | None = None, ep: int = 1,
                 free_gpu_memory_fraction: float | None = None,
                 mem_fraction_static: float | None = None,
-                dp_attention: bool = False) -> MemoryPlan:
+                dp_attention: bool = False, hybrid_kv_cache: bool = False) -> MemoryPlan:
     """Plan one replica's memory; ValueError when the weights (or weights + reserve) do not fit,
     naming the model, hardware, TP/PP and the shortfall in GB.
 
@@ -109,7 +115,10 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
 
     `dp_attention` (data-parallel attention over the tp GPUs, pp = 1): each GPU holds the
     whole attention weights (the rest split as at tp / ep) and a KV pool of its own with every
-    KV head, for the requests its attention rank runs."""
+    KV head, for the requests its attention rank runs.
+
+    `hybrid_kv_cache` (vLLM V1's hybrid KV cache manager): for a model whose layers
+    `kv_cache_groups` splits into groups, a block holds one group's layers (pp = 1)."""
     model = model if isinstance(model, ModelSpec) else get_model(model)
     acc = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
     prec = resolve(acc, dtype, quantization, kv_cache_dtype, model=model)
@@ -170,6 +179,10 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         full = model.num_full_attention_layers / model.num_layers
         kv_per_block = (block_size * max(sh.layers_per_stage) * full * 2 * kv_sh.kv_heads
                         * model.head_dim * dtype_bytes(kv_dt))
+    groups = kv_cache_groups(model) if hybrid_kv_cache and pp == 1 else None
+    if groups:  # one group's layers per block
+        kv_per_block = (block_size * groups[0] * 2 * kv_sh.kv_heads * model.head_dim
+                        * dtype_bytes(kv_dt))
     state = 0.0
     if model.has_linear_attention:  # its heads split as the KV's (a DP attention rank holds
         # them all), its layers over the stages
@@ -189,7 +202,28 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         num_gpu_blocks=int(pool // kv_per_block), ep=ep, expert_weight_bytes_per_gpu=experts,
         free_gpu_memory_fraction=free_fraction, mem_fraction_static=static,
         dp_attention=dp_attention, state_bytes_per_request=state,
-        state_blocks_per_request=-int(-state // kv_per_block))
+        state_blocks_per_request=-int(-state // kv_per_block),
+        kv_group_layers=groups[0] if groups else 0, sliding_groups=groups[1] if groups else 0)
+
+
+def kv_cache_groups(model: ModelSpec) -> tuple[int, int] | None:
+    """(layers per group, groups of sliding layers) under vLLM V1's hybrid KV cache manager for
+    a model that mixes sliding-window and full-attention layers; None where kvpd keeps one
+    block table for every layer.
+
+    vLLM (`_get_kv_cache_groups_uniform_page_size`, v0.11.0) groups each attention type's
+    layers by the smallest type's count, padding the last group of a type: gpt-oss 18 + 18
+    layers -> 1 full + 1 sliding group of 18; Gemma 3 27B 10 full + 52 sliding -> 1 + 6 of 10.
+    kvpd models one full-attention group (models with more full than sliding layers keep one
+    table), not MLA, linear-attention or Llama 4's chunked attention (vLLM turns the manager
+    off for chunked local attention by default)."""
+    sliding = model.num_sliding_layers
+    full = model.num_full_attention_layers - sliding
+    if (not model.sliding_window or sliding <= 0 or full <= 0 or full > sliding
+            or model.is_mla or model.has_linear_attention
+            or model.architecture.startswith("Llama4")):
+        return None
+    return full, -(-sliding // full)
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
@@ -221,16 +255,25 @@ def routed_expert_bytes_per_gpu(model: ModelSpec, sh: ShardPlan, matrix_bytes: f
     return max(routed_expert_params_per_gpu(model, sh)) * matrix_bytes
 
 
-def mixed_window_note(model: ModelSpec) -> str | None:
+def mixed_window_note(model: ModelSpec, kv_group_layers: int = 0,
+                      sliding_groups: int = 0) -> str | None:
     """For a model that mixes sliding-window and full-attention layers (gpt-oss, Gemma 3,
-    Llama 4): how kvpd's KV plan differs from engines that give each attention type its own
-    blocks, as a sentence; None for other models. A kvpd block holds every layer's KV, so the
-    plan keeps the whole context on the sliding layers too (blocks slide out only when every
-    layer slides); vLLM V1's hybrid KV cache manager keeps only the window there, so at
-    contexts much longer than the window it holds up to layers / full layers x the tokens."""
+    Llama 4): how kvpd's KV plan holds the sliding layers' KV, as a sentence; None for other
+    models. With KV cache groups (a plan's `kv_group_layers` and `sliding_groups`, vLLM V1's
+    hybrid KV cache manager) they hold only the window. Otherwise a kvpd block holds every layer's KV, so the plan keeps
+    the whole context on the sliding layers too; engines that give each attention type its
+    own blocks hold up to layers / full layers x the tokens at contexts much longer than the
+    window."""
     sliding, layers = model.num_sliding_layers, model.num_layers
     if not model.sliding_window or sliding in (0, layers):
         return None
+    if sliding_groups:
+        return (f"{sliding} of {layers} layers attend to a {model.sliding_window:,}-token "
+                "window: as vLLM V1's hybrid KV cache manager, a KV block holds one group of "
+                f"{kv_group_layers} layers, the full-attention layers' table keeps the "
+                f"whole context and each of {sliding_groups} sliding groups only the "
+                "blocks of the window and of the tokens a step adds (a prefix hit takes the "
+                "window's blocks anew)")
     return (f"{sliding} of {layers} layers attend to a {model.sliding_window:,}-token window, "
             "but a kvpd KV block holds every layer, so the plan keeps the whole context on "
             "all of them; engines that give each attention type its own blocks (vLLM V1's "
