@@ -21,10 +21,14 @@ so far) differ, if any.
 
 Checked (2026-12-03): V1 0.10.2, 0.11.0 and 0.17.0 identical at every step in every case (0.17.0
 with async scheduling: within 1%); V0 0.6.6 and 0.7.3 identical at every step in every case.
+Checked (2026-12-05): the five KV-group cases (gpt-oss, Gemma 3: vLLM V1's hybrid KV cache
+manager, one full-attention and one or six sliding-window groups) under V1 0.11.0, identical
+at every step (12, 4, 71, 13 and 0 preemptions). `--case TEXT` runs the cases whose label has it.
 
 The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
-A100, vLLM 0.11.0's limits for each) and a KV-starved decode-heavy run without prefix caching
-that preempts hundreds of times. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
+A100, vLLM 0.11.0's limits for each), a KV-starved decode-heavy run without prefix caching
+that preempts hundreds of times, and models mixing sliding-window and full-attention layers
+(gpt-oss-120b, Gemma 3 27B), whose KV cache config holds the hybrid manager's groups. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
 and others, with the long-context default (chunked prefill) and with max_model_len 8,192
 (whole prompts in steps of their own).
 """
