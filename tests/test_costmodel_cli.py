@@ -177,6 +177,24 @@ def test_a_mixed_window_model_says_how_its_kv_plan_differs(capsys) -> None:
     assert "KV plan" not in out
 
 
+def test_hybrid_kv_cache_counts_only_the_window_on_the_sliding_layers(capsys) -> None:
+    """`--hybrid-kv-cache` (vLLM V1's hybrid KV cache manager): blocks of one group's 18
+    layers, twice as many; each decode of 4,101 tokens holds its full-attention group's 257
+    blocks and its sliding group's cdiv(128, 16) + 1 = 9, in tokens of the pool's blocks."""
+    argv = ("estimate", "--model", "gpt-oss-120b", "--hardware", "a100-80gb-sxm", "--dtype",
+            "fp4", "--quantization", "mxfp4", "--quantization-scope", "experts", "--decode",
+            "20x4100", "--json")
+    _, out, _ = run_cli(capsys, *argv)
+    one = json.loads(out)
+    rc, out, _ = run_cli(capsys, *argv, "--hybrid-kv-cache")
+    grouped = json.loads(out)
+    assert rc == 0 and grouped["memory_plan"]["sliding_groups"] == 1
+    assert grouped["memory_plan"]["num_gpu_blocks"] >= 2 * one["memory_plan"]["num_gpu_blocks"]
+    assert one["kv_tokens_needed"] == 20 * 4101
+    assert grouped["kv_tokens_needed"] == 20 * (257 + 9) * 16
+    assert "hybrid KV cache manager, a KV block holds one group" in grouped["kv_plan_note"]
+
+
 def test_model_show_says_how_the_queries_attend(capsys) -> None:
     expect = {"gemma-3-27b": "a 1,024-token sliding window on 52 of 62 layers",
               "deepseek-v3.2": "sparse: each query attends to its top 2,048 keys",

@@ -89,6 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "MoE experts only, the rest 16-bit: gpt-oss's MXFP4 release)")
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto, bf16, fp16 or fp8 (default auto: the 16-bit activation dtype)")
+    p.add_argument("--hybrid-kv-cache", action="store_true",
+                   help="a model mixing sliding-window and full-attention layers: block tables "
+                        "per group of layers, the sliding ones holding only their window (vLLM "
+                        "V1's hybrid KV cache manager; scenario key "
+                        "cache.disable_hybrid_kv_cache_manager: false)")
     p.add_argument("--prefill", metavar="[Bx]N", help="B prompts (default 1) of N tokens")
     p.add_argument("--decode", metavar="BxC", help="B decodes after C context tokens each")
     p.add_argument("--params", metavar="YAML", help="calibrated CostParams file")
@@ -133,13 +138,19 @@ def parse_hardware(text: str) -> str | dict:
     return spec
 
 
-def kv_tokens_held(model, block_size: int):
+def kv_tokens_held(model, block_size: int, sliding_groups: int = 0):
     """Tokens of KV (whole blocks) one request of n tokens keeps in the pool during a step
     that adds `step` of them: n, or when every layer slides, the blocks of its window plus
     that step's (the core's rule, `kv_cache_manager.blocks_held`): a prefill's step writes
-    all its tokens before any block can slide out, a decode step adds one."""
+    all its tokens before any block can slide out, a decode step adds one. With
+    `sliding_groups` (KV cache groups: a block holds one group's layers) the full-attention
+    group's n tokens plus each sliding group's window blocks."""
     from simulator.core.kv_cache_manager import blocks_held
 
+    if sliding_groups:
+        w = model.sliding_window
+        return lambda n, step: (-(-n // block_size) * block_size + sliding_groups
+                                * blocks_held(n, block_size, w, step) * block_size)
     w = model.sliding_window if model.num_sliding_layers == model.num_layers else 0
     if not w:
         return lambda n, step: n
@@ -198,11 +209,12 @@ def run(args: argparse.Namespace) -> int:
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
                        free_gpu_memory_fraction=args.free_gpu_memory_fraction,
-                       mem_fraction_static=args.mem_fraction_static, dp_attention=dp)
+                       mem_fraction_static=args.mem_fraction_static, dp_attention=dp,
+                       hybrid_kv_cache=args.hybrid_kv_cache)
     # the step's requests, one by one over the attention ranks (one rank without dp)
     ranks = [BatchShape(window=model.attention_window) for _ in range(args.tp if dp else 1)]
     rank_kv = [0] * len(ranks)
-    held0 = kv_tokens_held(model, plan.block_size)
+    held0 = kv_tokens_held(model, plan.block_size, plan.sliding_groups)
     state = plan.state_blocks_per_request * plan.block_size  # linear-attention state, as tokens
 
     def held(n: int, step: int) -> int:
