@@ -102,3 +102,27 @@ def test_the_kv_plan_note_says_which_layout_the_plan_keeps():
     assert "kvpd KV block holds every layer" in mixed_window_note(model)
     note = mixed_window_note(model, 18, 1)
     assert "hybrid KV cache manager" in note and "group of 18 layers" in note
+
+
+def test_vllm_sizes_the_attention_block_to_hold_a_linear_layers_state():
+    """vLLM's HybridAttentionMambaModelConfig (v0.11.0): 16 x cdiv(state page, 16 x attention
+    page per token), both on one layer of one GPU. Qwen3-Next-80B at TP4: conv 3 x 8192 / 4
+    bf16 values + SSM 32 / 4 heads x 128 x 128 bf16 = 274,432 bytes; attention 2 x 1 KV head
+    (replicated) x 256 x 2 = 1,024 bytes per token -> 16 x cdiv(274,432, 16,384) = 272."""
+    from simulator.cost.memory_plan import mamba_block_size
+
+    next80 = get_model("qwen3-next-80b-a3b")
+    assert mamba_block_size(next80, 4, "bf16", "auto") == 272
+    assert mamba_block_size(next80, 4, "bf16", "fp8") == 544  # half the page per token
+    sc = scenario_from_dict({"model": "qwen3.5-397b-a17b", "hardware": "h200-sxm",
+                             "dtype": "fp8", "cluster": {"tp": 8},
+                             "engine": {"name": "vllm", "version": "0.11.0"}})
+    assert sc.cache.block_size == 528
+    assert any(n.startswith("block_size 528: vLLM 0.11.0") for n in sc.engine_notes)
+    # each request's state: one block per group of 15 layers (45 linear layers: 3 groups)
+    plan = sc.memory_plan(sc.model_spec(), "h200-sxm", 8, 1, 1)
+    assert plan.state_blocks_per_request == 3
+    kept = scenario_from_dict({"model": "qwen3.5-397b-a17b", "hardware": "h200-sxm",
+                               "dtype": "fp8", "cluster": {"tp": 8}, "cache": {"block_size": 16},
+                               "engine": {"name": "vllm", "version": "0.11.0"}})
+    assert kept.cache.block_size == 16

@@ -206,6 +206,21 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         kv_group_layers=groups[0] if groups else 0, sliding_groups=groups[1] if groups else 0)
 
 
+def mamba_block_size(model: ModelSpec, tp: int, dtype: str, kv_cache_dtype: str) -> int:
+    """The attention block size (tokens) vLLM V1 gives a model with linear-attention layers
+    (`HybridAttentionMambaModelConfig`, v0.10.2-v0.11.0): the smallest multiple of 16 tokens
+    whose KV page on one layer of one GPU holds one layer's recurrent state, so that one
+    block of a group of layers holds that group's states. `dtype` is the weights' (the state's
+    dtype follows, `ModelSpec.linear_state_bytes`), `kv_cache_dtype` the KV's (auto: the
+    16-bit activations')."""
+    kv = max(1, model.num_kv_heads // tp)  # (replicated below one head per GPU)
+    kv_bytes = (dtype_bytes(kv_cache_dtype) if kv_cache_dtype != "auto"
+                else 4 if dtype == "fp32" else 2)
+    page_per_token = 2 * kv * model.head_dim * kv_bytes
+    state = model.linear_state_bytes(dtype) / model.num_linear_layers / tp
+    return 16 * -int(-state // (16 * page_per_token))
+
+
 def kv_cache_groups(model: ModelSpec) -> tuple[int, int] | None:
     """(layers per group, groups of sliding layers) under vLLM V1's hybrid KV cache manager for
     a model that mixes sliding-window and full-attention layers; None where kvpd keeps one

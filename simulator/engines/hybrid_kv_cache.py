@@ -9,6 +9,12 @@ v0.11.0 wheel, `VllmConfig.__post_init__`) with a KV connector (PD disaggregatio
 events, and by default for chunked local attention (Llama 4, which kvpd leaves out of the
 groups anyway). `--disable-hybrid-kv-cache-manager` is the scenario's
 `cache.disable_hybrid_kv_cache_manager`.
+
+For a model with linear-attention layers (Qwen3-Next, Qwen3.5) the same manager keeps each
+request's recurrent state in the pool, one page per group of layers, and vLLM raises the
+attention block size until a block's KV page on one layer holds one layer's state
+(`HybridAttentionMambaModelConfig`, read in the v0.11.0 wheel; its log line "Setting attention
+block size to N tokens"): `cache.block_size` (`mamba_block_size_rule`).
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from typing import Any
 
 from packaging.version import Version
 
-from simulator.cost.memory_plan import kv_cache_groups
+from simulator.cost.memory_plan import kv_cache_groups, mamba_block_size
 from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 
 KEY = "disable_hybrid_kv_cache_manager"
 VLLM_HYBRID_FROM = Version("0.9.2")  # the first release whose API docs list kv_cache_coordinator
+VLLM_MAMBA_BLOCK_FROM = Version("0.10.2")  # Qwen3-Next's release, with the block-size rule
 
 
 def hybrid_kv_cache_rule(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
@@ -55,3 +62,35 @@ def hybrid_kv_cache_rule(data: dict[str, Any], cluster: dict[str, Any], cache: d
             f"tables of their own (its hybrid KV cache manager): one full-attention and "
             f"{sliding} sliding-window group{'s' if sliding > 1 else ''} of {layers} layers, "
             f"the sliding ones holding the {model.sliding_window:,}-token window"]
+
+
+def mamba_block_size_rule(data: dict[str, Any], cluster: dict[str, Any], cache: dict[str, Any],
+                          version: Any) -> list[str]:
+    """`cache.block_size` for a vLLM scenario whose model has linear-attention layers, where
+    the key is not set: vLLM's attention block size for them (`mamba_block_size`), so that
+    each request's state takes one block per group of layers as in vLLM."""
+    if "block_size" in cache:
+        return []
+    v = parse_version(version) if version else None
+    if v is not None and v < VLLM_MAMBA_BLOCK_FROM:
+        return []
+    try:
+        model = raw_model(data)
+    except (ValueError, OSError):  # the scenario check names a model it cannot read
+        return []
+    if not model.has_linear_attention:
+        return []
+    tps = ({cluster["pd"][r].get("tp", cluster.get("tp", 1)) for r in ("prefill", "decode")
+            if isinstance(cluster["pd"].get(r), dict)} if isinstance(cluster.get("pd"), dict)
+           else {cluster.get("tp", 1)})
+    if len(tps) != 1:  # (PD pools at two TPs would want two block sizes: left to the user)
+        return []
+    tp = tps.pop()
+    kv = str(cache.get("kv_cache_dtype", "auto"))
+    block = mamba_block_size(model, tp, str(data.get("dtype", "bf16")),
+                             "fp8" if kv.startswith("fp8") else kv)
+    cache["block_size"] = block
+    label = f"vLLM {version}" if version else "vLLM"
+    return [f"block_size {block}: {label} raises the attention block size until a block's KV "
+            f"page holds one linear-attention layer's state ({model.name} at tp={tp}), so each "
+            "request's state takes one block per group of layers"]

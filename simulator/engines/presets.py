@@ -27,7 +27,7 @@ from simulator.cost.memory_plan import MEMORY_RULES
 from simulator.defaults import DEFAULT_HARDWARE
 from simulator.engines.chat_template import chat_template_rule
 from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
-from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule
+from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule, mamba_block_size_rule
 from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 
@@ -230,6 +230,7 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
         notes += _vllm_attention(data, cluster, cache, version)
     if name == "vllm":
         notes += hybrid_kv_cache_rule(data, cluster, cache, scheduler, version)
+        notes += mamba_block_size_rule(data, cluster, cache, version)
     if name in ("vllm", "sglang"):
         notes += fused_moe_fallback_rule(name, data, cluster, version)
     if name == "vllm" and entry == "server":
