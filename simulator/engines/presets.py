@@ -30,6 +30,7 @@ from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
 from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule, mamba_block_size_rule
 from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
+from simulator.engines.vllm_block_size import mla_block_size_rule
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -231,6 +232,7 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
     if name == "vllm":
         notes += hybrid_kv_cache_rule(data, cluster, cache, scheduler, version)
         notes += mamba_block_size_rule(data, cluster, cache, version)
+        notes += mla_block_size_rule(data, cache, version)
     if name in ("vllm", "sglang"):
         notes += fused_moe_fallback_rule(name, data, cluster, version)
     if name == "vllm" and entry == "server":
