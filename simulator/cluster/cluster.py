@@ -318,12 +318,14 @@ class SimCluster:
         # least_kv_usage reads each replica's KV usage, which changes inside a decode burst (a
         # decode's new block): a replica reports mid-burst what stepping one by one would show
         # (`SimReplica.kv_usage`), from the blocks each step takes; where steps also free
-        # blocks (every layer sliding) or a neighbour re-prices them (host sharing), it steps
+        # blocks (every layer sliding, or KV cache groups of sliding layers) or a neighbour
+        # re-prices them (host sharing), it steps
         # one by one instead
         n, router = _decoding_pool_router(sc)  # (prefill replicas never burst)
         read_usage = router == "least_kv_usage" and n > 1
         max_burst = sc.sim.max_decode_burst
-        if read_usage and (cache_cfg.free_outside_window or _shares_host(sc)):
+        if read_usage and (cache_cfg.free_outside_window or cache_cfg.sliding_groups
+                           or _shares_host(sc)):
             max_burst = 1
         front = sc.api_server
         # decodes arrive by KV hand-off, through a server only on vLLM's proxy route

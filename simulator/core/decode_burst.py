@@ -85,7 +85,6 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         or out.blocks_to_copy
         or out.kv_to_receive
         or core.config.role == "prefill"
-        or core.kv_cache_manager.sliding_groups  # (each step's blocks: not modelled here)
     ):
         return 1
     kvm = core.kv_cache_manager
@@ -116,7 +115,8 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
     shape = out.shape
     if shape.num_decodes_below_window and shape.min_window_gap < k:
         k = shape.min_window_gap  # the window-capped sums stay linear (BatchShape.advanced)
-    if kvm.sliding_window:
+    groups = kvm.sliding_groups
+    if kvm.sliding_window or groups:
         if kvm.max_step_tokens < k:
             k = kvm.max_step_tokens  # a burst's blocks stay within max_blocks_held
         if core.waiting and not core.config.mixed_batches:
@@ -124,7 +124,10 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         if core.waiting and len(core.running) < core.config.max_num_seqs:
             # a block sliding out could admit a waiting request: end before one does
             # (step j frees once (before + j - window + 1) // bs passes the freed ones)
-            w, skipped = kvm.sliding_window, kvm.num_skipped_blocks
+            if groups:
+                w, skipped = kvm.group_window, kvm.window_first
+            else:
+                w, skipped = kvm.sliding_window, kvm.num_skipped_blocks
             for req, before in zip(out.reqs, out.num_computed_before):
                 j = (skipped.get(req.request_id, 0) + 1) * core.block_size + w - 1 - before
                 if j < k:
@@ -139,7 +142,8 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
             return 1
     # tokens each request's blocks hold beyond step 1's, and the steps it runs at most
     slack = [len(ids) * bs - before - 1 for ids, before in zip(out.block_ids, burst_decode_before(out))]
-    if len(slack) * (-(-(k - 1) // bs)) <= free:
+    per_block = 1 + groups  # a new block position: its table block and a block per sliding group
+    if len(slack) * (-(-(k - 1) // bs)) * per_block <= free:
         return k
 
     def blocks_needed(steps: int) -> int:
@@ -148,7 +152,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         for s, r in zip(slack, rems):
             extra = (steps if steps < r else r) - 1
             if extra > s:
-                need += -(-(extra - s) // bs)
+                need += -(-(extra - s) // bs) * per_block
         return need
 
     lo, hi = 1, k  # blocks_needed(lo) == 0 <= free
@@ -190,7 +194,7 @@ def update_burst(core: BurstCore, out: SchedulerOutput, times, finish: Callable[
     kvm = core.kv_cache_manager
     k = len(times)
     bs = core.block_size
-    slides = kvm.sliding_window
+    slides = kvm.sliding_window or kvm.sliding_groups
     rems = _remaining(out)
     steps = [r if r < k else k for r in rems]
     first = times[0]
@@ -254,8 +258,12 @@ def _burst_slide(core: BurstCore, out: SchedulerOutput, k: int) -> None:
     by one frees them (step, then request, then block), after all the burst's allocations:
     the prefix cache's eviction order then equals the step-by-step one."""
     kvm = core.kv_cache_manager
-    w, bs = kvm.sliding_window, core.block_size
-    skipped = kvm.num_skipped_blocks
+    groups = kvm.sliding_groups
+    bs = core.block_size
+    if groups:  # the sliding groups' blocks slide out of their window, the table keeps its own
+        w, skipped, free = kvm.group_window, kvm.window_first, kvm.free_window_before
+    else:
+        w, skipped, free = kvm.sliding_window, kvm.num_skipped_blocks, kvm.free_blocks_before
     events = []
     for order, (req, before) in enumerate(zip(out.reqs, out.num_computed_before)):
         rid = req.request_id
@@ -264,5 +272,5 @@ def _burst_slide(core: BurstCore, out: SchedulerOutput, k: int) -> None:
             events.append((max(1, (b + 1) * bs + w - 1 - before), order, b + 1, rid))
     events.sort()
     for _, _, first, rid in events:
-        kvm.free_blocks_before(rid, first)
+        free(rid, first)
 

@@ -327,8 +327,9 @@ class KVCacheManager(BlockCopies):
             start = self.window_first[rid] + len(window) // self.sliding_groups
         return self.sliding_groups * (end - start) if end > start else 0
 
-    def _free_window_before(self, rid: str, first: int) -> None:
-        """Free the request's sliding-group blocks of the block positions before `first`."""
+    def free_window_before(self, rid: str, first: int) -> None:
+        """Free the request's sliding-group blocks of the block positions before `first`
+        (slid out of the window)."""
         window = self.req_to_window_blocks.get(rid)
         if not window:
             return
@@ -370,7 +371,7 @@ class KVCacheManager(BlockCopies):
         window = 0
         if self.sliding_groups:
             if rid in self.req_to_window_blocks:
-                self._free_window_before(rid, self._window_first_at(request.num_computed_tokens))
+                self.free_window_before(rid, self._window_first_at(request.num_computed_tokens))
             window = self._window_need(rid, request.num_computed_tokens + num_hit * bs,
                                        num_total)
         state = self.state_to_take(rid)
