@@ -327,9 +327,10 @@ class KVCacheManager(BlockCopies):
             start = self.window_first[rid] + len(window) // self.sliding_groups
         return self.sliding_groups * (end - start) if end > start else 0
 
-    def free_window_before(self, rid: str, first: int) -> None:
+    def free_window_before(self, request_id: str, first: int) -> None:
         """Free the request's sliding-group blocks of the block positions before `first`
         (slid out of the window)."""
+        rid = request_id
         window = self.req_to_window_blocks.get(rid)
         if not window:
             return
