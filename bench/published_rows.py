@@ -60,6 +60,7 @@ MODEL_NAMES = {
     "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2",  # V3's shapes with sparse attention
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
+    "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",  # the FP8 export of the release
     "zai-org/GLM-4.5-Air": "glm-4.5-air",
     "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",
@@ -339,6 +340,9 @@ def to_scenario(row: Row) -> Converted:
     }
     if quant is not None:
         sc["quantization"] = quant
+    if s.get("hf_overrides"):  # engine flags that change the model's config (vLLM's
+        # --hf-overrides; SGLang's --mamba-ssm-dtype: the Gated DeltaNet states' dtype)
+        sc["hf_overrides"] = dict(s["hf_overrides"])
     if s.get("kv_cache_dtype"):
         sc["cache"]["kv_cache_dtype"] = s["kv_cache_dtype"]
     if s.get("block_size"):

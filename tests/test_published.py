@@ -298,6 +298,21 @@ def test_published_ep_becomes_cluster_ep(rows):
         pr.to_scenario(pd)
 
 
+def test_published_config_overrides_reach_the_model(rows):
+    """A flag that changes the model's config (SGLang's --mamba-ssm-dtype bfloat16 on the
+    Qwen3.5 rows) becomes the scenario's hf_overrides, and the model the loader builds keeps
+    its Gated DeltaNet states in BF16."""
+    from simulator.scenario import scenario_from_dict
+
+    r = next(x for x in rows if x.setup.get("hf_overrides"))
+    sc = pr.to_scenario(r).scenario
+    assert sc["hf_overrides"] == {"mamba_ssm_dtype": "bfloat16"}
+    assert scenario_from_dict(sc).model_spec().linear_state_dtype == "bf16"
+    bare = pr.Row(r.source, r.id, r.where, {k: v for k, v in r.setup.items()
+                                            if k != "hf_overrides"}, r.metric, r.file)
+    assert "hf_overrides" not in pr.to_scenario(bare).scenario
+
+
 def test_moe_row_runs_end_to_end(rows, tmp_path):
     """A BF16 MoE row (no key beyond main's) goes through the loader and the simulator."""
     r = next(x for x in rows if x.key == "gpustack-qwen3-235b-h100/baseline-tp8-bf16-2000-100-total_throughput")
