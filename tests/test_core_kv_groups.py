@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from simulator.core import CacheConfig, KVCacheManager, Request, Scheduler, SchedulerConfig
 from tests.core_helpers import make_request, workload_requests
 from tests.test_core_properties import TokenExecutor, run
+from tests.test_core_state_blocks import workload  # (the same random workloads)
 
 
 def _req(rid: str, n: int) -> Request:
@@ -108,9 +109,6 @@ knobs = st.fixed_dictionaries({
     "caching": st.booleans(),
     "policy": st.sampled_from(["max_utilization", "guaranteed_no_evict", "reserve_ratio"]),
 })
-workload = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 10), st.integers(0, 3),
-                              st.floats(0, 0.2), st.sampled_from([1, 1, 2]), st.integers(0, 1)),
-                    min_size=1, max_size=12)
 
 
 class WindowCheck:

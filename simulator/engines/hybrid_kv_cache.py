@@ -24,8 +24,8 @@ from typing import Any
 from packaging.version import Version
 
 from simulator.cost.memory_plan import kv_cache_groups, mamba_block_size
-from simulator.engines.scenario_model import raw_model
-from simulator.engines.version import parse_version
+from simulator.engines.scenario_model import readable_model
+from simulator.engines.version import from_release
 
 KEY = "disable_hybrid_kv_cache_manager"
 VLLM_HYBRID_FROM = Version("0.9.2")  # the first release whose API docs list kv_cache_coordinator
@@ -37,14 +37,8 @@ def hybrid_kv_cache_rule(data: dict[str, Any], cluster: dict[str, Any], cache: d
     """`cache.disable_hybrid_kv_cache_manager` false for a vLLM scenario (`version`; None:
     current) whose model splits into KV cache groups, where the key is not set; the rule used,
     as a note (none for other models)."""
-    if KEY in cache:
-        return []
-    v = parse_version(version) if version else None
-    if v is not None and v < VLLM_HYBRID_FROM:
-        return []
-    try:
-        model = raw_model(data)
-    except (ValueError, OSError):  # the scenario check names a model it cannot read
+    model = readable_model(data)
+    if KEY in cache or not from_release(version, VLLM_HYBRID_FROM) or model is None:
         return []
     groups = kv_cache_groups(model)
     if groups is None:
@@ -69,16 +63,9 @@ def mamba_block_size_rule(data: dict[str, Any], cluster: dict[str, Any], cache: 
     """`cache.block_size` for a vLLM scenario whose model has linear-attention layers, where
     the key is not set: vLLM's attention block size for them (`mamba_block_size`), so that
     each request's state takes one block per group of layers as in vLLM."""
-    if "block_size" in cache:
-        return []
-    v = parse_version(version) if version else None
-    if v is not None and v < VLLM_MAMBA_BLOCK_FROM:
-        return []
-    try:
-        model = raw_model(data)
-    except (ValueError, OSError):  # the scenario check names a model it cannot read
-        return []
-    if not model.has_linear_attention:
+    model = readable_model(data)
+    if ("block_size" in cache or not from_release(version, VLLM_MAMBA_BLOCK_FROM)
+            or model is None or not model.has_linear_attention):
         return []
     tps = ({cluster["pd"][r].get("tp", cluster.get("tp", 1)) for r in ("prefill", "decode")
             if isinstance(cluster["pd"].get(r), dict)} if isinstance(cluster.get("pd"), dict)

@@ -16,3 +16,12 @@ def raw_model(data: dict[str, Any]) -> Any:
     overrides = data.get("hf_overrides")
     return get_model(data.get("model", DEFAULT_MODEL),
                      overrides if isinstance(overrides, dict) else None)
+
+
+def readable_model(data: dict[str, Any]) -> Any | None:
+    """`raw_model(data)`, or None where it cannot be read (an engine rule then leaves the
+    scenario alone: the scenario check names what is wrong)."""
+    try:
+        return raw_model(data)
+    except (ValueError, OSError):
+        return None

@@ -20,3 +20,10 @@ def parse_version(text: Any) -> Version | None:
     None when it names none."""
     found = [Version(m) for m in _VERSION.findall(str(text))] if text else []
     return min(found) if found else None
+
+
+def from_release(text: Any, first: Version) -> bool:
+    """Whether the engine version `text` names is `first` or later; True when it names none
+    (a scenario without a version means the engine as released now)."""
+    v = parse_version(text)
+    return v is None or v >= first

@@ -18,8 +18,8 @@ from typing import Any
 from packaging.version import Version
 
 from simulator.defaults import DEFAULT_HARDWARE
-from simulator.engines.scenario_model import raw_model
-from simulator.engines.version import parse_version
+from simulator.engines.scenario_model import readable_model
+from simulator.engines.version import from_release
 
 FLASHMLA_FROM = Version("0.8.0")  # the first release after FlashMLA's forcing (0.7.3: none)
 CUTLASS_MLA_DEFAULT_FROM = Version("0.11.0")  # Blackwell's default MLA kernel (0.10.0: none)
@@ -31,20 +31,18 @@ def mla_block_size_rule(data: dict[str, Any], cache: dict[str, Any], version: An
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
 
-    if "block_size" in cache:
-        return []
-    v = parse_version(version) if version else None
-    if v is not None and v < FLASHMLA_FROM:
+    model = readable_model(data)
+    if ("block_size" in cache or not from_release(version, FLASHMLA_FROM) or model is None
+            or not model.is_mla):
         return []
     try:
-        model = raw_model(data)
         acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
     except (ValueError, OSError):  # the scenario check names what it cannot read
         return []
-    if not model.is_mla or acc.vendor != "nvidia":
+    if acc.vendor != "nvidia":
         return []
     arch = getattr(kernel_profile(acc), "arch", "")
-    current = v is None or v >= CUTLASS_MLA_DEFAULT_FROM
+    current = from_release(version, CUTLASS_MLA_DEFAULT_FROM)
     if model.is_sparse_attention and current:
         block, kernel = 64, "FlashMLA sparse"
     elif arch == "blackwell" and current:
