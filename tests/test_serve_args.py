@@ -51,6 +51,16 @@ def test_the_flags_build_a_real_engine_with_those_knobs():
     assert (sc.recv_interval, sc.mixed_batches, sc.max_num_batched_tokens) == (3, False, 64)
 
 
+def test_hybrid_kv_cache_reaches_the_engine():
+    from realexec.engine.llm import LLM
+
+    cfg = serve_config(parse("--model", "tiny-gpt-oss", "--hybrid-kv-cache", "--no-prefix-caching",
+                             "--num-gpu-blocks", "32", "--block-size", "4"))
+    assert cfg.llm_kwargs["hybrid_kv_cache"] is True
+    llm = LLM(cfg.model, **cfg.llm_kwargs)
+    assert llm.scheduler.cache_config.sliding_groups == 1
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--max-num-seqs", "0"], "--max-num-seqs must be an integer >= 1, got 0"),
     (["--recv-interval", "0"], "--recv-interval must be an integer >= 1, got 0"),
@@ -58,6 +68,7 @@ def test_the_flags_build_a_real_engine_with_those_knobs():
     (["--batch-wait-timeout-iters", "2", "--batch-wait-max-tokens-ratio", "0.5",
       "--no-mixed-batches"], "--batch-wait-timeout-iters / --batch-wait-max-tokens-ratio"),
     (["--recv-interval", "3", "--pd", "1:1"], "the prefill workers of --pd"),
+    (["--hybrid-kv-cache", "--no-prefix-caching", "--pd", "1:1"], "--hybrid-kv-cache with --pd"),
 ])
 def test_a_bad_value_is_refused_naming_the_flag(argv, says):
     with pytest.raises(ValueError) as err:

@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
     e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--hybrid-kv-cache", action="store_true",
+                   help="a model mixing sliding-window and full-attention layers: block tables "
+                   "per group of layers, the sliding ones holding only their window (vLLM V1's "
+                   "hybrid KV cache manager; with --no-prefix-caching)")
     e.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
     e.add_argument("--capacity-policy", default="max_utilization",
                    choices=list(CAPACITY_POLICIES),
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         num_gpu_blocks=args.num_gpu_blocks, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, preemption_mode=args.preemption_mode,
-        capacity_policy=args.capacity_policy,
+        capacity_policy=args.capacity_policy, hybrid_kv_cache=args.hybrid_kv_cache,
         model_seed=args.model_seed, tokenizer=args.tokenizer,
     )
     rng = random.Random(args.seed or 0)

@@ -35,6 +35,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--max-num-batched-tokens", type=int, default=2048)
     e.add_argument("--max-model-len", type=positive_int, default=None)
     e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--hybrid-kv-cache", action="store_true",
+                   help="a model mixing sliding-window and full-attention layers (gpt-oss, "
+                   "Gemma 2/3): block tables per group of layers, the sliding ones holding only "
+                   "their window (vLLM V1's hybrid KV cache manager; with --no-prefix-caching)")
     e.add_argument("--capacity-policy", default="max_utilization",
                    choices=list(CAPACITY_POLICIES),
                    help="max_utilization: admit while KV blocks are free, preempt when they run "
@@ -81,6 +85,12 @@ def serve_config(args: argparse.Namespace) -> Any:
         "enable_prefix_caching": not args.no_prefix_caching, "seed": args.seed,
         "model_seed": args.model_seed,
     }
+    if args.hybrid_kv_cache:
+        if args.pd:
+            raise ValueError("--hybrid-kv-cache with --pd: the KV hand-off moves one block "
+                             "table per request (vLLM turns its hybrid KV cache manager off "
+                             "with a KV connector); drop one of them")
+        llm_kwargs["hybrid_kv_cache"] = True
     sched = {
         "capacity_policy": args.capacity_policy,
         "enable_chunked_prefill": not args.no_chunked_prefill,

@@ -258,23 +258,34 @@ class GatherWorkspace:
 
 
 class PagedAttention:
-    """`AttentionBackend` over a `PagedKVCache`, for one step's `PagedAttentionMetadata`."""
+    """`AttentionBackend` over a `PagedKVCache`, for one step's `PagedAttentionMetadata`.
+
+    With KV cache groups (`realexec.engine.kv_groups`): `group_metas[t]` is the step's
+    metadata over block table t, and `layer_map[l]` = (cache tensor, table) of KV layer l."""
 
     def __init__(self, cache: PagedKVCache, meta: PagedAttentionMetadata,
-                 workspace: GatherWorkspace | None = None) -> None:
+                 workspace: GatherWorkspace | None = None,
+                 group_metas: list[PagedAttentionMetadata] | None = None,
+                 layer_map: tuple[tuple[int, int], ...] | None = None) -> None:
         self.cache = cache
         self.meta = meta
         self.workspace = workspace or GatherWorkspace()
+        self.group_metas = group_metas
+        self.layer_map = layer_map
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
     ) -> torch.Tensor:
-        self.cache.write(layer, self.meta.slot_mapping, k, v)
+        meta = self.meta
+        if self.layer_map is not None and self.group_metas is not None:
+            layer, table = self.layer_map[layer]
+            meta = self.group_metas[table]
+        self.cache.write(layer, meta.slot_mapping, k, v)
         k_cache = self.cache.key_cache(layer)
         v_cache = self.cache.value_cache(layer)
         return self._attend(q, k, v, lambda slots: self.workspace.gather(k_cache, v_cache, slots),
-                            scale, window, sinks, softcap)
+                            scale, window, sinks, softcap, meta=meta)
 
     def attend_latent(
         self, layer: int, q: torch.Tensor, latent: torch.Tensor,
@@ -305,13 +316,15 @@ class PagedAttention:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
-        select: IndexSelection | None = None,
+        select: IndexSelection | None = None, meta: PagedAttentionMetadata | None = None,
     ) -> torch.Tensor:
         """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
         returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator;
         `softcap` (Gemma 2) caps the scores (`softcap.softcapped_attention`); `select`
-        (DeepSeek-V3.2) narrows each query's keys to its indexer's top-k."""
-        meta = self.meta
+        (DeepSeek-V3.2) narrows each query's keys to its indexer's top-k; `meta` the block
+        table's metadata the layer reads (default: the step's)."""
+        if meta is None:
+            meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads, v_dim = k.shape[1], v.shape[2]
         out = q.new_empty(q.shape[0], num_heads, v_dim)

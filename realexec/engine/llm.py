@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from realexec.engine.kv_cache import KVCacheSpec, PagedKVCache, num_blocks_from_budget
+from realexec.engine.kv_groups import KVGroups, kv_groups
 from realexec.engine.linear_attention import LinearStates, Segment, state_blocks
 from realexec.engine.model_loader import LoadedModel, ModelSpec, eos_token_id, load_model
 from realexec.engine.outputs import CompletionOutput, RequestOutput
@@ -133,7 +134,10 @@ class LLM:
     Sliding windows: when every layer slides by one window (Mistral-7B-v0.1), blocks that slid
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
-    layers (Qwen2 `layer_types`, gpt-oss) keep every block: the full layers read them all.
+    layers (Qwen2 `layer_types`, gpt-oss) keep every block: the full layers read them all;
+    with `hybrid_kv_cache` (and prefix caching off) their sliding layers get block tables of
+    their own instead, which hold only the window, as vLLM V1's hybrid KV cache manager does
+    (`realexec.engine.kv_groups`).
     Linear attention (Qwen3-Next's Gated DeltaNet layers): each request's state is held in
     blocks of the pool from its first step to its end (`CacheConfig.state_blocks`), prefix
     caching is off for such a model (the state at a prefix's end is not kept; vLLM V1 turns
@@ -173,6 +177,7 @@ class LLM:
         batch_wait_timeout_iters: int = 0,
         batch_wait_max_tokens_ratio: float = 0.0,
         tokenizer: str | Path | None = None,
+        hybrid_kv_cache: bool = False,
     ) -> None:
         check_min("cache.block_size", block_size, 1)  # sizes the pool before CacheConfig
         if tokenizer is not None and not has_tokenizer(tokenizer):
@@ -214,8 +219,9 @@ class LLM:
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
-        spec = KVCacheSpec(self.model.num_kv_layers, kv_heads, kv_dim, block_size,
-                           self.loaded.dtype, num_planes=planes)
+        groups = self._kv_groups(hybrid_kv_cache, enable_prefix_caching, preemption_mode, role)
+        spec = KVCacheSpec(groups.group_layers if groups else self.model.num_kv_layers,
+                           kv_heads, kv_dim, block_size, self.loaded.dtype, num_planes=planes)
         if num_gpu_blocks is None:
             used = self.loaded.weight_bytes + self._profile_activation_bytes(
                 min(max_num_batched_tokens, max_model_len))
@@ -239,15 +245,19 @@ class LLM:
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=enable_prefix_caching and not state,
             block_bytes=spec.bytes_per_block, state_blocks=state,
-            # blocks slide out (are freed) only when every layer slides by one window
+            # blocks slide out (are freed) only when every layer slides by one window, or
+            # from the sliding layers' own tables with KV cache groups
             sliding_window=sliding_window_of(windows),
             free_outside_window=uniform_window(windows) is not None,
+            sliding_groups=groups.sliding_groups if groups else 0,
         )
         self.scheduler = Scheduler(sched_cfg, cache_cfg)
         self.kv_cache = PagedKVCache(spec, num_gpu_blocks, self.device, num_cpu_blocks)
         self._t0 = time.perf_counter()
+        kvm = self.scheduler.kv_cache_manager
         self.runner = ModelRunner(self.model, self.kv_cache, seed, clock=self.clock,
-                                  record_steps=record_steps)
+                                  record_steps=record_steps, groups=groups,
+                                  window_tables=kvm.window_block_ids if groups else None)
         self.engine = EngineCore(self.scheduler, self.runner)
         model_dir = model if isinstance(model, str | Path) and Path(model).is_dir() else None
         self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_dir)
@@ -256,6 +266,30 @@ class LLM:
         self.finished: dict[str, Request] = {}  # every finished request, by id
 
     # ------------------------------------------------------------------ setup
+    def _kv_groups(self, hybrid: bool, prefix_caching: bool, preemption_mode: str,
+                   role: str) -> KVGroups | None:
+        """vLLM V1's KV cache groups for this model when `hybrid` is asked (None otherwise);
+        ValueError for a model without both layer kinds to group, and with what the groups
+        do not serve (prefix caching, swap, a PD role)."""
+        if not hybrid:
+            return None
+        kv_windows = [w for w, lin in zip(self.model.windows, self.model.linear) if not lin]
+        groups = kv_groups(kv_windows) if not any(self.model.linear) else None
+        name = self.loaded.config.model_type
+        if groups is None:
+            raise ValueError(f"hybrid_kv_cache: {name}'s layers do not split into a "
+                             "full-attention group and sliding-window groups (it needs "
+                             "sliding-window and full-attention layers, at least as many "
+                             "sliding, one window, no linear attention)")
+        for on, what in ((prefix_caching, "enable_prefix_caching=False: a prefix hit would "
+                          "need the sliding groups' blocks, which the core does not cache"),
+                         (preemption_mode == "swap", "preemption_mode='recompute'"),
+                         (role != "colocated", "role='colocated' (vLLM turns its hybrid KV "
+                          "cache manager off with a KV connector)")):
+            if on:
+                raise ValueError(f"hybrid_kv_cache: {name} with KV cache groups needs {what}")
+        return groups
+
     def _profile_activation_bytes(self, num_tokens: int) -> int:
         """Peak activation bytes of a `num_tokens` forward (measured on CUDA; 0 elsewhere,
         where the CPU KV cap leaves ample room)."""

@@ -18,6 +18,7 @@ import torch
 from realexec.engine.attention import GatherWorkspace, PagedAttention, build_metadata
 from realexec.engine.device import synchronize
 from realexec.engine.kv_cache import PagedKVCache
+from realexec.engine.kv_groups import KVGroups
 from realexec.engine.linear_attention import LinearStates, Segment
 from realexec.engine.paged_model import PagedCausalLM
 from realexec.engine.sampler import Sampler, row_from_params
@@ -60,7 +61,9 @@ class ModelRunner:
     """
 
     def __init__(self, model: PagedCausalLM, cache: PagedKVCache, seed: int = 0,
-                 clock: Callable[[], float] | None = None, record_steps: bool = False) -> None:
+                 clock: Callable[[], float] | None = None, record_steps: bool = False,
+                 groups: KVGroups | None = None,
+                 window_tables: Callable[[str], list[list[int]]] | None = None) -> None:
         self.model = model
         self.cache = cache
         self.device = model.device
@@ -75,6 +78,12 @@ class ModelRunner:
         self.window = uniform_window(model.windows)
         # each running request's linear-attention state (models with such layers)
         self.linear_states = LinearStates(model.config) if any(model.linear) else None
+        # KV cache groups (a model mixing sliding and full layers, vLLM V1's layout): each
+        # sliding group's block tables, by request, from the core (`window_block_ids`)
+        if (groups is None) != (window_tables is None):
+            raise ValueError("KV cache groups need the core's sliding-group block tables")
+        self.groups = groups
+        self.window_tables = window_tables
 
     def drop_request(self, request_id: str) -> None:
         """Forget per-request state (its RNG, its linear-attention state) of a finished
@@ -142,13 +151,22 @@ class ModelRunner:
             output.num_new_tokens, output.num_computed_before, output.block_ids,
             self.cache.block_size, self.cache.num_blocks, dev, self.window,
         )
+        attention = PagedAttention(self.cache, meta, self.workspace)
+        if self.groups is not None and self.window_tables is not None:
+            # each sliding group's tables: only its window's blocks are read (ValueError if
+            # the core freed one a step still reads)
+            tables = [self.window_tables(req.request_id) for req in output.reqs]
+            attention = PagedAttention(self.cache, meta, self.workspace, [meta] + [
+                build_metadata(output.num_new_tokens, output.num_computed_before,
+                               [t[k] for t in tables], self.cache.block_size,
+                               self.cache.num_blocks, dev, self.groups.window)
+                for k in range(self.groups.sliding_groups)], self.groups.layer_map)
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         linear = None
         if states is not None:
             states.begin_step(segments)
             linear = (states, segments)
-        hidden = self.model.forward(input_ids, meta.positions,
-                                    PagedAttention(self.cache, meta, self.workspace), linear)
+        hidden = self.model.forward(input_ids, meta.positions, attention, linear)
         if states is not None:
             states.snapshot_forks(segments)
         for req, first, count, at in prompt_rows:

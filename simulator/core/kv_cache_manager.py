@@ -225,6 +225,15 @@ class KVCacheManager(BlockCopies):
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids.get(request_id, [])
 
+    def window_block_ids(self, request_id: str) -> list[list[int]]:
+        """The request's block table of each sliding group: one entry per block position it
+        has allocated, `NULL_BLOCK`'s id for the positions that slid out (as the table of a
+        model whose every layer slides)."""
+        window = self.req_to_window_blocks.get(request_id, [])
+        head = [NULL_BLOCK.block_id] * self.window_first.get(request_id, 0)
+        g = self.sliding_groups
+        return [head + [b.block_id for b in window[k::g]] for k in range(g)]
+
     def has_evictable_hits(self, request: Request) -> bool:
         """Whether `request`'s cached prefix includes blocks nobody holds: blocks in the free
         queue, which any allocation may evict, changing what the request would find."""
