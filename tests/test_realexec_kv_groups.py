@@ -2,7 +2,7 @@
 mix sliding-window and full-attention layers keep only the window on their sliding layers, in
 tables of their own from the shared core, and their greedy output still equals HF's
 `generate` token for token, across mixed batches, small step budgets, recompute preemption
-and n > 1 forks. Every step reads the sliding layers' blocks through `build_metadata`, which
+(prefix caching off and on), shared prefixes and n > 1 forks. Every step reads the sliding layers' blocks through `build_metadata`, which
 refuses a block the core freed, so these runs also check the core's window bookkeeping."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def _greedy(max_tokens: int, **kw) -> SamplingParams:
 
 
 def _llm(name: str, **kw) -> LLM:
-    return LLM(name, block_size=4, hybrid_kv_cache=True, enable_prefix_caching=False, **kw)
+    kw.setdefault("enable_prefix_caching", False)
+    return LLM(name, block_size=4, hybrid_kv_cache=True, **kw)
 
 
 def _check(name, llm, prompts, params):
@@ -73,10 +74,12 @@ def test_tiny_step_budget_chunks_and_mixes(name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_tiny_pool_forces_preemption(name):
+@pytest.mark.parametrize("caching", [False, True])
+def test_tiny_pool_forces_preemption(name, caching):
     prompts = random_prompts(4, [10, 14, 9, 12, 11, 13])
     # (Gemma 3's three sliding groups each take a prompt's blocks while it is prefilled)
-    llm = _llm(name, num_gpu_blocks=60 if name == "tiny-gemma3" else 30)
+    llm = _llm(name, num_gpu_blocks=60 if name == "tiny-gemma3" else 30,
+               enable_prefix_caching=caching)
     outs = _check(name, llm, prompts, [_greedy(20) for _ in prompts])
     assert sum(o.outputs[0].num_preemptions for o in outs) > 0
 
@@ -91,9 +94,24 @@ def test_parallel_sampling_children_copy_the_window(name):
     assert_pool_whole(llm)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_shared_prefixes_hit_the_cached_window(name):
+    """Prompts sharing a 21-token prompt's blocks: each hit revives the sliding groups' cached
+    blocks of the window before its end (the full layers' blocks before it as usual), and
+    output still equals HF's; a second pass hits whole prompts."""
+    (base,) = random_prompts(3, [21])
+    aligned = base[:16]
+    prompts = [base, aligned, base[:18] + [5, 6, 7], aligned + [9], base[:5]]
+    params = [_greedy(10) for _ in prompts]
+    llm = _llm(name, num_gpu_blocks=256, enable_prefix_caching=True)
+    _check(name, llm, [base], params[:1])
+    outs = _check(name, llm, prompts, params)
+    assert [o.outputs[0].num_cached_tokens for o in outs] == [20, 12, 16, 16, 4]
+    again = _check(name, llm, prompts, params)
+    assert again[3].outputs[0].num_cached_tokens == 16
+
+
 def test_the_groups_refuse_what_they_do_not_serve():
-    with pytest.raises(ValueError, match="enable_prefix_caching=False"):
-        LLM("tiny-gpt-oss", hybrid_kv_cache=True, num_gpu_blocks=64)
     with pytest.raises(ValueError, match="recompute"):
         LLM("tiny-gpt-oss", hybrid_kv_cache=True, enable_prefix_caching=False,
             num_gpu_blocks=64, preemption_mode="swap")

@@ -6,7 +6,8 @@ import a released vLLM (see that file). Not imported by kvpd.
                                "budget": ..., "seqs": ..., "prefix": true}'
 
 With "window": W and "sliding_groups": S the KV cache config holds one full-attention group and
-S sliding-window groups of window W (the hybrid KV cache manager's layout).
+S sliding-window groups of window W (the hybrid KV cache manager's layout). With "shared": N
+requests i, i + 3, i + 6, ... share their first N prompt tokens.
 
 Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
 are all computed after the step samples one token (as vLLM's model runner does: a partial
@@ -59,16 +60,17 @@ def _skip_model_inspection() -> None:
     registry._ModelRegistry._try_inspect_model_cls = lambda self, arch: info
 
 
-def prompt_ids(i: int, n: int) -> list[int]:
-    """Request i's prompt: distinct token ids per request (no shared prefix); the same
-    function as the kvpd side's."""
-    return [(i * 7919 + j * 104729) % 150000 + 1 for j in range(n)]
+def prompt_ids(i: int, n: int, shared: int = 0) -> list[int]:
+    """Request i's prompt: distinct per request, but for its first `shared` tokens, which
+    requests i, i + 3, i + 6, ... share; the same function as the kvpd side's."""
+    return [((i % 3 + 100003 if j < shared else i) * 7919 + j * 104729) % 150000 + 1
+            for j in range(n)]
 
 
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         prefix: bool = True, block: int = 16, max_len: int = 40960,
         async_scheduling: bool = False, window: int = 0,
-        sliding_groups: int = 0) -> list[list[int]]:
+        sliding_groups: int = 0, shared: int = 0) -> list[list[int]]:
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -113,7 +115,7 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
     eos = ({"eos_token_id": None}  # (moved into SamplingParams in 0.17)
            if "eos_token_id" in inspect.signature(Request.__init__).parameters else {})
     for i in range(n):
-        sched.add_request(Request(str(i), prompt_ids(i, prompt),
+        sched.add_request(Request(str(i), prompt_ids(i, prompt, shared),
                                   SamplingParams(max_tokens=out, ignore_eos=True), None,
                                   block_hasher=hasher, **eos))
     preempted = [0]

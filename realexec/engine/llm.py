@@ -135,9 +135,9 @@ class LLM:
     out of it are freed and the executor gathers only the window's keys; prefix caching still
     works (a hit needs only the window's blocks before it). Models mixing full and sliding
     layers (Qwen2 `layer_types`, gpt-oss) keep every block: the full layers read them all;
-    with `hybrid_kv_cache` (and prefix caching off) their sliding layers get block tables of
-    their own instead, which hold only the window, as vLLM V1's hybrid KV cache manager does
-    (`realexec.engine.kv_groups`).
+    with `hybrid_kv_cache` their sliding layers get block tables of their own instead, which
+    hold only the window, as vLLM V1's hybrid KV cache manager does
+    (`realexec.engine.kv_groups`); a prefix hit then revives the window's cached blocks.
     Linear attention (Qwen3-Next's Gated DeltaNet layers): each request's state is held in
     blocks of the pool from its first step to its end (`CacheConfig.state_blocks`), prefix
     caching is off for such a model (the state at a prefix's end is not kept; vLLM V1 turns
@@ -219,7 +219,7 @@ class LLM:
             batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
         )
         planes, kv_heads, kv_dim = self.model.kv_cache_shape
-        groups = self._kv_groups(hybrid_kv_cache, enable_prefix_caching, preemption_mode, role)
+        groups = self._kv_groups(hybrid_kv_cache, preemption_mode, role)
         spec = KVCacheSpec(groups.group_layers if groups else self.model.num_kv_layers,
                            kv_heads, kv_dim, block_size, self.loaded.dtype, num_planes=planes)
         if num_gpu_blocks is None:
@@ -266,11 +266,10 @@ class LLM:
         self.finished: dict[str, Request] = {}  # every finished request, by id
 
     # ------------------------------------------------------------------ setup
-    def _kv_groups(self, hybrid: bool, prefix_caching: bool, preemption_mode: str,
-                   role: str) -> KVGroups | None:
+    def _kv_groups(self, hybrid: bool, preemption_mode: str, role: str) -> KVGroups | None:
         """vLLM V1's KV cache groups for this model when `hybrid` is asked (None otherwise);
         ValueError for a model without both layer kinds to group, and with what the groups
-        do not serve (prefix caching, swap, a PD role)."""
+        do not serve (swap, a PD role)."""
         if not hybrid:
             return None
         kv_windows = [w for w, lin in zip(self.model.windows, self.model.linear) if not lin]
@@ -281,9 +280,7 @@ class LLM:
                              "full-attention group and sliding-window groups (it needs "
                              "sliding-window and full-attention layers, at least as many "
                              "sliding, one window, no linear attention)")
-        for on, what in ((prefix_caching, "enable_prefix_caching=False: a prefix hit would "
-                          "need the sliding groups' blocks, which the core does not cache"),
-                         (preemption_mode == "swap", "preemption_mode='recompute'"),
+        for on, what in ((preemption_mode == "swap", "preemption_mode='recompute'"),
                          (role != "colocated", "role='colocated' (vLLM turns its hybrid KV "
                           "cache manager off with a KV connector)")):
             if on:

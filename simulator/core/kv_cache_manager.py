@@ -16,9 +16,11 @@ layers (as many as the model's full-attention layers), and each request has a bl
 group. Its table here is the full-attention group's; besides it the request holds
 `sliding_groups` blocks for each block position its sliding layers still read (those of the
 last `group_window` tokens and of the tokens a step adds), outside the table, freed as they
-slide out (`allocate_slots`, vLLM's `remove_skipped_blocks`). A prefix hit takes new blocks
-for the sliding groups' window before the hit point (vLLM may find them cached: kvpd keeps
-no hash for them, so it counts them as taken anew).
+slide out (`allocate_slots`, vLLM's `remove_skipped_blocks`). Their full blocks are cached
+with the table's, under the table block's hash mixed with the group (`group_hash`), so a
+prefix hit is vLLM's hybrid one: the table's longest hit, cut back to the longest prefix whose
+last window of positions every sliding group still has cached; those window blocks are
+revived, the table's hit blocks before the window are shared as usual.
 
 Recurrent state (`state_blocks` > 0, for a model with linear-attention layers: Qwen3-Next,
 Qwen3.5): each request also holds that many blocks of the pool, outside its block table, from
@@ -68,6 +70,12 @@ class KVCacheStats:
     def prefix_hit_rate(self) -> float:
         return self.prefix_hit_tokens / self.prefix_queries_tokens if self.prefix_queries_tokens else 0.0
 
+
+
+def group_hash(block_hash: int, group: int) -> int:
+    """The prefix-cache key of sliding group `group`'s block at a position whose table block
+    hashes `block_hash` (vLLM keys each group's blocks by (hash, group id))."""
+    return hash((block_hash, group + 1))
 
 
 def blocks_held(num_tokens: int, block_size: int, window: int, step_tokens: int) -> int:
@@ -144,6 +152,8 @@ class KVCacheManager(BlockCopies):
                              "sliding_window (every layer slides) exclude each other")
         self.sliding_groups = sliding_groups  # groups of sliding layers beside the table's
         self.group_window = group_window  # tokens their layers read back
+        # cached positions a hit needs right before its end in every sliding group
+        self.group_hit_blocks = max(1, -(-(group_window - 1) // block_size))
         # the sliding groups' live blocks (sliding_groups per block position, in position
         # order) and the first position they still hold, by request
         self.req_to_window_blocks: dict[str, list[KVCacheBlock]] = {}
@@ -242,7 +252,10 @@ class KVCacheManager(BlockCopies):
         collisions = self.num_collisions  # (a look, not a lookup: counted by the real one)
         hits, _ = self.get_computed_blocks(request)
         self.num_collisions = collisions
-        return any(b.ref_cnt == 0 for b in hits if b is not NULL_BLOCK)
+        if any(b.ref_cnt == 0 for b in hits if b is not NULL_BLOCK):
+            return True
+        return self.sliding_groups > 0 and any(
+            b.ref_cnt == 0 for b in self._window_hit_blocks(request, len(hits)))
 
     def get_computed_blocks(
         self, request: Request, max_hit_tokens: int | None = None
@@ -278,7 +291,39 @@ class KVCacheManager(BlockCopies):
                 self.num_collisions += 1
                 break
             hits.append(block)
+        if self.sliding_groups and hits:
+            del hits[self._group_hit_length(hashes, len(hits)):]
         return hits, len(hits) * bs
+
+    def _group_hit_length(self, hashes: list[int], length: int) -> int:
+        """The longest prefix of the table's `length` hit positions whose last
+        `group_hit_blocks` positions (or all of them, if fewer) every sliding group has cached
+        (vLLM's hybrid cache hit: the sliding window's rule within the full layers' hit)."""
+        cached = self.block_pool.cached_hash_to_block
+        groups = self.sliding_groups
+        need = self.group_hit_blocks
+        best = run = 0
+        for i in range(length):
+            h = hashes[i]
+            if all(group_hash(h, k) in cached for k in range(groups)):
+                run += 1
+                if run >= need or run == i + 1:
+                    best = i + 1
+            else:
+                run = 0
+        return best
+
+    def _window_hit_blocks(self, request: Request, num_hit: int) -> list[KVCacheBlock]:
+        """The cached sliding-group blocks a hit of `num_hit` table positions revives: those of
+        the window before the hit point (from `_window_first_at`), position-major, group
+        order, as the request's window list holds them."""
+        if not num_hit:
+            return []
+        hashes = request.block_hashes
+        cached = self.block_pool.cached_hash_to_block
+        first = self._window_first_at(num_hit * self.block_size)
+        return [cached[group_hash(hashes[p], k)] for p in range(first, num_hit)
+                for k in range(self.sliding_groups)]
 
     def _window_hits(self, request: Request, hashes: list[int]) -> tuple[list[KVCacheBlock], int]:
         """The longest hit of k blocks whose last `window_hit_blocks` (or all k, if fewer) are
@@ -347,8 +392,11 @@ class KVCacheManager(BlockCopies):
         n = min(first - held_from, len(window) // self.sliding_groups) * self.sliding_groups
         if n <= 0:
             return
-        self.window_first[rid] = held_from + n // self.sliding_groups
-        gone = window[:n]
+        groups = self.sliding_groups
+        self.window_first[rid] = held_from + n // groups
+        # vLLM's order (`SlidingWindowManager.remove_skipped_blocks` of each group in turn):
+        # group by group, each group's positions latest first
+        gone = [window[i] for k in range(groups) for i in range(n - groups + k, -1, -groups)]
         del window[:n]
         self.num_slid_out_blocks += n
         self.block_pool.free_blocks(gone)
@@ -379,40 +427,49 @@ class KVCacheManager(BlockCopies):
         num_total = request.num_computed_tokens + num_hit * bs + num_new_tokens
         need = -(-num_total // bs) - len(blocks) - num_hit
         window = 0
+        window_hits: list[KVCacheBlock] = []
         if self.sliding_groups:
             if rid in self.req_to_window_blocks:
                 self.free_window_before(rid, self._window_first_at(request.num_computed_tokens))
+            elif num_hit:  # the cached window before the hit point is revived, not taken
+                window_hits = self._window_hit_blocks(request, num_hit)
             window = self._window_need(rid, request.num_computed_tokens + num_hit * bs,
-                                       num_total)
+                                       num_total) - len(window_hits)
         state = self.state_to_take(rid)
         pool = self.block_pool
         reviving = num_revived(new_computed_blocks) if num_hit else 0
+        if window_hits:
+            reviving += num_revived(window_hits)
         if (need if need > 0 else 0) + window + state > pool.num_free_blocks - reviving:
             return False
         if state:  # the recurrent state first: it is held for the request's whole life
             self.req_to_state_blocks[rid] = pool.take_blocks(state)[0]
             self._note_usage()
-        if window:  # the sliding groups' blocks of the new positions
+        # the hits first (table, then window): taking new blocks may evict free cached ones
+        if num_hit:
+            ids = self.req_to_block_ids[rid]
+            skipped = 0  # NULL_BLOCKs lead a sliding-window hit
+            while skipped < num_hit and new_computed_blocks[skipped] is NULL_BLOCK:
+                skipped += 1
+            pool.touch(new_computed_blocks[skipped:] if skipped else new_computed_blocks)
+            if skipped:
+                self.num_skipped_blocks[rid] = skipped
+            blocks.extend(new_computed_blocks)
+            ids.extend([b.block_id for b in new_computed_blocks])
+            self.num_cached_blocks[rid] = len(blocks)
+        if window or window_hits:  # the sliding groups' blocks of the new positions
             if rid not in self.req_to_window_blocks:
                 self.req_to_window_blocks[rid] = []
                 self.window_first[rid] = self._window_first_at(
                     request.num_computed_tokens + num_hit * bs)
-            self.req_to_window_blocks[rid].extend(pool.take_blocks(window)[0])
+            if window_hits:
+                pool.touch(window_hits)
+                self.req_to_window_blocks[rid].extend(window_hits)
+            if window:
+                self.req_to_window_blocks[rid].extend(pool.take_blocks(window)[0])
             self._note_usage()
-        if need > 0 or num_hit:
-            ids = self.req_to_block_ids[rid]
-            if num_hit:
-                skipped = 0  # NULL_BLOCKs lead a sliding-window hit
-                while skipped < num_hit and new_computed_blocks[skipped] is NULL_BLOCK:
-                    skipped += 1
-                pool.touch(new_computed_blocks[skipped:] if skipped else new_computed_blocks)
-                if skipped:
-                    self.num_skipped_blocks[rid] = skipped
-                blocks.extend(new_computed_blocks)
-                ids.extend([b.block_id for b in new_computed_blocks])
-                self.num_cached_blocks[rid] = len(blocks)
-            if need > 0:
-                self.append_blocks(rid, need)
+        if need > 0:
+            self.append_blocks(rid, need)
         if cache and self.enable_prefix_caching and num_total // bs > self.num_cached_blocks[rid]:
             self.cache_full_blocks(request, num_total)
         return True
@@ -505,6 +562,15 @@ class KVCacheManager(BlockCopies):
         for i in range(start, end):
             tokens = tuple(request.token_ids_slice(i * bs, (i + 1) * bs)) if keep_tokens else None
             pool.cache_block(blocks[i], hashes[i], tokens)
+        if self.sliding_groups:  # the sliding groups' blocks of those positions still held
+            window = self.req_to_window_blocks.get(rid)
+            first = self.window_first.get(rid, 0)
+            groups = self.sliding_groups
+            if window:
+                for i in range(max(start, first), min(end, first + len(window) // groups)):
+                    for k in range(groups):
+                        pool.cache_block(window[(i - first) * groups + k],
+                                         group_hash(hashes[i], k), None)
         if never:  # content past the trace's hashed prompt is unknowable: never look again
             self.num_cached_blocks[rid] = NEVER_CACHED
         elif end > self.num_cached_blocks[rid]:
@@ -532,6 +598,11 @@ class KVCacheManager(BlockCopies):
                 # was preempted, swapped out or aborted in the pass that allocated them) hold
                 # no such KV: a later prefix hit must not find them
                 self.block_pool.forget(blocks[done:])
+                window = self.req_to_window_blocks.get(rid)
+                if window:
+                    first = self.window_first.get(rid, 0)
+                    at = max(0, done - first) * self.sliding_groups
+                    self.block_pool.forget(window[at:])
             if skipped:
                 self.block_pool.free_blocks(blocks[:skipped - 1:-1], ids[:skipped - 1:-1])
             else:
