@@ -68,7 +68,7 @@ def test_hybrid_kv_cache_reaches_the_engine():
     (["--batch-wait-timeout-iters", "2", "--batch-wait-max-tokens-ratio", "0.5",
       "--no-mixed-batches"], "--batch-wait-timeout-iters / --batch-wait-max-tokens-ratio"),
     (["--recv-interval", "3", "--pd", "1:1"], "the prefill workers of --pd"),
-    (["--hybrid-kv-cache", "--no-prefix-caching", "--pd", "1:1"], "--hybrid-kv-cache with --pd"),
+    (["--hybrid-kv-cache", "--pd", "1:1"], "--hybrid-kv-cache with --pd"),
 ])
 def test_a_bad_value_is_refused_naming_the_flag(argv, says):
     with pytest.raises(ValueError) as err:

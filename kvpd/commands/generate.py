@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--hybrid-kv-cache", action="store_true",
                    help="a model mixing sliding-window and full-attention layers: block tables "
                    "per group of layers, the sliding ones holding only their window (vLLM V1's "
-                   "hybrid KV cache manager; with --no-prefix-caching)")
+                   "hybrid KV cache manager)")
     e.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
     e.add_argument("--capacity-policy", default="max_utilization",
                    choices=list(CAPACITY_POLICIES),

@@ -38,7 +38,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--hybrid-kv-cache", action="store_true",
                    help="a model mixing sliding-window and full-attention layers (gpt-oss, "
                    "Gemma 2/3): block tables per group of layers, the sliding ones holding only "
-                   "their window (vLLM V1's hybrid KV cache manager; with --no-prefix-caching)")
+                   "their window (vLLM V1's hybrid KV cache manager)")
     e.add_argument("--capacity-policy", default="max_utilization",
                    choices=list(CAPACITY_POLICIES),
                    help="max_utilization: admit while KV blocks are free, preempt when they run "

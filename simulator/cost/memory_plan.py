@@ -287,8 +287,8 @@ def mixed_window_note(model: ModelSpec, kv_group_layers: int = 0,
                 "window: as vLLM V1's hybrid KV cache manager, a KV block holds one group of "
                 f"{kv_group_layers} layers, the full-attention layers' table keeps the "
                 f"whole context and each of {sliding_groups} sliding groups only the "
-                "blocks of the window and of the tokens a step adds (a prefix hit takes the "
-                "window's blocks anew)")
+                "blocks of the window and of the tokens a step adds (a prefix hit needs "
+                "every sliding group's window before it cached)")
     return (f"{sliding} of {layers} layers attend to a {model.sliding_window:,}-token window, "
             "but a kvpd KV block holds every layer, so the plan keeps the whole context on "
             "all of them; engines that give each attention type its own blocks (vLLM V1's "
