@@ -39,6 +39,28 @@ def test_a_prompt_takes_its_window_blocks_beside_its_table_and_they_slide_out():
     assert kvm.num_free_blocks == 40 and not kvm.req_to_window_blocks and not kvm.window_first
 
 
+def test_slid_out_blocks_leave_latest_first_group_by_group():
+    """vLLM's remove_skipped_blocks frees a group's slid-out blocks latest position first, one
+    group after the other: the free queue's eviction order (vLLM's own scheduler, driven by
+    bench/diagnostics/vllm_scheduler.py, differs on shared prefixes otherwise)."""
+    kvm = _kvm(groups=2)
+    a = _req("a", 20)
+    assert kvm.allocate_slots(a, 20)
+    window = list(kvm.req_to_window_blocks["a"])  # positions 0..4, groups 0 and 1 each
+    a.num_computed_tokens = 20
+    assert kvm.allocate_slots(a, 1)  # positions 0..2 slide out
+    assert kvm.block_pool.free_queue_blocks() == [window[4], window[2], window[0],
+                                                  window[5], window[3], window[1]]
+    one = KVCacheManager(num_gpu_blocks=20, block_size=4, enable_prefix_caching=False,
+                         sliding_window=8, max_step_tokens=8)  # every layer slides
+    b = _req("b", 20)
+    assert one.allocate_slots(b, 20)
+    table = list(one.req_to_blocks["b"])
+    b.num_computed_tokens = 20
+    assert one.allocate_slots(b, 1)
+    assert one.block_pool.free_queue_blocks() == [table[2], table[1], table[0]]
+
+
 def test_counts_of_what_a_request_holds_at_once():
     kvm = _kvm(groups=3, window=8, step=8)
     # 40 tokens: 10 table blocks + 3 x (cdiv(8 - 1 + 8, 4) + 1 = 5) window blocks

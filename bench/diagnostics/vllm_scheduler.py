@@ -21,17 +21,19 @@ so far) differ, if any.
 
 Checked (2026-12-03): V1 0.10.2, 0.11.0 and 0.17.0 identical at every step in every case (0.17.0
 with async scheduling: within 1%); V0 0.6.6 and 0.7.3 identical at every step in every case.
-Checked (2026-12-05): the five KV-group cases without shared prefixes (gpt-oss, Gemma 3: vLLM
-V1's hybrid KV cache manager, one full-attention and one or six sliding-window groups) under
-V1 0.11.0, identical at every step (12, 4, 71, 13 and 0 preemptions). With shared prefixes and
-prefix caching: Gemma 3 identical at every step; gpt-oss identical for 350 of 3,612 steps, then
-within 0.01% of the tokens (32 preemptions against 35; what differs at the first re-admission
-after the 8th preemption was not found). `--case TEXT` runs the cases whose label has it.
+Checked (2026-12-05) under V1 0.11.0: all 17 V1 cases identical at every step, preemptions
+included: the seven above, five with vLLM V1's hybrid KV cache manager (gpt-oss, Gemma 3: one
+full-attention and one or six sliding-window groups), two of those with shared prefixes and
+prefix caching, and two of Mistral-7B-v0.1 (every layer sliding), one with shared prefixes.
+The check found that blocks slid out of a window must be freed latest first, as vLLM frees
+them (the all-sliding shared-prefix run differed from step 311 before). Both sides sample
+token id 1, so blocks holding outputs hash alike on both. `--case TEXT` runs the cases whose label has it.
 
 The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
 A100, vLLM 0.11.0's limits for each), a KV-starved decode-heavy run without prefix caching
-that preempts hundreds of times, and models mixing sliding-window and full-attention layers
-(gpt-oss-120b, Gemma 3 27B), whose KV cache config holds the hybrid manager's groups. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
+that preempts hundreds of times, models mixing sliding-window and full-attention layers
+(gpt-oss-120b, Gemma 3 27B), whose KV cache config holds the hybrid manager's groups, and
+Mistral-7B-v0.1, whose one group slides. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
 and others, with the long-context default (chunked prefill) and with max_model_len 8,192
 (whole prompts in steps of their own).
 """
@@ -100,6 +102,11 @@ V1_CASES = [
      "gpt-oss-120b", "h100-sxm", 300, 3000, 300, None, True, 3000, 2000),
     ("gemma-3-27b (KV groups), 4000/300 x 200 sharing 3000, caching, 4000 blocks",
      "gemma-3-27b", "h100-sxm", 200, 4000, 300, None, True, 4000, 3000),
+    # every layer sliding (Mistral-7B-v0.1, 4,096 tokens): one table whose blocks slide out
+    ("mistral-7b (sliding), 12000/300 x 100 sharing 8000, caching, 3000 blocks",
+     "mistral-7b", "h100-sxm", 100, 12000, 300, None, True, 3000, 8000),
+    ("mistral-7b (sliding), 6000/1000 x 200, 1500 blocks", "mistral-7b", "h100-sxm", 200,
+     6000, 1000, None, False, 1500),
 ]
 V0_CASES = [
     (f"Qwen3-14B 1 x H100, {p}/{o} x {n}{', max_model_len 8192' if ml else ''}", "qwen3-14b",
@@ -138,8 +145,12 @@ def kvpd_setup(model: str, hardware: str, version: str, max_model_len: int | Non
                           append_needs_free_block=s.append_needs_free_block)
     pool = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated")
     groups = pool.memory.sliding_groups
-    window = {"sliding_window": sc.model_spec().sliding_window, "sliding_groups": groups} \
+    model = sc.model_spec()
+    window: dict = {"sliding_window": model.sliding_window, "sliding_groups": groups} \
         if groups else {}
+    if model.sliding_window and model.num_sliding_layers == model.num_layers:
+        # every layer slides (Mistral-7B-v0.1): one table whose blocks slide out
+        window = {"sliding_window": model.sliding_window, "free_outside_window": True}
     return cfg, sc.cache.enable_prefix_caching, pool.num_gpu_blocks, window
 
 
@@ -148,7 +159,8 @@ def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: 
     """[scheduled tokens, scheduled requests, preemptions so far] of every kvpd step."""
     sched = Scheduler(cfg, CacheConfig(num_gpu_blocks=blocks, block_size=BLOCK,
                                        enable_prefix_caching=prefix, **window))
-    engine = EngineCore(sched, IdealExecutor(step_s=0.01))
+    # every sampled token is id 1, as the vLLM side samples (so output blocks hash alike)
+    engine = EngineCore(sched, IdealExecutor(step_s=0.01, token_id=1))
     for i in range(n):
         engine.add_request(Request(str(i), prompt_token_ids=prompt_ids(i, prompt, shared),
                                    sampling_params=SamplingParams(max_tokens=out,
@@ -214,8 +226,10 @@ def main() -> None:
         args = {"num_blocks": blocks + (engine == "v1"), "n": n, "prompt": prompt, "out": out,
                 "budget": cfg.max_num_batched_tokens, "seqs": cfg.max_num_seqs,
                 "prefix": prefix, "block": BLOCK, "max_len": cfg.max_model_len}
-        if window:  # the hybrid KV cache manager's groups
+        if window.get("sliding_groups"):  # the hybrid KV cache manager's groups
             args.update(window=window["sliding_window"], sliding_groups=window["sliding_groups"])
+        elif window:  # one sliding-window group
+            args.update(window=window["sliding_window"], all_sliding=True)
         if shared:
             args["shared"] = shared
         if engine == "v0":
@@ -237,7 +251,8 @@ def main() -> None:
               f"tokens, chunked prefill {'on' if cfg.enable_chunked_prefill else 'off'}, "
               f"{blocks} blocks, prefix caching {'on' if prefix else 'off'}"
               + (f", {window['sliding_groups']} sliding group(s) of window "
-                 f"{window['sliding_window']}" if window else "") + ")")
+                 f"{window['sliding_window']}" if window.get("sliding_groups") else
+                 f", every layer sliding by {window['sliding_window']}" if window else "") + ")")
 
 
 if __name__ == "__main__":

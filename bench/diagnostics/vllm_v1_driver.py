@@ -6,7 +6,8 @@ import a released vLLM (see that file). Not imported by kvpd.
                                "budget": ..., "seqs": ..., "prefix": true}'
 
 With "window": W and "sliding_groups": S the KV cache config holds one full-attention group and
-S sliding-window groups of window W (the hybrid KV cache manager's layout). With "shared": N
+S sliding-window groups of window W (the hybrid KV cache manager's layout); with "all_sliding"
+its one group slides by W (every layer sliding). With "shared": N
 requests i, i + 3, i + 6, ... share their first N prompt tokens.
 
 Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
@@ -70,7 +71,7 @@ def prompt_ids(i: int, n: int, shared: int = 0) -> list[int]:
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         prefix: bool = True, block: int = 16, max_len: int = 40960,
         async_scheduling: bool = False, window: int = 0,
-        sliding_groups: int = 0, shared: int = 0) -> list[list[int]]:
+        sliding_groups: int = 0, shared: int = 0, all_sliding: bool = False) -> list[list[int]]:
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -98,8 +99,10 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         spec_args["use_mla"] = False
     # a model mixing sliding-window and full-attention layers: one full-attention group and
     # `sliding_groups` sliding-window ones (the hybrid KV cache manager's layout)
+    first = (SlidingWindowSpec(**spec_args, sliding_window=window) if all_sliding
+             else FullAttentionSpec(**spec_args))
     kv_cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(**spec_args))] + [
+        KVCacheGroupSpec(["layer"], first)] + [
         KVCacheGroupSpec([f"sliding{g}"], SlidingWindowSpec(**spec_args, sliding_window=window))
         for g in range(sliding_groups)])
     extra_args = {}

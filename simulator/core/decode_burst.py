@@ -269,8 +269,9 @@ def _burst_slide(core: BurstCore, out: SchedulerOutput, k: int) -> None:
         rid = req.request_id
         # step j (1 .. k-1) frees the blocks before (before + j - w + 1) // bs
         for b in range(skipped.get(rid, 0), (before + k - w) // bs):
-            events.append((max(1, (b + 1) * bs + w - 1 - before), order, b + 1, rid))
+            # (a request's blocks due at one step leave latest first, as one step frees them)
+            events.append((max(1, (b + 1) * bs + w - 1 - before), order, -(b + 1), rid))
     events.sort()
     for _, _, first, rid in events:
-        free(rid, first)
+        free(rid, -first)
 

@@ -520,11 +520,12 @@ class KVCacheManager(BlockCopies):
         self._free_before(rid, blocks, (num_computed - self.sliding_window + 1) // self.block_size)
 
     def _free_before(self, rid: str, blocks: list[KVCacheBlock], first: int) -> None:
-        """Free entries before index `first`, earliest first (so they are evicted first)."""
+        """Free entries before index `first`, latest first, as vLLM's
+        `SlidingWindowManager.remove_skipped_blocks` does (the free queue's eviction order)."""
         skipped = self.num_skipped_blocks.get(rid, 0)
         if first <= skipped:
             return
-        gone = blocks[skipped:first]
+        gone = blocks[first - 1:skipped - 1:-1] if skipped else blocks[first - 1::-1]
         ids = self.req_to_block_ids[rid]
         for i in range(skipped, first):
             blocks[i] = NULL_BLOCK
