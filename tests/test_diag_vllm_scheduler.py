@@ -23,6 +23,17 @@ def test_models_mixing_sliding_and_full_layers_get_the_hybrid_managers_groups():
     assert gemma == {"sliding_window": 1024, "sliding_groups": 6}
     _, _, _, before = diag.kvpd_setup("gpt-oss-120b", "h100-sxm", "0.9.1")
     assert before == {}
+    _, _, _, mistral = diag.kvpd_setup("mistral-7b", "h100-sxm", "0.11.0")
+    assert mistral == {"sliding_window": 4096, "free_outside_window": True}
+
+
+def test_a_linear_attention_model_holds_one_state_block_per_group_in_vllms_blocks():
+    cfg, prefix, blocks, state = diag.kvpd_setup("qwen3.5-27b", "h100-sxm", "0.11.0")
+    assert state == {"state_blocks": 3, "block_size": 784} and prefix is False
+    trace = diag.kvpd_trace(cfg, blocks=60, prefix=False, n=20, prompt=1000, out=800,
+                            window=state)
+    assert trace[-1][2] > 0  # a starved pool preempts
+    assert sum(s[0] for s in trace) > 20 * (1000 + 800 - 1)
 
 
 def test_a_starved_pool_preempts_and_every_token_is_accounted_for():

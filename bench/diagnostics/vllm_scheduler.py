@@ -21,10 +21,12 @@ so far) differ, if any.
 
 Checked (2026-12-03): V1 0.10.2, 0.11.0 and 0.17.0 identical at every step in every case (0.17.0
 with async scheduling: within 1%); V0 0.6.6 and 0.7.3 identical at every step in every case.
-Checked (2026-12-05) under V1 0.11.0: all 17 V1 cases identical at every step, preemptions
+Checked (2026-12-05) under V1 0.11.0: all 19 V1 cases identical at every step, preemptions
 included: the seven above, five with vLLM V1's hybrid KV cache manager (gpt-oss, Gemma 3: one
 full-attention and one or six sliding-window groups), two of those with shared prefixes and
-prefix caching, and two of Mistral-7B-v0.1 (every layer sliding), one with shared prefixes.
+prefix caching, two of Mistral-7B-v0.1 (every layer sliding), one with shared prefixes, and
+two of Qwen3.5-27B (Gated DeltaNet: three groups of linear layers, one state page per request
+each, in vLLM's 784-token attention blocks), one starved into 46 preemptions.
 The check found that blocks slid out of a window must be freed latest first, as vLLM frees
 them (the all-sliding shared-prefix run differed from step 311 before). Both sides sample
 token id 1, so blocks holding outputs hash alike on both. `--case TEXT` runs the cases whose label has it.
@@ -32,8 +34,9 @@ token id 1, so blocks holding outputs hash alike on both. `--case TEXT` runs the
 The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
 A100, vLLM 0.11.0's limits for each), a KV-starved decode-heavy run without prefix caching
 that preempts hundreds of times, models mixing sliding-window and full-attention layers
-(gpt-oss-120b, Gemma 3 27B), whose KV cache config holds the hybrid manager's groups, and
-Mistral-7B-v0.1, whose one group slides. The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
+(gpt-oss-120b, Gemma 3 27B), whose KV cache config holds the hybrid manager's groups,
+Mistral-7B-v0.1, whose one group slides, and Qwen3.5-27B, whose linear layers' groups hold
+each request's state (vLLM's MambaSpec). The V0 cases are dstack's DeepSeek-R1 shape (3,200 / 800)
 and others, with the long-context default (chunked prefill) and with max_model_len 8,192
 (whole prompts in steps of their own).
 """
@@ -107,6 +110,12 @@ V1_CASES = [
      "mistral-7b", "h100-sxm", 100, 12000, 300, None, True, 3000, 8000),
     ("mistral-7b (sliding), 6000/1000 x 200, 1500 blocks", "mistral-7b", "h100-sxm", 200,
      6000, 1000, None, False, 1500),
+    # Gated DeltaNet (Qwen3.5-27B: 16 softmax and 48 linear layers): each request's state is
+    # one block per group of 16 layers, in vLLM's 784-token attention blocks
+    ("qwen3.5-27b 1 x H100 (linear state), 4000/500 x 300", "qwen3.5-27b", "h100-sxm", 300,
+     4000, 500, None, None, None),
+    ("qwen3.5-27b (linear state), 2000/1500 x 200, 120 blocks", "qwen3.5-27b", "h100-sxm", 200,
+     2000, 1500, None, None, 120),
 ]
 V0_CASES = [
     (f"Qwen3-14B 1 x H100, {p}/{o} x {n}{', max_model_len 8192' if ml else ''}", "qwen3-14b",
@@ -151,14 +160,21 @@ def kvpd_setup(model: str, hardware: str, version: str, max_model_len: int | Non
     if model.sliding_window and model.num_sliding_layers == model.num_layers:
         # every layer slides (Mistral-7B-v0.1): one table whose blocks slide out
         window = {"sliding_window": model.sliding_window, "free_outside_window": True}
+    if model.has_linear_attention:  # each request's state: one block per group of layers,
+        # in blocks of vLLM's size for the model (the preset's cache.block_size); no caching
+        window = {"state_blocks": pool.memory.state_blocks_per_request,
+                  "block_size": sc.cache.block_size}
+        return cfg, False, pool.num_gpu_blocks, window
     return cfg, sc.cache.enable_prefix_caching, pool.num_gpu_blocks, window
 
 
 def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: int,
                out: int, window: dict[str, int], shared: int = 0) -> list[list[int]]:
     """[scheduled tokens, scheduled requests, preemptions so far] of every kvpd step."""
-    sched = Scheduler(cfg, CacheConfig(num_gpu_blocks=blocks, block_size=BLOCK,
-                                       enable_prefix_caching=prefix, **window))
+    extra = dict(window)
+    block = extra.pop("block_size", BLOCK)
+    sched = Scheduler(cfg, CacheConfig(num_gpu_blocks=blocks, block_size=block,
+                                       enable_prefix_caching=prefix, **extra))
     # every sampled token is id 1, as the vLLM side samples (so output blocks hash alike)
     engine = EngineCore(sched, IdealExecutor(step_s=0.01, token_id=1))
     for i in range(n):
@@ -225,9 +241,12 @@ def main() -> None:
         t1 = time.perf_counter()
         args = {"num_blocks": blocks + (engine == "v1"), "n": n, "prompt": prompt, "out": out,
                 "budget": cfg.max_num_batched_tokens, "seqs": cfg.max_num_seqs,
-                "prefix": prefix, "block": BLOCK, "max_len": cfg.max_model_len}
+                "prefix": prefix, "block": window.get("block_size", BLOCK),
+                "max_len": cfg.max_model_len}
         if window.get("sliding_groups"):  # the hybrid KV cache manager's groups
             args.update(window=window["sliding_window"], sliding_groups=window["sliding_groups"])
+        elif window.get("state_blocks"):  # linear-attention layers: their state's groups
+            args["mamba_groups"] = window["state_blocks"]
         elif window:  # one sliding-window group
             args.update(window=window["sliding_window"], all_sliding=True)
         if shared:
@@ -252,6 +271,8 @@ def main() -> None:
               f"{blocks} blocks, prefix caching {'on' if prefix else 'off'}"
               + (f", {window['sliding_groups']} sliding group(s) of window "
                  f"{window['sliding_window']}" if window.get("sliding_groups") else
+                 f", {window['state_blocks']} state blocks of {window['block_size']} tokens"
+                 if window.get("state_blocks") else
                  f", every layer sliding by {window['sliding_window']}" if window else "") + ")")
 
 

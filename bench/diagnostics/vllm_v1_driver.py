@@ -7,7 +7,8 @@ import a released vLLM (see that file). Not imported by kvpd.
 
 With "window": W and "sliding_groups": S the KV cache config holds one full-attention group and
 S sliding-window groups of window W (the hybrid KV cache manager's layout); with "all_sliding"
-its one group slides by W (every layer sliding). With "shared": N
+its one group slides by W (every layer sliding); with "mamba_groups": M, M groups of
+linear-attention layers follow (one state page per request each). With "shared": N
 requests i, i + 3, i + 6, ... share their first N prompt tokens.
 
 Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
@@ -40,6 +41,7 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import ModelRunnerOutput
@@ -71,7 +73,8 @@ def prompt_ids(i: int, n: int, shared: int = 0) -> list[int]:
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
         prefix: bool = True, block: int = 16, max_len: int = 40960,
         async_scheduling: bool = False, window: int = 0,
-        sliding_groups: int = 0, shared: int = 0, all_sliding: bool = False) -> list[list[int]]:
+        sliding_groups: int = 0, shared: int = 0, all_sliding: bool = False,
+        mamba_groups: int = 0) -> list[list[int]]:
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -104,7 +107,12 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
     kv_cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["layer"], first)] + [
         KVCacheGroupSpec([f"sliding{g}"], SlidingWindowSpec(**spec_args, sliding_window=window))
-        for g in range(sliding_groups)])
+        for g in range(sliding_groups)] + [
+        # linear-attention layers: one state page per request and group (a block of the whole
+        # context, as vLLM's MambaSpec for its models)
+        KVCacheGroupSpec([f"mamba{g}"], MambaSpec(block_size=max_len, shapes=((1,),),
+                                                  dtypes=(torch.float32,)))
+        for g in range(mamba_groups)])
     extra_args = {}
     if "block_size" in inspect.signature(Scheduler.__init__).parameters:  # (from 0.14 or so)
         extra_args["block_size"] = block
