@@ -36,7 +36,8 @@ PACKAGE = Path(__file__).resolve().parent  # simulator/
 MODULES = tuple(f"simulator.core.{m}" for m in (
     "batch_shape", "batch_wait", "block_copies", "block_hash", "block_pool", "capacity", "config",
     "decode_burst", "kv_cache_manager", "parallel_sampling", "pd_handoff", "recv_gate",
-    "request", "request_queue", "scheduler", "scheduler_output", "scheduler_state")) + (
+    "request", "request_queue", "scheduler", "scheduler_output", "scheduler_state",
+    "window_groups")) + (
     "simulator.cluster.replica", "simulator.cluster.load", "simulator.cost.decode_steps")
 ENV = "KVPD_NATIVE"  # "1": load a matching build
 BUILD_TIMEOUT_S = 900

@@ -40,10 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from simulator.core.block_copies import BlockCopies
 from simulator.core.block_hash import extend_block_hashes, is_length_only
 from simulator.core.block_pool import NULL_BLOCK, BlockPool, KVCacheBlock, num_revived
 from simulator.core.request import Request
+from simulator.core.window_groups import WindowGroups, group_hash
 
 # `num_cached_blocks` of a request whose further blocks can never be registered
 NEVER_CACHED = 1 << 62
@@ -72,12 +72,6 @@ class KVCacheStats:
 
 
 
-def group_hash(block_hash: int, group: int) -> int:
-    """The prefix-cache key of sliding group `group`'s block at a position whose table block
-    hashes `block_hash` (vLLM keys each group's blocks by (hash, group id))."""
-    return hash((block_hash, group + 1))
-
-
 def blocks_held(num_tokens: int, block_size: int, window: int, step_tokens: int) -> int:
     """The most blocks a request of `num_tokens` tokens holds at once when its steps add at
     most `step_tokens` tokens: all of them, or with a sliding `window` (0: none) the window's
@@ -88,7 +82,7 @@ def blocks_held(num_tokens: int, block_size: int, window: int, step_tokens: int)
         return need
     return min(need, -(-(window - 1 + step_tokens) // block_size) + 1)
 
-class KVCacheManager(BlockCopies):
+class KVCacheManager(WindowGroups):
     """Per-replica KV bookkeeping: `num_gpu_blocks` device blocks of `block_size` tokens,
     `num_cpu_blocks` host blocks for swapping; `block_bytes` is one block's KV size (all
     layers), used only to report bytes moved. `sliding_window` (tokens, 0 = none): free the
@@ -235,15 +229,6 @@ class KVCacheManager(BlockCopies):
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids.get(request_id, [])
 
-    def window_block_ids(self, request_id: str) -> list[list[int]]:
-        """The request's block table of each sliding group: one entry per block position it
-        has allocated, `NULL_BLOCK`'s id for the positions that slid out (as the table of a
-        model whose every layer slides)."""
-        window = self.req_to_window_blocks.get(request_id, [])
-        head = [NULL_BLOCK.block_id] * self.window_first.get(request_id, 0)
-        g = self.sliding_groups
-        return [head + [b.block_id for b in window[k::g]] for k in range(g)]
-
     def has_evictable_hits(self, request: Request) -> bool:
         """Whether `request`'s cached prefix includes blocks nobody holds: blocks in the free
         queue, which any allocation may evict, changing what the request would find."""
@@ -295,36 +280,6 @@ class KVCacheManager(BlockCopies):
             del hits[self._group_hit_length(hashes, len(hits)):]
         return hits, len(hits) * bs
 
-    def _group_hit_length(self, hashes: list[int], length: int) -> int:
-        """The longest prefix of the table's `length` hit positions whose last
-        `group_hit_blocks` positions (or all of them, if fewer) every sliding group has cached
-        (vLLM's hybrid cache hit: the sliding window's rule within the full layers' hit)."""
-        cached = self.block_pool.cached_hash_to_block
-        groups = self.sliding_groups
-        need = self.group_hit_blocks
-        best = run = 0
-        for i in range(length):
-            h = hashes[i]
-            if all(group_hash(h, k) in cached for k in range(groups)):
-                run += 1
-                if run >= need or run == i + 1:
-                    best = i + 1
-            else:
-                run = 0
-        return best
-
-    def _window_hit_blocks(self, request: Request, num_hit: int) -> list[KVCacheBlock]:
-        """The cached sliding-group blocks a hit of `num_hit` table positions revives: those of
-        the window before the hit point (from `_window_first_at`), position-major, group
-        order, as the request's window list holds them."""
-        if not num_hit:
-            return []
-        hashes = request.block_hashes
-        cached = self.block_pool.cached_hash_to_block
-        first = self._window_first_at(num_hit * self.block_size)
-        return [cached[group_hash(hashes[p], k)] for p in range(first, num_hit)
-                for k in range(self.sliding_groups)]
-
     def _window_hits(self, request: Request, hashes: list[int]) -> tuple[list[KVCacheBlock], int]:
         """The longest hit of k blocks whose last `window_hit_blocks` (or all k, if fewer) are
         cached; earlier ones may have been evicted (vLLM's sliding-window cache hit rule)."""
@@ -361,45 +316,6 @@ class KVCacheManager(BlockCopies):
             need += self._window_need(request.request_id, num_tokens,
                                       num_tokens + num_new_tokens)
         return need <= self.block_pool.num_free_blocks - num_revived(new_computed_blocks)
-
-    def _window_first_at(self, num_computed: int) -> int:
-        """The first block position a sliding layer still reads once `num_computed` tokens are
-        computed (vLLM's `remove_skipped_blocks`: keys from num_computed - window + 1 on)."""
-        first = (num_computed - self.group_window + 1) // self.block_size
-        return first if first > 0 else 0
-
-    def _window_need(self, rid: str, num_computed: int, num_total: int) -> int:
-        """Blocks the sliding groups take so that the request holds `num_total` tokens, once
-        those before what `num_computed` computed tokens read are freed: one per group for
-        each new block position (from the first one they still read, for a request holding
-        none yet)."""
-        window = self.req_to_window_blocks.get(rid)
-        end = -(-num_total // self.block_size)
-        if window is None:
-            start = self._window_first_at(num_computed)
-        else:
-            start = self.window_first[rid] + len(window) // self.sliding_groups
-        return self.sliding_groups * (end - start) if end > start else 0
-
-    def free_window_before(self, request_id: str, first: int) -> None:
-        """Free the request's sliding-group blocks of the block positions before `first`
-        (slid out of the window)."""
-        rid = request_id
-        window = self.req_to_window_blocks.get(rid)
-        if not window:
-            return
-        held_from = self.window_first[rid]
-        n = min(first - held_from, len(window) // self.sliding_groups) * self.sliding_groups
-        if n <= 0:
-            return
-        groups = self.sliding_groups
-        self.window_first[rid] = held_from + n // groups
-        # vLLM's order (`SlidingWindowManager.remove_skipped_blocks` of each group in turn):
-        # group by group, each group's positions latest first
-        gone = [window[i] for k in range(groups) for i in range(n - groups + k, -1, -groups)]
-        del window[:n]
-        self.num_slid_out_blocks += n
-        self.block_pool.free_blocks(gone)
 
     def allocate_slots(
         self,
