@@ -126,3 +126,13 @@ def test_a_block_holds_one_groups_layers():
     grouped = _llm("tiny-gpt-oss", num_gpu_blocks=64)
     assert one.kv_cache.kv.shape[0] == 4 and grouped.kv_cache.kv.shape[0] == 2
     assert grouped.kv_cache.spec.bytes_per_block * 2 == one.kv_cache.spec.bytes_per_block
+
+
+def test_a_pool_sized_for_max_num_seqs_holds_a_full_length_request_with_its_windows():
+    """The default pool is capped at what max_num_seqs full-length sequences can use; with KV
+    cache groups that counts each sequence's sliding groups too, so one sequence of the whole
+    context still fits."""
+    llm = LLM("tiny-gemma3", hybrid_kv_cache=True, max_num_seqs=1, block_size=4)
+    prompt = random_prompts(6, [llm.max_model_len - 8])[0]
+    (out,) = llm.generate([prompt], _greedy(4))
+    assert out.finish_reason == "length" and len(out.token_ids) == 4

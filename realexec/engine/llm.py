@@ -227,8 +227,11 @@ class LLM:
                 min(max_num_batched_tokens, max_model_len))
             num_gpu_blocks = num_blocks_from_budget(spec, self.device, gpu_memory_utilization, used)
             # more blocks than max_num_seqs full-length sequences can use only hold stale
-            # prefixes, and the core's BlockPool costs ~4 us of setup per block
-            num_gpu_blocks = min(num_gpu_blocks, max_num_seqs * -(-max_model_len // block_size))
+            # prefixes, and the core's BlockPool costs ~4 us of setup per block (with KV cache
+            # groups a sequence's sliding groups hold at most as many blocks as its table)
+            tables = 1 + (groups.sliding_groups if groups else 0)
+            num_gpu_blocks = min(num_gpu_blocks,
+                                 max_num_seqs * tables * -(-max_model_len // block_size))
         if num_cpu_blocks is None:
             num_cpu_blocks = num_gpu_blocks if preemption_mode == "swap" else 0
         windows = self.model.windows
