@@ -203,3 +203,13 @@ def test_model_show_says_how_the_queries_attend(capsys) -> None:
     for name, text in expect.items():
         rc, out, _ = run_cli(capsys, "model", "show", name, "--json")
         assert rc == 0 and text in json.loads(out)["attention"], name
+
+
+def test_model_show_gives_vllms_kv_cache_groups(capsys) -> None:
+    rc, out, _ = run_cli(capsys, "model", "show", "gemma-3-27b")
+    assert rc == 0 and ("under vLLM V1: 1 full-attention and 6 sliding-window group(s) of 10 "
+                        "layers") in out
+    rc, out, _ = run_cli(capsys, "model", "show", "gpt-oss-20b", "--json")
+    assert json.loads(out)["kv_cache_groups"] == {"layers_per_group": 12, "sliding_groups": 1}
+    rc, out, _ = run_cli(capsys, "model", "show", "llama-3-8b", "--json")
+    assert json.loads(out)["kv_cache_groups"] is None

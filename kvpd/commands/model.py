@@ -43,6 +43,13 @@ def attention_kind(m) -> str:
     return kind
 
 
+def _kv_cache_groups(m) -> dict | None:
+    from simulator.cost.memory_plan import kv_cache_groups
+
+    groups = kv_cache_groups(m)
+    return {"layers_per_group": groups[0], "sliding_groups": groups[1]} if groups else None
+
+
 def model_dict(m) -> dict:
     """Shape and derived sizes of a ModelSpec (bytes, FLOPs)."""
     return {
@@ -61,6 +68,9 @@ def model_dict(m) -> dict:
         # linear-attention layers' recurrent state of one request, all layers (model dtype)
         "state_bytes_per_request": {dt: m.linear_state_bytes(dt) for dt in ("bf16",)}
         if m.has_linear_attention else None,
+        # vLLM V1's hybrid KV cache manager's groups (a model mixing sliding and full layers):
+        # layers per group and sliding groups beside the full-attention one
+        "kv_cache_groups": _kv_cache_groups(m),
         # the released checkpoint's quantization (config.json quantization_config), which the
         # cost model applies when a scenario's weights are in its dtype and say nothing else
         "checkpoint_quantization": ({"method": m.checkpoint_quant_method,
@@ -93,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         if k == "checkpoint_quantization":
             v = (f"{v['method']}" + (" on the routed experts (the rest 16-bit)"
                                      if v["scope"] == "experts" else "") if v else "none in its config")
+        elif k == "kv_cache_groups":
+            v = (f"under vLLM V1: 1 full-attention and {v['sliding_groups']} sliding-window "
+                 f"group(s) of {v['layers_per_group']} layers" if v else "one (every layer)")
         elif isinstance(v, dict):
             v = ", ".join(f"{dt} {b / 1e9:.2f} GB" if k == "weight_bytes" else f"{dt} {b:,.0f} B"
                           for dt, b in v.items())
