@@ -21,15 +21,17 @@ so far) differ, if any.
 
 Checked (2026-12-03): V1 0.10.2, 0.11.0 and 0.17.0 identical at every step in every case (0.17.0
 with async scheduling: within 1%); V0 0.6.6 and 0.7.3 identical at every step in every case.
-Checked (2026-12-05) under V1 0.11.0: all 19 V1 cases identical at every step, preemptions
-included: the seven above, five with vLLM V1's hybrid KV cache manager (gpt-oss, Gemma 3: one
-full-attention and one or six sliding-window groups), two of those with shared prefixes and
+Checked (2026-12-05) under V1 0.11.0, and 0.17.0 with --no-async-scheduling: all 18 V1 cases
+identical at every step on both, preemptions included: the seven above, five with vLLM V1's
+hybrid KV cache manager (gpt-oss, Gemma 3: one full-attention and one or six sliding-window
+groups), two of those with shared prefixes and
 prefix caching, two of Mistral-7B-v0.1 (every layer sliding), one with shared prefixes, and
 two of Qwen3.5-27B (Gated DeltaNet: three groups of linear layers, one state page per request
 each, in vLLM's 784-token attention blocks), one starved into 46 preemptions.
 The check found that blocks slid out of a window must be freed latest first, as vLLM frees
 them (the all-sliding shared-prefix run differed from step 311 before). Both sides sample
-token id 1, so blocks holding outputs hash alike on both. `--case TEXT` runs the cases whose label has it.
+token id 1, so blocks holding outputs hash alike on both. `--case TEXT` runs the cases whose
+label has it.
 
 The V1 cases are the published suite's GPUStack burst shapes (Qwen3-14B on one H100 and one
 A100, vLLM 0.11.0's limits for each), a KV-starved decode-heavy run without prefix caching
