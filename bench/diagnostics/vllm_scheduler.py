@@ -53,7 +53,7 @@ import sys
 import time
 from pathlib import Path
 
-from simulator.cluster.cluster import plan_pool
+from simulator.cluster.cluster import plan_pool, pool_cache_config
 from simulator.core import (
     CacheConfig,
     EngineCore,
@@ -136,8 +136,9 @@ def prompt_ids(i: int, n: int, shared: int = 0) -> list[int]:
 
 def kvpd_setup(model: str, hardware: str, version: str, max_model_len: int | None = None
                ) -> tuple[SchedulerConfig, bool, int, dict[str, int]]:
-    """kvpd's scheduler config, prefix-caching default, planned KV blocks and KV cache groups
-    (`CacheConfig` keys) for `model` on one `hardware` under vLLM `version`'s preset."""
+    """kvpd's scheduler config, prefix-caching default, planned KV blocks and the `CacheConfig`
+    keys of its layout (sliding windows, KV cache groups, linear-attention state and block
+    size; {} for none) for `model` on one `hardware` under vLLM `version`'s preset."""
     data = {"model": model, "hardware": hardware, "engine": {"name": "vllm", "version": version}}
     if get_model(model).checkpoint_quant_method == "mxfp4":  # (as released: MXFP4 experts)
         data.update(dtype="fp4", quantization={"method": "mxfp4", "scope": "experts"})
@@ -155,19 +156,16 @@ def kvpd_setup(model: str, hardware: str, version: str, max_model_len: int | Non
                           admission_watermark=s.admission_watermark,
                           append_needs_free_block=s.append_needs_free_block)
     pool = plan_pool(sc, sc.model_spec(), PoolSpec(), "colocated")
-    groups = pool.memory.sliding_groups
-    model = sc.model_spec()
-    window: dict = {"sliding_window": model.sliding_window, "sliding_groups": groups} \
-        if groups else {}
-    if model.sliding_window and model.num_sliding_layers == model.num_layers:
-        # every layer slides (Mistral-7B-v0.1): one table whose blocks slide out
-        window = {"sliding_window": model.sliding_window, "free_outside_window": True}
-    if model.has_linear_attention:  # each request's state: one block per group of layers,
-        # in blocks of vLLM's size for the model (the preset's cache.block_size); no caching
-        window = {"state_blocks": pool.memory.state_blocks_per_request,
-                  "block_size": sc.cache.block_size}
-        return cfg, False, pool.num_gpu_blocks, window
-    return cfg, sc.cache.enable_prefix_caching, pool.num_gpu_blocks, window
+    cache = pool_cache_config(sc, sc.model_spec(), pool)  # (the simulator's own, per replica)
+    window: dict = {}
+    if cache.sliding_groups:  # the hybrid KV cache manager's groups
+        window = {"sliding_window": cache.sliding_window, "sliding_groups": cache.sliding_groups}
+    elif cache.free_outside_window:  # every layer slides: one table whose blocks slide out
+        window = {"sliding_window": cache.sliding_window, "free_outside_window": True}
+    elif cache.state_blocks:  # linear attention: each request's state, one block per group of
+        # layers, in blocks of vLLM's size for the model (the preset's cache.block_size)
+        window = {"state_blocks": cache.state_blocks, "block_size": cache.block_size}
+    return cfg, cache.enable_prefix_caching, pool.num_gpu_blocks, window
 
 
 def kvpd_trace(cfg: SchedulerConfig, blocks: int, prefix: bool, n: int, prompt: int,

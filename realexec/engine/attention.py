@@ -278,8 +278,8 @@ class PagedAttention:
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
     ) -> torch.Tensor:
         meta = self.meta
-        if self.layer_map is not None and self.group_metas is not None:
-            layer, table = self.layer_map[layer]
+        if self.group_metas is not None and self.layer_map is not None:
+            layer, table = self.layer_map[layer]  # (its cache tensor, its block table)
             meta = self.group_metas[table]
         self.cache.write(layer, meta.slot_mapping, k, v)
         k_cache = self.cache.key_cache(layer)

@@ -5,15 +5,15 @@ the shared core (`CacheConfig.sliding_groups`). The cache keeps one tensor per p
 group: layer j of every group writes tensor j, at its own group's block ids (one pool, so ids
 never collide), so a block costs one group's layers, as vLLM's pages do.
 
-Grouping as vLLM's `_get_kv_cache_groups_uniform_page_size` (v0.11.0): groups of the smaller
-type's layer count; the sliding layers in groups of that size, layers[k::groups] in group k.
-kvpd's core models one full-attention group, so a model with more full than sliding layers,
-or whose layers are all of one kind, gets None (one table for every layer).
+Grouping as the core's `group_layout` (vLLM's rule), the sliding layers layers[k::groups] in
+group k as vLLM assigns them; None: one table for every layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from simulator.core.window_groups import group_layout
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,10 @@ def kv_groups(windows: list[int | None]) -> KVGroups | None:
     """The layout for KV layers whose windows are `windows` (None: full attention)."""
     full = [i for i, w in enumerate(windows) if not w]
     sliding = [i for i, w in enumerate(windows) if w]
-    if not full or not sliding or len(full) > len(sliding):
-        return None
-    if len({windows[i] for i in sliding}) != 1:
+    layout = group_layout(len(full), len(sliding))
+    if layout is None or len({windows[i] for i in sliding}) != 1:
         return None  # (one window for every sliding layer, as the core's groups have)
-    size = len(full)
-    groups = -(-len(sliding) // size)
+    size, groups = layout
     layer_map: dict[int, tuple[int, int]] = {layer: (j, 0) for j, layer in enumerate(full)}
     for k in range(groups):
         for j, layer in enumerate(sliding[k::groups]):

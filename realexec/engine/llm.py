@@ -275,8 +275,7 @@ class LLM:
         do not serve (swap, a PD role)."""
         if not hybrid:
             return None
-        kv_windows = [w for w, lin in zip(self.model.windows, self.model.linear) if not lin]
-        groups = kv_groups(kv_windows) if not any(self.model.linear) else None
+        groups = None if any(self.model.linear) else kv_groups(self.model.windows)
         name = self.loaded.config.model_type
         if groups is None:
             raise ValueError(f"hybrid_kv_cache: {name}'s layers do not split into a "

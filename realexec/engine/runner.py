@@ -151,16 +151,18 @@ class ModelRunner:
             output.num_new_tokens, output.num_computed_before, output.block_ids,
             self.cache.block_size, self.cache.num_blocks, dev, self.window,
         )
-        attention = PagedAttention(self.cache, meta, self.workspace)
+        group_metas = None
         if self.groups is not None and self.window_tables is not None:
             # each sliding group's tables: only its window's blocks are read (ValueError if
             # the core freed one a step still reads)
             tables = [self.window_tables(req.request_id) for req in output.reqs]
-            attention = PagedAttention(self.cache, meta, self.workspace, [meta] + [
+            group_metas = [meta] + [
                 build_metadata(output.num_new_tokens, output.num_computed_before,
                                [t[k] for t in tables], self.cache.block_size,
                                self.cache.num_blocks, dev, self.groups.window)
-                for k in range(self.groups.sliding_groups)], self.groups.layer_map)
+                for k in range(self.groups.sliding_groups)]
+        attention = PagedAttention(self.cache, meta, self.workspace, group_metas,
+                                   self.groups.layer_map if self.groups else None)
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         linear = None
         if states is not None:

@@ -109,6 +109,27 @@ class PoolPlan:
     dp_cost: DPAttentionCost | None = None
 
 
+def pool_cache_config(sc: Scenario, model: ModelSpec, plan: PoolPlan) -> CacheConfig:
+    """The `CacheConfig` of a replica of the pool `plan` plans: its blocks, and the layout the
+    model and the memory plan give them (sliding windows, KV cache groups, linear-attention
+    state)."""
+    return CacheConfig(
+        num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,
+        num_cpu_blocks=plan.num_cpu_blocks,
+        # (a linear-attention state is not cached by prefix: linear_attention_note)
+        enable_prefix_caching=sc.cache.enable_prefix_caching and not model.has_linear_attention,
+        block_bytes=int(plan.memory.kv_bytes_per_block),
+        # sliding layers' attention (sparse attention: its top-k) is capped at the window in
+        # the shapes; blocks slide out of the pool only when every layer slides (one block
+        # table serves all layers; sparse attention may pick any earlier key)
+        sliding_window=model.attention_window,
+        free_outside_window=model.num_sliding_layers == model.num_layers,
+        state_blocks=plan.memory.state_blocks_per_request,
+        # KV cache groups of the sliding layers (vLLM V1's hybrid KV cache manager)
+        sliding_groups=plan.memory.sliding_groups,
+    )
+
+
 def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -> PoolPlan:
     acc, params = resolve_hardware(spec.hardware or scenario.hardware, scenario, role)
     key = "cluster.ep" if role == "colocated" else f"cluster.pd.{role}.ep"
@@ -298,22 +319,7 @@ class SimCluster:
             batch_wait_timeout_iters=s.batch_wait_timeout_iters,
             batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
         )
-        cache_cfg = CacheConfig(
-            num_gpu_blocks=plan.num_gpu_blocks, block_size=sc.cache.block_size,
-            num_cpu_blocks=plan.num_cpu_blocks,
-            # (a linear-attention state is not cached by prefix: linear_attention_note)
-            enable_prefix_caching=(sc.cache.enable_prefix_caching
-                                   and not self.model.has_linear_attention),
-            block_bytes=int(plan.memory.kv_bytes_per_block),
-            # sliding layers' attention (sparse attention: its top-k) is capped at the window
-            # in the shapes; blocks slide out of the pool only when every layer slides (one
-            # block table serves all layers; sparse attention may pick any earlier key)
-            sliding_window=self.model.attention_window,
-            free_outside_window=self.model.num_sliding_layers == self.model.num_layers,
-            state_blocks=plan.memory.state_blocks_per_request,
-            # KV cache groups of the sliding layers (vLLM V1's hybrid KV cache manager)
-            sliding_groups=plan.memory.sliding_groups,
-        )
+        cache_cfg = pool_cache_config(sc, self.model, plan)
         pcie_link = plan.accelerator.link("pcie")
         # least_kv_usage reads each replica's KV usage, which changes inside a decode burst (a
         # decode's new block): a replica reports mid-burst what stepping one by one would show

@@ -124,10 +124,7 @@ def max_decode_burst(core: BurstCore, out: SchedulerOutput, max_steps: int) -> i
         if core.waiting and len(core.running) < core.config.max_num_seqs:
             # a block sliding out could admit a waiting request: end before one does
             # (step j frees once (before + j - window + 1) // bs passes the freed ones)
-            if groups:
-                w, skipped = kvm.group_window, kvm.window_first
-            else:
-                w, skipped = kvm.sliding_window, kvm.num_skipped_blocks
+            w, skipped, _ = kvm.sliding_tables()
             for req, before in zip(out.reqs, out.num_computed_before):
                 j = (skipped.get(req.request_id, 0) + 1) * core.block_size + w - 1 - before
                 if j < k:
@@ -258,12 +255,8 @@ def _burst_slide(core: BurstCore, out: SchedulerOutput, k: int) -> None:
     by one frees them (step, then request, then block), after all the burst's allocations:
     the prefix cache's eviction order then equals the step-by-step one."""
     kvm = core.kv_cache_manager
-    groups = kvm.sliding_groups
     bs = core.block_size
-    if groups:  # the sliding groups' blocks slide out of their window, the table keeps its own
-        w, skipped, free = kvm.group_window, kvm.window_first, kvm.free_window_before
-    else:
-        w, skipped, free = kvm.sliding_window, kvm.num_skipped_blocks, kvm.free_blocks_before
+    w, skipped, free = kvm.sliding_tables()
     events = []
     for order, (req, before) in enumerate(zip(out.reqs, out.num_computed_before)):
         rid = req.request_id

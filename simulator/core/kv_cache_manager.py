@@ -36,7 +36,7 @@ executor copies tensors and the simulator charges link time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -416,6 +416,14 @@ class KVCacheManager(WindowGroups):
         usage = 1.0 - pool.num_free_blocks / pool.num_blocks  # (it only grew meanwhile)
         if usage > self.peak_usage:
             self.peak_usage = usage
+
+    def sliding_tables(self) -> tuple[int, dict[str, int], Callable[[str, int], None]]:
+        """What slides out of a window: (the window, tokens; the first block position each
+        request still holds; the call that frees a request's positions before a given one),
+        of the sliding groups, or with every layer sliding of the block table."""
+        if self.sliding_groups:
+            return self.group_window, self.window_first, self.free_window_before
+        return self.sliding_window, self.num_skipped_blocks, self.free_blocks_before
 
     def slides_out(self, request_id: str, num_computed: int) -> bool:
         """Whether computing from position `num_computed` on frees a block of the request."""

@@ -13,6 +13,18 @@ from simulator.core.block_pool import NULL_BLOCK, KVCacheBlock
 from simulator.core.request import Request
 
 
+def group_layout(num_full: int, num_sliding: int) -> tuple[int, int] | None:
+    """(layers per group, groups of sliding layers) of vLLM V1's hybrid KV cache manager for
+    `num_full` full-attention and `num_sliding` sliding-window layers; None where kvpd keeps
+    one table for every layer. vLLM (`_get_kv_cache_groups_uniform_page_size`, v0.11.0)
+    groups each attention type's layers by the smaller type's count, padding the last group
+    of a type; kvpd models one full-attention group, so a model with more full than sliding
+    layers, or with layers of one kind only, gets None."""
+    if num_full <= 0 or num_sliding <= 0 or num_full > num_sliding:
+        return None
+    return num_full, -(-num_sliding // num_full)
+
+
 def group_hash(block_hash: int, group: int) -> int:
     """The prefix-cache key of sliding group `group`'s block at a position whose table block
     hashes `block_hash` (vLLM keys each group's blocks by (hash, group id))."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from simulator.core.window_groups import group_layout
 from simulator.cost.dtypes import dtype_bytes, normalize_dtype
 from simulator.cost.hardware import Accelerator, get_accelerator
 from simulator.cost.models import ModelSpec, get_model
@@ -226,19 +227,15 @@ def kv_cache_groups(model: ModelSpec) -> tuple[int, int] | None:
     a model that mixes sliding-window and full-attention layers; None where kvpd keeps one
     block table for every layer.
 
-    vLLM (`_get_kv_cache_groups_uniform_page_size`, v0.11.0) groups each attention type's
-    layers by the smallest type's count, padding the last group of a type: gpt-oss 18 + 18
-    layers -> 1 full + 1 sliding group of 18; Gemma 3 27B 10 full + 52 sliding -> 1 + 6 of 10.
-    kvpd models one full-attention group (models with more full than sliding layers keep one
-    table), not MLA, linear-attention or Llama 4's chunked attention (vLLM turns the manager
-    off for chunked local attention by default)."""
-    sliding = model.num_sliding_layers
-    full = model.num_full_attention_layers - sliding
-    if (not model.sliding_window or sliding <= 0 or full <= 0 or full > sliding
-            or model.is_mla or model.has_linear_attention
+    The core's `group_layout` (vLLM's grouping): gpt-oss 18 + 18 layers -> 1 full + 1 sliding
+    group of 18; Gemma 3 27B 10 full + 52 sliding -> 1 + 6 of 10. Not for MLA,
+    linear-attention or Llama 4's chunked attention (vLLM turns the manager off for chunked
+    local attention by default)."""
+    if (not model.sliding_window or model.is_mla or model.has_linear_attention
             or model.architecture.startswith("Llama4")):
         return None
-    return full, -(-sliding // full)
+    sliding = model.num_sliding_layers
+    return group_layout(model.num_full_attention_layers - sliding, sliding)
 
 
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:

@@ -37,10 +37,10 @@ def hybrid_kv_cache_rule(data: dict[str, Any], cluster: dict[str, Any], cache: d
     """`cache.disable_hybrid_kv_cache_manager` false for a vLLM scenario (`version`; None:
     current) whose model splits into KV cache groups, where the key is not set; the rule used,
     as a note (none for other models)."""
-    model = readable_model(data)
-    if KEY in cache or not from_release(version, VLLM_HYBRID_FROM) or model is None:
+    if KEY in cache or not from_release(version, VLLM_HYBRID_FROM):
         return []
-    groups = kv_cache_groups(model)
+    model = readable_model(data)
+    groups = kv_cache_groups(model) if model is not None else None
     if groups is None:
         return []
     label = f"vLLM {version}" if version else "vLLM"
@@ -63,9 +63,10 @@ def mamba_block_size_rule(data: dict[str, Any], cluster: dict[str, Any], cache: 
     """`cache.block_size` for a vLLM scenario whose model has linear-attention layers, where
     the key is not set: vLLM's attention block size for them (`mamba_block_size`), so that
     each request's state takes one block per group of layers as in vLLM."""
+    if "block_size" in cache or not from_release(version, VLLM_MAMBA_BLOCK_FROM):
+        return []
     model = readable_model(data)
-    if ("block_size" in cache or not from_release(version, VLLM_MAMBA_BLOCK_FROM)
-            or model is None or not model.has_linear_attention):
+    if model is None or not model.has_linear_attention:
         return []
     tps = ({cluster["pd"][r].get("tp", cluster.get("tp", 1)) for r in ("prefill", "decode")
             if isinstance(cluster["pd"].get(r), dict)} if isinstance(cluster.get("pd"), dict)

@@ -31,9 +31,10 @@ def mla_block_size_rule(data: dict[str, Any], cache: dict[str, Any], version: An
     from simulator.cost.hardware import scenario_accelerator
     from simulator.cost.kernels import kernel_profile
 
+    if "block_size" in cache or not from_release(version, FLASHMLA_FROM):
+        return []
     model = readable_model(data)
-    if ("block_size" in cache or not from_release(version, FLASHMLA_FROM) or model is None
-            or not model.is_mla):
+    if model is None or not model.is_mla:
         return []
     try:
         acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
