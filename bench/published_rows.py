@@ -61,6 +61,7 @@ MODEL_NAMES = {
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",  # the FP8 export of the release
+    "Qwen/Qwen3.5-35B-A3B": "qwen3.5-35b-a3b",
     "zai-org/GLM-4.5-Air": "glm-4.5-air",
     "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",
@@ -80,6 +81,9 @@ HARDWARE_NAMES = {
     "H100 80G": "h100-sxm",
     "MI300X": "mi300x",
     "H200": "h200-sxm",
+    # GPUStack's lab names its other H200 nodes "NVIDIA H200 SXM"; its single-GPU Qwen3.5 page
+    # says "NVIDIA H200" (no NVL part is named anywhere in the lab).
+    "NVIDIA H200": "h200-sxm",
     "B200": "b200",
     "B300": "b300",
     # Names that state the form factor exactly.
@@ -90,6 +94,12 @@ HARDWARE_NAMES = {
     # NVIDIA DGX Cloud's H100 instances are DGX H100 systems: eight H100 SXM5 80GB.
     "NVIDIA H100 (DGX Cloud)": "h100-sxm",
 }
+
+# How the harness sends its requests: all at t = 0 (`burst`: request rate inf), a new one as
+# one ends (`closed_loop`: setup.concurrency streams), or one every 1 / setup.rate s
+# (`constant`: guidellm's --profile constant --rate R, with setup.concurrency its cap on the
+# requests in flight where the harness has one).
+ARRIVALS = ("burst", "closed_loop", "constant")
 
 # The route a harness's client calls, as published (e.g. `--endpoint /v1/chat/completions`)
 # -> `api_server.endpoint` (an engine preset prices that route's per-request work).
@@ -303,11 +313,13 @@ def to_scenario(row: Row) -> Converted:
         version = None
     dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
     arrival = s.get("arrival", "burst")
-    if arrival not in ("burst", "closed_loop"):
-        raise ValueError(f"{row.key}: arrival {arrival!r} not supported (burst, closed_loop)")
+    if arrival not in ARRIVALS:
+        raise ValueError(f"{row.key}: arrival {arrival!r} not supported ({', '.join(ARRIVALS)})")
     closed = arrival == "closed_loop"
     if closed and not s.get("concurrency"):
         raise ValueError(f"{row.key}: a closed loop needs setup.concurrency")
+    if arrival == "constant" and not s.get("rate"):
+        raise ValueError(f"{row.key}: a constant arrival needs setup.rate (requests/s)")
     n = _num_requests(row, s, closed, notes)
     warmup = s.get("warmup_requests")
     if warmup is not None and s.get("lengths") is not None:
@@ -372,8 +384,8 @@ def to_scenario(row: Row) -> Converted:
             sc["scheduler"][key] = s[key]
     if int(s.get("ep") or 1) > 1:
         _ep(row, s, sc["cluster"], notes)
-    if closed:
-        sc["workload"]["max_concurrency"] = int(s["concurrency"])
+    if closed or (arrival == "constant" and s.get("concurrency")):  # the harness's cap on
+        sc["workload"]["max_concurrency"] = int(s["concurrency"])  # the requests in flight
     if warmup:
         sc["workload"]["warmup_requests"] = warmup
     if s.get("ignore_eos"):  # the harness tells the engine (e.g. --ignore-eos)
@@ -391,12 +403,14 @@ def to_scenario(row: Row) -> Converted:
 
 
 def _burst(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict, dict[str, str]]:
-    """The workload of `n` requests sent at t = 0, and the files it reads: a synthetic spec of
-    the published lengths, or the harness's own requests (`setup.lengths`) as a trace."""
-    burst = {"process": "burst"}
+    """The workload of `n` requests sent at t = 0 (or, with `setup.arrival: constant`, one every
+    1 / `setup.rate` s), and the files it reads: a synthetic spec of the published lengths, or
+    the harness's own requests (`setup.lengths`) as a trace."""
     if s.get("lengths") is not None:
         return _harness_trace(row, s, n, notes)
-    return {"synthetic": {"name": row.id, "num_requests": n, "arrival": burst,
+    arrival = ({"process": "constant", "rate": float(s["rate"])} if s.get("arrival") == "constant"
+               else {"process": "burst"})
+    return {"synthetic": {"name": row.id, "num_requests": n, "arrival": arrival,
                           "prompt_len": _lengths(row, s, "input_len", notes),
                           "output_len": _lengths(row, s, "output_len", notes)}}, {}
 

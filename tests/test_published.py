@@ -98,7 +98,10 @@ def test_every_row_converts(rows):
             assert wl["max_concurrency"] == int(r.setup["concurrency"])
             continue
         syn = sc["workload"]["synthetic"]
-        assert syn["arrival"] == {"process": "burst"}
+        if r.setup.get("arrival") == "constant":  # guidellm --profile constant --rate R
+            assert syn["arrival"] == {"process": "constant", "rate": float(r.setup["rate"])}
+        else:
+            assert syn["arrival"] == {"process": "burst"}
         if r.setup.get("random_range_ratio"):  # uniform lengths, as the harness samples them
             assert syn["prompt_len"]["max"] == int(r.setup["input_len"])
             assert syn["output_len"]["min"] == int(
@@ -106,7 +109,7 @@ def test_every_row_converts(rows):
         else:
             assert syn["prompt_len"]["value"] == int(r.setup["input_len"])
         assert syn["num_requests"] >= 1
-        if r.setup.get("arrival") == "closed_loop":
+        if r.setup.get("arrival") in ("closed_loop", "constant") and r.setup.get("concurrency"):
             assert sc["workload"]["max_concurrency"] == int(r.setup["concurrency"])
         else:
             assert "max_concurrency" not in sc["workload"]
@@ -471,3 +474,26 @@ def test_the_published_route_reaches_the_api_server(rows):
     assert "api_server" not in offline  # the LLM class has no server
     with pytest.raises(ValueError, match="no rule maps the published endpoint '/v2/chat'"):
         pr.to_scenario(_with(r, endpoint="/v2/chat"))
+
+
+def test_constant_rate_rows_send_one_request_per_interval_under_the_harness_cap(rows, tmp_path):
+    """guidellm's `--profile constant --rate R` with its cap on requests in flight: the row's
+    scenario sends a request every 1 / R s and never holds more than the cap; a constant
+    arrival without a rate is refused."""
+    from simulator.run import run_scenario
+
+    r = next(x for x in rows if x.setup.get("arrival") == "constant")
+    small = pr.Row(r.source, r.id, r.where, {**r.setup, "num_requests": 40, "rate": 10,
+                                             "concurrency": 4}, r.metric, r.file)
+    conv = pr.to_scenario(small)
+    sc = load_scenario(published.write_scenario(conv.scenario, tmp_path, small, conv.assumptions,
+                                                conv.files))
+    res = run_scenario(sc, progress=False, keep_requests=True)
+    sent = sorted(q.arrival_time for q in res.requests)
+    assert len(sent) == 40 and sent[0] == pytest.approx(0.0)
+    assert all(b - a >= 0.1 - 1e-9 for a, b in zip(sent, sent[1:]))  # never above the rate
+    assert res.summary["load"]["max_in_flight"] == 4  # the cap binds: a request outlasts 4 intervals
+    bad = pr.Row(r.source, r.id, r.where, {k: v for k, v in r.setup.items() if k != "rate"},
+                 r.metric, r.file)
+    with pytest.raises(ValueError, match="constant arrival needs setup.rate"):
+        pr.to_scenario(bad)
