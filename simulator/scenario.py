@@ -130,6 +130,11 @@ class ClusterSpec(_Strict):
     # sglang engine preset sets it by version (simulator/engines/presets.py)
     prefill_graph_max_tokens: int | None = Field(None, ge=0)
     eager_layer_s: float = Field(SGLANG_EAGER_LAYER_S, ge=0)
+    # the engine's host seconds per scheduled request per step that the GPU waits for (its
+    # scheduler's Python before and after each step), added to every step beside the cost
+    # params' own request term; None: 0. The vllm engine preset sets it for the releases that
+    # schedule V1 synchronously (simulator/engines/vllm_host.py)
+    host_request_s: float | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _dp_attention(self):

@@ -229,3 +229,36 @@ def test_the_run_prices_sglangs_eager_prefill():
 def test_bad_eager_keys_are_refused_by_name_not_a_crash(cluster, says):
     with pytest.raises(ValueError, match=says):
         _resolve({"name": "sglang", "version": "0.5.7"}, cluster=cluster)
+
+
+@pytest.mark.parametrize(("engine", "want"), [
+    ({"name": "vllm", "version": "0.11.0"}, 5.5e-6),  # V1, synchronous scheduling
+    ({"name": "vllm", "version": "0.8.0"}, 5.5e-6),  # V1 the default from here
+    ({"name": "vllm", "version": "0.13.0"}, 5.5e-6),
+    ({"name": "vllm", "version": "0.14.0"}, None),  # async scheduling on by default
+    ({"name": "vllm", "version": "0.7.3"}, None),  # V0: not priced
+    ({"name": "vllm"}, None),  # no version: the engine as released now (async)
+    ({"name": "sglang", "version": "0.5.7"}, None),
+    ({"name": "tensorrt-llm"}, None),
+])
+def test_vllm_synchronous_v1_host_time_by_engine_and_version(engine, want):
+    sc = _resolve(engine)
+    assert sc.cluster.host_request_s == want
+    assert any("host_request_s" in n for n in sc.engine_notes) == (want is not None)
+
+
+def test_the_run_prices_the_host_time_per_request_and_a_set_value_wins():
+    """Ten requests decoding side by side on vLLM 0.11.0: every step costs ten times the
+    host time per request more than with it set to 0, and a value the scenario sets wins."""
+    def run(cluster: dict) -> tuple[dict, float]:
+        sc = _resolve({"name": "vllm", "version": "0.11.0"}, model="llama-3.1-8b",
+                      cluster=cluster, workload={"synthetic": {
+                          "num_requests": 10, "arrival": {"process": "burst"},
+                          "prompt_len": {"dist": "fixed", "value": 64},
+                          "output_len": {"dist": "fixed", "value": 32}}})
+        return run_scenario(sc).summary, sc.cluster.host_request_s
+    (priced, h), (free, h0) = run({}), run({"host_request_s": 0.0})
+    assert h == pytest.approx(5.5e-6) and h0 == 0.0
+    assert priced["tpot_s"]["mean"] - free["tpot_s"]["mean"] == pytest.approx(10 * h, rel=1e-6)
+    with pytest.raises(ValueError, match="cluster.host_request_s"):
+        _resolve({"name": "vllm", "version": "0.11.0"}, cluster={"host_request_s": -1e-6})

@@ -11,6 +11,10 @@ its one group slides by W (every layer sliding); with "mamba_groups": M, M group
 linear-attention layers follow (one state page per request each). With "shared": N
 requests i, i + 3, i + 6, ... share their first N prompt tokens.
 
+With {"time": [N, ...]} it times instead `schedule()` and `update_from_output()` while N
+requests decode side by side (`time_decode`, for `vllm_host_cost.py`) and prints
+{"timing": [[N, schedule s, update_from_output s], ...]} (medians per step).
+
 Every request is in the waiting queue at once (a burst). Each step, a request whose tokens
 are all computed after the step samples one token (as vLLM's model runner does: a partial
 prefill's sample is discarded); nothing stops early (ignore_eos). Prints one JSON line:
@@ -24,6 +28,7 @@ import inspect
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -70,11 +75,13 @@ def prompt_ids(i: int, n: int, shared: int = 0) -> list[int]:
             for j in range(n)]
 
 
-def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
-        prefix: bool = True, block: int = 16, max_len: int = 40960,
-        async_scheduling: bool = False, window: int = 0,
-        sliding_groups: int = 0, shared: int = 0, all_sliding: bool = False,
-        mamba_groups: int = 0) -> list[list[int]]:
+def make_scheduler(num_blocks: int, block: int = 16, max_len: int = 40960, seqs: int = 256,
+                   budget: int = 8192, prefix: bool = True, async_scheduling: bool = False,
+                   window: int = 0, sliding_groups: int = 0, all_sliding: bool = False,
+                   mamba_groups: int = 0):
+    """vLLM's own V1 scheduler over a KV cache config of `num_blocks` blocks (the groups as
+    `run` describes), with the request block hasher and the Request keyword its release wants
+    for no EOS: (scheduler, hasher, eos kwargs)."""
     _skip_model_inspection()
     model_dir = Path(tempfile.mkdtemp())
     (model_dir / "config.json").write_text(json.dumps({
@@ -120,11 +127,55 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
     if async_scheduling:  # (vLLM's default from 0.14 where the executor supports it)
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler as cls
     sched = cls(vllm_config=cfg, kv_cache_config=kv_cfg, log_stats=False,
-                      structured_output_manager=StructuredOutputManager(cfg), **extra_args)
+                structured_output_manager=StructuredOutputManager(cfg), **extra_args)
     init_none_hash(sha256)
     hasher = get_request_block_hasher(block, sha256)
     eos = ({"eos_token_id": None}  # (moved into SamplingParams in 0.17)
            if "eos_token_id" in inspect.signature(Request.__init__).parameters else {})
+    return sched, hasher, eos
+
+
+def _output(ids: list[str], sampled: list[list[int]]) -> ModelRunnerOutput:
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
+                             sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+                             pooler_output=[])
+
+
+def time_decode(n: int, steps: int = 60, warm: int = 20) -> tuple[float, float]:
+    """Median seconds of `schedule()` and of `update_from_output()` per step while `n`
+    requests decode side by side (8-token prompts, room for all), after `warm` steps."""
+    sched, hasher, eos = make_scheduler(num_blocks=max(4096, 4 * n * (steps + warm + 32) // 16),
+                                        max_len=8192, seqs=n, budget=max(8192, 8 * n))
+    for i in range(n):
+        sched.add_request(Request(str(i), prompt_ids(i, 8),
+                                  SamplingParams(max_tokens=steps + warm + 8, ignore_eos=True),
+                                  None, block_hasher=hasher, **eos))
+    s_times, u_times = [], []
+    for step in range(warm + steps):
+        t0 = time.perf_counter()
+        so = sched.schedule()
+        t1 = time.perf_counter()
+        ids = list(so.num_scheduled_tokens)
+        result = _output(ids, [[1] for _ in ids])
+        t2 = time.perf_counter()
+        sched.update_from_output(so, result)
+        t3 = time.perf_counter()
+        if step >= warm:
+            if len(ids) != n:
+                raise RuntimeError(f"step {step} scheduled {len(ids)} of {n} requests")
+            s_times.append(t1 - t0)
+            u_times.append(t3 - t2)
+    return sorted(s_times)[len(s_times) // 2], sorted(u_times)[len(u_times) // 2]
+
+
+def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
+        prefix: bool = True, block: int = 16, max_len: int = 40960,
+        async_scheduling: bool = False, window: int = 0,
+        sliding_groups: int = 0, shared: int = 0, all_sliding: bool = False,
+        mamba_groups: int = 0) -> list[list[int]]:
+    sched, hasher, eos = make_scheduler(num_blocks, block, max_len, seqs, budget, prefix,
+                                        async_scheduling, window, sliding_groups, all_sliding,
+                                        mamba_groups)
     for i in range(n):
         sched.add_request(Request(str(i), prompt_ids(i, prompt, shared),
                                   SamplingParams(max_tokens=out, ignore_eos=True), None,
@@ -148,10 +199,7 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
                        else [] for r in ids]
             if so.total_num_scheduled_tokens:
                 trace.append([so.total_num_scheduled_tokens, len(ids), preempted[0]])
-            result = ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
-                sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-                pooler_output=[])
+            result = _output(ids, sampled)
         if not async_scheduling:
             sched.update_from_output(so, result)
             continue
@@ -162,4 +210,8 @@ def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
 
 
 if __name__ == "__main__":
-    print(json.dumps({"trace": run(**json.loads(sys.argv[1]))}))
+    args = json.loads(sys.argv[1])
+    if "time" in args:  # {"time": [n, ...]}: `time_decode` at each n (vllm_host_cost.py)
+        print(json.dumps({"timing": [[n, *time_decode(n)] for n in args["time"]]}))
+    else:
+        print(json.dumps({"trace": run(**args)}))

@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a step with prompt tokens and more than N tokens runs outside CUDA "
                    "graphs and pays its layers' host dispatch (0: every such step, as SGLang "
                    "before v0.5.10; default: every step under graphs)")
+    p.add_argument("--host-request-s", type=float, default=0.0, metavar="S",
+                   help="the engine's host seconds per scheduled request per step that the GPU "
+                        "waits for (cluster.host_request_s; vLLM 0.8-0.13's synchronous V1 "
+                        "scheduler: 5.5e-6; default 0)")
     p.add_argument("--explain", action="store_true",
                    help="also say what bounds the step: each operator's efficiency, its source "
                         "and bound, expected experts loaded (MoE), the attention form (MLA)")
@@ -196,8 +200,11 @@ def run(args: argparse.Namespace) -> int:
                          kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
                          attention_backend=args.attention_backend,
                          moe_a2a_backend=args.moe_a2a_backend,
-                         fused_moe_config=args.fused_moe_config, eager=eager)
+                         fused_moe_config=args.fused_moe_config, eager=eager,
+                         host_request_s=args.host_request_s)
 
+    if args.host_request_s < 0:
+        raise ValueError(f"--host-request-s must be >= 0 s, got {args.host_request_s}")
     if args.prefill_graph_max_tokens is not None and args.prefill_graph_max_tokens < 0:
         raise ValueError("--prefill-graph-max-tokens must be >= 0 (0: every prompt step runs "
                          f"outside CUDA graphs), got {args.prefill_graph_max_tokens}")

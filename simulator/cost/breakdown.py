@@ -314,8 +314,12 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         ops = [_scale(op, mb) for op in per_stage[crit]]
         bubble = sum(t for s, t in enumerate(times) if s != crit)
         ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
+    source = _overhead_source(cm.params)
+    if cm.host_request_s:
+        source += (f" + {shape.num_reqs} requests x {cm.host_request_s * 1e6:.1f} us "
+                   "(cluster.host_request_s: the engine's scheduler between steps)")
     ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead",
-                      source=_overhead_source(cm.params)))
+                      source=source))
     eager = cm.eager
     if cm._eager_s and eager.runs_eagerly(T, shape.num_prefill_tokens):
         ops.append(OpCost("eager_dispatch", 0.0, 0.0, cm._eager_s,

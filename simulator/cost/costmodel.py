@@ -91,7 +91,8 @@ class CostModel(StageTerms):
                  quantization: dict[str, Any] | str | None = None, ep: int = 1,
                  ep_link: Link | str | dict | None = None, allreduce: str = "custom",
                  attention_backend: str = "flash_attn", moe_a2a_backend: str = "none",
-                 fused_moe_config: str = "tuned", eager: EagerDispatch | None = None) -> None:
+                 fused_moe_config: str = "tuned", eager: EagerDispatch | None = None,
+                 host_request_s: float = 0.0) -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -129,6 +130,14 @@ class CostModel(StageTerms):
                        else CostParams.default_for(self.accelerator, self.precision.compute))
         self.params.validate("cost params")
         self.params.check_applies(self.accelerator.name, self.model.name)
+        # the engine's host time per scheduled request per step (cluster.host_request_s),
+        # beside the params' own request term: every step's price reads request_overhead_s
+        if host_request_s < 0:
+            raise ValueError(f"host_request_s must be >= 0 s, got {host_request_s!r}")
+        self.host_request_s = host_request_s
+        if host_request_s:
+            self.params = dataclasses.replace(
+                self.params, request_overhead_s=self.params.request_overhead_s + host_request_s)
         if link is None:
             self.link = self.accelerator.intra_node_link()
         else:

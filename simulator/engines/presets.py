@@ -31,6 +31,7 @@ from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule, mamba_block_
 from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 from simulator.engines.vllm_block_size import mla_block_size_rule
+from simulator.engines.vllm_host import host_request_rule
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -230,6 +231,7 @@ def apply_engine(data: dict[str, Any], where: str = "scenario") -> list[str]:
     if name == "vllm" and "attention_backend" not in cluster:
         notes += _vllm_attention(data, cluster, cache, version)
     if name == "vllm":
+        notes += host_request_rule(cluster, version)
         notes += hybrid_kv_cache_rule(data, cluster, cache, scheduler, version)
         notes += mamba_block_size_rule(data, cluster, cache, version)
         notes += mla_block_size_rule(data, cache, version)
