@@ -135,6 +135,10 @@ class ClusterSpec(_Strict):
     # params' own request term; None: 0. The vllm engine preset sets it for the releases that
     # schedule V1 synchronously (simulator/engines/vllm_host.py)
     host_request_s: float | None = Field(None, ge=0)
+    # the engine schedules the next step while the GPU runs this one (vLLM's
+    # --async-scheduling): host_request_s then counts only where it outlasts the step. None:
+    # false. The vllm engine preset sets it by version (simulator/engines/vllm_host.py)
+    async_scheduling: bool | None = Field(None, strict=True)
 
     @model_validator(mode="after")
     def _dp_attention(self):

@@ -217,3 +217,37 @@ def test_fit_helpers_are_consistent() -> None:
     assert all(a <= v <= b for a, v, b in zip(lo, p.to_vector(), hi))
     with pytest.raises(ValueError, match="expected 13 values"):
         p.from_vector([0.5])
+
+
+def test_scheduler_host_time_adds_or_hides_behind_the_step():
+    """cluster.host_request_s: added to every step with synchronous scheduling; with async
+    scheduling the longer of the step and the scheduler counts. The breakdown's
+    `scheduler_host` operator carries what shows, and the decode fast path agrees."""
+    from simulator.cost.decode_steps import decode_terms
+
+    small = BatchShape()
+    for _ in range(4):
+        small.add(1, 100)
+    big = BatchShape()
+    for _ in range(4000):
+        big.add(1, 100)
+    base = CostModel("llama-3.2-1b", "b200")
+    sync = CostModel("llama-3.2-1b", "b200", host_request_s=5e-6)
+    hidden = CostModel("llama-3.2-1b", "b200", host_request_s=5e-6, async_scheduling=True)
+    for shape in (small, big):
+        t = base.step_time(shape)
+        h = shape.num_reqs * 5e-6
+        assert sync.step_time(shape) == pytest.approx(t + h, rel=1e-12)
+        assert hidden.step_time(shape) == pytest.approx(max(t, h), rel=1e-12)
+        for cm in (sync, hidden):
+            br = cm.explain(shape)
+            assert br.total_s == pytest.approx(cm.step_time(shape), rel=1e-12)
+            op = next(o for o in br.ops if o.name == "scheduler_host")
+            assert op.time_s == pytest.approx(cm.step_time(shape) - t, rel=1e-9, abs=1e-15)
+            terms = decode_terms(cm, shape)
+            assert terms.step(shape.decode_context_tokens, 0) == pytest.approx(
+                cm.step_time(shape), rel=1e-12)
+    assert hidden.step_time(small) == pytest.approx(base.step_time(small), rel=1e-12)  # hidden
+    assert hidden.step_time(big) == pytest.approx(4000 * 5e-6, rel=1e-12)  # host-bound
+    with pytest.raises(ValueError, match="host_request_s"):
+        CostModel("llama-3.2-1b", "b200", host_request_s=-1.0)

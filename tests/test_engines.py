@@ -231,20 +231,21 @@ def test_bad_eager_keys_are_refused_by_name_not_a_crash(cluster, says):
         _resolve({"name": "sglang", "version": "0.5.7"}, cluster=cluster)
 
 
-@pytest.mark.parametrize(("engine", "want"), [
-    ({"name": "vllm", "version": "0.11.0"}, 5.5e-6),  # V1, synchronous scheduling
-    ({"name": "vllm", "version": "0.8.0"}, 5.5e-6),  # V1 the default from here
-    ({"name": "vllm", "version": "0.13.0"}, 5.5e-6),
-    ({"name": "vllm", "version": "0.14.0"}, None),  # async scheduling on by default
-    ({"name": "vllm", "version": "0.7.3"}, None),  # V0: not priced
-    ({"name": "vllm"}, None),  # no version: the engine as released now (async)
-    ({"name": "sglang", "version": "0.5.7"}, None),
-    ({"name": "tensorrt-llm"}, None),
+@pytest.mark.parametrize(("engine", "host", "asynchronous"), [
+    ({"name": "vllm", "version": "0.11.0"}, 5.5e-6, False),  # V1, synchronous scheduling
+    ({"name": "vllm", "version": "0.8.0"}, 5.5e-6, False),  # V1 the default from here
+    ({"name": "vllm", "version": "0.13.0"}, 5.5e-6, False),
+    ({"name": "vllm", "version": "0.14.0"}, 5.5e-6, True),  # async scheduling by default
+    ({"name": "vllm"}, 5.5e-6, True),  # no version: the engine as released now
+    ({"name": "vllm", "version": "0.7.3"}, None, None),  # V0: not priced
+    ({"name": "sglang", "version": "0.5.7"}, None, None),
+    ({"name": "tensorrt-llm"}, None, None),
 ])
-def test_vllm_synchronous_v1_host_time_by_engine_and_version(engine, want):
+def test_vllm_v1_scheduler_host_time_by_engine_and_version(engine, host, asynchronous):
     sc = _resolve(engine)
-    assert sc.cluster.host_request_s == want
-    assert any("host_request_s" in n for n in sc.engine_notes) == (want is not None)
+    assert sc.cluster.host_request_s == host
+    assert sc.cluster.async_scheduling is asynchronous
+    assert any("host_request_s" in n for n in sc.engine_notes) == (host is not None)
 
 
 def test_the_run_prices_the_host_time_per_request_and_a_set_value_wins():

@@ -79,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the engine's host seconds per scheduled request per step that the GPU "
                         "waits for (cluster.host_request_s; vLLM 0.8-0.13's synchronous V1 "
                         "scheduler: 5.5e-6; default 0)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="with --host-request-s: the scheduler works beside the GPU's step and "
+                        "counts only where it is longer (vLLM from 0.14; cluster.async_scheduling)")
     p.add_argument("--explain", action="store_true",
                    help="also say what bounds the step: each operator's efficiency, its source "
                         "and bound, expected experts loaded (MoE), the attention form (MLA)")
@@ -201,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
                          attention_backend=args.attention_backend,
                          moe_a2a_backend=args.moe_a2a_backend,
                          fused_moe_config=args.fused_moe_config, eager=eager,
-                         host_request_s=args.host_request_s)
+                         host_request_s=args.host_request_s,
+                         async_scheduling=args.async_scheduling)
 
     if args.host_request_s < 0:
         raise ValueError(f"--host-request-s must be >= 0 s, got {args.host_request_s}")

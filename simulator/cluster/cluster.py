@@ -180,7 +180,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
                          fused_moe_config=scenario.cluster.fused_moe_config,
                          attention_backend=(spec.attention_backend
                                             or scenario.cluster.attention_backend),
-                         eager=eager, host_request_s=scenario.cluster.host_request_s or 0.0)
+                         eager=eager, host_request_s=scenario.cluster.host_request_s or 0.0,
+                         async_scheduling=bool(scenario.cluster.async_scheduling))
     try:
         cost = cost_model(spec.tp, spec.ep)
         dp_cost = DPAttentionCost(cost_model(1, 1), cost) if dp else None

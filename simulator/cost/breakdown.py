@@ -314,12 +314,8 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
         ops = [_scale(op, mb) for op in per_stage[crit]]
         bubble = sum(t for s, t in enumerate(times) if s != crit)
         ops.append(OpCost("pipeline_bubble", 0.0, 0.0, bubble, "overhead"))
-    source = _overhead_source(cm.params)
-    if cm.host_request_s:
-        source += (f" + {shape.num_reqs} requests x {cm.host_request_s * 1e6:.1f} us "
-                   "(cluster.host_request_s: the engine's scheduler between steps)")
     ops.append(OpCost("step_overhead", 0.0, 0.0, host_overhead_s(cm, shape), "overhead",
-                      source=source))
+                      source=_overhead_source(cm.params)))
     eager = cm.eager
     if cm._eager_s and eager.runs_eagerly(T, shape.num_prefill_tokens):
         ops.append(OpCost("eager_dispatch", 0.0, 0.0, cm._eager_s,
@@ -329,7 +325,22 @@ def explain_step(cm: CostModel, shape: BatchShape) -> StepBreakdown:
                               "tokens runs outside CUDA graphs (cluster.prefill_graph_max_tokens; "
                               + (EAGER_LAYER_SOURCE if eager.layer_s == SGLANG_EAGER_LAYER_S
                                  else "cluster.eager_layer_s") + ")")))
+    if cm.host_request_s:
+        ops.append(_scheduler_op(cm, shape, sum(op.time_s for op in ops)))
     return StepBreakdown(sum(op.time_s for op in ops), ops, T, shape.num_reqs, desc)
+
+
+def _scheduler_op(cm: CostModel, shape: BatchShape, rest_s: float) -> OpCost:
+    """The engine scheduler's share of the step: all of its `host_request_s` x requests, or
+    with async scheduling what of it outlasts the rest of the step (`rest_s`)."""
+    h = shape.num_reqs * cm.host_request_s
+    shown = cm.with_scheduler_host(rest_s, shape.num_reqs) - rest_s
+    how = ("beside the step (async scheduling): only what outlasts it counts"
+           if cm.async_scheduling else "the GPU waits for it (synchronous scheduling)")
+    return OpCost("scheduler_host", 0.0, 0.0, shown, "overhead",
+                  source=f"cluster.host_request_s: {shape.num_reqs} requests x "
+                         f"{cm.host_request_s * 1e6:.1f} us = {h * 1e3:.3f} ms of the engine's "
+                         f"scheduler between steps, {how}")
 
 
 def host_overhead_s(cm: CostModel, shape: BatchShape) -> float:

@@ -92,7 +92,7 @@ class CostModel(StageTerms):
                  ep_link: Link | str | dict | None = None, allreduce: str = "custom",
                  attention_backend: str = "flash_attn", moe_a2a_backend: str = "none",
                  fused_moe_config: str = "tuned", eager: EagerDispatch | None = None,
-                 host_request_s: float = 0.0) -> None:
+                 host_request_s: float = 0.0, async_scheduling: bool = False) -> None:
         self.model = model if isinstance(model, ModelSpec) else get_model(model)
         self.accelerator = (accelerator if isinstance(accelerator, Accelerator)
                             else get_accelerator(accelerator))
@@ -130,14 +130,13 @@ class CostModel(StageTerms):
                        else CostParams.default_for(self.accelerator, self.precision.compute))
         self.params.validate("cost params")
         self.params.check_applies(self.accelerator.name, self.model.name)
-        # the engine's host time per scheduled request per step (cluster.host_request_s),
-        # beside the params' own request term: every step's price reads request_overhead_s
+        # the engine's scheduler between steps (cluster.host_request_s per scheduled request):
+        # the GPU waits for it, or with async scheduling it runs beside the GPU's step and
+        # shows only where it is longer (`with_scheduler_host`)
         if host_request_s < 0:
             raise ValueError(f"host_request_s must be >= 0 s, got {host_request_s!r}")
         self.host_request_s = host_request_s
-        if host_request_s:
-            self.params = dataclasses.replace(
-                self.params, request_overhead_s=self.params.request_overhead_s + host_request_s)
+        self.async_scheduling = async_scheduling
         if link is None:
             self.link = self.accelerator.intra_node_link()
         else:
@@ -205,14 +204,27 @@ class CostModel(StageTerms):
         if self._eager_s and shape.num_prefill_tokens and self._eager_tokens < T:
             host += self._eager_s
         if self.pp == 1:
-            return self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
-                                    P, Pctx, shape.num_decode_reqs, Dctx) + host
-        mb = self.num_microbatches(shape)
-        times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
-                                  shape.num_prefill_tokens / mb, P / mb, Pctx / mb,
-                                  shape.num_decode_reqs / mb, Dctx / mb)
-                 for st in self._stages]
-        return sum(times) + (mb - 1) * max(times) + host
+            t = self._stage_time(self._fast, T, shape.num_reqs, shape.num_prefill_tokens,
+                                 P, Pctx, shape.num_decode_reqs, Dctx) + host
+        else:
+            mb = self.num_microbatches(shape)
+            times = [self._stage_time(st["fast"], T / mb, shape.num_reqs / mb,
+                                      shape.num_prefill_tokens / mb, P / mb, Pctx / mb,
+                                      shape.num_decode_reqs / mb, Dctx / mb)
+                     for st in self._stages]
+            t = sum(times) + (mb - 1) * max(times) + host
+        if self.host_request_s:
+            return self.with_scheduler_host(t, shape.num_reqs)
+        return t
+
+    def with_scheduler_host(self, step_s: float, num_reqs: float) -> float:
+        """`step_s` (the step's GPU and other host time) with the engine scheduler's
+        `host_request_s` x `num_reqs`: added (synchronous scheduling), or with async scheduling
+        the longer of the two (the scheduler works on the next step while the GPU runs)."""
+        h = num_reqs * self.host_request_s
+        if self.async_scheduling:
+            return h if h > step_s else step_s
+        return step_s + h
 
     def decode_attn_tokens(self, shape: BatchShape) -> float:
         """KV tokens (per layer) decode attention reads and multiplies this step: the decodes'

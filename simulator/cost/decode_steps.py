@@ -42,6 +42,8 @@ class DecodeTerms:
     slide: float
     window: int
     index: float = 0.0  # sparse attention's indexer: a share of every (uncapped) context token
+    scheduler: float = 0.0  # the engine scheduler's s this step (cluster.host_request_s x requests)
+    scheduler_async: bool = False  # it runs beside the step: the longer of the two counts
     Rd: float = field(init=False)  # decodes per micro-batch
 
     def __post_init__(self) -> None:
@@ -78,7 +80,12 @@ class DecodeTerms:
                 longest_stage = t if t > longest_stage else longest_stage
         if len(self.rests) > 1:
             total = total + (mb - 1) * longest_stage
-        return total + self.host
+        total = total + self.host
+        if self.scheduler:  # as CostModel.with_scheduler_host
+            if self.scheduler_async:
+                return self.scheduler if self.scheduler > total else total
+            return total + self.scheduler
+        return total
 
     def steps(self, D: np.ndarray, pad: int,
               win: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -108,7 +115,11 @@ class DecodeTerms:
             longest_stage = np.maximum(longest_stage, t)
         if len(times) > 1:
             total = total + (mb - 1) * longest_stage
-        return total + self.host
+        total = total + self.host
+        if self.scheduler:
+            return (np.maximum(total, self.scheduler) if self.scheduler_async
+                    else total + self.scheduler)
+        return total
 
 
 def decode_terms(cm: CostModel, shape: BatchShape) -> DecodeTerms:
@@ -126,7 +137,8 @@ def decode_terms(cm: CostModel, shape: BatchShape) -> DecodeTerms:
         attn = [(float(f.dac), float(f.dakv), float(f.aqd)) for f in fasts]  # MLA: absorbed
         terms = DecodeTerms(shape.num_decode_reqs, mb, rests, attn, host_overhead_s(cm, shape),
                             1.0 - cm.params.overlap, cm._padding, cm._slide, cm._window,
-                            cm._index_tokens)
+                            cm._index_tokens, shape.num_reqs * cm.host_request_s,
+                            cm.async_scheduling)
         cm._decode_terms[key] = terms
     return terms
 

@@ -35,7 +35,7 @@ from simulator.cost.op_cost import OpCost, StepBreakdown
 # the operators each side runs (simulator/cost/breakdown.py names)
 ATTENTION_OPS = frozenset({"qkv_proj", "attn_prefill", "attn_decode", "attn_decode_setup",
                            "linear_attn", "o_proj", "norm_act_rope", "layer_overhead", "lm_head",
-                           "sampling", "step_overhead"})
+                           "sampling", "step_overhead", "scheduler_host"})
 EXPERT_OPS = frozenset({"mlp", "moe_experts"})
 GATHER_OP = "tp_allreduce"  # two all-reduces per layer at tp: half of it is gather + scatter
 A2A_OP = "ep_all_to_all"  # the experts model's dispatch + combine (moe_a2a_backend all_to_all)

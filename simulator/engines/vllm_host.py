@@ -1,10 +1,12 @@
-"""vLLM V1's host time per scheduled request per step, where the GPU waits for it.
+"""vLLM V1's host time per scheduled request per step, and whether the GPU waits for it.
 
 V1's engine core steps as `schedule()` -> the model's step -> `update_from_output()`, and both
-loop over the step's requests in Python. With synchronous scheduling, V1's default from v0.8.0
-(the first release with V1 as the default engine) until v0.14.0 (async scheduling on by
-default: the next step is scheduled while the GPU runs this one), the GPU idles through that
-work: `cluster.host_request_s` seconds per scheduled request, added to every step.
+loop over the step's requests in Python: `cluster.host_request_s` seconds per scheduled
+request. With synchronous scheduling, V1's default from v0.8.0 (the first release with V1 as
+the default engine) until v0.14.0, the GPU idles through that work: it adds to every step.
+From v0.14.0 async scheduling is on by default (`cluster.async_scheduling`): the next step is
+scheduled while the GPU runs this one, so the work counts only where it outlasts the step
+(small models at large batches; `CostModel.with_scheduler_host`).
 
 The price, `VLLM_V1_HOST_REQUEST_S`: the released 0.11.0 wheel's `Scheduler.schedule()` +
 `update_from_output()` timed on the CPU in steady decoding of 16, 64, 256, 1,024 and 3,200
@@ -13,8 +15,8 @@ at 1,024 and 6.4-8.6 at 3,200 over three runs on this repository's machine, whos
 5.5 and 6.1 us) set it to 5.5 us (vLLM PR #46112 timed `update_from_output` alone about 1.26x
 faster on its machine). Only the scheduler: the model runner's input preparation and the
 sampler's bookkeeping also loop over requests between steps and are not in it, so the price
-is a lower bound. From v0.14 kvpd leaves it out (it hides behind the GPU step as long
-as it is shorter; not checked). V0 (before v0.8.0) is not priced here.
+is a lower bound; the 0.17.0 wheel's scheduler times alike (0.18 / 0.36 ms of
+`update_from_output` at 128 / 256 requests). V0 (before v0.8.0) is not priced here.
 """
 
 from __future__ import annotations
@@ -31,13 +33,23 @@ VLLM_ASYNC_FROM = Version("0.14.0")  # SchedulerConfig.async_scheduling on where
 
 
 def host_request_rule(cluster: dict[str, Any], version: Any) -> list[str]:
-    """`cluster.host_request_s` for a vLLM scenario whose release schedules V1 synchronously,
-    where the key is not set; the rule used, as a note (none otherwise)."""
+    """`cluster.host_request_s` and `cluster.async_scheduling` for a vLLM scenario on the V1
+    engine (`version` from 0.8.0; None: the current release), where they are not set; the
+    rules used, as notes (none for V0)."""
     v = parse_version(version)
-    if "host_request_s" in cluster or v is None or not VLLM_SYNC_V1_FROM <= v < VLLM_ASYNC_FROM:
+    if v is not None and v < VLLM_SYNC_V1_FROM:
         return []
-    cluster["host_request_s"] = VLLM_V1_HOST_REQUEST_S
-    return [f"cluster.host_request_s {VLLM_V1_HOST_REQUEST_S * 1e6:.1f} us: vLLM {version}'s "
-            "V1 engine schedules synchronously, its scheduler's Python work per request "
-            "between steps (schedule and update_from_output, timed from the 0.11.0 wheel) "
-            "added to every step (simulator/engines/vllm_host.py)"]
+    notes = []
+    asynchronous = v is None or v >= VLLM_ASYNC_FROM
+    if "async_scheduling" not in cluster:
+        cluster["async_scheduling"] = asynchronous
+        notes.append(f"cluster.async_scheduling {str(asynchronous).lower()}: vLLM "
+                     f"{version or '(current)'} " + ("schedules the next step while the GPU "
+                     "runs this one (the default from 0.14.0)" if asynchronous else
+                     "schedules synchronously (V1 before 0.14.0)"))
+    if "host_request_s" not in cluster:
+        cluster["host_request_s"] = VLLM_V1_HOST_REQUEST_S
+        notes.append(f"cluster.host_request_s {VLLM_V1_HOST_REQUEST_S * 1e6:.1f} us: vLLM V1's "
+                     "scheduler (schedule and update_from_output, timed from the 0.11.0 wheel) "
+                     "per request between steps (simulator/engines/vllm_host.py)")
+    return notes
