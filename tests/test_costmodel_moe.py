@@ -29,7 +29,8 @@ def _mixed() -> BatchShape:
 CONFIGS = [("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 1), ("mixtral-8x7b", "h100-sxm", "bf16", 2, 1, 2),
            ("qwen3-30b-a3b", "h100-sxm", "bf16", 1, 1, 1),
            ("deepseek-v2-lite", "h100-sxm", "bf16", 1, 2, 1),
-           ("deepseek-v3", "h200-sxm", "fp8", 8, 1, 8), ("deepseek-v3", "h200-sxm", "fp8", 8, 2, 1)]
+           ("deepseek-v3", "h200-sxm", "fp8", 8, 1, 8), ("deepseek-v3", "h200-sxm", "fp8", 8, 2, 1),
+           ("mixtral-8x7b", "h100-sxm", "bf16", 4, 1, 2), ("deepseek-v3", "h200-sxm", "fp8", 8, 1, 4)]
 
 
 @pytest.mark.parametrize("model,hw,dtype,tp,pp,ep", CONFIGS)
@@ -99,7 +100,8 @@ def test_unknown_a2a_backend_is_refused():
 
 
 @pytest.mark.parametrize("ep,tp,match", [(3, 4, "does not divide the 8 experts"),
-                                         (4, 2, "must equal tp=2"),
+                                         (4, 2, "does not divide tp=2"),
+                                         (2, 3, "does not divide tp=3"),
                                          (0, 2, "positive integer")])
 def test_bad_ep_is_refused(ep, tp, match):
     with pytest.raises(ValueError, match=match):
@@ -232,3 +234,36 @@ def test_the_all_to_all_backend_slows_a_simulated_ep_replica():
     assert all(r.summary["requests"]["finished"] == 40 for r in runs.values())
     # the same steps, each also dispatching and combining its tokens over NVLink
     assert runs["all_to_all"].summary["span_s"] > runs["none"].summary["span_s"]
+
+
+@pytest.mark.parametrize("model,hw,dtype,tp", [("mixtral-8x7b", "h100-sxm", "bf16", 4),
+                                               ("deepseek-v3", "h200-sxm", "fp8", 8)])
+def test_expert_groups_smaller_than_tp_split_each_expert_within_the_group(model, hw, dtype, tp):
+    """ep dividing tp: each of the ep groups of tp/ep GPUs holds E/ep experts split tp/ep ways,
+    so a GPU holds the same expert weights at every ep, and a compute-bound prefill of many
+    tokens costs about the same; at decode the expected experts a GPU streams lie between
+    those of ep 1 and ep = tp."""
+    m = get_model(model)
+    acc = get_accelerator(hw)
+    plans = {ep: plan_memory(m, acc, dtype, tp, 1, ep=ep) for ep in (1, 2, tp)}
+    assert plans[2].weight_bytes_per_gpu == pytest.approx(plans[1].weight_bytes_per_gpu, rel=1e-9)
+    assert plans[2].weight_bytes_per_gpu == pytest.approx(plans[tp].weight_bytes_per_gpu, rel=1e-9)
+    cms = {ep: CostModel(model, hw, dtype, tp, 1, ep=ep) for ep in (1, 2, tp)}
+    hit = {ep: cm.expected_experts_loaded(4.0) for ep, cm in cms.items()}
+    assert hit[tp] < hit[2] < hit[1]  # experts per GPU: E/tp < E/2 < E (each a 1/(tp/ep) slice)
+    prefill = BatchShape.from_lists([8192], [0])
+    times = {ep: cm.step_time(prefill) for ep, cm in cms.items()}
+    assert times[2] == pytest.approx(times[1], rel=0.1)
+    br = cms[2].explain(_decode(8))
+    assert br.total_s == pytest.approx(cms[2].step_time(_decode(8)), rel=1e-12)
+
+
+def test_expert_groups_smaller_than_tp_refuse_the_all_to_all_and_dp_attention():
+    from tests.sim_helpers import merged, sim
+
+    with pytest.raises(ValueError, match="all_to_all with cluster.ep = 2 < cluster.tp = 4"):
+        sim(merged(MIXTRAL_BURST, {"cluster": {"tp": 4, "ep": 2,
+                                               "moe_a2a_backend": "all_to_all"}}), base={})
+    with pytest.raises(ValueError, match="dp_attention with cluster.ep = 2 < cluster.tp = 4"):
+        sim(merged(MIXTRAL_BURST, {"cluster": {"tp": 4, "ep": 2, "dp_attention": True}}),
+            base={})

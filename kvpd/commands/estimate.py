@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
     p.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel degree for MoE models: 1 (experts split tp ways) or tp")
+                   help="expert-parallel degree for MoE models, dividing --tp: the experts in "
+                        "ep groups of tp/ep GPUs (1: every expert split tp ways; tp: whole "
+                        "experts per GPU)")
     p.add_argument("--moe-a2a-backend", default="none", choices=MOE_A2A_BACKENDS,
                    help="with --ep > 1: none (default; the engines' default: every rank holds "
                         "every token and the TP all-reduce sums the experts' outputs) or "
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
     check_a2a(args.moe_a2a_backend, args.ep, a2a="--moe-a2a-backend", ep_key="--ep",
-              tp_key="--tp")
+              tp_key="--tp", tp=args.tp)
     if args.fused_moe_config == "legacy_default" and not model.is_moe:
         raise ValueError(f"--fused-moe-config legacy_default: {model.name} is a dense model "
                          "(the fallback prices MoE expert kernels); drop the flag")
@@ -197,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "
                          f"{model.name} ({'MoE' if model.is_moe else 'dense'}), tp={args.tp}, "
                          f"pp={args.pp}")
+    if dp and 1 < args.ep < args.tp:
+        raise ValueError(f"--dp-attention with --ep {args.ep} < --tp {args.tp}: data-parallel "
+                         "attention is modelled with the experts split tp ways (--ep 1) or "
+                         "whole per GPU (--ep = --tp)")
 
     def cost_model(tp: int, ep: int) -> CostModel:
         return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,

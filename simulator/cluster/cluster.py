@@ -140,7 +140,7 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
     a2a_key = ("cluster.moe_a2a_backend" if role == "colocated"
                else f"cluster.pd.{role}.moe_a2a_backend")
     check_a2a(spec.moe_a2a_backend, spec.ep, a2a=f"{a2a_key}:", ep_key=key,
-              tp_key=key.removesuffix("ep") + "tp")
+              tp_key=key.removesuffix("ep") + "tp", tp=spec.tp)
     if spec.ep_link != "scale_up" and spec.moe_a2a_backend == "none":
         raise ValueError(f"{key}_link: {spec.ep_link} is the link of the MoE all-to-all, which "
                          f"{a2a_key}: none does not run (the TP all-reduce uses the "
@@ -163,6 +163,10 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         raise ValueError(f"cluster.dp_attention: {model.name} is a dense model; data-parallel "
                          "attention pays off where MoE layers are shared across the ranks "
                          "(use cluster.replicas for independent copies of a dense model)")
+    if dp and 1 < spec.ep < spec.tp:
+        raise ValueError(f"cluster.dp_attention with {key} = {spec.ep} < cluster.tp = {spec.tp}: "
+                         "data-parallel attention is modelled with the experts split tp ways "
+                         "(ep 1) or whole per GPU (ep = tp)")
     if dp and scenario.scheduler.preemption_mode == "swap":
         raise ValueError("cluster.dp_attention: scheduler.preemption_mode swap is not modelled "
                          "with data-parallel attention; use recompute")

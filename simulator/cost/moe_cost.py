@@ -96,16 +96,16 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
     dwb = wb if dense_wb is None else dense_wb
     d, k, E = model.hidden_size, model.experts_per_token, model.num_experts
     n_mats = 3 if model.gated_mlp else 2
-    if ep > 1:  # whole experts, E/ep of them per rank; 1/ep of the token-expert pairs
-        w_expert, per_rank, share = n_mats * d * model.ffn_size, E / ep, 1.0 / ep
-    else:  # every expert column-split tp ways
-        w_expert, per_rank, share = n_mats * d * model.ffn_size / tp, float(E), 1.0
+    # E/ep experts per rank, each column-split tp/ep ways (ep 1: every expert split tp ways;
+    # ep = tp: whole experts); a rank computes 1/ep of the token-expert pairs
+    moe_tp = tp // ep
+    w_expert, per_rank, share = n_mats * d * model.ffn_size / moe_tp, E / ep, 1.0 / ep
     w_shared = model.shared_expert_params / tp
     w_dense = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params) / tp
     router = d * E
     flops = (moe_layers * 2 * (k * share * w_expert + w_shared + router)
              + dense_layers * 2 * w_dense)
-    f_rank = model.ffn_size / (1 if ep > 1 else tp)
+    f_rank = model.ffn_size / moe_tp
     act = (moe_layers * ((k * share * (2 * d + n_mats * f_rank)
                           + (2 * d + n_mats * model.shared_expert_ffn_size / tp
                              if model.shared_expert_ffn_size else 0)) * ab + 2 * d * ab)

@@ -22,10 +22,11 @@ class ShardPlan:
     pp: int
     heads: int  # query heads per rank
     kv_heads: int  # KV heads per rank (replicated when num_kv_heads < tp)
-    ffn: int  # FFN columns per rank (per expert)
+    ffn: int  # FFN columns per rank (per expert: moe_intermediate / (tp / ep))
     vocab: int  # vocabulary rows per rank (ceil)
     layers_per_stage: tuple[int, ...]
-    ep: int = 1  # expert-parallel degree: 1, or tp (each rank holds num_experts / ep experts)
+    ep: int = 1  # expert-parallel degree, dividing tp: each rank holds num_experts / ep
+    # experts, each split tp / ep ways (1: every expert split tp ways; tp: whole experts)
 
     def layer_matrix_params(self, model: ModelSpec) -> int:
         """Attention + all experts' MLP weights of one layer on one rank."""
@@ -57,8 +58,7 @@ class ShardPlan:
         dense, moe = stage_layer_split(model, self.layers_per_stage, s)
         d, n_mats = model.hidden_size, 3 if model.gated_mlp else 2
         attn = self.attention_params(model)
-        routed = (model.num_experts / self.ep) * n_mats * d * model.ffn_size if self.ep > 1 \
-            else model.num_experts * n_mats * d * self.ffn
+        routed = (model.num_experts / self.ep) * n_mats * d * self.ffn
         dense_mlp = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params)
         return ((dense + moe) * attn + moe * (routed + model.shared_expert_params / self.tp)
                 + dense * dense_mlp / self.tp)
@@ -122,9 +122,11 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> Shar
     if kv < tp and tp % kv:
         raise ValueError(f"tp={tp} is not a multiple of num_kv_heads={kv} of {name}: with more "
                          "ranks than KV heads each KV head is replicated an equal number of times")
-    if model.ffn_size % tp and ep == 1:
-        raise ValueError(f"tp={tp} does not divide ffn_size={model.ffn_size} of {name}: each rank "
-                         "holds an equal slice of the MLP")
+    moe_tp = tp // ep  # the ranks that split each expert (all tp of them without EP)
+    if model.ffn_size % moe_tp:
+        what = (f"tp / ep = {moe_tp}" if ep > 1 else f"tp={tp}")
+        raise ValueError(f"{what} does not divide ffn_size={model.ffn_size} of {name}: each rank "
+                         "holds an equal slice of the MLP" + (" (of each expert)" if ep > 1 else ""))
     for heads, key in ((model.linear_key_heads, "linear_num_key_heads"),
                        (model.linear_value_heads, "linear_num_value_heads")):
         if heads and heads % tp:
@@ -134,14 +136,16 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> Shar
         raise ValueError(f"pp={pp} exceeds the {model.num_layers} layers of {name}")
     return ShardPlan(
         tp=tp, pp=pp, heads=model.num_heads // tp, kv_heads=max(1, kv // tp),
-        ffn=model.ffn_size // tp if ep == 1 else model.ffn_size, vocab=-(-model.vocab_size // tp),
+        ffn=model.ffn_size // moe_tp, vocab=-(-model.vocab_size // tp),
         layers_per_stage=split_layers(model.num_layers, pp), ep=ep)
 
 
 def check_ep(model: ModelSpec, tp: int, ep: int) -> None:
-    """ValueError unless `ep` is 1 or, for an MoE model, equals tp and divides its experts
-    (the attention's TP group doubles as the expert-parallel group, as vLLM's
-    --enable-expert-parallel does within a TP group)."""
+    """ValueError unless `ep` is 1 or, for an MoE model, divides both tp and its experts: the
+    attention's TP group holds the experts in ep groups of tp / ep ranks, each group E / ep
+    experts split tp / ep ways (ep = tp: whole experts per rank, as vLLM's
+    --enable-expert-parallel within a TP group; 1 < ep < tp: SGLang's --ep-size, TensorRT-LLM's
+    moe_expert_parallel_size beside moe_tensor_parallel_size)."""
     if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
         raise ValueError(f"expert-parallel degree ep must be a positive integer, got {ep!r}")
     if ep == 1:
@@ -153,17 +157,24 @@ def check_ep(model: ModelSpec, tp: int, ep: int) -> None:
         raise ValueError(f"ep={ep} does not divide the {model.num_experts} experts of "
                          f"{model.name}: each rank must hold the same number of whole experts "
                          f"(valid ep: {_divisors(model.num_experts)})")
-    if ep != tp:
-        raise ValueError(f"ep={ep} must equal tp={tp}: the attention's tensor-parallel GPUs "
-                         "form the expert-parallel group (ep: 1 splits every expert tp ways)")
+    if tp % ep:
+        raise ValueError(f"ep={ep} does not divide tp={tp}: the attention's tensor-parallel GPUs "
+                         f"hold the experts in ep groups of tp / ep GPUs (valid ep: "
+                         f"{[e for e in _divisors(tp) if model.num_experts % e == 0]})")
 
 
-def check_a2a(backend: str, ep: int, *, a2a: str, ep_key: str, tp_key: str) -> None:
+def check_a2a(backend: str, ep: int, *, a2a: str, ep_key: str, tp_key: str,
+              tp: int | None = None) -> None:
     """ValueError unless the MoE all-to-all `backend` has experts on other GPUs to reach
-    (`ep` > 1) or is "none"; `a2a`, `ep_key` and `tp_key` name where the caller read them."""
+    (`ep` > 1; whole experts per GPU: `ep` = `tp` when given) or is "none"; `a2a`, `ep_key`
+    and `tp_key` name where the caller read them."""
     if backend != "none" and ep == 1:
         raise ValueError(f"{a2a} {backend}, but {ep_key} is 1: an all-to-all dispatches tokens "
                          f"to experts held on other GPUs, so it needs {ep_key} = {tp_key} > 1")
+    if backend != "none" and tp is not None and ep != tp:
+        raise ValueError(f"{a2a} {backend} with {ep_key} = {ep} < {tp_key} = {tp}: the "
+                         "all-to-all is modelled for whole experts per GPU only "
+                         f"({ep_key} = {tp_key}); use moe_a2a_backend none")
 
 
 def _divisors(n: int) -> list[int]:
