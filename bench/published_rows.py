@@ -62,6 +62,7 @@ MODEL_NAMES = {
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",  # the FP8 export of the release
     "Qwen/Qwen3.5-35B-A3B": "qwen3.5-35b-a3b",
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8": "qwen3-coder-480b-a35b",  # the FP8 export
     "zai-org/GLM-4.5-Air": "glm-4.5-air",
     "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",
@@ -514,9 +515,9 @@ def _lengths(row: Row, s: dict[str, Any], key: str, notes: list[str]) -> dict[st
 def _ep(row: Row, s: dict[str, Any], cluster: dict[str, Any], notes: list[str]) -> None:
     """cluster.ep from a published expert-parallel size. vLLM's --enable-expert-parallel
     makes the MoE layers' EP group the whole TP x DP group (so ep = tp with DP 1);
-    TensorRT-LLM and SGLang name their --ep_size / --ep-size. kvpd runs EP over the TP group
-    (ep = tp, attention tensor-parallel): any other split is refused by the loader, which
-    names it, rather than mapped to something else here."""
+    TensorRT-LLM and SGLang name their --ep_size / --ep-size. kvpd runs EP inside the TP group
+    (ep dividing tp, attention tensor-parallel): any other split is refused by the loader,
+    which names it, rather than mapped to something else here."""
     if s.get("pd"):
         raise ValueError(f"{row.key}: setup.ep with setup.pd: give ep per PD side")
     cluster["ep"] = int(s["ep"])
