@@ -335,7 +335,7 @@ def to_scenario(row: Row) -> Converted:
     # class) or `trtllm-bench throughput` (which sizes its own limits: simulator.engines.trtllm_bench)
     harness = str(row.source.get("harness", ""))
     offline = not closed and ("benchmark_throughput" in harness or "trtllm-bench" in harness)
-    workload, files = _burst(row, s, n + warmup, notes)
+    workload, files = _load(row, s, n + warmup, notes)
     sc: dict[str, Any] = {
         "name": f"{row.source['id']}--{row.id}",
         "description": f"{row.source['title']} | {row.where}",
@@ -403,7 +403,7 @@ def to_scenario(row: Row) -> Converted:
     return Converted(row, sc, notes, files)
 
 
-def _burst(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict, dict[str, str]]:
+def _load(row: Row, s: dict[str, Any], n: int, notes: list[str]) -> tuple[dict, dict[str, str]]:
     """The workload of `n` requests sent at t = 0 (or, with `setup.arrival: constant`, one every
     1 / `setup.rate` s), and the files it reads: a synthetic spec of the published lengths, or
     the harness's own requests (`setup.lengths`) as a trace."""

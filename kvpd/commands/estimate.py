@@ -189,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
             quant["group_size"] = args.group_size
         if args.quantization_scope:
             quant["scope"] = args.quantization_scope
-    check_a2a(args.moe_a2a_backend, args.ep, a2a="--moe-a2a-backend", ep_key="--ep",
-              tp_key="--tp", tp=args.tp)
+    check_a2a(args.moe_a2a_backend, args.ep, args.tp, a2a="--moe-a2a-backend", ep_key="--ep",
+              tp_key="--tp")
     if args.fused_moe_config == "legacy_default" and not model.is_moe:
         raise ValueError(f"--fused-moe-config legacy_default: {model.name} is a dense model "
                          "(the fallback prices MoE expert kernels); drop the flag")

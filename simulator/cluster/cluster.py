@@ -139,8 +139,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         raise ValueError(f"{key}: {exc}") from None
     a2a_key = ("cluster.moe_a2a_backend" if role == "colocated"
                else f"cluster.pd.{role}.moe_a2a_backend")
-    check_a2a(spec.moe_a2a_backend, spec.ep, a2a=f"{a2a_key}:", ep_key=key,
-              tp_key=key.removesuffix("ep") + "tp", tp=spec.tp)
+    check_a2a(spec.moe_a2a_backend, spec.ep, spec.tp, a2a=f"{a2a_key}:", ep_key=key,
+              tp_key=key.removesuffix("ep") + "tp")
     if spec.ep_link != "scale_up" and spec.moe_a2a_backend == "none":
         raise ValueError(f"{key}_link: {spec.ep_link} is the link of the MoE all-to-all, which "
                          f"{a2a_key}: none does not run (the TP all-reduce uses the "

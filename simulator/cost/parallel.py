@@ -163,15 +163,14 @@ def check_ep(model: ModelSpec, tp: int, ep: int) -> None:
                          f"{[e for e in _divisors(tp) if model.num_experts % e == 0]})")
 
 
-def check_a2a(backend: str, ep: int, *, a2a: str, ep_key: str, tp_key: str,
-              tp: int | None = None) -> None:
-    """ValueError unless the MoE all-to-all `backend` has experts on other GPUs to reach
-    (`ep` > 1; whole experts per GPU: `ep` = `tp` when given) or is "none"; `a2a`, `ep_key`
-    and `tp_key` name where the caller read them."""
+def check_a2a(backend: str, ep: int, tp: int, *, a2a: str, ep_key: str, tp_key: str) -> None:
+    """ValueError unless the MoE all-to-all `backend` is "none" or has whole experts on other
+    GPUs to reach (`ep` = `tp` > 1); `a2a`, `ep_key` and `tp_key` name where the caller read
+    them."""
     if backend != "none" and ep == 1:
         raise ValueError(f"{a2a} {backend}, but {ep_key} is 1: an all-to-all dispatches tokens "
                          f"to experts held on other GPUs, so it needs {ep_key} = {tp_key} > 1")
-    if backend != "none" and tp is not None and ep != tp:
+    if backend != "none" and ep != tp:
         raise ValueError(f"{a2a} {backend} with {ep_key} = {ep} < {tp_key} = {tp}: the "
                          "all-to-all is modelled for whole experts per GPU only "
                          f"({ep_key} = {tp_key}); use moe_a2a_backend none")

@@ -191,8 +191,7 @@ class StageTerms:
         rest = [g for g in rest if g[0] > 0]
         grouped = getattr(self.kernels, "grouped_gemm", None)
         if grouped is None or not moe:
-            f_rank = m.ffn_size / (tp // ep)  # each expert split tp / ep ways
-            routed = [g for g in mats(f_rank, moe * kx / ep) if g[0] > 0]
+            routed = [g for g in mats(self.shard.ffn, moe * kx / ep) if g[0] > 0]
             if dense_rate is None or not rest:  # (scope all: every matrix at the experts' rate)
                 return LinearCost(routed + rest, 1, peak, eff, None, None, wo, alu)
             # the matrices outside the quantization scope at their own rate (no dequantization
@@ -234,9 +233,9 @@ class StageTerms:
 
     def _expert_gemms(self) -> tuple[tuple[float, float], ...]:
         """(N, K) of one routed expert's GEMMs on a rank: gate/up (fused when gated), down;
-        its width is moe_intermediate / (tp / ep) (whole with ep = tp)."""
+        its width is the shard's (moe_intermediate / (tp / ep): whole with ep = tp)."""
         m = self.model
-        f_rank = m.ffn_size / (self.tp // self.ep)
+        f_rank = self.shard.ffn
         up = (2 * f_rank, m.hidden_size) if m.gated_mlp else (f_rank, m.hidden_size)
         return (up, (m.hidden_size, f_rank))
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from simulator.engines.version import parse_version
+from simulator.engines.version import from_release
 
 VLLM_V1_HOST_REQUEST_S = 5.5e-6  # s per scheduled request per step (see above)
 VLLM_SYNC_V1_FROM = Version("0.8.0")  # V1 the default engine
@@ -36,11 +36,10 @@ def host_request_rule(cluster: dict[str, Any], version: Any) -> list[str]:
     """`cluster.host_request_s` and `cluster.async_scheduling` for a vLLM scenario on the V1
     engine (`version` from 0.8.0; None: the current release), where they are not set; the
     rules used, as notes (none for V0)."""
-    v = parse_version(version)
-    if v is not None and v < VLLM_SYNC_V1_FROM:
+    if not from_release(version, VLLM_SYNC_V1_FROM):
         return []
     notes = []
-    asynchronous = v is None or v >= VLLM_ASYNC_FROM
+    asynchronous = from_release(version, VLLM_ASYNC_FROM)
     if "async_scheduling" not in cluster:
         cluster["async_scheduling"] = asynchronous
         notes.append(f"cluster.async_scheduling {str(asynchronous).lower()}: vLLM "
