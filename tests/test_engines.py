@@ -237,11 +237,12 @@ def test_bad_eager_keys_are_refused_by_name_not_a_crash(cluster, says):
     ({"name": "vllm", "version": "0.13.0"}, 5.5e-6, False),
     ({"name": "vllm", "version": "0.14.0"}, 5.5e-6, True),  # async scheduling by default
     ({"name": "vllm"}, 5.5e-6, True),  # no version: the engine as released now
-    ({"name": "vllm", "version": "0.7.3"}, None, None),  # V0: not priced
+    ({"name": "vllm", "version": "0.7.3"}, 10e-6, False),  # V0: its own, synchronous
+    ({"name": "vllm", "version": "0.6.6"}, 10e-6, False),
     ({"name": "sglang", "version": "0.5.7"}, None, None),
     ({"name": "tensorrt-llm"}, None, None),
 ])
-def test_vllm_v1_scheduler_host_time_by_engine_and_version(engine, host, asynchronous):
+def test_vllm_scheduler_host_time_by_engine_and_version(engine, host, asynchronous):
     sc = _resolve(engine)
     assert sc.cluster.host_request_s == host
     assert sc.cluster.async_scheduling is asynchronous
