@@ -8,13 +8,17 @@ counts a source leaves out) live here, once, not per row; each scenario names it
 (`engine:`), whose documented defaults `simulator.engines` fills in, as for any user's
 scenario; `assumptions` records every rule a row needed. A product built on an engine (NIM,
 Dynamo) names it as `engine_backend`; its own `engine_version` is then the product's, so the
-engine's version comes from `engine_backend_version` (the source's, or a row setup's) or is
-not given.
+engine's version comes from `engine_backend_version` (the source's, or a row setup's). A source
+that states no engine version is run on the engine's newest release at the source's date
+(`release_at`, from PyPI's upload dates in bench/releases/engine_releases.json), or, with no
+date either, on kvpd's defaults for the engine as released now.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from simulator.engines import apply_engine
 from simulator.engines.version import parse_version
 
 SUITE_DIR = Path(__file__).resolve().parent / "published"
+RELEASES_FILE = Path(__file__).resolve().parent / "releases" / "engine_releases.json"
 
 SOURCE_KEYS = ("id", "title", "url", "date", "kind", "engine", "engine_version", "harness")
 ROW_KEYS = ("id", "where", "setup", "metric")
@@ -302,6 +307,21 @@ def _num_requests(row: Row, s: dict[str, Any], closed: bool, notes: list[str]) -
     raise ValueError(f"{row.key}: the request count is neither published nor given by a rule")
 
 
+@cache
+def _releases() -> dict[str, dict[str, str]]:
+    return json.loads(RELEASES_FILE.read_text())["engines"]
+
+
+def release_at(engine: str, date: Any) -> str | None:
+    """The newest release of `engine` first uploaded to PyPI on or before `date` (YYYY-MM-DD;
+    a date YAML read as one); None for an engine or date the table cannot answer."""
+    day = str(date)
+    if len(day) != 10 or day[4] != "-" or day[7] != "-":
+        return None
+    out = [(parse_version(v), v) for v, d in _releases().get(engine, {}).items() if d <= day]
+    return max(out)[1] if out else None
+
+
 def to_scenario(row: Row) -> Converted:
     """The kvpd scenario mapping for `row` (model, precision, hardware, parallelism, policy,
     burst or closed-loop load of fixed lengths)."""
@@ -309,9 +329,12 @@ def to_scenario(row: Row) -> Converted:
     engine = row.source.get("engine_backend") or row.source["engine"]
     version = (s.get("engine_backend_version") or row.source.get("engine_backend_version")
                if row.source.get("engine_backend") else row.source.get("engine_version"))
-    if version is not None and parse_version(version) is None:  # "unknown": not published
-        notes.append(f"engine version not published ({version!r}): kvpd's defaults for {engine}")
-        version = None
+    if version is None or parse_version(version) is None:  # "unknown" or absent: not published
+        date = row.source.get("date")
+        version = release_at(engine, date)
+        notes.append(f"engine version not published: {engine} {version}, the newest release on "
+                     f"PyPI at the source's date ({date})" if version else
+                     f"engine version not published: kvpd's defaults for {engine}")
     dtype, quant = PRECISIONS[_lookup({k: k for k in PRECISIONS}, s["precision"], "precision", row)]
     arrival = s.get("arrival", "burst")
     if arrival not in ARRIVALS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
 from pathlib import Path
 
@@ -268,15 +269,43 @@ def test_vllm_defaults_by_version_gpu_and_entry_point(rows):
 
 def test_a_products_own_version_is_not_its_engines(rows):
     """Dynamo's vllm-runtime 0.6.1 is not vLLM 0.6.1: with an engine_backend the engine's
-    version is engine_backend_version (the row's, else the source's) or not given."""
+    version is engine_backend_version (the row's, else the source's), else the engine's
+    release at the source's date."""
     r = next(x for x in rows if x.source.get("engine_backend") == "vllm" and not x.setup.get("pd"))
-    product = {"engine_version": "0.6.1", "engine_backend_version": None}
+    product = {"engine_version": "0.6.1", "engine_backend_version": None, "date": "2025-06-01"}
     eng = pr.to_scenario(_with(r, product, engine_backend_version=None)).scenario["engine"]
-    assert "version" not in eng
+    assert eng["version"] == "0.9.0.1"  # not 0.6.1: vLLM's newest release on 2025-06-01
     eng = pr.to_scenario(_with(r, product, engine_backend_version="0.20.1")).scenario["engine"]
     assert eng["version"] == "0.20.1"
     plain = next(x for x in rows if x.source["engine"] == "vllm" and not x.source.get("engine_backend"))
     assert pr.to_scenario(plain).scenario["engine"]["version"] == str(plain.source["engine_version"])
+
+
+def test_release_at_a_date_is_the_newest_release_uploaded_by_then():
+    """From PyPI's upload days (bench/releases/engine_releases.json): the day itself counts,
+    pre-releases are not in the table, and what the table cannot answer is None."""
+    assert pr.release_at("vllm", "2024-10-14") == "0.6.3"  # uploaded that day
+    assert pr.release_at("vllm", "2024-10-13") == "0.6.2"
+    assert pr.release_at("vllm", datetime.date(2025, 3, 19)) == "0.8.1"  # a date YAML parsed
+    assert pr.release_at("sglang", "2025-12-31") is not None
+    assert not any("rc" in v or "dev" in v for v in pr._releases()["tensorrt-llm"])
+    for engine, date in (("vllm", "2020-01-01"), ("vllm", "unknown"), ("nvidia-nim", "2025-01-01")):
+        assert pr.release_at(engine, date) is None
+
+
+def test_an_unpublished_version_runs_the_release_at_the_sources_date(rows):
+    """A source that states no engine version (or says 'unknown') is run on the engine's
+    release at its date, and says so; with no date either, on kvpd's defaults."""
+    r = next(x for x in rows if x.source["engine"] == "vllm" and not x.source.get("engine_backend")
+             and not x.setup.get("pd"))
+    c = pr.to_scenario(_with(r, {"engine_version": "unknown", "date": "2024-10-10"}, max_batch=None))
+    assert c.scenario["engine"]["version"] == "0.6.2"
+    assert any("vllm 0.6.2, the newest release on PyPI at the source's date" in a
+               for a in c.assumptions)
+    assert c.scenario["scheduler"]["max_num_seqs"] == 256  # V0's default follows from it
+    c = pr.to_scenario(_with(r, {"engine_version": None, "date": "unknown"}))
+    assert "version" not in c.scenario["engine"]
+    assert any("kvpd's defaults for vllm" in a for a in c.assumptions)
 
 
 def test_tensorrt_llm_fp8_runs_an_fp8_kv_cache_unless_published(rows):
