@@ -213,6 +213,8 @@ def test_estimate_spreads_the_step_over_the_ranks(capsys):
     assert out["memory_plan"]["dp_attention"] is True
     assert kvpd_main(args[:-3] + ["--model", "llama-3-70b", "--decode", "8x100"]) == 2
     assert "--dp-attention needs an MoE model" in capsys.readouterr().err
+    assert kvpd_main(args[:-3] + ["--ep", "4", "--decode", "8x100"]) == 2  # 1 < ep < tp
+    assert "--dp-attention with --ep = 4 < --tp = 8" in capsys.readouterr().err
 
 
 def test_estimate_prices_the_all_to_all_when_asked(capsys):

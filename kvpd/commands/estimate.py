@@ -21,7 +21,7 @@ import re
 
 from simulator.cost.kernels import ATTENTION_BACKENDS, FUSED_MOE_CONFIGS
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS
-from simulator.cost.parallel import check_a2a
+from simulator.cost.parallel import check_a2a, check_dp_ep
 
 
 def _overrides(text: str) -> dict:
@@ -199,10 +199,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "
                          f"{model.name} ({'MoE' if model.is_moe else 'dense'}), tp={args.tp}, "
                          f"pp={args.pp}")
-    if dp and 1 < args.ep < args.tp:
-        raise ValueError(f"--dp-attention with --ep {args.ep} < --tp {args.tp}: data-parallel "
-                         "attention is modelled with the experts split tp ways (--ep 1) or "
-                         "whole per GPU (--ep = --tp)")
+    if dp:
+        check_dp_ep(args.ep, args.tp, dp="--dp-attention", ep_key="--ep", tp_key="--tp")
 
     def cost_model(tp: int, ep: int) -> CostModel:
         return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,

@@ -55,7 +55,7 @@ from simulator.cost.host_share import HostSharing
 from simulator.cost.kernels import AttentionBackendError, fallback_grouped_gemm, kernel_profile
 from simulator.cost.memory_plan import MemoryPlan
 from simulator.cost.models import ModelSpec
-from simulator.cost.parallel import check_a2a, check_ep
+from simulator.cost.parallel import check_a2a, check_dp_ep, check_ep
 from simulator.cost.params import CALIBRATION_USE_KEYS, LOOP_FIELDS, CostParams
 from simulator.scenario import PoolSpec, Scenario, Spec
 
@@ -163,10 +163,8 @@ def plan_pool(scenario: Scenario, model: ModelSpec, spec: PoolSpec, role: str) -
         raise ValueError(f"cluster.dp_attention: {model.name} is a dense model; data-parallel "
                          "attention pays off where MoE layers are shared across the ranks "
                          "(use cluster.replicas for independent copies of a dense model)")
-    if dp and 1 < spec.ep < spec.tp:
-        raise ValueError(f"cluster.dp_attention with {key} = {spec.ep} < cluster.tp = {spec.tp}: "
-                         "data-parallel attention is modelled with the experts split tp ways "
-                         "(ep 1) or whole per GPU (ep = tp)")
+    if dp:
+        check_dp_ep(spec.ep, spec.tp, dp="cluster.dp_attention", ep_key=key, tp_key="cluster.tp")
     if dp and scenario.scheduler.preemption_mode == "swap":
         raise ValueError("cluster.dp_attention: scheduler.preemption_mode swap is not modelled "
                          "with data-parallel attention; use recompute")

@@ -176,5 +176,15 @@ def check_a2a(backend: str, ep: int, tp: int, *, a2a: str, ep_key: str, tp_key: 
                          f"({ep_key} = {tp_key}); use moe_a2a_backend none")
 
 
+def check_dp_ep(ep: int, tp: int, *, dp: str, ep_key: str, tp_key: str) -> None:
+    """ValueError where data-parallel attention meets expert-parallel groups smaller than TP
+    (1 < `ep` < `tp`): it is modelled with the experts split tp ways or whole per GPU; `dp`,
+    `ep_key` and `tp_key` name where the caller read them."""
+    if 1 < ep < tp:
+        raise ValueError(f"{dp} with {ep_key} = {ep} < {tp_key} = {tp}: data-parallel attention "
+                         f"is modelled with the experts split tp ways ({ep_key} 1) or whole per "
+                         f"GPU ({ep_key} = {tp_key})")
+
+
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
