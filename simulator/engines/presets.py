@@ -31,7 +31,7 @@ from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule, mamba_block_
 from simulator.engines.scenario_model import raw_model
 from simulator.engines.version import parse_version
 from simulator.engines.vllm_block_size import mla_block_size_rule
-from simulator.engines.vllm_host import host_request_rule
+from simulator.engines.vllm_host import VLLM_V1_RELEASE, host_request_rule
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy-turbomind")
 ENTRY_POINTS = ("server", "offline")  # OpenAI-compatible server, or the offline LLM class
@@ -99,7 +99,7 @@ FP8_KV_ENGINES = {"tensorrt-llm"}
 #   sliding window and, from v0.6.5, ROCm; the chunked budget is 512 tokens before v0.6.5 and
 #   2048 from it (SchedulerConfig.__post_init__, single-step). Not modelled: v0.7.x forcing
 #   chunked prefill off for MLA models (VllmConfig.__post_init__ at v0.7.3; a nightly lifted it).
-VLLM_V1_FROM = (0, 8)
+VLLM_V1_FROM = (VLLM_V1_RELEASE.major, VLLM_V1_RELEASE.minor)  # (0, 8): V1 the default engine
 VLLM_V1_BIG_GPU_GIB = 70
 VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
     (True, True): (1024, 16384), (True, False): (1024, 8192),

@@ -40,7 +40,7 @@ from simulator.engines.version import from_release
 
 VLLM_V1_HOST_REQUEST_S = 5.5e-6  # s per scheduled request per step (see above)
 VLLM_V0_HOST_REQUEST_S = 10.0e-6  # s per scheduled request per step, V0 (see above)
-VLLM_SYNC_V1_FROM = Version("0.8.0")  # V1 the default engine
+VLLM_V1_RELEASE = Version("0.8.0")  # V1 the default engine (presets.VLLM_V1_FROM reads it)
 VLLM_ASYNC_FROM = Version("0.14.0")  # SchedulerConfig.async_scheduling on where supported
 
 
@@ -48,7 +48,7 @@ def host_request_rule(cluster: dict[str, Any], version: Any) -> list[str]:
     """`cluster.host_request_s` and `cluster.async_scheduling` for a vLLM scenario, where they
     are not set: V0's price before 0.8.0, V1's from it (`version` None: the current release);
     the rules used, as notes."""
-    v1 = from_release(version, VLLM_SYNC_V1_FROM)
+    v1 = from_release(version, VLLM_V1_RELEASE)
     notes = []
     asynchronous = v1 and from_release(version, VLLM_ASYNC_FROM)
     if "async_scheduling" not in cluster:
