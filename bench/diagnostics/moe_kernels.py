@@ -97,6 +97,15 @@ ROWS = [
     ("DeepSeek-V3 fp8 block-scale, H100, TP8 (E=256 N=512, DeepGEMM, Feb 2025)", "deepseek-v3",
      "h100-sxm", 8, "fp8", {512: 2331.06, 1024: 2886.08, 1536: 3423.49, 2048: 3974.65},
      "vLLM PR #13932 (H100 results, DeepGEMM column, TP8)"),
+    # Blackwell's grouped_gemm entries are assumed as Hopper's (kernels.yaml). SGLang's tuned
+    # Triton config on the B200 at DeepSeek-R1 TP8 (the 'Before' column of the PR that made
+    # flashinfer_trtllm SGLang's MoE runner for block-FP8 DeepSeek on SM100 by default): kvpd is
+    # 24-28% fast at 1-4 tokens (the call's fixed time on Blackwell is larger than Hopper's) and
+    # within 9% from 8 on. Only a check: SGLang runs these shapes on flashinfer_trtllm since.
+    ("DeepSeek-R1 fp8 block-scale, B200, TP8 (E=256 N=256, SGLang's tuned Triton config, "
+     "Oct 2025)", "deepseek-v3", "b200", 8, "fp8",
+     {1: 52.65, 2: 60.35, 4: 79.09, 8: 95.47, 16: 138.68, 24: 175.80},
+     "SGLang PR #11816 (the 'Before' column: Triton)"),
 ]
 # vLLM's fallback config before v0.17 (no tuned file for the shape: BLOCK_SIZE_M 16 while the
 # tokens are at most the experts, else 64; BLOCK_SIZE_K 32; no num_warps / num_stages), priced
@@ -111,6 +120,11 @@ LEGACY_ROWS = [
       64: 262.73, 96: 270.98, 128: 273.72, 256: 355.49, 512: 391.86, 1024: 536.33,
       1536: 727.31, 2048: 911.64, 3072: 1279.17, 4096: 1647.57},
      "vLLM PR #24700 (Qwen3 MoE FP8, the 'Main' column)"),
+    # The same fallback on the B200 (vLLM 0.13 era; no E=128,N=768 B200 file then), whose
+    # Blackwell legacy_default is assumed as Hopper's: a check, not in the Hopper fit
+    ("Qwen3-Omni-30B-A3B bf16, B200, TP1 (E=128 N=768, vLLM's fallback config, Dec 2025)",
+     "qwen3-30b-a3b", "b200", 1, "bf16", {1: 39.61, 2: 51.87, 4: 73.18},
+     "vLLM PR #31448 (the 'with default config' column)"),
 ]
 # From this many tokens on the fused experts are compute-bound in every table above: the CDNA
 # grouped_gemm `relative` (kernels.yaml) is fitted to these rows of AMD's own tables
