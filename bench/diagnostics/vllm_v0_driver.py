@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
+from step_timing import median_phase_times
 from vllm.config import CacheConfig, SchedulerConfig
 from vllm.core.scheduler import Scheduler
 from vllm.inputs import token_inputs
@@ -73,19 +73,13 @@ def time_decode(n: int, steps: int = 60, warm: int = 20) -> tuple[float, float]:
     sched = make_scheduler(num_blocks=max(4096, 4 * n * (out + 40) // 16),
                            budget=max(8192, 8 * n), seqs=n, chunked=False, max_len=8192)
     add_requests(sched, n, 8, out)
-    s_times, a_times = [], []
-    for step in range(warm + steps):
-        t0 = time.perf_counter()
-        metas, outputs, _ = sched.schedule()
-        t1 = time.perf_counter()
+
+    def append(scheduled: tuple) -> int:
+        metas, outputs, _ = scheduled
         advance(sched, metas, outputs, out)
-        t2 = time.perf_counter()
-        if step >= warm:
-            if len(metas) != n:
-                raise RuntimeError(f"step {step} scheduled {len(metas)} of {n} groups")
-            s_times.append(t1 - t0)
-            a_times.append(t2 - t1)
-    return sorted(s_times)[len(s_times) // 2], sorted(a_times)[len(a_times) // 2]
+        return len(metas)
+
+    return median_phase_times(sched.schedule, lambda s: s, append, n, steps, warm)
 
 
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,

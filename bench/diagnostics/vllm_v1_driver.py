@@ -28,11 +28,11 @@ import inspect
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import vllm.model_executor.models.registry as registry
+from step_timing import median_phase_times
 from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 
@@ -150,22 +150,16 @@ def time_decode(n: int, steps: int = 60, warm: int = 20) -> tuple[float, float]:
         sched.add_request(Request(str(i), prompt_ids(i, 8),
                                   SamplingParams(max_tokens=steps + warm + 8, ignore_eos=True),
                                   None, block_hasher=hasher, **eos))
-    s_times, u_times = [], []
-    for step in range(warm + steps):
-        t0 = time.perf_counter()
-        so = sched.schedule()
-        t1 = time.perf_counter()
+
+    def sampled(so) -> tuple:  # the model runner's output: one token per request
         ids = list(so.num_scheduled_tokens)
-        result = _output(ids, [[1] for _ in ids])
-        t2 = time.perf_counter()
-        sched.update_from_output(so, result)
-        t3 = time.perf_counter()
-        if step >= warm:
-            if len(ids) != n:
-                raise RuntimeError(f"step {step} scheduled {len(ids)} of {n} requests")
-            s_times.append(t1 - t0)
-            u_times.append(t3 - t2)
-    return sorted(s_times)[len(s_times) // 2], sorted(u_times)[len(u_times) // 2]
+        return so, _output(ids, [[1] for _ in ids])
+
+    def update(handed: tuple) -> int:
+        sched.update_from_output(*handed)
+        return len(handed[0].num_scheduled_tokens)
+
+    return median_phase_times(sched.schedule, sampled, update, n, steps, warm)
 
 
 def run(num_blocks: int, n: int, prompt: int, out: int, budget: int, seqs: int,
