@@ -213,3 +213,75 @@ def test_model_show_gives_vllms_kv_cache_groups(capsys) -> None:
     assert json.loads(out)["kv_cache_groups"] == {"layers_per_group": 12, "sliding_groups": 1}
     rc, out, _ = run_cli(capsys, "model", "show", "llama-3-8b", "--json")
     assert json.loads(out)["kv_cache_groups"] is None
+
+
+def _scenario(tmp_path, **keys) -> str:
+    """A scenario file with a small synthetic load and `keys` laid over it."""
+    import yaml
+
+    data = {"model": "llama-3-8b", "hardware": "a100-80gb-sxm",
+            "workload": {"synthetic": {"num_requests": 4, "arrival": {"process": "burst"},
+                                       "prompt_len": {"dist": "fixed", "value": 64},
+                                       "output_len": {"dist": "fixed", "value": 8}}}}
+    data.update(keys)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_estimate_a_scenario_prices_its_engines_rules_as_simulate_does(capsys, tmp_path) -> None:
+    """`--scenario` prices the replica `kvpd simulate` builds: vLLM 0.11.0 on an A100 runs its
+    FlashAttention-2 varlen call and charges its scheduler's host time per request, as the
+    flags say when given by hand, and the JSON names the scenario and the engine's rules."""
+    path = _scenario(tmp_path, engine={"name": "vllm", "version": "0.11.0"})
+    rc, out, _ = run_cli(capsys, "estimate", "--scenario", path, "--prefill", "256",
+                         "--decode", "16x512", "--json")
+    assert rc == 0
+    got = json.loads(out)
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware",
+                         "a100-80gb-sxm", "--attention-backend", "flash_attn_2",
+                         "--host-request-s", "5.5e-6", "--prefill", "256", "--decode", "16x512",
+                         "--json")
+    by_hand = json.loads(out)
+    assert got["step_time_s"] == pytest.approx(by_hand["step_time_s"], rel=1e-12)
+    rc, out, _ = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware",
+                         "a100-80gb-sxm", "--prefill", "256", "--decode", "16x512", "--json")
+    assert json.loads(out)["step_time_s"] < got["step_time_s"]  # the rules cost something
+    assert got["scenario"] == "scenario s, colocated pool"
+    assert any("host_request_s" in n for n in got["engine_notes"])
+    assert any("flash_attn_2" in n for n in got["engine_notes"])
+
+
+def test_estimate_a_scenario_takes_set_and_picks_a_pd_pool(capsys, tmp_path) -> None:
+    path = _scenario(tmp_path, cluster={"pd": {"prefill": {"tp": 2}, "decode": {"tp": 1}}})
+    rc, _, err = run_cli(capsys, "estimate", "--scenario", path, "--decode", "8x100")
+    assert rc == 2 and "give --pool prefill or --pool decode" in err
+    rc, out, _ = run_cli(capsys, "estimate", "--scenario", path, "--pool", "prefill",
+                         "--prefill", "512")
+    assert rc == 0 and "prefill pool" in out and "(tp=2, pp=1)" in out
+    path = _scenario(tmp_path)
+    rc, out, _ = run_cli(capsys, "estimate", "--scenario", path, "--set", "cluster.tp=2",
+                         "--decode", "8x100", "--json")
+    assert rc == 0
+    shape = BatchShape.from_lists([1] * 8, [100] * 8)
+    cm = CostModel("llama-3-8b", "a100-80gb-sxm", tp=2)
+    assert json.loads(out)["step_time_s"] == pytest.approx(cm.step_time(shape), rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tp", "2"], "drop --tp (change the scenario's keys with --set"),
+    (["--model", "llama-3-70b", "--dtype", "fp8"], "drop --model, --dtype"),
+    (["--pool", "decode"], "--pool decode: the scenario's pools are colocated"),
+])
+def test_estimate_a_scenario_refuses_the_flags_it_sets(capsys, tmp_path, extra, message) -> None:
+    rc, _, err = run_cli(capsys, "estimate", "--scenario", _scenario(tmp_path), "--decode",
+                         "8x100", *extra)
+    assert rc == 2 and message in err
+
+
+def test_estimate_without_a_scenario_needs_model_and_hardware(capsys) -> None:
+    rc, _, err = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--decode", "8x100")
+    assert rc == 2 and "give --model and --hardware, or --scenario FILE" in err
+    rc, _, err = run_cli(capsys, "estimate", "--model", "llama-3-8b", "--hardware", "h100-sxm",
+                         "--set", "cluster.tp=2", "--decode", "8x100")
+    assert rc == 2 and "--set and --pool apply to --scenario FILE" in err

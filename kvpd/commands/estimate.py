@@ -7,6 +7,13 @@
         --dp-attention --decode 256x4096
     kvpd estimate --model llama-3.1-8b --hardware a10 --dtype int4 --quantization awq \
         --decode 16x1024 --explain
+    kvpd estimate --scenario scenarios/quickstart.yaml --decode 32x1024 --explain
+
+`--scenario FILE` prices one step of that scenario's own replica, as `kvpd simulate` builds it
+(its engine's documented defaults, kernels, memory plan and calibration included; `--set`
+overrides its keys, `--pool` picks a PD scenario's prefill or decode pool); the flags that
+describe the model, hardware, parallelism, precision, kernels and memory are then the
+scenario's and are refused on the command line.
 
 `--prefill N` (or `BxN`) adds prompt(s) of N new tokens with no cached context;
 `--decode BxC` adds B decodes of one token after C context tokens. Given both, the step
@@ -19,9 +26,11 @@ import argparse
 import json
 import re
 
+from kvpd.commands.estimate_setup import SCENARIO_SETS, setup_from_flags, setup_from_scenario
 from simulator.cost.kernels import ATTENTION_BACKENDS, FUSED_MOE_CONFIGS
 from simulator.cost.moe_cost import MOE_A2A_BACKENDS
-from simulator.cost.parallel import check_a2a, check_dp_ep
+
+POOLS = ("colocated", "prefill", "decode")
 
 
 def _overrides(text: str) -> dict:
@@ -40,11 +49,20 @@ def _overrides(text: str) -> dict:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="roofline time of one engine step (explained)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="catalog model, HF id or config.json path")
+    p.add_argument("--scenario", metavar="FILE", default=None,
+                   help="price a step of this scenario's replica (engine defaults included) "
+                        "instead of --model/--hardware and the flags below")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --scenario: override a scenario key, e.g. --set cluster.tp=4 "
+                        "(repeatable)")
+    p.add_argument("--pool", choices=POOLS, default=None,
+                   help="with --scenario: the pool to price (a PD scenario's prefill or decode "
+                        "pool; default: the colocated one)")
+    p.add_argument("--model", default=None, help="catalog model, HF id or config.json path")
     p.add_argument("--hf-overrides", type=_overrides, metavar="JSON", default=None,
                    help="HF config keys laid over the model's config, as vLLM's --hf-overrides "
                         "(scenario key hf_overrides), e.g. '{\"max_position_embeddings\": 32768}'")
-    p.add_argument("--hardware", required=True,
+    p.add_argument("--hardware", default=None,
                    help="catalog accelerator (see `kvpd hardware list`) or an inline YAML mapping, "
                         "e.g. '{base: h100-sxm, mem_bw_tbps_scale: 2}'")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
@@ -117,7 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="instead: weights and KV take F of the memory, activations the rest "
                           "(SGLang's --mem-fraction-static)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flag_defaults={d: p.get_default(d) for d in SCENARIO_SETS})
 
 
 def parse_batch(text: str, flag: str, need_batch: bool) -> tuple[int, int]:
@@ -130,21 +148,6 @@ def parse_batch(text: str, flag: str, need_batch: bool) -> tuple[int, int]:
     if b < 1 or n < 1:
         raise ValueError(f"{flag} {text!r}: batch and length must be >= 1")
     return b, n
-
-
-def parse_hardware(text: str) -> str | dict:
-    """A catalog name, or an inline mapping when the text starts with '{'."""
-    if not text.strip().startswith("{"):
-        return text
-    import yaml
-
-    try:
-        spec = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"--hardware {text!r}: not a YAML mapping ({exc})") from None
-    if not isinstance(spec, dict):
-        raise ValueError(f"--hardware {text!r}: expected a mapping such as '{{base: h100-sxm}}'")
-    return spec
 
 
 def kv_tokens_held(model, block_size: int, sliding_groups: int = 0):
@@ -168,66 +171,19 @@ def kv_tokens_held(model, block_size: int, sliding_groups: int = 0):
 
 def run(args: argparse.Namespace) -> int:
     from simulator.core.batch_shape import BatchShape
-    from simulator.cost.costmodel import CostModel
-    from simulator.cost.eager_dispatch import EagerDispatch
-    from simulator.cost.hardware import get_accelerator
-    from simulator.cost.memory_plan import linear_attention_note, mixed_window_note, plan_memory
-    from simulator.cost.models import get_model
-    from simulator.cost.params import CostParams
+    from simulator.cost.memory_plan import linear_attention_note, mixed_window_note
     from simulator.cost.precision import checkpoint_note
 
     if not args.prefill and not args.decode:
         raise ValueError("give --prefill N, --decode BxC, or both")
-    model = get_model(args.model, args.hf_overrides)
-    acc = get_accelerator(parse_hardware(args.hardware))
-    params = (CostParams.load(args.params, device=acc.name, model=model.name)
-              if args.params else None)
-    quant = None
-    if args.quantization or args.group_size is not None or args.quantization_scope:
-        quant = {"method": args.quantization} if args.quantization else {}
-        if args.group_size is not None:
-            quant["group_size"] = args.group_size
-        if args.quantization_scope:
-            quant["scope"] = args.quantization_scope
-    check_a2a(args.moe_a2a_backend, args.ep, args.tp, a2a="--moe-a2a-backend", ep_key="--ep",
-              tp_key="--tp")
-    if args.fused_moe_config == "legacy_default" and not model.is_moe:
-        raise ValueError(f"--fused-moe-config legacy_default: {model.name} is a dense model "
-                         "(the fallback prices MoE expert kernels); drop the flag")
-    dp = args.dp_attention
-    if dp and (args.tp < 2 or args.pp != 1 or not model.is_moe):
-        raise ValueError(f"--dp-attention needs an MoE model, --tp >= 2 and --pp 1; got "
-                         f"{model.name} ({'MoE' if model.is_moe else 'dense'}), tp={args.tp}, "
-                         f"pp={args.pp}")
-    if dp:
-        check_dp_ep(args.ep, args.tp, dp="--dp-attention", ep_key="--ep", tp_key="--tp")
-
-    def cost_model(tp: int, ep: int) -> CostModel:
-        return CostModel(model, acc, dtype=args.dtype, tp=tp, pp=args.pp, params=params,
-                         kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=ep,
-                         attention_backend=args.attention_backend,
-                         moe_a2a_backend=args.moe_a2a_backend,
-                         fused_moe_config=args.fused_moe_config, eager=eager,
-                         host_request_s=args.host_request_s,
-                         async_scheduling=args.async_scheduling)
-
-    if args.host_request_s < 0:
-        raise ValueError(f"--host-request-s must be >= 0 s, got {args.host_request_s}")
-    if args.prefill_graph_max_tokens is not None and args.prefill_graph_max_tokens < 0:
-        raise ValueError("--prefill-graph-max-tokens must be >= 0 (0: every prompt step runs "
-                         f"outside CUDA graphs), got {args.prefill_graph_max_tokens}")
-    eager = (None if args.prefill_graph_max_tokens is None
-             else EagerDispatch(args.prefill_graph_max_tokens))
-
-    cm = cost_model(args.tp, args.ep)
-    plan = plan_memory(model, acc, args.dtype, args.tp, args.pp,
-                       gpu_memory_utilization=args.gpu_memory_utilization,
-                       kv_cache_dtype=args.kv_cache_dtype, quantization=quant, ep=args.ep,
-                       free_gpu_memory_fraction=args.free_gpu_memory_fraction,
-                       mem_fraction_static=args.mem_fraction_static, dp_attention=dp,
-                       hybrid_kv_cache=args.hybrid_kv_cache)
+    if not args.scenario and (args.overrides or args.pool):
+        raise ValueError("--set and --pool apply to --scenario FILE")
+    setup = setup_from_scenario(args) if args.scenario else setup_from_flags(args)
+    model, acc, cm, plan = setup.model, setup.accelerator, setup.cost_model, setup.plan
+    dp = setup.dp_cost is not None
+    tp, pp, ep = setup.tp, setup.pp, setup.ep
     # the step's requests, one by one over the attention ranks (one rank without dp)
-    ranks = [BatchShape(window=model.attention_window) for _ in range(args.tp if dp else 1)]
+    ranks = [BatchShape(window=model.attention_window) for _ in range(tp if dp else 1)]
     rank_kv = [0] * len(ranks)
     held0 = kv_tokens_held(model, plan.block_size, plan.sliding_groups)
     state = plan.state_blocks_per_request * plan.block_size  # linear-attention state, as tokens
@@ -246,10 +202,10 @@ def run(args: argparse.Namespace) -> int:
         rank_kv[i % len(ranks)] += kv
     kv_tokens = max(rank_kv)  # in the fullest pool (one per rank with dp)
     if dp:
-        from simulator.cost.dp_attention import DPAttentionCost, merged_shape
+        from simulator.cost.dp_attention import merged_shape
 
         shape = merged_shape(ranks)
-        br = DPAttentionCost(cost_model(1, 1), cm).breakdown(ranks)
+        br = setup.dp_cost.breakdown(ranks)
     else:
         shape = ranks[0]
         br = cm.explain(shape)
@@ -261,18 +217,25 @@ def run(args: argparse.Namespace) -> int:
     out["kv_plan_note"] = (mixed_window_note(cm.model, plan.kv_group_layers, plan.sliding_groups)
                            or linear_attention_note(cm.model, plan))
     out["precision"] = cm.precision.to_dict()
-    note = checkpoint_note(model, args.dtype, quant)  # what the released checkpoint filled in
+    note = checkpoint_note(model, setup.dtype, setup.quantization)  # what the checkpoint filled in
     out["precision"]["from_checkpoint"] = note is not None
     out["efficiencies"] = {k: {"value": v, "source": src}
                            for k, (v, src) in cm.efficiency_sources().items()}
+    if setup.origin:
+        out["scenario"] = setup.origin
+        out["engine_notes"] = setup.engine_notes
     if args.explain:
         out["explain"] = explain_variants(cm, br, shape.num_tokens)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{model.name} on {args.tp * args.pp} x {acc.name} (tp={args.tp}, pp={args.pp}"
-          + (f", ep={args.ep}" if args.ep > 1 else "")
-          + (f", data-parallel attention over {args.tp} ranks" if dp else "") + "), "
+    if setup.origin:
+        print(setup.origin + (", with its engine's rules:" if setup.engine_notes else ""))
+        for rule in setup.engine_notes:
+            print(f"  - {rule}")
+    print(f"{model.name} on {tp * pp} x {acc.name} (tp={tp}, pp={pp}"
+          + (f", ep={ep}" if ep > 1 else "")
+          + (f", data-parallel attention over {tp} ranks" if dp else "") + "), "
           f"{cm.precision.label()}, GEMMs in {cm.precision.compute}"
           + ({"triton_attn": ", vLLM's Triton attention",
               "flash_attn_2": ", vLLM's FlashAttention-2 varlen attention"}
