@@ -16,6 +16,7 @@ date either, on kvpd's defaults for the engine as released now.
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass, field
 from functools import cache
@@ -315,8 +316,9 @@ def _releases() -> dict[str, dict[str, str]]:
 def release_at(engine: str, date: Any) -> str | None:
     """The newest release of `engine` first uploaded to PyPI on or before `date` (YYYY-MM-DD;
     a date YAML read as one); None for an engine or date the table cannot answer."""
-    day = str(date)
-    if len(day) != 10 or day[4] != "-" or day[7] != "-":
+    try:
+        day = datetime.date.fromisoformat(str(date)).isoformat()
+    except ValueError:  # "unknown", or no date
         return None
     out = [(parse_version(v), v) for v, d in _releases().get(engine, {}).items() if d <= day]
     return max(out)[1] if out else None

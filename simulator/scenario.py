@@ -132,8 +132,8 @@ class ClusterSpec(_Strict):
     eager_layer_s: float = Field(SGLANG_EAGER_LAYER_S, ge=0)
     # the engine's host seconds per scheduled request per step that the GPU waits for (its
     # scheduler's Python before and after each step), added to every step beside the cost
-    # params' own request term; None: 0. The vllm engine preset sets it for the releases that
-    # schedule V1 synchronously (simulator/engines/vllm_host.py)
+    # params' own request term; None: 0. The vllm engine preset sets it by version, for its V0
+    # and V1 engines (simulator/engines/vllm_host.py)
     host_request_s: float | None = Field(None, ge=0)
     # the engine schedules the next step while the GPU runs this one (vLLM's
     # --async-scheduling): host_request_s then counts only where it outlasts the step. None:
