@@ -52,6 +52,7 @@ MODEL_NAMES = {
     "meta/llama-3.3-70b-instruct": "llama-3.3-70b",
     "meta-llama/Llama-3.1-405B-Instruct (FP8)": "llama-3.1-405b",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",  # the hub's later name of the same repo
     "Meta-Llama/Llama-3.1-70B": "llama-3.1-70b",  # the base model (SGLang's cookbook spelling)
     "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
     "amd/Llama-3.1-70B-Instruct-FP8-KV": "llama-3.1-70b",
@@ -97,6 +98,7 @@ HARDWARE_NAMES = {
     "H200 SXM5": "h200-sxm",
     "NVIDIA H200 SXM": "h200-sxm",
     "NVIDIA H100 SXM": "h100-sxm",
+    "NVIDIA H100 80GB HBM3": "h100-sxm",  # CUDA's device name of the SXM5 part
     "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
     # NVIDIA DGX Cloud's H100 instances are DGX H100 systems: eight H100 SXM5 80GB.
     "NVIDIA H100 (DGX Cloud)": "h100-sxm",

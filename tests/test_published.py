@@ -232,8 +232,11 @@ def test_moe_release_names_map_to_their_architecture(rows):
 
 
 def test_published_batched_token_budget_reaches_the_scheduler(rows):
-    r = next(x for x in rows if x.setup.get("max_num_batched_tokens") and not x.setup.get("pd"))
-    assert pr.to_scenario(r).scenario["scheduler"]["max_num_batched_tokens"] == 16384
+    # (a published budget no engine defaults to, so that a dropped one would show)
+    r = next(x for x in rows if x.setup.get("max_num_batched_tokens") not in (None, 2048, 8192)
+             and not x.setup.get("pd"))
+    published = int(r.setup["max_num_batched_tokens"])
+    assert pr.to_scenario(r).scenario["scheduler"]["max_num_batched_tokens"] == published
     r2 = next(x for x in rows if _is_moe(x) and not x.setup.get("max_num_batched_tokens"))
     c = pr.to_scenario(r2)  # unpublished: the engine's documented default, said in the notes
     assert c.scenario["scheduler"].get("max_num_batched_tokens") in (2048, 8192, 16384, 32768, None)
@@ -362,7 +365,7 @@ def test_tensorrt_llm_rows_get_its_documented_scheduler_defaults(rows):
         sched = sc["scheduler"]
         engine = r.source.get("engine_backend") or r.source["engine"]
         if engine == "tensorrt-llm":
-            assert sched["enable_chunked_prefill"] is False
+            assert sched["enable_chunked_prefill"] is bool(r.setup.get("enable_chunked_prefill"))
             assert sched["max_num_batched_tokens"] == engines.TRTLLM_MAX_NUM_TOKENS
         elif engine == "lmdeploy-turbomind":
             assert "enable_chunked_prefill" not in sched
@@ -526,3 +529,17 @@ def test_constant_rate_rows_send_one_request_per_interval_under_the_harness_cap(
                  r.metric, r.file)
     with pytest.raises(ValueError, match="constant arrival needs setup.rate"):
         pr.to_scenario(bad)
+
+
+def test_trtllm_bench_rows_keep_the_engine_limits_their_logs_state(rows):
+    """An offline `trtllm-bench` row whose source states the engine's limits runs with them
+    (trtllm-bench's own sizing rule fills only what a source leaves out)."""
+    r = next(x for x in rows if x.source["id"] == "etched-trtllm-llama31-70b-h100")
+    c = pr.to_scenario(r)
+    sc = c.scenario
+    assert sc["engine"]["entry_point"] == "offline"
+    assert (sc["scheduler"]["max_num_seqs"], sc["scheduler"]["max_num_batched_tokens"]) == (2048, 8192)
+    assert sc["scheduler"]["enable_chunked_prefill"] is True
+    assert sc["cache"] == {"kv_cache_dtype": "fp8", "block_size": 64,
+                           "free_gpu_memory_fraction": 0.9}
+    assert not any(a.startswith("scheduler limits: trtllm-bench") for a in c.assumptions)
