@@ -201,3 +201,26 @@ def test_estimate_explain_prints_efficiencies_and_sources(capsys) -> None:
     assert rc == 0
     assert "efficiency  source" in out and "fp8_relative" in out and "bound:" in out
     assert "GEMMs in fp8" in out
+
+
+def _decode_attention_s(model: str, hw: str, kv: str, batch: int = 64, ctx: int = 8192) -> float:
+    cm = CostModel(model, hw, dtype="fp8", kv_cache_dtype=kv)
+    ops = {o.name: o for o in cm.explain(decode(batch, ctx)).ops}
+    return ops["attn_decode"].memory_s
+
+
+def test_an_fp8_kv_cache_halves_the_bytes_but_not_the_decode_attention_time() -> None:
+    """Hopper's and Blackwell's decode kernels convert every FP8 element (kernels.yaml
+    attn_decode.fp8_kv_relative, 0.75): half the bytes take 2/3 of the BF16 time, on a
+    grouped-query model. MLA's latent and parts without a measurement keep half the time."""
+    for hw in ("h100-sxm", "b200"):
+        bf, f8 = (_decode_attention_s("llama-3.1-70b", hw, kv) for kv in ("bf16", "fp8"))
+        assert f8 / bf == pytest.approx(0.5 / 0.75, rel=0.03)
+    bf, f8 = (_decode_attention_s("llama-3.1-70b", "mi300x", kv) for kv in ("bf16", "fp8"))
+    assert f8 / bf == pytest.approx(0.5, rel=0.03)
+    bf, f8 = (_decode_attention_s("deepseek-v3", "h200-sxm", kv) for kv in ("bf16", "fp8"))
+    assert f8 / bf == pytest.approx(0.5, rel=0.03)
+    # the step's fast path prices what the breakdown lists
+    cm = CostModel("llama-3.1-70b", "h100-sxm", dtype="fp8", kv_cache_dtype="fp8")
+    b = decode(64, 8192)
+    assert cm.step_time(b) == pytest.approx(cm.explain(b).total_s, rel=1e-6)

@@ -165,10 +165,14 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         # flash_attn_2 beside prompt tokens, or where every layer slides: each decode reads
         # its K/V once per query head
         mix = (st["fast"].dmix if Tp else 1.0) * st["decode_kv_always"]
+        akv = rate["attn_kv_m"]  # the KV cache's reads (an FP8 cache's conversion)
         nb = Dctx * kv_d * mix + Rd * per_new
-        m = nb * am + Rd * rq * kv_d * am
+        m = Dctx * kv_d * mix * akv + Rd * per_new * am + Rd * rq * kv_d * akv
         note = (f" x ctx/(ctx+{rq:g}) = {Dctx / (Dctx + Rd * rq):.3f} at "
                 f"{Dctx / Rd:,.0f} tokens/request" if rq else "")
+        if akv != am:
+            note += (f"; x {am / akv:.2f} for the FP8 KV cache (kernels.yaml "
+                     f"{cm.kernels.arch}.attn_decode.fp8_kv_relative)")
         if mix != 1.0:
             why = ("with a sliding window" if st["decode_kv_always"] != 1.0
                    else "beside prompt tokens")

@@ -120,6 +120,8 @@ class KernelProfile:
     attn_decode_request_tokens: float
     weight_only: WeightOnly | None
     layer_floor_s: float = 0.0  # seconds of a dense layer's kernels beyond their rooflines
+    # an FP8 KV cache's decode streaming rate over `attn_decode_efficiency`'s (GQA kernels)
+    attn_decode_fp8_kv_relative: float = 1.0
     kernel_s: float = 0.0  # seconds per dependent kernel beyond its roofline
     extra_kernels: tuple[tuple[str, int], ...] = ()  # layer_floor's extra kernels per variant
     kernels: float = 0.0  # dependent kernels of a dense layer (layer_floor.kernels)
@@ -261,6 +263,8 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
                                          ap.get("causal_tile_s", 0.0)),
         attn_decode_efficiency=_frac(f"{arch}.attn_decode.efficiency", ad["efficiency"]),
         attn_decode_request_tokens=float(ad["request_tokens"]),
+        attn_decode_fp8_kv_relative=_frac(f"{arch}.attn_decode.fp8_kv_relative",
+                                          ad.get("fp8_kv_relative", 1.0)),
         **_layer_floor(arch, e.get("layer_floor")),
         grouped_gemm=_grouped(arch, e.get("grouped_gemm")),
         fp4_relative=(_relative(f"{arch}.gemm.fp4_relative", g["fp4_relative"])

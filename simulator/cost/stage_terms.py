@@ -239,6 +239,13 @@ class StageTerms:
         up = (2 * f_rank, m.hidden_size) if m.gated_mlp else (f_rank, m.hidden_size)
         return (up, (m.hidden_size, f_rank))
 
+    def _fp8_kv_relative(self) -> float:
+        """The decode KV-read rate of an FP8 cache over a 16-bit one's per byte, for this
+        replica (1: a 16-bit cache, MLA's latent, or a part without a measured figure)."""
+        if self.precision.kv_cache_dtype != "fp8" or self.model.is_mla:
+            return 1.0
+        return float(getattr(self.kernels, "attn_decode_fp8_kv_relative", 1.0))
+
     def _stage_coefs(self, s: int) -> dict[str, Any]:
         """Raw per-unit FLOPs/bytes of every operator of stage `s`, and the same folded with
         the rates into seconds per unit (`fast`) for `step_time`."""
@@ -260,6 +267,9 @@ class StageTerms:
             "attn_c": 1.0 / (acc.peak_flops("fp32" if self.dtype == "fp32" else "bf16")
                              * p.attn_compute_efficiency),
             "attn_m": 1.0 / (bw * p.attn_memory_efficiency),
+            # decode's KV-cache reads (an FP8 cache converts each element: kernels.yaml
+            # attn_decode.fp8_kv_relative; grouped-query attention, not MLA's latent)
+            "attn_kv_m": 1.0 / (bw * p.attn_memory_efficiency * self._fp8_kv_relative()),
             "link": 1.0 / (self.link.bandwidth_bytes_per_s * p.comm_efficiency),
             "allreduce": self.link.allreduce_seconds_per_byte(self.tp, p.comm_efficiency),
             "ep_link": 1.0 / (self.ep_link.bandwidth_bytes_per_s * p.comm_efficiency),
@@ -308,6 +318,7 @@ class StageTerms:
         else:
             raw["pp_send"] = (d * ab, self.link.latency_s)
         gm, ac, am, lk = (rate[k_] for k_ in ("gemm_m", "attn_c", "attn_m", "link"))
+        akv = rate["attn_kv_m"]
         E, kx = m.num_experts, m.experts_per_token
         E_rank = raw.get("experts_per_rank", float(E))
         k_rank = kx / self.ep  # experts one token reaches on one rank (GEMV passes)
@@ -360,14 +371,14 @@ class StageTerms:
             lin["o_proj"] if lin["o_proj"].shaped else None,
             lin["mlp"] if lin["mlp"].shaped else None,
             head if head and head.shaped else None,
-            raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * am,
+            raw["attn"][0] * ac * half_keys, req_tokens * raw["attn_decode"][1] * akv,
             # decode attention per query-key pair and per context token (MLA: absorbed form)
-            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * am * always,
+            raw["attn_decode"][0] * ac, raw["attn_decode"][1] * akv * always,
             # one row of each linear, and a decode request's fixed attention seconds
             lin["qkv_proj"].seconds(1) if lin["qkv_proj"].shaped else lin["qkv_proj"].per_row,
             lin["o_proj"].seconds(1) if lin["o_proj"].shaped else lin["o_proj"].per_row,
             lin["mlp"].seconds(1) if lin["mlp"].shaped else lin["mlp"].per_row,
-            raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * am,
+            raw["attn"][2] * am + req_tokens * raw["attn_decode"][1] * akv,
             reread, dmix,
             # linear-attention layers: seconds per step with prompt tokens, per prompt token,
             # per decode request (0 without them)
