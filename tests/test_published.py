@@ -17,7 +17,7 @@ import published_rows as pr  # noqa: E402
 
 from simulator.cost.models import get_model  # noqa: E402
 from simulator.engines import presets as engines  # noqa: E402
-from simulator.scenario import Scenario, load_scenario  # noqa: E402
+from simulator.scenario import Scenario, load_scenario, scenario_from_dict  # noqa: E402
 
 # Scenario keys the converter writes that issue 30's other branches add (30-core, 30-cost).
 CONTRACT_KEYS = ("capacity_policy", "max_concurrency", "quantization", "kv_cache_dtype", "burst")
@@ -542,4 +542,12 @@ def test_trtllm_bench_rows_keep_the_engine_limits_their_logs_state(rows):
     assert sc["scheduler"]["enable_chunked_prefill"] is True
     assert sc["cache"] == {"kv_cache_dtype": "fp8", "block_size": 64,
                            "free_gpu_memory_fraction": 0.9}
-    assert not any(a.startswith("scheduler limits: trtllm-bench") for a in c.assumptions)
+    # validated as `kvpd simulate` loads it: trtllm-bench's sizing rule leaves them as stated
+    # (a stripped copy gets the rule's own limits, so the check can tell them apart)
+    run = scenario_from_dict(sc)
+    assert (run.scheduler.max_num_seqs, run.scheduler.max_num_batched_tokens) == (2048, 8192)
+    assert not any(n.startswith("scheduler limits:") for n in run.engine_notes)
+    bare = {**sc, "scheduler": {"enable_chunked_prefill": True}}
+    sized = scenario_from_dict(bare)
+    assert any(n.startswith("scheduler limits: trtllm-bench") for n in sized.engine_notes)
+    assert (sized.scheduler.max_num_seqs, sized.scheduler.max_num_batched_tokens) != (2048, 8192)
