@@ -12,6 +12,7 @@ from simulator.cost.kernels import wave_utilization
 from simulator.cost.memory_plan import plan_memory
 from simulator.cost.precision import QUANT_METHODS, resolve, supported
 from simulator.scenario import scenario_from_dict
+from tests.bench_helpers import load_diagnostic
 
 
 def decode(batch: int, ctx: int) -> BatchShape:
@@ -201,6 +202,18 @@ def test_estimate_explain_prints_efficiencies_and_sources(capsys) -> None:
     assert rc == 0
     assert "efficiency  source" in out and "fp8_relative" in out and "bound:" in out
     assert "GEMMs in fp8" in out
+
+
+@pytest.mark.parametrize("row", [r for r in load_diagnostic("fp8_kv_decode").TABLES if r[-1]],
+                         ids=lambda r: r[1])
+def test_fp8_kv_price_matches_the_kernel_tables_it_comes_from(row) -> None:
+    """kvpd's FP8 / 16-bit decode attention ratio is within 5% of each published kernel pair
+    `fp8_kv_relative` was taken from (bench/diagnostics/fp8_kv_decode.py)."""
+    diag = load_diagnostic("fp8_kv_decode")
+    _, _, hw, model, batch, ctx, t16, t8, _ = row
+    kvpd = (diag.attention_s(hw, model, "fp8", batch, ctx)
+            / diag.attention_s(hw, model, "bf16", batch, ctx))
+    assert kvpd == pytest.approx(t8 / t16, rel=0.05)
 
 
 def _decode_attention_s(model: str, hw: str, kv: str, batch: int = 64, ctx: int = 8192) -> float:
