@@ -237,3 +237,14 @@ def test_an_fp8_kv_cache_halves_the_bytes_but_not_the_decode_attention_time() ->
     cm = CostModel("llama-3.1-70b", "h100-sxm", dtype="fp8", kv_cache_dtype="fp8")
     b = decode(64, 8192)
     assert cm.step_time(b) == pytest.approx(cm.explain(b).total_s, rel=1e-6)
+
+
+def test_explain_names_each_operators_own_efficiency_after_prefill_attention() -> None:
+    """In a step with prompt tokens, the operators listed after prefill attention (norms,
+    activations and RoPE, the LM head, sampling) keep the weight-streaming efficiency they
+    are priced at, not the attention's."""
+    cm = CostModel("llama-3.1-70b", "h100-sxm", dtype="fp8", tp=2)
+    ops = {o.name: o for o in cm.explain(prefill(5000)).ops}
+    for name in ("norm_act_rope", "sampling"):
+        assert "weight_stream_efficiency" in ops[name].source, ops[name].source
+        assert ops[name].efficiency == pytest.approx(cm.params.gemm_memory_efficiency)

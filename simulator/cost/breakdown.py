@@ -150,15 +150,15 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
         if reread:
             bq = triton_block_q(cm.shard.heads, cm.shard.kv_heads)
             nb, mem = P * kv_ctx / bq + Tp * per_new, P * reread + Tp * per_new * am
-            m_eff = nb / cm.accelerator.mem_bw_bytes_per_s / mem if mem else 0.0
-            m_src = (f"simulator/catalog/kernels.yaml {cm.kernels.arch}.triton_attn."
-                     f"reread_bandwidth (vLLM's Triton unified attention: the K/V prefix read "
-                     f"once per {bq}-token query block)")
+            pa_eff = nb / cm.accelerator.mem_bw_bytes_per_s / mem if mem else 0.0
+            pa_src = (f"simulator/catalog/kernels.yaml {cm.kernels.arch}.triton_attn."
+                      f"reread_bandwidth (vLLM's Triton unified attention: the K/V prefix read "
+                      f"once per {bq}-token query block)")
         else:
             nb, mem = Pctx * kv_ctx + Tp * per_new, (Pctx * kv_ctx + Tp * per_new) * am
-            m_eff, m_src = d_eff, d_src
+            pa_eff, pa_src = d_eff, d_src
         ops.append(_timed("attn_prefill", P * fa, nb, c, mem, ov,
-                          (P * fa * ac / c * a_eff if c else a_eff, a_src + note, m_eff, m_src)))
+                          (P * fa * ac / c * a_eff if c else a_eff, a_src + note, pa_eff, pa_src)))
     if Rd:  # Dctx includes the decode padding (`CostModel.decode_attn_tokens`)
         fd, kv_d = raw["attn_decode"]  # MLA: the absorbed form over the latent
         rq = st["req_tokens"]
