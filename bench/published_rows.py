@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from simulator.cost.hardware import device_alias
 from simulator.engines import apply_engine
 from simulator.engines.version import parse_version
 
@@ -80,7 +81,8 @@ MODEL_NAMES = {
 }
 
 # Published accelerator names -> kvpd catalog names. "H100 80G": NIM's support matrix
-# lists its H100 as "SXM/NVLink 80GB". "A100-80G": LMDeploy's (x8) A100-80G node.
+# lists its H100 as "SXM/NVLink 80GB". "A100-80G": LMDeploy's (x8) A100-80G node. A device
+# name CUDA / ROCm reports ("NVIDIA H100 80GB HBM3") is the catalog's own alias (`_hardware`).
 HARDWARE_NAMES = {
     "A100-80G": "a100-80gb-sxm",
     # SGLang's cookbook states no memory: 8-GPU A100 nodes (HGX A100) are mostly the 80 GB
@@ -98,7 +100,6 @@ HARDWARE_NAMES = {
     "H200 SXM5": "h200-sxm",
     "NVIDIA H200 SXM": "h200-sxm",
     "NVIDIA H100 SXM": "h100-sxm",
-    "NVIDIA H100 80GB HBM3": "h100-sxm",  # CUDA's device name of the SXM5 part
     "NVIDIA A100 SXM 80GB": "a100-80gb-sxm",
     # NVIDIA DGX Cloud's H100 instances are DGX H100 systems: eight H100 SXM5 80GB.
     "NVIDIA H100 (DGX Cloud)": "h100-sxm",
@@ -294,6 +295,16 @@ def _lookup(table: dict[str, str], name: Any, what: str, row: Row) -> str:
     return table[name]
 
 
+def _hardware(row: Row, name: Any) -> str:
+    """The catalog part of a published hardware name: the names above, or a device name CUDA /
+    ROCm reports that the catalog lists as a part's alias (hardware.yaml `aliases`)."""
+    if name not in HARDWARE_NAMES:
+        alias = device_alias(str(name))
+        if alias is not None:
+            return alias
+    return _lookup(HARDWARE_NAMES, name, "hardware", row)
+
+
 def _num_requests(row: Row, s: dict[str, Any], closed: bool, notes: list[str]) -> int:
     n = s.get("num_requests")
     if n is not None:
@@ -369,7 +380,7 @@ def to_scenario(row: Row) -> Converted:
         "seed": 0,
         "model": _lookup(MODEL_NAMES, s["model"], "model", row),
         "dtype": dtype,
-        "hardware": _lookup(HARDWARE_NAMES, s["hardware"], "hardware", row),
+        "hardware": _hardware(row, s["hardware"]),
         "engine": {"name": engine, **({"version": str(version)} if version else {}),
                    "entry_point": "offline" if offline else "server"},
         "cluster": {"tp": int(s["tp"]), "pp": int(s.get("pp") or 1)},

@@ -217,6 +217,9 @@ def test_fp8_kv_price_matches_the_kernel_tables_it_comes_from(row) -> None:
 
 
 def _decode_attention_s(model: str, hw: str, kv: str, batch: int = 64, ctx: int = 8192) -> float:
+    """The KV-read seconds of a decode step's attention (`memory_s`, what fp8_kv_relative
+    prices), not the operator's time as the diagnostic's `attention_s`: MLA's absorbed decode
+    is compute-bound, so its time would not show the cache's bytes."""
     cm = CostModel(model, hw, dtype="fp8", kv_cache_dtype=kv)
     ops = {o.name: o for o in cm.explain(decode(batch, ctx)).ops}
     return ops["attn_decode"].memory_s

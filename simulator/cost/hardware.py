@@ -339,10 +339,16 @@ def _resolve_accel_name(name: str) -> str:
     key = normalize_name(name)
     if key in catalog:
         return key
-    aliases = _accel_aliases()
-    if key in aliases:
-        return aliases[key]
+    alias = device_alias(name)
+    if alias is not None:
+        return alias
     raise unknown_name_error("hardware", name, catalog)
+
+
+def device_alias(name: str) -> str | None:
+    """The catalog key of the part whose `aliases` list `name` (a device name CUDA / ROCm
+    report), else None."""
+    return _accel_aliases().get(normalize_name(name))
 
 
 # keys of a scenario's `hardware` mapping that say how to run the part, not what it is
