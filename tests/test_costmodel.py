@@ -21,6 +21,7 @@ CONFIGS = [  # (model, hardware, dtype, tp, pp)
     ("llama-3-8b", "h100-sxm", "bf16", 1, 1),
     ("llama-3-8b", "l4", "fp8", 2, 1),
     ("llama-3-70b", "h100-sxm", "bf16", 4, 2),
+    ("llama-3-70b", "h200-sxm", "fp8", 8, 1),  # prefills past NCCL's large-message crossover
     ("mixtral-8x7b", "a100-80gb-sxm", "int4", 2, 1),
     ("mixtral-8x7b", "mi300x", "fp8", 1, 2),
     ("qwen2.5-7b", "b200", "bf16", 4, 1),

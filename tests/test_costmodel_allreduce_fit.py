@@ -1,6 +1,7 @@
 """The TP all-reduce fit: the links' fits against the published communicator tables they were
 fitted to (bench/diagnostics/allreduce.py), the cost model pricing exactly that per call,
-full-mesh bandwidth, the ring model kept for links without a fit, and bad link entries."""
+NCCL's large-message line above its crossover, full-mesh bandwidth, the ring model kept for
+links without a fit, and bad link entries."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import pytest
 
 from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
-from simulator.cost.collectives import allreduce_seconds
+from simulator.cost.collectives import (
+    allreduce_seconds,
+    large_allreduce_crossover_bytes,
+    large_allreduce_seconds,
+)
 from simulator.cost.costmodel import CostModel
 from simulator.cost.hardware import get_link
 from tests.bench_helpers import load_diagnostic
@@ -39,6 +44,46 @@ def test_cost_model_prices_each_call_as_allreduce_seconds():
     assert "links.yaml nvlink4" in ops["tp_allreduce"].source
 
 
+def test_large_messages_take_nccls_line_above_the_crossover():
+    link = get_link("nvlink4")
+    ring = 2 * 7 / 8
+
+    def fit(nbytes: float) -> float:  # the 0.5-4 MiB fit
+        return (link.allreduce_fixed_s(8)
+                + ring * nbytes / (link.group_bandwidth(8) * link.allreduce_efficiency))
+
+    cross = large_allreduce_crossover_bytes(link, 8, 0.8)
+    assert 20e6 < cross < 60e6  # tens of MB: decode's messages never reach it
+    for nbytes in (cross / 4, cross / 2):  # below: the fit as before
+        assert allreduce_seconds(link, 8, nbytes, 0.8) == pytest.approx(fit(nbytes))
+    for nbytes in (2 * cross, 128 * 2**20):  # above: NCCL's call + bytes at NVLS's algbw
+        assert allreduce_seconds(link, 8, nbytes, 0.8) == pytest.approx(
+            link.large_allreduce_call_s + nbytes / link.large_allreduce_nvls_bytes_per_s)
+        assert allreduce_seconds(link, 8, nbytes, 0.8) < fit(nbytes)
+    # two GPUs: a ring's bus bandwidth is its algorithm bandwidth, faster than NVLS's
+    assert link.large_allreduce_seconds_per_byte(2) == pytest.approx(
+        1 / link.large_allreduce_ring_bytes_per_s)
+    assert large_allreduce_crossover_bytes(link, 2, 0.8) > 4 * cross
+    # an engine that pays NCCL's extra per call on every call crosses over sooner
+    assert large_allreduce_crossover_bytes(link, 8, 0.8, "nccl") < cross
+    for name in ("nvlink5", "pcie5", "infinity-fabric-mi300"):  # no table: no second line
+        assert large_allreduce_seconds(get_link(name), 8, 1e9) is None
+        assert large_allreduce_crossover_bytes(get_link(name), 8, 0.8) == float("inf")
+
+
+def test_cost_model_prices_a_long_prefill_on_nccls_line():
+    cm = CostModel("llama-3-70b", "h100-sxm", "fp8", tp=8)
+    T = 8192  # one prefill chunk: 8192 x 8192 x 2 bytes = 134 MB per call
+    shape = BatchShape.from_lists([T], [0])
+    ops = {op.name: op for op in explain_step(cm, shape).ops}
+    per_call = allreduce_seconds(cm.link, 8, T * cm.model.hidden_size * 2, cm.params.comm_efficiency)
+    assert per_call == large_allreduce_seconds(cm.link, 8, T * cm.model.hidden_size * 2)
+    assert ops["tp_allreduce"].time_s == pytest.approx(2 * cm.model.num_layers * per_call,
+                                                       rel=1e-9)
+    assert "large_allreduce" in ops["tp_allreduce"].source
+    assert cm.step_time(shape) == pytest.approx(sum(op.time_s for op in ops.values()), rel=1e-12)
+
+
 def test_a_full_mesh_group_uses_tp_minus_one_of_its_links():
     link = get_link("infinity-fabric-mi300")
     assert link.mesh_links == 7
@@ -65,6 +110,9 @@ def test_links_without_a_fit_keep_the_ring():
     ({"name": "x", "bandwidth_gb_s": 100, "latency_us": 1, "allreduce_call_us": 5},
      "missing allreduce_rank_us, allreduce_efficiency"),
     ({"base": "infinity-fabric-mi300", "mesh_links": 2.5}, "mesh_links must be a positive integer"),
+    ({"base": "pcie5", "large_allreduce_call_us": 70}, "missing large_allreduce_nvls_gb_s"),
+    ({"base": "nvlink4", "large_allreduce_nvls_gb_s": 0, "large_allreduce_ring_gb_s": 0},
+     "large_allreduce_nvls_gb_s or large_allreduce_ring_gb_s must be > 0"),
 ])
 def test_bad_link_fields_are_refused(spec, match):
     with pytest.raises(ValueError, match=match):

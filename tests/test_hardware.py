@@ -215,3 +215,15 @@ def test_blackwell_ultra_parts_carry_the_nvfp4_gain_and_the_int8_cut():
         assert new.peak_flops("int8") < 0.05 * old.peak_flops("int8")
         assert new.memory_bytes > 1.45 * old.memory_bytes
         assert new.arch == "blackwell"
+
+
+@pytest.mark.parametrize("name", ["nvlink4", "infinity-fabric-mi300", "pcie5"])
+def test_link_show_writes_fields_an_inline_link_reads_back(name: str) -> None:
+    """`kvpd hardware show <link> --json` names every field as the catalog and inline links do,
+    so its output, given as an inline link, is the same link."""
+    from kvpd.commands.hardware import _link_dict
+
+    link = get_link(name)
+    shown = _link_dict(link)
+    again = get_link({k: v for k, v in shown.items()})
+    assert again == link

@@ -235,7 +235,16 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
                      f"({link.allreduce_fixed_s(cm.tp) * 1e6:.1f} us per call at tp={cm.tp})")
         if link.mesh_links:
             c_src += f"; {min(cm.tp - 1, link.mesh_links)} of {link.mesh_links} mesh links"
-        ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, lat + T * per_tok * rate["allreduce"],
+        ar_s = lat + T * per_tok * rate["allreduce"]
+        arx, ard = st["fast"].arx, st["fast"].ard
+        if arx < T:  # large messages: NCCL's line (collectives.py)
+            ar_s -= (T - arx) * ard
+            msg = T * cm.model.hidden_size * cm.precision.activation_bytes
+            c_eff = T * per_tok / max(ar_s - raw["allreduce_calls"] * link.large_allreduce_call_s,
+                                      1e-30) / link.group_bandwidth(cm.tp)
+            c_src = (f"simulator/catalog/links.yaml {link.name}.large_allreduce_* (NCCL above "
+                     f"{arx * msg / T / 1e6:.1f} MB; {msg / 1e6:.1f} MB per call at tp={cm.tp})")
+        ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, ar_s,
                           "communication", efficiency=c_eff, source=c_src))
     if cm.all_to_all:  # dispatch + combine over the EP link
         per_tok, lat = raw["ep_alltoall"]

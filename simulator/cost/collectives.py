@@ -9,10 +9,17 @@ others are a ring of 2 (tp - 1) hops at the cost model's `comm_efficiency`. An e
 calls NCCL instead pays NCCL's fixed per-call work on top (proxy/protocol set-up, the extra
 graph nodes NCCL inserts per call).
 
+Large messages (a prefill's hidden states: tens to hundreds of MB) go to NCCL in every engine,
+whose NVLink SHARP or ring reaches more of the link than the fit above, which was taken at
+0.5-4 MiB. Where the link has a large-message fit, a call costs the cheaper of the two lines
+(`large_allreduce_seconds`); the two cross once, at `large_allreduce_crossover_bytes`.
+
 `ALLREDUCE_EXTRA_S[impl]`: seconds each all-reduce call costs beyond that.
 """
 
 from __future__ import annotations
+
+import math
 
 from simulator.cost.hardware import Link
 
@@ -43,5 +50,30 @@ def allreduce_seconds(link: Link, tp: int, nbytes: float, comm_efficiency: float
     if tp <= 1:
         return 0.0
     ring = 2.0 * (tp - 1) / tp
-    return (link.allreduce_fixed_s(tp) + allreduce_extra_s(impl)
-            + ring * nbytes * link.allreduce_seconds_per_byte(tp, comm_efficiency))
+    small = (link.allreduce_fixed_s(tp) + allreduce_extra_s(impl)
+             + ring * nbytes * link.allreduce_seconds_per_byte(tp, comm_efficiency))
+    large = large_allreduce_seconds(link, tp, nbytes)
+    return small if large is None else min(small, large)
+
+
+def large_allreduce_seconds(link: Link, tp: int, nbytes: float) -> float | None:
+    """Seconds of NCCL's all-reduce of `nbytes` among `tp` GPUs on the link's large-message
+    line (None where the link has no such fit)."""
+    per_byte = link.large_allreduce_seconds_per_byte(tp)
+    if per_byte is None or link.large_allreduce_call_s is None:
+        return None
+    return link.large_allreduce_call_s + nbytes * per_byte
+
+
+def large_allreduce_crossover_bytes(link: Link, tp: int, comm_efficiency: float,
+                                    impl: str = "custom") -> float:
+    """Message bytes above which the large-message line is the cheaper (inf: never)."""
+    per_byte = link.large_allreduce_seconds_per_byte(tp)
+    if per_byte is None or link.large_allreduce_call_s is None:
+        return math.inf
+    ring = 2.0 * (tp - 1) / tp
+    saved = ring * link.allreduce_seconds_per_byte(tp, comm_efficiency) - per_byte
+    if saved <= 0:
+        return math.inf
+    extra = link.large_allreduce_call_s - link.allreduce_fixed_s(tp) - allreduce_extra_s(impl)
+    return max(0.0, extra / saved)

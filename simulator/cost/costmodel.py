@@ -286,7 +286,7 @@ class CostModel(StageTerms):
         (qc, qm0, qm1, oc, om0, om1, mc, mm0, mm1, rtr, n_exp, hit, ac, akv, aq, el,
          cm1, cm0, lovh, lc, lm0, lm1, smp, g1, g0, s1, s0, ov, passes_below,
          qv, ovv, mv, lmv, lin_f, head_f, dovh, q_lin, o_lin, m_lin, h_lin, aqk, dreq,
-         dac, dakv, q1, o1, m1, aqd, apr, dmix, lpc, lpt, ldr) = fast
+         dac, dakv, q1, o1, m1, aqd, apr, dmix, lpc, lpt, ldr, arx, ard) = fast
         # each roofline operator: max(c, m) + ov x min(c, m), ov = 1 - overlap
         if T == 1.0 or 1.0 < T < passes_below:  # the linears run as T GEMV passes
             t = 0.0
@@ -320,6 +320,8 @@ class CostModel(StageTerms):
                 t += lpc + Tp * lpt
             t += Rd * ldr
         t += T * el + cm0 + T * cm1 + lovh
+        if arx < T:  # large all-reduce messages: NCCL's line, below the fit's beyond arx
+            t -= (T - arx) * ard
         if lc:  # last stage: LM head (one logit row per request), sampling, logits gather
             a = h_lin.seconds(R) if h_lin else R * lc
             b = (lmv if R == 1.0 else lm0) + R * lm1  # one request: a GEMV

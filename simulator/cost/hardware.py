@@ -35,10 +35,14 @@ ACCEL_REQUIRED = ("bf16_tflops", "memory_gib", "mem_bw_tbps")
 # field names of earlier versions -> the one name each quantity has now
 RENAMED_FIELDS = {"memory_gb": "memory_gib"}
 LINK_NUMERIC = ("bandwidth_gb_s", "latency_us", "allreduce_call_us", "allreduce_rank_us",
-                "allreduce_efficiency", "mesh_links")
+                "allreduce_efficiency", "mesh_links", "large_allreduce_call_us",
+                "large_allreduce_nvls_gb_s", "large_allreduce_ring_gb_s")
 LINK_REQUIRED = ("bandwidth_gb_s", "latency_us")
 # a scale-up link's fit of its engines' TP all-reduce: all three fields or none
 ALLREDUCE_FIT = ("allreduce_call_us", "allreduce_rank_us", "allreduce_efficiency")
+# NCCL's all-reduce of large messages over a switched link: all three fields or none
+LARGE_ALLREDUCE_FIT = ("large_allreduce_call_us", "large_allreduce_nvls_gb_s",
+                       "large_allreduce_ring_gb_s")
 LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
 
 
@@ -56,6 +60,12 @@ class Link:
     allreduce_rank_s: float = 0.0  # per call and GPU beyond the first
     allreduce_efficiency: float | None = None  # of the group's bandwidth, for the ring's bytes
     mesh_links: int | None = None  # a full mesh of this many links per GPU (None: a switch)
+    # NCCL's all-reduce of large messages (None: the fit above at every size): seconds per
+    # call, NVLink SHARP's algorithm bandwidth (bytes/s of message, whatever the group size;
+    # 0: none) and a ring's bus bandwidth (bytes/s)
+    large_allreduce_call_s: float | None = None
+    large_allreduce_nvls_bytes_per_s: float = 0.0
+    large_allreduce_ring_bytes_per_s: float = 0.0
 
     def transfer_time(self, num_bytes: float) -> float:
         """Seconds to move `num_bytes` over an idle link (latency + size / bandwidth)."""
@@ -74,6 +84,16 @@ class Link:
         """Seconds per byte a ring all-reduce among `tp` GPUs moves: the group's bandwidth at
         the fitted `allreduce_efficiency`, or at `comm_efficiency` without a fit."""
         return 1.0 / (self.group_bandwidth(tp) * (self.allreduce_efficiency or comm_efficiency))
+
+    def large_allreduce_seconds_per_byte(self, tp: int) -> float | None:
+        """Seconds per message byte of NCCL's all-reduce of a large message among `tp` GPUs:
+        the faster of NVLink SHARP (its algorithm bandwidth) and a ring (its bus bandwidth
+        over the ring's 2 (tp - 1)/tp); None without a large-message fit."""
+        if self.large_allreduce_call_s is None or tp <= 1:
+            return None
+        ring = 2.0 * (tp - 1) / tp
+        return 1.0 / max(self.large_allreduce_nvls_bytes_per_s,
+                         self.large_allreduce_ring_bytes_per_s / ring)
 
     def group_bandwidth(self, tp: int) -> float:
         """Bytes/s per direction one GPU of a `tp`-GPU group can send to the others: the whole
@@ -225,12 +245,25 @@ def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
     mesh = _number(where, entry, "mesh_links", False)
     if mesh is not None and (mesh < 1 or mesh != int(mesh)):
         raise ValueError(f"{where}: mesh_links must be a positive integer, got {entry['mesh_links']!r}")
+    large = {k: _number(where, entry, k, False) for k in LARGE_ALLREDUCE_FIT}
+    given = [k for k, v in large.items() if v is not None]
+    if given and len(given) != len(LARGE_ALLREDUCE_FIT):
+        missing = [k for k in LARGE_ALLREDUCE_FIT if k not in given]
+        raise ValueError(f"{where}: a large-message all-reduce fit needs "
+                         f"{', '.join(LARGE_ALLREDUCE_FIT)} together; missing {', '.join(missing)}")
+    if given and not (large["large_allreduce_nvls_gb_s"] or large["large_allreduce_ring_gb_s"]):
+        raise ValueError(f"{where}: large_allreduce_nvls_gb_s or large_allreduce_ring_gb_s must be "
+                         f"> 0 (0 only for the one the link lacks)")
+    large_call = large["large_allreduce_call_us"]
     call = fit["allreduce_call_us"]
     return Link(name=name, bandwidth_bytes_per_s=bw * 1e9, latency_s=lat * 1e-6,
                 description=str(entry.get("description", "")),
                 allreduce_call_s=None if call is None else call * 1e-6,
                 allreduce_rank_s=(fit["allreduce_rank_us"] or 0.0) * 1e-6,
-                allreduce_efficiency=eff, mesh_links=None if mesh is None else int(mesh))
+                allreduce_efficiency=eff, mesh_links=None if mesh is None else int(mesh),
+                large_allreduce_call_s=None if large_call is None else large_call * 1e-6,
+                large_allreduce_nvls_bytes_per_s=(large["large_allreduce_nvls_gb_s"] or 0.0) * 1e9,
+                large_allreduce_ring_bytes_per_s=(large["large_allreduce_ring_gb_s"] or 0.0) * 1e9)
 
 
 def get_link(name_or_spec: str | dict[str, Any]) -> Link:

@@ -64,3 +64,6 @@ class StageCoefs(NamedTuple):
     lpc: float = 0.0  # linear-attention layers: seconds per step with prompt tokens
     lpt: float = 0.0  # ... seconds per prompt token (the chunked kernels)
     ldr: float = 0.0  # ... seconds per decode request (its state read and written)
+    arx: float = float("inf")  # tokens above which the TP all-reduces take NCCL's
+    # large-message line (collectives.large_allreduce_crossover_bytes)
+    ard: float = 0.0  # ... and the seconds that line saves per token beyond them

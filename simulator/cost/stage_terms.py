@@ -5,14 +5,16 @@ part's rates and kernel shape terms into the seconds-per-unit constants (`StageC
 each is priced); the linears carry tile/wave, grouped-GEMM and dequantization terms.
 
 The mixin reads the attributes `CostModel.__init__` sets (model, shard, accelerator,
-precision, kernels, params, tp, ep, all_to_all, link, ep_link, _ar_extra).
+precision, kernels, params, tp, ep, all_to_all, link, ep_link, allreduce, _ar_extra).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+from simulator.cost.collectives import large_allreduce_crossover_bytes
 from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
 from simulator.cost.kernels import query_group, triton_block_q
@@ -296,6 +298,7 @@ class StageTerms:
             "mlp_elementwise": L * n_mats * f * ab,  # SiLU x up: reads 2f, writes f
             "allreduce": (L * 2 * ring * d * ab,
                           L * 2 * (self.link.allreduce_fixed_s(tp) + self._ar_extra)),
+            "allreduce_calls": L * 2,
             "layers": L,
         }
         raw["attn_decode"] = raw["attn"][:2]
@@ -384,10 +387,27 @@ class StageTerms:
             # per decode request (0 without them)
             *((la["call_s"], la["token_s"], la["decode_s"]) if (la := raw.get("linear_attn"))
               else (0.0, 0.0, 0.0)),
+            *self._large_allreduce(raw["allreduce_calls"], d * ab, rate["allreduce"]),
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread,
                 "decode_kv_always": always}
+
+    def _large_allreduce(self, calls: float, msg_bytes_per_token: float,
+                         per_ring_byte: float) -> tuple[float, float]:
+        """(tokens above which NCCL's large-message line prices the TP all-reduces, seconds it
+        saves per token beyond them): (inf, 0) where the link has no such line."""
+        tp = self.tp
+        per_byte = self.link.large_allreduce_seconds_per_byte(tp)
+        if per_byte is None or not calls:
+            return math.inf, 0.0
+        cross = large_allreduce_crossover_bytes(self.link, tp, self.params.comm_efficiency,
+                                                self.allreduce)
+        if not math.isfinite(cross):
+            return math.inf, 0.0
+        ring = 2.0 * (tp - 1) / tp
+        saved = calls * msg_bytes_per_token * (ring * per_ring_byte - per_byte)
+        return cross / msg_bytes_per_token, saved
 
     def _layer_floor(self, s: int, L: int) -> float:
         """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
@@ -432,4 +452,5 @@ class StageTerms:
                 n_ar = L + dense
                 raw["allreduce"] = (n_ar * ring * m.hidden_size * ab,
                                     n_ar * (self.link.allreduce_fixed_s(tp) + self._ar_extra))
+                raw["allreduce_calls"] = n_ar
                 raw["ep_alltoall"] = (mt.alltoall_bytes_per_token, mt.alltoall_latency_s)
