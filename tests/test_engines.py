@@ -189,6 +189,32 @@ def test_prefix_caching_by_engine_and_version(engine, want):
                                                                            "dp_attention": True}}, 0),
     ({"name": "sglang", "version": "0.5.12"}, {"cluster": {"tp": 2, "pp": 2}}, 0),
     ({"name": "sglang", "version": "0.5.12"}, {"model": "llama-3.1-8b", "hardware": "mi300x"}, 0),
+    # ... for the architectures SGLang lists without them
+    ({"name": "sglang", "version": "0.5.10"}, {"model": "deepseek-v3.2", "hardware": "h200-sxm",
+                                               "dtype": "fp8", "cluster": {"tp": 8}}, 0),
+    # ... and under its MoE runner flashinfer_trtllm, its default on SM100 GPUs for
+    # DeepSeek-V3's FP8 / NVFP4 experts (BF16 from v0.5.12) and Qwen3-MoE's FP8 / BF16 ones
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "deepseek-v3", "hardware": "b200",
+                                               "dtype": "fp8", "cluster": {"tp": 8}}, 0),
+    ({"name": "sglang", "version": "0.5.10"}, {"model": "deepseek-v3", "hardware": "b300",
+                                               "dtype": "fp4", "cluster": {"tp": 8}}, 0),
+    ({"name": "sglang", "version": "0.5.11"}, {"model": "deepseek-v3", "hardware": "b200",
+                                               "dtype": "bf16", "cluster": {"tp": 16}}, 2048),
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "deepseek-v3", "hardware": "b200",
+                                               "dtype": "bf16", "cluster": {"tp": 16}}, 0),
+    ({"name": "sglang", "version": "0.5.10"}, {"model": "qwen3-30b-a3b", "hardware": "b200",
+                                               "scheduler": {"max_num_batched_tokens": 8192}}, 0),
+    ({"name": "sglang", "version": "0.5.10"}, {"model": "qwen3-30b-a3b", "hardware": "h100-sxm",
+                                               "scheduler": {"max_num_batched_tokens": 8192}},
+     8192),
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "gpt-oss-120b", "hardware": "b200",
+                                               "dtype": "fp4",
+                                               "scheduler": {"max_num_batched_tokens": 8192}},
+     8192),
+    ({"name": "sglang", "version": "0.5.12"}, {"model": "qwen3-30b-a3b", "hardware": "b200",
+                                               "dtype": "int4",
+                                               "scheduler": {"max_num_batched_tokens": 8192}},
+     8192),
     # a key the scenario sets wins; other engines and an unstated version price graphs
     ({"name": "sglang", "version": "0.5.7"}, {"cluster": {"prefill_graph_max_tokens": 512}}, 512),
     ({"name": "sglang"}, {}, None),
@@ -200,6 +226,8 @@ def test_sglang_prefill_steps_outside_cuda_graphs_by_version(engine, data, want)
     assert sc.cluster.prefill_graph_max_tokens == want
     if want is not None and "prefill_graph_max_tokens" not in data.get("cluster", {}):
         assert any("prefill_graph_max_tokens" in n for n in sc.engine_notes)
+    if want == 0 and data.get("hardware") in ("b200", "b300") and "deepseek-v3.2" != data["model"]:
+        assert any("flashinfer_trtllm" in n for n in sc.engine_notes)
 
 
 def test_the_run_prices_sglangs_eager_prefill():

@@ -29,6 +29,11 @@ from simulator.engines.chat_template import chat_template_rule
 from simulator.engines.fused_moe_fallback import fused_moe_fallback_rule
 from simulator.engines.hybrid_kv_cache import hybrid_kv_cache_rule, mamba_block_size_rule
 from simulator.engines.scenario_model import raw_model
+from simulator.engines.sglang_prefill_graphs import (
+    arch_without_graphs,
+    expert_precision,
+    sm100_trtllm_moe,
+)
 from simulator.engines.version import parse_version
 from simulator.engines.vllm_block_size import mla_block_size_rule
 from simulator.engines.vllm_host import VLLM_V1_RELEASE, host_request_rule
@@ -340,8 +345,9 @@ def _modelopt_weights(data: dict[str, Any]) -> str | None:
 # chunked prefill size otherwise (ServerArgs, v0.5.10 to v0.5.12). SGLang turns them off with
 # DP attention, PP > 1, non-CUDA hardware (ROCm), an MoE all-to-all backend and PD
 # disaggregation (_handle_piecewise_cuda_graph; also LoRA, speculative decoding and others kvpd
-# does not model). Steps outside the graphs pay their layers' dispatch
-# (simulator/cost/eager_dispatch.py): cluster.prefill_graph_max_tokens.
+# does not model), and for some models and MoE runners (simulator/engines/sglang_prefill_graphs.py).
+# Steps outside the graphs pay their layers' dispatch (simulator/cost/eager_dispatch.py):
+# cluster.prefill_graph_max_tokens.
 SGLANG_PCG_DEFAULT_FROM = Version("0.5.10")
 SGLANG_PCG_MLA_MAX_TOKENS = 2048
 
@@ -413,16 +419,23 @@ def _sglang_prefill_graphs(data: dict[str, Any], sched: dict[str, Any],
         return [f"prefill_graph_max_tokens 0: SGLang {v} runs prefill batches eagerly (piecewise "
                 f"CUDA graphs opt-in before {SGLANG_PCG_DEFAULT_FROM}); {cost}"]
     try:
-        vendor = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).vendor
-        mla = raw_model(data).is_mla
+        acc = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE))
+        model = raw_model(data)
     except (ValueError, OSError):  # the scenario check names what it cannot read
         return []
+    vendor, mla, a2a = acc.vendor, model.is_mla, cluster.get("moe_a2a_backend") == "all_to_all"
+    experts = expert_precision(data, _modelopt_weights(data))
     off = [why for why, on in (
         ("data-parallel attention", cluster.get("dp_attention") is True),
         ("pipeline parallelism", int(cluster.get("pp", 1)) > 1),
         ("non-CUDA hardware", vendor not in ("nvidia", "")),
-        ("an MoE all-to-all backend", cluster.get("moe_a2a_backend") == "all_to_all"),
-        ("PD disaggregation", "pd" in cluster)) if on]
+        ("an MoE all-to-all backend", a2a),
+        ("PD disaggregation", "pd" in cluster),
+        (f"{model.architecture} (its list of models without them)",
+         arch_without_graphs(model.architecture, v)),
+        (f"its MoE runner flashinfer_trtllm, its default for {model.architecture}'s "
+         f"{experts} experts on an SM100 GPU (simulator/engines/sglang_prefill_graphs.py)",
+         not a2a and sm100_trtllm_moe(model.architecture, experts, acc.arch, v))) if on]
     if off:
         cluster["prefill_graph_max_tokens"] = 0
         return [f"prefill_graph_max_tokens 0: SGLang {v} turns its piecewise CUDA graphs off "
