@@ -227,34 +227,36 @@ def _number(where: str, entry: dict[str, Any], key: str, required: bool) -> floa
     return float(value)
 
 
+def _field_group(where: str, entry: dict[str, Any], keys: tuple[str, ...],
+                 what: str) -> dict[str, float | None]:
+    """`keys` of a catalog entry that go together: every one given, or none."""
+    values = {k: _number(where, entry, k, False) for k in keys}
+    missing = [k for k, v in values.items() if v is None]
+    if missing and len(missing) != len(keys):
+        raise ValueError(f"{where}: {what} needs {', '.join(keys)} together; "
+                         f"missing {', '.join(missing)}")
+    return values
+
+
 def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
     _check_keys(where, entry, {"name", "description", *LINK_NUMERIC})
     bw = _number(where, entry, "bandwidth_gb_s", True)
     lat = _number(where, entry, "latency_us", True)
     if not bw:
         raise ValueError(f"{where}: bandwidth_gb_s must be > 0")
-    fit = {k: _number(where, entry, k, False) for k in ALLREDUCE_FIT}
-    given = [k for k, v in fit.items() if v is not None]
-    if given and len(given) != len(ALLREDUCE_FIT):
-        missing = [k for k in ALLREDUCE_FIT if k not in given]
-        raise ValueError(f"{where}: an all-reduce fit needs {', '.join(ALLREDUCE_FIT)} together; "
-                         f"missing {', '.join(missing)}")
+    fit = _field_group(where, entry, ALLREDUCE_FIT, "an all-reduce fit")
     eff = fit["allreduce_efficiency"]
     if eff is not None and not 0 < eff <= 1:
         raise ValueError(f"{where}: allreduce_efficiency must be in (0, 1], got {eff}")
     mesh = _number(where, entry, "mesh_links", False)
     if mesh is not None and (mesh < 1 or mesh != int(mesh)):
         raise ValueError(f"{where}: mesh_links must be a positive integer, got {entry['mesh_links']!r}")
-    large = {k: _number(where, entry, k, False) for k in LARGE_ALLREDUCE_FIT}
-    given = [k for k, v in large.items() if v is not None]
-    if given and len(given) != len(LARGE_ALLREDUCE_FIT):
-        missing = [k for k in LARGE_ALLREDUCE_FIT if k not in given]
-        raise ValueError(f"{where}: a large-message all-reduce fit needs "
-                         f"{', '.join(LARGE_ALLREDUCE_FIT)} together; missing {', '.join(missing)}")
-    if given and not (large["large_allreduce_nvls_gb_s"] or large["large_allreduce_ring_gb_s"]):
+    large = _field_group(where, entry, LARGE_ALLREDUCE_FIT, "a large-message all-reduce fit")
+    large_call = large["large_allreduce_call_us"]
+    if large_call is not None and not (large["large_allreduce_nvls_gb_s"]
+                                       or large["large_allreduce_ring_gb_s"]):
         raise ValueError(f"{where}: large_allreduce_nvls_gb_s or large_allreduce_ring_gb_s must be "
                          f"> 0 (0 only for the one the link lacks)")
-    large_call = large["large_allreduce_call_us"]
     call = fit["allreduce_call_us"]
     return Link(name=name, bandwidth_bytes_per_s=bw * 1e9, latency_s=lat * 1e-6,
                 description=str(entry.get("description", "")),
