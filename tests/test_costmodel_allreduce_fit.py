@@ -60,10 +60,12 @@ def test_large_messages_take_nccls_line_above_the_crossover():
         assert allreduce_seconds(link, 8, nbytes, 0.8) == pytest.approx(
             link.large_allreduce_call_s + nbytes / link.large_allreduce_nvls_bytes_per_s)
         assert allreduce_seconds(link, 8, nbytes, 0.8) < fit(nbytes)
-    # two GPUs: a ring's bus bandwidth is its algorithm bandwidth, faster than NVLS's
-    assert link.large_allreduce_seconds_per_byte(2) == pytest.approx(
-        1 / link.large_allreduce_ring_bytes_per_s)
-    assert large_allreduce_crossover_bytes(link, 2, 0.8) > 4 * cross
+    # below 8 GPUs (NVLS's figure is for 8) a ring: bus bandwidth over 2 (tp - 1)/tp
+    assert link.large_allreduce_nvls_min_tp == 8
+    for tp in (2, 4):
+        assert link.large_allreduce_seconds_per_byte(tp) == pytest.approx(
+            2 * (tp - 1) / tp / link.large_allreduce_ring_bytes_per_s)
+        assert large_allreduce_crossover_bytes(link, tp, 0.8) > 3 * cross
     # an engine that pays NCCL's extra per call on every call crosses over sooner
     assert large_allreduce_crossover_bytes(link, 8, 0.8, "nccl") < cross
     for name in ("nvlink5", "pcie5", "infinity-fabric-mi300"):  # no table: no second line
@@ -113,6 +115,8 @@ def test_links_without_a_fit_keep_the_ring():
     ({"base": "pcie5", "large_allreduce_call_us": 70}, "missing large_allreduce_nvls_gb_s"),
     ({"base": "nvlink4", "large_allreduce_nvls_gb_s": 0, "large_allreduce_ring_gb_s": 0},
      "large_allreduce_nvls_gb_s or large_allreduce_ring_gb_s must be > 0"),
+    ({"base": "nvlink4", "large_allreduce_nvls_min_tp": 2.5},
+     "large_allreduce_nvls_min_tp must be a positive integer"),
 ])
 def test_bad_link_fields_are_refused(spec, match):
     with pytest.raises(ValueError, match=match):

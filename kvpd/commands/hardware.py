@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if name.strip().lower() in hw.list_links():
         link = hw.get_link(name)
         print(json.dumps(_link_dict(link), indent=2) if args.json else
-              "\n".join(f"{k:26s} {v}" for k, v in _link_dict(link).items()))
+              "\n".join(f"{k:28s} {v}" for k, v in _link_dict(link).items()))
         return 0
     acc = hw.get_accelerator(name)
     d = _acc_dict(acc)
@@ -79,6 +79,7 @@ def _link_dict(x) -> dict:
     if x.large_allreduce_call_s is not None:
         d.update(large_allreduce_call_us=x.large_allreduce_call_s * 1e6,
                  large_allreduce_nvls_gb_s=x.large_allreduce_nvls_bytes_per_s / 1e9,
+                 large_allreduce_nvls_min_tp=x.large_allreduce_nvls_min_tp,
                  large_allreduce_ring_gb_s=x.large_allreduce_ring_bytes_per_s / 1e9)
     d["description"] = x.description
     return d

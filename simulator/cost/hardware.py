@@ -36,13 +36,14 @@ ACCEL_REQUIRED = ("bf16_tflops", "memory_gib", "mem_bw_tbps")
 RENAMED_FIELDS = {"memory_gb": "memory_gib"}
 LINK_NUMERIC = ("bandwidth_gb_s", "latency_us", "allreduce_call_us", "allreduce_rank_us",
                 "allreduce_efficiency", "mesh_links", "large_allreduce_call_us",
-                "large_allreduce_nvls_gb_s", "large_allreduce_ring_gb_s")
+                "large_allreduce_nvls_gb_s", "large_allreduce_nvls_min_tp",
+                "large_allreduce_ring_gb_s")
 LINK_REQUIRED = ("bandwidth_gb_s", "latency_us")
 # a scale-up link's fit of its engines' TP all-reduce: all three fields or none
 ALLREDUCE_FIT = ("allreduce_call_us", "allreduce_rank_us", "allreduce_efficiency")
 # NCCL's all-reduce of large messages over a switched link: all three fields or none
 LARGE_ALLREDUCE_FIT = ("large_allreduce_call_us", "large_allreduce_nvls_gb_s",
-                       "large_allreduce_ring_gb_s")
+                       "large_allreduce_nvls_min_tp", "large_allreduce_ring_gb_s")
 LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
 
 
@@ -61,10 +62,12 @@ class Link:
     allreduce_efficiency: float | None = None  # of the group's bandwidth, for the ring's bytes
     mesh_links: int | None = None  # a full mesh of this many links per GPU (None: a switch)
     # NCCL's all-reduce of large messages (None: the fit above at every size): seconds per
-    # call, NVLink SHARP's algorithm bandwidth (bytes/s of message, whatever the group size;
-    # 0: none) and a ring's bus bandwidth (bytes/s)
+    # call, NVLink SHARP's algorithm bandwidth (bytes/s of message; 0: none) for groups of at
+    # least `large_allreduce_nvls_min_tp` GPUs (the size it was measured at), and a ring's
+    # bus bandwidth (bytes/s)
     large_allreduce_call_s: float | None = None
     large_allreduce_nvls_bytes_per_s: float = 0.0
+    large_allreduce_nvls_min_tp: int = 0
     large_allreduce_ring_bytes_per_s: float = 0.0
 
     def transfer_time(self, num_bytes: float) -> float:
@@ -87,13 +90,15 @@ class Link:
 
     def large_allreduce_seconds_per_byte(self, tp: int) -> float | None:
         """Seconds per message byte of NCCL's all-reduce of a large message among `tp` GPUs:
-        the faster of NVLink SHARP (its algorithm bandwidth) and a ring (its bus bandwidth
-        over the ring's 2 (tp - 1)/tp); None without a large-message fit."""
+        the faster of NVLink SHARP (its algorithm bandwidth, in groups of at least
+        `large_allreduce_nvls_min_tp`) and a ring (its bus bandwidth over the ring's
+        2 (tp - 1)/tp); None without a large-message fit."""
         if self.large_allreduce_call_s is None or tp <= 1:
             return None
         ring = 2.0 * (tp - 1) / tp
-        return 1.0 / max(self.large_allreduce_nvls_bytes_per_s,
-                         self.large_allreduce_ring_bytes_per_s / ring)
+        nvls = (self.large_allreduce_nvls_bytes_per_s
+                if tp >= self.large_allreduce_nvls_min_tp else 0.0)
+        return 1.0 / max(nvls, self.large_allreduce_ring_bytes_per_s / ring)
 
     def group_bandwidth(self, tp: int) -> float:
         """Bytes/s per direction one GPU of a `tp`-GPU group can send to the others: the whole
@@ -257,6 +262,10 @@ def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
                                        or large["large_allreduce_ring_gb_s"]):
         raise ValueError(f"{where}: large_allreduce_nvls_gb_s or large_allreduce_ring_gb_s must be "
                          f"> 0 (0 only for the one the link lacks)")
+    nvls_tp = large["large_allreduce_nvls_min_tp"]
+    if nvls_tp is not None and (nvls_tp < 1 or nvls_tp != int(nvls_tp)):
+        raise ValueError(f"{where}: large_allreduce_nvls_min_tp must be a positive integer, got "
+                         f"{entry['large_allreduce_nvls_min_tp']!r}")
     call = fit["allreduce_call_us"]
     return Link(name=name, bandwidth_bytes_per_s=bw * 1e9, latency_s=lat * 1e-6,
                 description=str(entry.get("description", "")),
@@ -265,6 +274,7 @@ def _link_from_entry(name: str, entry: dict[str, Any], where: str) -> Link:
                 allreduce_efficiency=eff, mesh_links=None if mesh is None else int(mesh),
                 large_allreduce_call_s=None if large_call is None else large_call * 1e-6,
                 large_allreduce_nvls_bytes_per_s=(large["large_allreduce_nvls_gb_s"] or 0.0) * 1e9,
+                large_allreduce_nvls_min_tp=int(nvls_tp or 0),
                 large_allreduce_ring_bytes_per_s=(large["large_allreduce_ring_gb_s"] or 0.0) * 1e9)
 
 
