@@ -83,6 +83,7 @@ def test_cost_model_prices_a_long_prefill_on_nccls_line():
     assert ops["tp_allreduce"].time_s == pytest.approx(2 * cm.model.num_layers * per_call,
                                                        rel=1e-9)
     assert "large_allreduce" in ops["tp_allreduce"].source
+    assert "NVLink SHARP" in ops["tp_allreduce"].source
     assert cm.step_time(shape) == pytest.approx(sum(op.time_s for op in ops.values()), rel=1e-12)
 
 

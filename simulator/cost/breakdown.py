@@ -242,8 +242,12 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
             msg = T * cm.model.hidden_size * cm.precision.activation_bytes
             c_eff = T * per_tok / max(ar_s - raw["allreduce_calls"] * link.large_allreduce_call_s,
                                       1e-30) / link.group_bandwidth(cm.tp)
-            c_src = (f"simulator/catalog/links.yaml {link.name}.large_allreduce_* (NCCL above "
-                     f"{arx * msg / T / 1e6:.1f} MB; {msg / 1e6:.1f} MB per call at tp={cm.tp})")
+            ring_alg = link.large_allreduce_ring_bytes_per_s * cm.tp / (2.0 * (cm.tp - 1))
+            how = ("NVLink SHARP" if cm.tp >= link.large_allreduce_nvls_min_tp
+                   and link.large_allreduce_nvls_bytes_per_s > ring_alg else "ring")
+            c_src = (f"simulator/catalog/links.yaml {link.name}.large_allreduce_* (NCCL's {how} "
+                     f"above {arx * msg / T / 1e6:.1f} MB; {msg / 1e6:.1f} MB per call at "
+                     f"tp={cm.tp})")
         ops.append(OpCost("tp_allreduce", 0.0, T * per_tok, ar_s,
                           "communication", efficiency=c_eff, source=c_src))
     if cm.all_to_all:  # dispatch + combine over the EP link
