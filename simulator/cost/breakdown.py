@@ -242,9 +242,7 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
             msg = T * cm.model.hidden_size * cm.precision.activation_bytes
             c_eff = T * per_tok / max(ar_s - raw["allreduce_calls"] * link.large_allreduce_call_s,
                                       1e-30) / link.group_bandwidth(cm.tp)
-            ring_alg = link.large_allreduce_ring_bytes_per_s * cm.tp / (2.0 * (cm.tp - 1))
-            how = ("NVLink SHARP" if cm.tp >= link.large_allreduce_nvls_min_tp
-                   and link.large_allreduce_nvls_bytes_per_s > ring_alg else "ring")
+            how = link.large_allreduce_algorithm(cm.tp)
             c_src = (f"simulator/catalog/links.yaml {link.name}.large_allreduce_* (NCCL's {how} "
                      f"above {arx * msg / T / 1e6:.1f} MB; {msg / 1e6:.1f} MB per call at "
                      f"tp={cm.tp})")

@@ -65,15 +65,22 @@ def large_allreduce_seconds(link: Link, tp: int, nbytes: float) -> float | None:
     return link.large_allreduce_call_s + nbytes * per_byte
 
 
-def large_allreduce_crossover_bytes(link: Link, tp: int, comm_efficiency: float,
-                                    impl: str = "custom") -> float:
-    """Message bytes above which the large-message line is the cheaper (inf: never)."""
+def large_allreduce_crossover(link: Link, tp: int, comm_efficiency: float,
+                              impl: str = "custom") -> tuple[float, float]:
+    """(message bytes above which the large-message line is the cheaper, seconds it saves per
+    message byte beyond them): (inf, 0) where it never is."""
     per_byte = link.large_allreduce_seconds_per_byte(tp)
     if per_byte is None or link.large_allreduce_call_s is None:
-        return math.inf
+        return math.inf, 0.0
     ring = 2.0 * (tp - 1) / tp
     saved = ring * link.allreduce_seconds_per_byte(tp, comm_efficiency) - per_byte
     if saved <= 0:
-        return math.inf
+        return math.inf, 0.0
     extra = link.large_allreduce_call_s - link.allreduce_fixed_s(tp) - allreduce_extra_s(impl)
-    return max(0.0, extra / saved)
+    return max(0.0, extra / saved), saved
+
+
+def large_allreduce_crossover_bytes(link: Link, tp: int, comm_efficiency: float,
+                                    impl: str = "custom") -> float:
+    """Message bytes above which the large-message line is the cheaper (inf: never)."""
+    return large_allreduce_crossover(link, tp, comm_efficiency, impl)[0]

@@ -93,12 +93,24 @@ class Link:
         the faster of NVLink SHARP (its algorithm bandwidth, in groups of at least
         `large_allreduce_nvls_min_tp`) and a ring (its bus bandwidth over the ring's
         2 (tp - 1)/tp); None without a large-message fit."""
+        algorithm = self.large_allreduce_algorithm(tp)
+        if algorithm is None:
+            return None
+        if algorithm == "NVLink SHARP":
+            return 1.0 / self.large_allreduce_nvls_bytes_per_s
+        return 2.0 * (tp - 1) / tp / self.large_allreduce_ring_bytes_per_s
+
+    def large_allreduce_algorithm(self, tp: int) -> str | None:
+        """Which of NCCL's algorithms moves a large message among `tp` GPUs faster: "NVLink
+        SHARP" (in groups of at least `large_allreduce_nvls_min_tp`) or "ring"; None without
+        a large-message fit or an algorithm for this group."""
         if self.large_allreduce_call_s is None or tp <= 1:
             return None
-        ring = 2.0 * (tp - 1) / tp
-        nvls = (self.large_allreduce_nvls_bytes_per_s
-                if tp >= self.large_allreduce_nvls_min_tp else 0.0)
-        return 1.0 / max(nvls, self.large_allreduce_ring_bytes_per_s / ring)
+        ring_algbw = self.large_allreduce_ring_bytes_per_s * tp / (2.0 * (tp - 1))
+        nvls = tp >= self.large_allreduce_nvls_min_tp
+        if nvls and self.large_allreduce_nvls_bytes_per_s > ring_algbw:
+            return "NVLink SHARP"
+        return "ring" if ring_algbw > 0 else None
 
     def group_bandwidth(self, tp: int) -> float:
         """Bytes/s per direction one GPU of a `tp`-GPU group can send to the others: the whole

@@ -65,5 +65,5 @@ class StageCoefs(NamedTuple):
     lpt: float = 0.0  # ... seconds per prompt token (the chunked kernels)
     ldr: float = 0.0  # ... seconds per decode request (its state read and written)
     arx: float = float("inf")  # tokens above which the TP all-reduces take NCCL's
-    # large-message line (collectives.large_allreduce_crossover_bytes)
+    # large-message line (collectives.large_allreduce_crossover)
     ard: float = 0.0  # ... and the seconds that line saves per token beyond them

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
-from simulator.cost.collectives import large_allreduce_crossover_bytes
+from simulator.cost.collectives import large_allreduce_crossover
 from simulator.cost.dtypes import dtype_bytes
 from simulator.cost.grouped_gemm import ExpertShape, MoELinearCost, expert_stream_factor
 from simulator.cost.kernels import query_group, triton_block_q
@@ -387,27 +387,20 @@ class StageTerms:
             # per decode request (0 without them)
             *((la["call_s"], la["token_s"], la["decode_s"]) if (la := raw.get("linear_attn"))
               else (0.0, 0.0, 0.0)),
-            *self._large_allreduce(raw["allreduce_calls"], d * ab, rate["allreduce"]),
+            *self._large_allreduce(raw["allreduce_calls"], d * ab),
         )
         return {"raw": raw, "rate": rate, "fast": fast, "last": last, "linear": lin,
                 "half_keys": half_keys, "req_tokens": req_tokens, "reread": reread,
                 "decode_kv_always": always}
 
-    def _large_allreduce(self, calls: float, msg_bytes_per_token: float,
-                         per_ring_byte: float) -> tuple[float, float]:
+    def _large_allreduce(self, calls: float, msg_bytes_per_token: float) -> tuple[float, float]:
         """(tokens above which NCCL's large-message line prices the TP all-reduces, seconds it
         saves per token beyond them): (inf, 0) where the link has no such line."""
-        tp = self.tp
-        per_byte = self.link.large_allreduce_seconds_per_byte(tp)
-        if per_byte is None or not calls:
+        cross, saved = large_allreduce_crossover(self.link, self.tp, self.params.comm_efficiency,
+                                                 self.allreduce)
+        if not calls or not math.isfinite(cross):
             return math.inf, 0.0
-        cross = large_allreduce_crossover_bytes(self.link, tp, self.params.comm_efficiency,
-                                                self.allreduce)
-        if not math.isfinite(cross):
-            return math.inf, 0.0
-        ring = 2.0 * (tp - 1) / tp
-        saved = calls * msg_bytes_per_token * (ring * per_ring_byte - per_byte)
-        return cross / msg_bytes_per_token, saved
+        return cross / msg_bytes_per_token, calls * msg_bytes_per_token * saved
 
     def _layer_floor(self, s: int, L: int) -> float:
         """Seconds of stage `s`'s per-layer fixed costs: `layer_overhead_s` per layer, or with
