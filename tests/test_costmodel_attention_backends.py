@@ -119,6 +119,8 @@ def _vllm(model: str, hardware: str, version: str | None, **data):
     ("gpt-oss-20b", "b200", "0.11.0", {}, "flash_attn"),  # FlashInfer on Blackwell
     ("llama-3.1-8b", "a100-80gb-sxm", "0.11.0", {}, "flash_attn_2"),  # V1 on FA2
     ("llama-3.1-8b", "a10", None, {}, "flash_attn_2"),
+    ("llama-3.1-8b", "rtx-pro-6000", None, {}, "flash_attn_2"),  # sm_120: FA2, not FA3
+    ("gpt-oss-20b", "rtx-pro-6000", "0.11.0", {}, "triton_attn"),  # sinks, sm_120
     ("llama-3.1-8b", "a100-80gb-sxm", "0.7.3", {}, "flash_attn"),  # V0: decodes on their own
     ("llama-3.1-8b", "h100-sxm", "0.11.0", {}, "flash_attn"),  # FA3
     ("deepseek-v2-lite", "a100-80gb-sxm", "0.11.0", {}, "flash_attn"),  # MLA backends

@@ -102,6 +102,26 @@ def test_a10_against_its_datasheet() -> None:
     assert a10.fp8_tflops is None and a10.arch == "ampere"
 
 
+def test_rtx_pro_6000_is_its_own_blackwell_family() -> None:
+    """The RTX PRO 6000 Blackwell (sm_120) is not a B200 (sm_100): its own kernel family, found
+    by the device names CUDA reports for its 600 W boards, with FP4 and no scale-up link."""
+    from simulator.cost.hardware import device_alias
+    from simulator.cost.kernels import kernel_profile
+
+    rtx = get_accelerator("rtx-pro-6000")
+    assert rtx.arch == "blackwell_rtx" and rtx.sm_count == 188
+    assert rtx.memory_bytes == 96 * GIB and rtx.mem_bw_bytes_per_s == pytest.approx(1.792e12)
+    assert rtx.peak_flops("fp4") == pytest.approx(4 * rtx.peak_flops("bf16"))
+    assert rtx.intra_node_link().name == "pcie5"
+    for device in ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                   "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"):
+        assert device_alias(device) == "rtx-pro-6000"
+    assert device_alias("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") is None
+    assert kernel_profile(rtx).arch == "blackwell_rtx"
+    with pytest.raises(ValueError, match=r"unknown hardware 'rtx-6000'.*rtx-pro-6000"):
+        get_accelerator("rtx-6000")
+
+
 def test_every_gpu_with_a_kernel_profile_has_its_sm_count_and_arch() -> None:
     from simulator.cost.kernels import list_archs
 

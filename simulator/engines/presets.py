@@ -114,9 +114,11 @@ VLLM_V0_MAX_NUM_SEQS = 256
 VLLM_V0_LONG_CONTEXT = 32 * 1024
 VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from (and no ROCm)
 
-# vLLM's attention kernel on NVIDIA GPUs before Hopper (compute capability 8.x: Ampere, Ada):
-# its V1 engine picks FlashAttention, except for a model with attention sinks (gpt-oss), which
-# FlashAttention-2 cannot run there: the Triton unified attention (TRITON_ATTN). So since
+# vLLM's attention kernel on NVIDIA GPUs that run FlashAttention-2 (compute capability 8.x:
+# Ampere, Ada; and 12.0, the RTX PRO 6000 Blackwell, which lacks Hopper's wgmma and the B200's
+# tcgen05 that FlashAttention-3 and the SM100 kernels need): its V1 engine picks FlashAttention,
+# except for a model with attention sinks (gpt-oss), which FlashAttention-2 cannot run there:
+# the Triton unified attention (TRITON_ATTN; on 12.0 assumed as on 8.x). So since
 # gpt-oss's release (v0.10.1: vllm/platforms/cuda.py "has_sink and not is_device_capability(90)"
 # -> TRITON_ATTN_VLLM_V1; v0.12 and v0.13 by backend priority, FLASH_ATTN and FLASHINFER
 # refusing sinks before SM100). v0.11 sent an FP8 KV cache there too ("has_sink or
@@ -135,7 +137,7 @@ VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from
 # on FlashInfer (FA2 has none; v0.12 on picks it, v0.11 aside), which packs them: flash_attn.
 VLLM_SINKS_TRITON_FROM = (0, 10, 1)
 VLLM_FP8_KV_TRITON = (0, 11)  # the minor release that also sent an FP8 KV cache there
-VLLM_PRE_HOPPER_ARCHES = ("ampere", "ada")
+VLLM_FA2_ARCHES = ("ampere", "ada", "blackwell_rtx")
 
 # SGLang runs a prefill batch whenever one can be formed (Scheduler.get_next_batch_to_run:
 # get_new_batch_prefill first), the running decode batch only when none can, and mixes them
@@ -568,7 +570,7 @@ def vllm_attention_backend(model: Any, arch: str, v3: tuple[int, int, int] | Non
     """(backend, why) of the kernel vLLM `v3` (None: current) runs for `model` on a part of
     kernel family `arch` where it is not a FlashAttention-class one (the rules above); None
     elsewhere: other parts, MLA models, FP8 KV caches on FlashInfer, V0."""
-    if arch not in VLLM_PRE_HOPPER_ARCHES or model.is_mla:
+    if arch not in VLLM_FA2_ARCHES or model.is_mla:
         return None
     if model.attention_sinks and (v3 is None or v3 >= VLLM_SINKS_TRITON_FROM):
         return "triton_attn", ("runs its Triton unified attention for attention sinks, which "
