@@ -74,6 +74,16 @@ def test_the_vllm_preset_picks_the_fallback_where_vllm_has_no_tuned_file(
     assert any(n.startswith("fused_moe_config legacy_default") for n in notes) == picked
 
 
+def test_a_part_sold_as_several_boards_looks_up_each_boards_file():
+    """The RTX PRO 6000's Server and Workstation Editions name their files apart; vLLM 0.11
+    ships neither for Qwen3-30B-A3B's 16-bit experts, so both are named."""
+    data = _scenario("qwen3-30b-a3b", "rtx-pro-6000", "0.11.0", tp=1)
+    notes = apply_engine(data)
+    assert data["cluster"]["fused_moe_config"] == "legacy_default"
+    note = next(n for n in notes if n.startswith("fused_moe_config legacy_default"))
+    assert "Blackwell_Server_Edition.json or " in note and "Workstation_Edition.json" in note
+
+
 def test_quantized_experts_keep_the_tuned_price():
     data = {**_scenario("glm-4.6", "h200-sxm", "0.11.0"), "dtype": "fp8"}
     assert fused_moe_fallback_rule("vllm", data, data["cluster"], "0.11.0") == []

@@ -36,8 +36,9 @@ SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
 
 # torch.cuda.get_device_name() of each catalog part, spaces as _ (as both engines name their
 # files; the names that appear in vLLM 0.16.0's and SGLang 0.5.7's configs, and NVIDIA's names
-# of the A10, A10G and L4). Other parts are not looked up.
-DEVICE_NAMES = {
+# of the A10, A10G and L4; a part sold as several boards lists each board's name, and a file for
+# any of them counts). Other parts are not looked up.
+DEVICE_NAMES: dict[str, str | tuple[str, ...]] = {
     "a10": "NVIDIA_A10",
     "a10g": "NVIDIA_A10G",
     "l4": "NVIDIA_L4",
@@ -52,6 +53,8 @@ DEVICE_NAMES = {
     "h20": "NVIDIA_H20",
     "b200": "NVIDIA_B200",
     "gb200": "NVIDIA_GB200",
+    "rtx-pro-6000": ("NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition",
+                     "NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition"),
 }
 
 
@@ -103,20 +106,22 @@ def fused_moe_fallback_rule(engine: str, data: dict[str, Any], cluster: dict[str
         return []
     if str(dtype or "bf16") not in SIXTEEN_BIT:
         return []
-    device = DEVICE_NAMES.get(acc.name)
-    if device is None:
+    boards = DEVICE_NAMES.get(acc.name)
+    if boards is None:
         return []
+    devices = (boards,) if isinstance(boards, str) else boards
     tp, ep = int(cluster.get("tp", 1)), int(cluster.get("ep", 1))
     if ep > 1:  # whole experts, E / ep of them on each GPU
         experts, per_gpu = model.num_experts // ep, model.ffn_size
     else:  # every expert split tp ways
         experts, per_gpu = model.num_experts, model.ffn_size // tp
-    name = config_file_name(experts, per_gpu, device)
-    if has_tuned_config(engine, name, v):
+    names = [config_file_name(experts, per_gpu, device) for device in devices]
+    if any(has_tuned_config(engine, name, v) for name in names):
         return []
+    files = " or ".join(f"{name}.json" for name in names)
     cluster["fused_moe_config"] = "legacy_default"
     until = ("the fallback it had before v0.17 (vLLM PR #34846)" if engine == "vllm" else
              "its fallback config (SGLang 0.4.3-0.5.7's get_default_config)")
     label = "vLLM" if engine == "vllm" else "SGLang"
-    return [f"fused_moe_config legacy_default: {label} {v} ships no {name}.json, so its fused "
+    return [f"fused_moe_config legacy_default: {label} {v} ships no {files}, so its fused "
             f"MoE runs {until}"]
