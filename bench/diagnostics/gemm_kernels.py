@@ -12,7 +12,8 @@ them).
 
 The compute-bound end (M >= 4096, COMPUTE): full-wave GEMM efficiency against the reduction
 length K on H800 (DeepGEMM) and MI300X / MI355X (aiter), fitted e x K / (K + k): kernels.yaml's
-`gemm.tile_fixed_s` (k as a time per tile) and long-K `fp8_relative` / `fp4_relative`.
+`gemm.tile_fixed_s` (k as a time per tile) and long-K `fp8_relative` / `fp4_relative`. B200's
+NVFP4 GEMMs (CHECK_COMPUTE) are shown against kvpd's price, not fitted.
 
     python bench/diagnostics/gemm_kernels.py
 """
@@ -24,7 +25,7 @@ import statistics
 import numpy as np
 
 from simulator.cost.hardware import get_accelerator
-from simulator.cost.kernels import kernel_profile
+from simulator.cost.kernels import kernel_profile, wave_utilization
 
 AITER = "ROCm/aiter e4048607a5, aiter/configs/"
 # (label, part, weight bytes per element, source, [(M, N, K, measured us)])
@@ -153,6 +154,26 @@ COMPUTE = [
       (68096, 1, 0.530)], "tile_fixed_s"),
 ]
 
+# Compute-bound GEMMs shown as a check, not fitted: (label, part, precision, source,
+# [(M, N, K, measured TFLOP/s)]); kvpd's time is its long-K efficiency x K / (K + k_half) x the
+# wave utilization of its tiles.
+CHECK_COMPUTE = [
+    ("B200 NVFP4 dense GEMMs (CUTLASS, the activations already quantized)", "b200", "fp4",
+     "vLLM PR #20646 ('Before' table, benchmarks/kernels/bench_nvfp4_gemm.py, Llama-3.1-8B "
+     "N=6144 K=4096, nvfp4-noquant column); FlashInfer PR #1979 (flashinfer_benchmark.py mm_fp4 "
+     "--m 1024 --n 7168 --k 4608 --use_nvfp4 on SM100, cutlass backend)",
+     [(2048, 6144, 4096, 3411.5), (4096, 6144, 4096, 3645.6), (8192, 6144, 4096, 3778.8),
+      (16384, 6144, 4096, 3904.3), (1024, 7168, 4608, 3370.4)]),
+]
+
+
+def kvpd_tflops(part: str, precision: str, m: int, n: int, k: int) -> float:
+    """kvpd's TFLOP/s of one compute-bound GEMM (catalog defaults, no layer floor)."""
+    acc = get_accelerator(part)
+    e, k_half = kvpd_compute_efficiency(part, precision)
+    u = wave_utilization(m, n, kernel_profile(acc).tile, acc.sm_count)
+    return acc.peak_flops(precision) * e * k / (k + k_half) * u / 1e12
+
 
 def fit_k(rows, k_of_e=None) -> tuple[float, float]:
     """Least squares of log(e K / (K + k)) against the rows' log efficiencies, weighted by
@@ -246,6 +267,13 @@ def main() -> None:
         print(f"{label}\n  source: {source}\n  fit: {e:.3f} x K / (K + {k:.0f}) over "
               f"{sum(r[1] for r in rows)} GEMMs at K = {min(r[0] for r in rows)}-"
               f"{max(r[0] for r in rows)}; kvpd: {ke:.3f} x K / (K + {kk:.0f})\n")
+    for label, part, precision, source, rows in CHECK_COMPUTE:
+        print(f"{label} (a check, not fitted)\n  source: {source}")
+        for m, n, k, measured in rows:
+            ours = kvpd_tflops(part, precision, m, n, k)
+            print(f"    M={m} N={n} K={k}: measured {measured:.0f} TFLOP/s, kvpd {ours:.0f} "
+                  f"({ours / measured:.2f})")
+        print()
 
 if __name__ == "__main__":
     main()
