@@ -7,8 +7,8 @@ tuner found per shape, the same weights every repeat); `kernels.yaml`'s cdna3 / 
 `gemm_kernel_s` and `weight_stream_efficiency` are the least-squares fit t = c + weight bytes
 / (e x peak) over every row (FP8 / INT8: one byte per weight; the activations and outputs,
 a few percent of the bytes at M <= 16, are left out). The NVIDIA rows are shown as a check,
-not fitted to: kvpd's Hopper and Blackwell figures stay as they are (within 1.01-1.16 of
-them).
+not fitted to: kvpd's Hopper and Blackwell figures stay as they are (BF16 and FP8 at M = 1,
+within 1.01-1.23 of them, kvpd the slower).
 
 The compute-bound end (M >= 4096, COMPUTE): full-wave GEMM efficiency against the reduction
 length K on H800 (DeepGEMM) and MI300X / MI355X (aiter), fitted e x K / (K + k): kernels.yaml's
@@ -96,6 +96,17 @@ TABLES = [
     ("B200 BF16 torch.nn.functional.linear (cuBLAS), M = 1 (not fitted)", "b200", 2,
      "vLLM PR #18778 (Llama-3.1-8B N=6144 K=4096: 5.910 TFLOP/s), bench_fp8_gemm.py",
      [(1, 6144, 4096, 8.52)]),
+    ("H100 SXM FP8 GEMMs (vLLM's CUTLASS, activations already quantized), M = 1 (not fitted)",
+     "h100-sxm", 1,
+     "vLLM PR #17126 (Llama-3.1-8B N=6144 K=4096, fp8-tensor-w-tensor-a-noquant: 5.445 TFLOP/s) "
+     "and PR #49363 (gemma-4-31B N=43008 K=5376, the same column: 6.077 TFLOP/s), "
+     "bench_fp8_gemm.py",
+     [(1, 6144, 4096, 9.24), (1, 43008, 5376, 76.09)]),
+    ("B200 FP8 GEMMs (vLLM's CUTLASS, activations already quantized), M = 1 (not fitted)",
+     "b200", 1,
+     "vLLM PR #19566 (Llama-3.1-8B N=6144 K=4096, fp8-tensor-w-tensor-a-noquant: 8.431 TFLOP/s), "
+     "bench_fp8_gemm.py",
+     [(1, 6144, 4096, 5.97)]),
 ]
 FITTED = 2  # the first FITTED tables set kernels.yaml's cdna3 / cdna4 figures
 
