@@ -8,10 +8,12 @@ counts a source leaves out) live here, once, not per row; each scenario names it
 (`engine:`), whose documented defaults `simulator.engines` fills in, as for any user's
 scenario; `assumptions` records every rule a row needed. A product built on an engine (NIM,
 Dynamo) names it as `engine_backend`; its own `engine_version` is then the product's, so the
-engine's version comes from `engine_backend_version` (the source's, or a row setup's). A source
-that states no engine version is run on the engine's newest release at the source's date
-(`release_at`, from PyPI's upload dates in bench/releases/engine_releases.json), or, with no
-date either, on kvpd's defaults for the engine as released now.
+engine's version comes from `engine_backend_version` (the source's, or a row setup's); a
+source that ran one engine in several versions names each row's in its setup's
+`engine_version`. A source that states no engine version is run on the engine's newest release
+at the source's date (`release_at`, from PyPI's upload dates in
+bench/releases/engine_releases.json), or, with no date either, on kvpd's defaults for the
+engine as released now.
 """
 
 from __future__ import annotations
@@ -343,7 +345,8 @@ def to_scenario(row: Row) -> Converted:
     s, notes = row.setup, []
     engine = row.source.get("engine_backend") or row.source["engine"]
     version = (s.get("engine_backend_version") or row.source.get("engine_backend_version")
-               if row.source.get("engine_backend") else row.source.get("engine_version"))
+               if row.source.get("engine_backend")
+               else s.get("engine_version") or row.source.get("engine_version"))
     if version is None or parse_version(version) is None:  # "unknown" or absent: not published
         date = row.source.get("date")
         version = release_at(engine, date)

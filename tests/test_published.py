@@ -284,6 +284,18 @@ def test_a_products_own_version_is_not_its_engines(rows):
     assert pr.to_scenario(plain).scenario["engine"]["version"] == str(plain.source["engine_version"])
 
 
+def test_a_row_names_its_own_build_where_a_source_ran_several(rows):
+    """dstack ran vLLM 0.7.4.dev181 on H200 and a 0.7.3.dev138 ROCm build on MI300X: each row's
+    setup names its build, over the source-level string that lists both."""
+    ds = [x for x in rows if x.source["id"] == "dstack-deepseek-r1"]
+    built = {pr.to_scenario(x).scenario["engine"]["version"] for x in ds}
+    assert built == {"0.7.4.dev181+gf35f8e22", "0.7.3.dev138+g21f6ca217"}
+    h200 = next(x for x in ds if "H200" in x.setup["hardware"])
+    assert pr.to_scenario(h200).scenario["engine"]["version"].startswith("0.7.4.dev181")
+    r = _with(h200, h200.source, engine_version=None)  # without it: the source's string
+    assert pr.to_scenario(r).scenario["engine"]["version"] == h200.source["engine_version"]
+
+
 def test_release_at_a_date_is_the_newest_release_uploaded_by_then():
     """From PyPI's upload days (bench/releases/engine_releases.json): the day itself counts,
     pre-releases are not in the table, and what the table cannot answer is None."""
