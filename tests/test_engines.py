@@ -83,6 +83,11 @@ def test_vllm_v0_budget_follows_max_model_len_and_long_context_keeps_chunking():
     ("0.7.3", "mi300x", "llama-3.1-8b", (False, 131072)),  # not on ROCm from v0.6.5
     ("0.6.3", "mi300x", "llama-3.1-8b", (True, 512)),
     ("0.7.3", "h100-sxm", "llama-3-8b", (False, 8192)),  # 8K context: whole prompts
+    # v0.7.1-v0.7.3 force chunked prefill off for MLA (DeepSeek-V2-Lite: 163,840 tokens)
+    ("0.7.3", "h100-sxm", "deepseek-v2-lite", (False, 163840)),
+    ("0.7.1", "h100-sxm", "deepseek-v2-lite", (False, 163840)),
+    ("0.7.4.dev181", "h100-sxm", "deepseek-v2-lite", (True, 2048)),  # nightlies after it: chunked
+    ("0.7.0", "h100-sxm", "deepseek-v2-lite", (True, 2048)),
 ])
 def test_vllm_v0_chunking_by_context_version_and_platform(version, hardware, model, want):
     """V0 switches chunked prefill on by itself only past a 32K context, on CUDA (not ROCm from
@@ -92,6 +97,18 @@ def test_vllm_v0_chunking_by_context_version_and_platform(version, hardware, mod
     s = sc.scheduler
     assert (s.enable_chunked_prefill, s.max_num_batched_tokens) == want
     assert s.mixed_batches is want[0]  # V0 runs prompt steps of their own without chunking
+
+
+def test_vllm_07_says_it_forces_chunked_prefill_off_for_mla():
+    sc = _resolve({"name": "vllm", "version": "0.7.2"}, model="deepseek-v2-lite",
+                  hardware="h100-sxm")
+    assert any("forces chunked prefill off for an MLA model" in n for n in sc.engine_notes)
+    assert any("prefill steps of their own" in n for n in sc.engine_notes)
+    # a scenario's own choice wins, and says nothing of the rule
+    sc = _resolve({"name": "vllm", "version": "0.7.2"}, model="deepseek-v2-lite",
+                  hardware="h100-sxm", scheduler={"enable_chunked_prefill": True})
+    assert sc.scheduler.enable_chunked_prefill is True
+    assert not any("MLA model" in n for n in sc.engine_notes)
 
 
 def test_tp_allreduce_by_engine_and_version():

@@ -102,8 +102,12 @@ FP8_KV_ENGINES = {"tensorrt-llm"}
 #   scheduled, no decodes in that step (scheduler.mixed_batches false). The long-context
 #   switch (vllm/engine/arg_utils.py create_engine_config, v0.6.3-0.7.3) skips models with a
 #   sliding window and, from v0.6.5, ROCm; the chunked budget is 512 tokens before v0.6.5 and
-#   2048 from it (SchedulerConfig.__post_init__, single-step). Not modelled: v0.7.x forcing
-#   chunked prefill off for MLA models (VllmConfig.__post_init__ at v0.7.3; a nightly lifted it).
+#   2048 from it (SchedulerConfig.__post_init__, single-step). v0.7.1-v0.7.3 force chunked
+#   prefill off for an MLA model (DeepSeek-V2/V3) whatever its context (VllmConfig.__post_init__
+#   "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", vLLM PR #12642,
+#   read in the v0.7.1 and v0.7.3 wheels; v0.8.0 keeps it for non-GPU platforms only, after PR
+#   #12639 gave MLA chunked prefill): VLLM_V0_MLA_WHOLE_PROMPTS. The 0.7.4 nightlies are read
+#   as v0.8.0 (the few cut before PR #12639 are not told apart).
 VLLM_V1_FROM = (VLLM_V1_RELEASE.major, VLLM_V1_RELEASE.minor)  # (0, 8): V1 the default engine
 VLLM_V1_BIG_GPU_GIB = 70
 VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_batched_tokens)
@@ -111,6 +115,7 @@ VLLM_V1_DEFAULTS = {  # (big GPU, offline LLM class) -> (max_num_seqs, max_num_b
     (False, True): (256, 8192), (False, False): (256, 2048),
 }
 VLLM_V0_MAX_NUM_SEQS = 256
+VLLM_V0_MLA_WHOLE_PROMPTS = ((0, 7, 1), (0, 7, 4))  # [from, before): MLA without chunked prefill
 VLLM_V0_LONG_CONTEXT = 32 * 1024
 VLLM_V0_CHUNK_2048_FROM = (0, 6, 5)  # the chunked budget: 512 before, 2048 from (and no ROCm)
 
@@ -504,7 +509,13 @@ def _vllm_limits(data: dict[str, Any], sched: dict[str, Any], version: Any,
         max_len = int(sched.get("max_model_len") or model.max_position_embeddings)
         arch = scenario_accelerator(data.get("hardware", DEFAULT_HARDWARE)).arch or ""
         rocm = arch.startswith("cdna") and v3 >= VLLM_V0_CHUNK_2048_FROM
-        long_chunked = max_len > VLLM_V0_LONG_CONTEXT and not model.sliding_window and not rocm
+        lo, hi = VLLM_V0_MLA_WHOLE_PROMPTS
+        mla_whole = model.is_mla and lo <= v3 < hi
+        long_context = max_len > VLLM_V0_LONG_CONTEXT and not model.sliding_window and not rocm
+        long_chunked = long_context and not mla_whole
+        if long_context and mla_whole and "enable_chunked_prefill" not in sched:
+            notes.append(f"vLLM {version} forces chunked prefill off for an MLA model "
+                         "(vLLM PR #12642; chunked MLA from v0.8.0)")
         chunked = sched.get("enable_chunked_prefill", long_chunked)
         if chunked:
             tokens = 2048 if v3 >= VLLM_V0_CHUNK_2048_FROM else 512
