@@ -408,6 +408,13 @@ def device_alias(name: str) -> str | None:
     return _accel_aliases().get(normalize_name(name))
 
 
+def device_names(key: str) -> tuple[str, ...]:
+    """The device names CUDA / ROCm report for catalog part `key` (its `aliases`, as written;
+    () for a part without any or a name not in the catalog)."""
+    entry = _catalog("hardware.yaml").get(key) or {}
+    return tuple(str(a) for a in entry.get("aliases") or ())
+
+
 # keys of a scenario's `hardware` mapping that say how to run the part, not what it is
 # (a calibration file and its serving probe: simulator.cluster.resolve_hardware)
 RUN_KEYS = ("calibration", "serving_speed", "serving_loop")

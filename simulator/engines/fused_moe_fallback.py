@@ -34,28 +34,13 @@ VLLM_FIXED_FROM = Version("0.17.0")  # vLLM PR #34846's batch-aware defaults
 SGLANG_LAST_READ = Version("0.5.7")  # the newest SGLang release whose fallback was read
 SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
 
-# torch.cuda.get_device_name() of each catalog part, spaces as _ (as both engines name their
-# files; the names that appear in vLLM 0.16.0's and SGLang 0.5.7's configs, and NVIDIA's names
-# of the A10, A10G and L4; a part sold as several boards lists each board's name, and a file for
-# any of them counts). Other parts are not looked up.
-DEVICE_NAMES: dict[str, str | tuple[str, ...]] = {
-    "a10": "NVIDIA_A10",
-    "a10g": "NVIDIA_A10G",
-    "l4": "NVIDIA_L4",
-    "l40s": "NVIDIA_L40S",
-    "a100-40gb-sxm": "NVIDIA_A100-SXM4-40GB",
-    "a100-80gb-sxm": "NVIDIA_A100-SXM4-80GB",
-    "a800-80gb-sxm": "NVIDIA_A800-SXM4-80GB",
-    "h100-sxm": "NVIDIA_H100_80GB_HBM3",
-    "h100-pcie": "NVIDIA_H100_PCIe",
-    "h200-sxm": "NVIDIA_H200",
-    "h800-sxm": "NVIDIA_H800",
-    "h20": "NVIDIA_H20",
-    "b200": "NVIDIA_B200",
-    "gb200": "NVIDIA_GB200",
-    "rtx-pro-6000": ("NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition",
-                     "NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition"),
-}
+# The catalog parts looked up: those whose device names (hardware.yaml `aliases`,
+# torch.cuda.get_device_name(), spaces as _ as both engines name their files) appear in vLLM
+# 0.16.0's and SGLang 0.5.7's configs, and NVIDIA's A10, A10G and L4. A part sold as several
+# boards has each board's name, and a file for any of them counts. Other parts are not looked up.
+LOOKED_UP_PARTS = ("a10", "a10g", "l4", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "a800-80gb-sxm",
+                   "h100-sxm", "h100-pcie", "h200-sxm", "h800-sxm", "h20", "b200", "gb200",
+                   "rtx-pro-6000")
 
 
 @cache
@@ -86,7 +71,7 @@ def fused_moe_fallback_rule(engine: str, data: dict[str, Any], cluster: dict[str
     """`cluster.fused_moe_config: legacy_default` where `engine` ("vllm" or "sglang") at
     `version` runs the old fallback for the scenario's 16-bit experts on its GPU; the rule it
     used, or nothing."""
-    from simulator.cost.hardware import scenario_accelerator
+    from simulator.cost.hardware import device_names, scenario_accelerator
     from simulator.defaults import DEFAULT_HARDWARE
 
     v = parse_version(version)
@@ -106,16 +91,15 @@ def fused_moe_fallback_rule(engine: str, data: dict[str, Any], cluster: dict[str
         return []
     if str(dtype or "bf16") not in SIXTEEN_BIT:
         return []
-    boards = DEVICE_NAMES.get(acc.name)
-    if boards is None:
+    if acc.name not in LOOKED_UP_PARTS:
         return []
-    devices = (boards,) if isinstance(boards, str) else boards
     tp, ep = int(cluster.get("tp", 1)), int(cluster.get("ep", 1))
     if ep > 1:  # whole experts, E / ep of them on each GPU
         experts, per_gpu = model.num_experts // ep, model.ffn_size
     else:  # every expert split tp ways
         experts, per_gpu = model.num_experts, model.ffn_size // tp
-    names = [config_file_name(experts, per_gpu, device) for device in devices]
+    names = [config_file_name(experts, per_gpu, device.replace(" ", "_"))
+             for device in device_names(acc.name)]
     if any(has_tuned_config(engine, name, v) for name in names):
         return []
     files = " or ".join(f"{name}.json" for name in names)
