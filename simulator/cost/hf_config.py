@@ -1,8 +1,10 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
-with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, Llama 4, and Qwen3-Next
-and Qwen3.5 with Gated DeltaNet linear attention). Errors name the config and the field."""
+with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, MiniMax-M2, Llama 4, and
+Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), and the text models of the
+multimodal releases built on them (Kimi-K2.5, Qwen3-VL). Errors name the config and the
+field."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ SUPPORTED_ARCHITECTURES = {
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",  # GLM-5: DeepSeek-V3.2's architecture
     "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
+    "MiniMaxM2ForCausalLM": "minimax_m2",
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
     "Phi3ForCausalLM": "phi3",  # Phi-3 and Phi-4 (fused projections: the same weights)
@@ -47,12 +50,19 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3_5ForCausalLM": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",  # the text model (text_config) only
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
+    # multimodal releases whose text model is an architecture above (text_config only)
+    "KimiK25ForConditionalGeneration": "deepseek_v3",  # Kimi-K2.5 / K2.6: DeepSeek-V3's
+    "Qwen3VLForConditionalGeneration": "qwen3",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_moe",
 }
 # families whose multimodal config.json nests the text model's fields under `text_config`
-TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe")
+TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "qwen3",
+                        "qwen3_moe")
 # model_type values (no `architectures`) of a family named otherwise
 MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "qwen3_5_text": "qwen3_5",
-                       "qwen3_5_moe_text": "qwen3_5_moe"}
+                       "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k25": "deepseek_v3",
+                       "kimi_k2": "deepseek_v3", "qwen3_vl": "qwen3", "qwen3_vl_text": "qwen3",
+                       "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
 TIED_BY_DEFAULT = ("gemma2", "gemma3")
 

@@ -23,6 +23,10 @@ Families and the config.json keys each needs (the HF `transformers` names):
   `n_shared_experts`, `moe_intermediate_size`, `first_k_dense_replace`, `intermediate_size`)
   with grouped-query attention of an explicit `head_dim` (GLM-4.6: 96 heads of 128 over a
   5,120 hidden size), q/k/v biases (`attention_bias`, none on o_proj) and `use_qk_norm`.
+- MiniMax-M2 (MiniMaxM2ForCausalLM: M2.5, M2.7): as Mixtral (`num_local_experts`,
+  `num_experts_per_tok`, `intermediate_size` per expert, every layer MoE, no shared expert),
+  grouped-query attention of an explicit `head_dim` (48 heads of 128 over a 3,072 hidden
+  size) and a q/k RMSNorm (`use_qk_norm`).
 - gpt-oss: as Mixtral (`num_local_experts`, `num_experts_per_tok`, `intermediate_size` per
   expert); `sliding_window` on the layers `layer_types` marks "sliding_attention". Its
   attention sinks (one learned logit per head, in the architecture, not in config.json) cost
@@ -56,7 +60,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MOE_FAMILIES = {"mixtral", "gpt_oss", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+MOE_FAMILIES = {"mixtral", "gpt_oss", "minimax_m2", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
                 "deepseek_v3", "glm4_moe", "deepseek_v32", "glm_moe_dsa", "qwen3_next",
                 "qwen3_5_moe"}
 MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
@@ -106,7 +110,7 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     if fam not in MOE_FAMILIES:
         return {}
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
-    if fam in ("mixtral", "gpt_oss"):
+    if fam in ("mixtral", "gpt_oss", "minimax_m2"):
         return {"num_experts": _req(cfg, "num_local_experts", where, fam),
                 "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
                 "ffn_size": _req(cfg, "intermediate_size", where, fam)}
