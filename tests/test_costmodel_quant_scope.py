@@ -223,3 +223,43 @@ def test_estimate_says_when_the_checkpoint_chose_the_precision(capsys) -> None:
     assert not json.loads(capsys.readouterr().out)["precision"]["from_checkpoint"]
     assert main([*base, "--dtype", "fp4"]) == 0
     assert "precision     as released: mxfp4 on the routed experts" in capsys.readouterr().out
+
+
+def _int4_scheme(**weights) -> dict:
+    """A compressed-tensors quantization_config with one scheme (Kimi-K2.5's by default)."""
+    w = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, **weights}
+    return {"quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
+                                          "input_activations": None}},
+            "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"]}
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ({}, ("gptq", "experts", 32)),  # Kimi-K2.5 / K2-Thinking: W4A16, groups of 32
+    ({"strategy": "channel", "group_size": None}, ("gptq", "experts", -1)),
+    ({"num_bits": 8, "type": "float", "strategy": "block"}, ("fp8", "experts", 0)),
+    ({"num_bits": 8}, ("", "", 0)),  # 8-bit integer weights: no cost model, priced as stored
+])
+def test_a_compressed_tensors_checkpoint_gives_method_scope_and_group(weights, expected) -> None:
+    cfg = yaml.safe_load((CATALOG / "models.yaml").read_text())["gpt-oss-20b"]["config"]
+    cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    m = get_model({**cfg, "quantization_config": _int4_scheme(**weights)})
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope,
+            m.checkpoint_quant_group_size) == expected
+
+
+def test_kimi_k25_int4_is_priced_as_released_in_groups_of_32(capsys) -> None:
+    """`dtype: int4` alone prices Kimi-K2.5 as released (GPTQ-style W4A16 in groups of 32 on
+    the routed experts); a group size the scenario names wins."""
+    released = CostModel("kimi-k2.5", "h200-sxm", "int4", tp=8).precision
+    assert (released.method, released.scope, released.group_size) == ("gptq", "experts", 32)
+    own = CostModel("kimi-k2.5", "h200-sxm", "int4", tp=8,
+                    quantization={"method": "gptq", "group_size": 128}).precision
+    assert (own.scope, own.group_size) == ("experts", 128)
+    g32 = plan_memory("kimi-k2.5", "h200-sxm", dtype="int4", tp=8).weight_bytes_per_gpu
+    g128 = plan_memory("kimi-k2.5", "h200-sxm", dtype="int4", tp=8,
+                       quantization={"method": "gptq", "group_size": 128}).weight_bytes_per_gpu
+    assert g32 > g128  # a 16-bit scale per 32 weights, not per 128
+    assert main(["model", "show", "kimi-k2.5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint_quantization"] == {
+        "method": "gptq", "scope": "experts", "group_size": 32}

@@ -74,7 +74,9 @@ def model_dict(m) -> dict:
         # the released checkpoint's quantization (config.json quantization_config), which the
         # cost model applies when a scenario's weights are in its dtype and say nothing else
         "checkpoint_quantization": ({"method": m.checkpoint_quant_method,
-                                     "scope": m.checkpoint_quant_scope}
+                                     "scope": m.checkpoint_quant_scope,
+                                     **({"group_size": m.checkpoint_quant_group_size}
+                                        if m.checkpoint_quant_group_size else {})}
                                     if m.checkpoint_quant_method else None),
     }
 
@@ -101,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for k, v in d.items():
         if k == "checkpoint_quantization":
-            v = (f"{v['method']}" + (" on the routed experts (the rest 16-bit)"
-                                     if v["scope"] == "experts" else "") if v else "none in its config")
+            v = (f"{v['method']}" + (f" in groups of {v['group_size']}" if v.get("group_size", -1) > 0
+                                     else "")
+                 + (" on the routed experts (the rest 16-bit)" if v["scope"] == "experts" else "")
+                 if v else "none in its config")
         elif k == "kv_cache_groups":
             v = (f"under vLLM V1: 1 full-attention and {v['sliding_groups']} sliding-window "
                  f"group(s) of {v['layers_per_group']} layers" if v else "one (every layer)")

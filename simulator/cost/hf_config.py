@@ -114,21 +114,55 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
 CHECKPOINT_METHODS = {"mxfp4": "mxfp4", "fp8": "fp8", "awq": "awq", "gptq": "gptq"}
 
 
-def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, str]:
-    """`checkpoint_quant_method` / `_scope` from config.json's `quantization_config`: the
-    method when kvpd models it, and scope `experts` when an MoE leaves its attention out
-    (`modules_to_not_convert`, as gpt-oss's MXFP4 release does), else `all`."""
+def _compressed_tensors(q: dict[str, Any]) -> tuple[str, int] | None:
+    """(kvpd method, group size) of a `compressed-tensors` checkpoint whose one scheme kvpd
+    prices: 4-bit integer weights with 16-bit activations (W4A16, which vLLM runs on its Marlin
+    kernels, as GPTQ: `gptq` with the scheme's group size, -1 per channel), or FP8 weights
+    (`fp8`). None for any other scheme or more than one."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None
+    scheme = next(iter(groups.values()))
+    weights = scheme.get("weights") if isinstance(scheme, dict) else None
+    if not isinstance(weights, dict):
+        return None
+    kind, bits = weights.get("type"), weights.get("num_bits")
+    if kind == "float" and bits == 8:
+        return "fp8", 0
+    if kind != "int" or bits != 4 or scheme.get("input_activations") is not None:
+        return None
+    strategy, group = weights.get("strategy"), weights.get("group_size")
+    if strategy == "group" and isinstance(group, int) and group > 0:
+        return "gptq", group
+    return ("gptq", -1) if strategy == "channel" else None
+
+
+def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, Any]:
+    """`checkpoint_quant_method` / `_scope` / `_group_size` from config.json's
+    `quantization_config`: the method when kvpd models it, and scope `experts` when an MoE
+    leaves its attention out (`modules_to_not_convert`, as gpt-oss's MXFP4 release does;
+    compressed-tensors' `ignore`, as Kimi-K2.5's INT4 release does), else `all`."""
     q = cfg.get("quantization_config")
     if not isinstance(q, dict):
         return {}
-    method = CHECKPOINT_METHODS.get(str(q.get("quant_method", "")).strip().lower())
-    if method is None:
-        return {}
-    skipped = [str(m) for m in q.get("modules_to_not_convert") or ()]
+    quant_method = str(q.get("quant_method", "")).strip().lower()
+    group = 0
+    if quant_method == "compressed-tensors":
+        found = _compressed_tensors(q)
+        if found is None:
+            return {}
+        method, group = found
+        skipped = [str(m) for m in q.get("ignore") or ()]
+    else:
+        method = CHECKPOINT_METHODS.get(quant_method)
+        if method is None:
+            return {}
+        skipped = [str(m) for m in q.get("modules_to_not_convert") or ()]
     # (self_attn, attn, attention: the attention is left out)
     experts_only = is_moe and any("attn" in m or "attention" in m for m in skipped)
     return {"checkpoint_quant_method": method,
-            "checkpoint_quant_scope": "experts" if experts_only else "all"}
+            "checkpoint_quant_scope": "experts" if experts_only else "all",
+            "checkpoint_quant_group_size": group}
 
 
 def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[str, Any]:

@@ -264,7 +264,8 @@ def checkpoint_note(model: Any, dtype: str,
     if filled == quantization or not isinstance(filled, dict):
         return None
     where = "the routed experts" if filled.get("scope") == "experts" else "every matrix"
-    return (f"as released: {filled['method']} on {where} (the model's config.json "
+    group = f" in groups of {filled['group_size']}" if filled.get("group_size", -1) > 0 else ""
+    return (f"as released: {filled['method']}{group} on {where} (the model's config.json "
             "quantization_config)")
 
 
@@ -281,6 +282,10 @@ def checkpoint_defaults(model: Any, dtype: str,
     if q.get("method") is None:
         named = str(dtype).strip().lower()
         q["method"] = named if named in FP4_METHODS else method
-    if q.get("scope") is None and str(q["method"]).strip().lower() == method:
-        q["scope"] = model.checkpoint_quant_scope or "all"
+    if str(q["method"]).strip().lower() == method:
+        if q.get("scope") is None:
+            q["scope"] = model.checkpoint_quant_scope or "all"
+        group = getattr(model, "checkpoint_quant_group_size", 0)
+        if q.get("group_size") is None and group and method in GROUPED_METHODS:
+            q["group_size"] = group
     return q
