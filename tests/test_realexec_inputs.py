@@ -281,7 +281,8 @@ def test_reduced_precision_runs():
                                           ("tiny-deepseek-v3", "DeepSeek-V3"),
                                           ("tiny-deepseek-v32", "DeepSeek-V3.2"),
                                           ("tiny-glm5", "GLM-5"),
-                                          ("tiny-glm4-moe", "GLM-4.5")])
+                                          ("tiny-glm4-moe", "GLM-4.5"),
+                                          ("tiny-minimax-m2", "MiniMax-M2")])
 def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
     """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
     built from is refused naming it (transformers would fill in its largest release's value)."""

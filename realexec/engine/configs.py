@@ -132,6 +132,15 @@ TINY: dict[str, dict[str, Any]] = {
                       "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                       "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1,
                       "topk_group": 1, "norm_topk_prob": True},
+    # MiniMax-M2: 4 experts top-2 (sigmoid router with a score-correction bias), every layer
+    # MoE, 4 heads of 32 (wider than hidden / heads, as the release's 48 of 128 over 3,072),
+    # q and k each RMS-normed across all heads before the split, a rotary over half of each
+    # head (the release's `rotary_dim`)
+    "tiny-minimax-m2": {"model_type": "minimax_m2", **_TINY_COMMON, "head_dim": 32,
+                        "num_key_value_heads": 2, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "rotary_dim": 16, "use_qk_norm": True,
+                        "qk_norm_type": "per_layer", "scoring_func": "sigmoid",
+                        "use_routing_bias": True},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

@@ -35,6 +35,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm_moe_dsa": "GLM-5",
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
+    "minimax_m2": "MiniMax-M2",
     "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",
     "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
@@ -72,6 +73,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # the mixtures of experts: the fields their MoE (and MLA) layers are built from, as the
     # simulator's model_variants.py requires them
     "mixtral": (*_CORE, "intermediate_size", "num_local_experts", "num_experts_per_tok"),
+    # MiniMaxM2Config's defaults are the 229B release's
+    "minimax_m2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                   "num_local_experts", "num_experts_per_tok"),
     "qwen2_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
                   "num_experts_per_tok", "shared_expert_intermediate_size"),
     "qwen3_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",

@@ -71,7 +71,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
-                             "glm_moe_dsa", "glm4_moe", "gpt_oss", "qwen3_next",
+                             "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
                              "qwen3_5_text", "qwen3_5_moe_text"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
@@ -90,7 +90,8 @@ class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
-    attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows)."""
+    attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
+    norms across heads, partial rotary)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         check_supported(hf_model.config, "model")
@@ -136,6 +137,10 @@ class PagedCausalLM:
         self.output_gate = (not self.mla and q_proj is not None and isinstance(q_proj, nn.Linear)
                             and q_proj.out_features == 2 * self.num_heads * self.head_dim)
         self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
+        # MiniMax-M2: one RMSNorm over all heads' features (its weight spans heads x head_dim),
+        # applied before the split into heads
+        self.qk_norm_whole = (self.qk_norm and not self.mla and first_attn.q_norm.weight.numel()
+                              == self.num_heads * self.head_dim)
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
@@ -235,11 +240,15 @@ class PagedCausalLM:
                 q, gate = sa.q_proj(x).view(t, self.num_heads, 2 * self.head_dim).chunk(2, -1)
                 k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
                 v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            elif self.qk_norm_whole:  # MiniMax-M2: q/k normed across all heads, then split
+                q = sa.q_norm(sa.q_proj(x)).view(t, self.num_heads, self.head_dim)
+                k = sa.k_norm(sa.k_proj(x)).view(t, self.num_kv_heads, self.head_dim)
+                v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
             else:
                 q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
                 k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
                 v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
+            if self.qk_norm and not self.qk_norm_whole:  # Qwen3-MoE, Gemma 3: each head's
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
