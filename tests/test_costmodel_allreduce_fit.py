@@ -11,7 +11,7 @@ from simulator.core.batch_shape import BatchShape
 from simulator.cost.breakdown import explain_step
 from simulator.cost.collectives import (
     allreduce_seconds,
-    large_allreduce_crossover_bytes,
+    large_allreduce_crossover,
     large_allreduce_seconds,
 )
 from simulator.cost.costmodel import CostModel
@@ -52,7 +52,7 @@ def test_large_messages_take_nccls_line_above_the_crossover():
         return (link.allreduce_fixed_s(8)
                 + ring * nbytes / (link.group_bandwidth(8) * link.allreduce_efficiency))
 
-    cross = large_allreduce_crossover_bytes(link, 8, 0.8)
+    cross = large_allreduce_crossover(link, 8, 0.8)[0]
     assert 20e6 < cross < 60e6  # tens of MB: decode's messages never reach it
     for nbytes in (cross / 4, cross / 2):  # below: the fit as before
         assert allreduce_seconds(link, 8, nbytes, 0.8) == pytest.approx(fit(nbytes))
@@ -65,12 +65,12 @@ def test_large_messages_take_nccls_line_above_the_crossover():
     for tp in (2, 4):
         assert link.large_allreduce_seconds_per_byte(tp) == pytest.approx(
             2 * (tp - 1) / tp / link.large_allreduce_ring_bytes_per_s)
-        assert large_allreduce_crossover_bytes(link, tp, 0.8) > 3 * cross
+        assert large_allreduce_crossover(link, tp, 0.8)[0] > 3 * cross
     # an engine that pays NCCL's extra per call on every call crosses over sooner
-    assert large_allreduce_crossover_bytes(link, 8, 0.8, "nccl") < cross
+    assert large_allreduce_crossover(link, 8, 0.8, "nccl")[0] < cross
     for name in ("nvlink5", "pcie5", "infinity-fabric-mi300"):  # no table: no second line
         assert large_allreduce_seconds(get_link(name), 8, 1e9) is None
-        assert large_allreduce_crossover_bytes(get_link(name), 8, 0.8) == float("inf")
+        assert large_allreduce_crossover(get_link(name), 8, 0.8)[0] == float("inf")
 
 
 def test_cost_model_prices_a_long_prefill_on_nccls_line():

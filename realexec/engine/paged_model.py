@@ -136,11 +136,12 @@ class PagedCausalLM:
         q_proj = getattr(first_attn, "q_proj", None)
         self.output_gate = (not self.mla and q_proj is not None and isinstance(q_proj, nn.Linear)
                             and q_proj.out_features == 2 * self.num_heads * self.head_dim)
-        self.qk_norm = hasattr(first_attn, "q_norm")  # Qwen3(-MoE): RMSNorm per head
+        q_norm = getattr(first_attn, "q_norm", None)
         # MiniMax-M2: one RMSNorm over all heads' features (its weight spans heads x head_dim),
-        # applied before the split into heads
-        self.qk_norm_whole = (self.qk_norm and not self.mla and first_attn.q_norm.weight.numel()
-                              == self.num_heads * self.head_dim)
+        # applied before the split into heads; Qwen3(-MoE), Gemma 3: one per head, after it
+        self.qk_norm_whole = (q_norm is not None and not self.mla
+                              and q_norm.weight.numel() == self.num_heads * self.head_dim)
+        self.qk_norm = q_norm is not None and not self.qk_norm_whole
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
@@ -248,7 +249,7 @@ class PagedCausalLM:
                 q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
                 k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
                 v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            if self.qk_norm and not self.qk_norm_whole:  # Qwen3-MoE, Gemma 3: each head's
+            if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)

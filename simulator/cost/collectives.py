@@ -12,7 +12,7 @@ graph nodes NCCL inserts per call).
 Large messages (a prefill's hidden states: tens to hundreds of MB) go to NCCL in every engine,
 whose NVLink SHARP or ring reaches more of the link than the fit above, which was taken at
 0.5-4 MiB. Where the link has a large-message fit, a call costs the cheaper of the two lines
-(`large_allreduce_seconds`); the two cross once, at `large_allreduce_crossover_bytes`.
+(`large_allreduce_seconds`); the two cross once (`large_allreduce_crossover`).
 
 `ALLREDUCE_EXTRA_S[impl]`: seconds each all-reduce call costs beyond that.
 """
@@ -79,8 +79,3 @@ def large_allreduce_crossover(link: Link, tp: int, comm_efficiency: float,
     extra = link.large_allreduce_call_s - link.allreduce_fixed_s(tp) - allreduce_extra_s(impl)
     return max(0.0, extra / saved), saved
 
-
-def large_allreduce_crossover_bytes(link: Link, tp: int, comm_efficiency: float,
-                                    impl: str = "custom") -> float:
-    """Message bytes above which the large-message line is the cheaper (inf: never)."""
-    return large_allreduce_crossover(link, tp, comm_efficiency, impl)[0]

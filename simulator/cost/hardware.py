@@ -41,7 +41,7 @@ LINK_NUMERIC = ("bandwidth_gb_s", "latency_us", "allreduce_call_us", "allreduce_
 LINK_REQUIRED = ("bandwidth_gb_s", "latency_us")
 # a scale-up link's fit of its engines' TP all-reduce: all three fields or none
 ALLREDUCE_FIT = ("allreduce_call_us", "allreduce_rank_us", "allreduce_efficiency")
-# NCCL's all-reduce of large messages over a switched link: all three fields or none
+# NCCL's all-reduce of large messages over a switched link: all four fields or none
 LARGE_ALLREDUCE_FIT = ("large_allreduce_call_us", "large_allreduce_nvls_gb_s",
                        "large_allreduce_nvls_min_tp", "large_allreduce_ring_gb_s")
 LINK_KINDS = ("scale_up_link", "pcie", "scale_out")
