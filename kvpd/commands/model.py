@@ -36,10 +36,13 @@ def attention_kind(m) -> str:
     if m.has_linear_attention:
         kind = (f"{kind} on {m.num_full_attention_layers} of {m.num_layers} layers"
                 + (" (output-gated)" if m.attn_output_gate else "")
-                + f"; Gated DeltaNet linear attention on the other {m.num_linear_layers} "
-                f"({m.linear_key_heads} key / {m.linear_value_heads} value heads of "
-                f"{m.linear_key_head_dim} x {m.linear_value_head_dim}, a fixed state per "
-                "request)")
+                + f"; {m.linear_mixer} on the other {m.num_linear_layers} ("
+                + (f"{m.linear_value_heads} heads of {m.linear_value_head_dim}, "
+                   f"{m.linear_key_heads} groups of state {m.linear_key_head_dim}"
+                   if m.linear_kind == "mamba2" else
+                   f"{m.linear_key_heads} key / {m.linear_value_heads} value heads of "
+                   f"{m.linear_key_head_dim} x {m.linear_value_head_dim}")
+                + ", a fixed state per request)")
     return kind
 
 
@@ -61,6 +64,9 @@ def model_dict(m) -> dict:
         "max_position_embeddings": m.max_position_embeddings,
         "tie_word_embeddings": m.tie_word_embeddings,
         "attention": attention_kind(m),
+        # Nemotron-H: layers whose mixer no MLP follows; LatentMoE's expert width
+        "layers_without_mlp": m.num_mlp_free_layers,
+        "moe_latent_size": m.moe_latent_size or None,
         "num_params": m.num_params, "num_active_params": m.num_active_params,
         "flops_per_token": m.flops_per_token,
         "weight_bytes": {dt: m.weight_bytes(dt) for dt in DTYPES},

@@ -184,12 +184,12 @@ def _stage_ops(cm: CostModel, st: dict[str, Any], T: float, R: float, Tp: float,
             ops.append(OpCost("attn_decode_setup", 0.0, 0.0,
                               raw["layers"] * p.decode_attn_overhead_s, "overhead"))
     la = raw.get("linear_attn")
-    if la is not None and (Tp or Rd):  # Gated DeltaNet layers (costmodel.py `ldr`)
+    if la is not None and (Tp or Rd):  # Gated DeltaNet / Mamba-2 layers (costmodel.py `ldr`)
         fast = st["fast"]
         prefill_s = fast.lpc + Tp * fast.lpt if Tp else 0.0
         where = ("" if not Tp else
                  f"chunked prefill: simulator/catalog/kernels.yaml {cm.kernels.arch}."
-                 "linear_attention (measured kernels); " if la["measured"]
+                 f"{la['kernel']} (measured kernels); " if la["measured"]
                  else f"chunked prefill: a roofline of its FLOPs at {a_src}; ")
         ops.append(OpCost("linear_attn", Tp * la["prefill_flops"] + Rd * la["decode_flops"],
                           Tp * la["prefill_bytes"] + Rd * la["decode_bytes"],

@@ -89,9 +89,9 @@ class DPAttentionCost:
         out = [op for op in ops if op.name in EXPERT_OPS]
         share = 0.5  # gather + scatter: one of the two all-reduces per layer
         if self.all_to_all:  # the experts model's all-reduces: one per layer + one per dense
-            dense, moe = stage_layer_split(self.experts.model,
-                                           self.experts.shard.layers_per_stage, 0)
-            share = dense / (dense + moe + dense)
+            dense, _ = stage_layer_split(self.experts.model,
+                                         self.experts.shard.layers_per_stage, 0)
+            share = dense / (self.experts.shard.layers_per_stage[0] + dense)
             rank_ops = explain_step(self.experts, busiest or shape).ops
             out += [op for op in rank_ops if op.name == A2A_OP]
         if share > 0:

@@ -2,14 +2,15 @@
 (dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
 with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, MiniMax-M2, Llama 4, and
-Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), and the text models of the
-multimodal releases built on them (Kimi-K2.5, Qwen3-VL). Errors name the config and the
-field."""
+Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), the text models of the
+multimodal releases built on them (Kimi-K2.5, Qwen3-VL), and Nemotron-H's Mamba-2 hybrids
+(`hybrid_blocks.py`). Errors name the config and the field."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from simulator.cost.hybrid_blocks import nemotron_h_fields
 from simulator.cost.model_variants import (
     SINK_FAMILIES,
     dsa_fields,
@@ -54,6 +55,8 @@ SUPPORTED_ARCHITECTURES = {
     "KimiK25ForConditionalGeneration": "deepseek_v3",  # Kimi-K2.5 / K2.6: DeepSeek-V3's
     "Qwen3VLForConditionalGeneration": "qwen3",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_moe",
+    # Mamba-2 / attention / MLP or MoE blocks (Nemotron-H, Nemotron-Nano-2, Nemotron-3)
+    "NemotronHForCausalLM": "nemotron_h",
 }
 # families whose multimodal config.json nests the text model's fields under `text_config`
 TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "qwen3",
@@ -201,6 +204,16 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
             embed_proj_dim=proj if proj != d else 0)
+    elif fam == "nemotron_h":  # blocks paired into layers (hybrid_blocks.py)
+        hybrid = nemotron_h_fields(cfg, where)
+        spec = dict(
+            name=name, architecture=arch, hidden_size=_int(cfg, "hidden_size", where),
+            vocab_size=_int(cfg, "vocab_size", where),
+            max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=bool(cfg.get("attention_bias", False)),
+            o_bias=bool(cfg.get("attention_bias", False)),
+            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms", **hybrid)
     else:  # llama, mistral, qwen2, qwen3 and the MoE / MLA families
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)

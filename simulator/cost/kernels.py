@@ -22,6 +22,10 @@ KERNELS_FILE = "simulator/catalog/kernels.yaml"
 # the w2 GEMM, moe_sum): `grouped_gemm.call_s` prices them together, in place of their share
 # of the layer floor
 FUSED_EXPERTS_KERNELS = 5
+# a dense layer's MLP among `layer_floor.kernels`: its add + RMSNorm, gate/up GEMM, activation
+# and down GEMM (Nemotron-H's squared-ReLU MLP: up GEMM, activation, down GEMM and its norm)
+MLP_KERNELS = 4
+MLP_GEMM_KERNELS = 2
 # queries per FlashAttention tile (BLOCK_M of FA2/FA3/FA4's head-dim-128 forward kernels)
 ATTN_QUERY_TILE = 128
 # vLLM's Triton unified attention (vllm/attention/ops/triton_unified_attention.py, v0.10.1 to
@@ -142,6 +146,7 @@ class KernelProfile:
     triton_reread_bandwidth: float = 0.0
     # Gated DeltaNet's chunked prefill (None: priced as a roofline of its FLOPs)
     linear_attention: LinearAttentionKernel | None = None
+    mamba2: LinearAttentionKernel | None = None  # Mamba-2's chunked prefill (SSD), the same form
 
     def relative(self, compute: str) -> float:
         """GEMM efficiency of `compute` GEMMs relative to BF16 ones (1.0 for 16-bit)."""
@@ -215,12 +220,21 @@ class KernelProfile:
         if model.attn_output_gate:
             n += extra.get("output_gate", 0) * full
         if model.num_linear_layers:
-            n += extra.get("linear_attention", 0) * (1.0 - full)
+            kind = "mamba2" if model.linear_kind == "mamba2" else "linear_attention"
+            n += extra.get(kind, 0) * (1.0 - full)
         if model.sandwich_norms:
             n += extra.get("sandwich_norms", 0)
         if model.is_sparse_attention:  # (averaged where layers share an indexer: GLM-5.2)
             n += extra.get("sparse_indexer", 0) * model.index_layer_share
         return n
+
+    def mlp_free_layer_s(self, model: Any) -> float:
+        """Seconds of the kernel floor of one layer with no MLP (Nemotron-H's): a dense
+        layer's (`layer_kernels` at `kernel_s`, its GEMM kernels at `gemm_kernel_s`) without
+        the MLP's `MLP_KERNELS`, `MLP_GEMM_KERNELS` of them GEMMs."""
+        return (self.kernel_s * (self.layer_kernels(model, False) - MLP_KERNELS)
+                + self.layer_gemm_extra_s(model, False)
+                - MLP_GEMM_KERNELS * (self.dense_gemm_kernel_s - self.kernel_s))
 
     def moe_call_extra_s(self) -> float:
         """Seconds an MoE layer's floor adds to `kernel_s` x `layer_kernels`: the measured
@@ -272,6 +286,7 @@ def _profile(arch: str, e: dict[str, Any]) -> KernelProfile:
         gemm_tile_fixed_s=_non_negative(f"{arch}.gemm.tile_fixed_s", g.get("tile_fixed_s", 0.0)),
         triton_reread_bandwidth=_triton_reread(arch, e.get("triton_attn")),
         linear_attention=_linear_attention(arch, e.get("linear_attention")),
+        mamba2=_linear_attention(arch, e.get("mamba2"), "mamba2"),
         weight_only=None if wo is None else WeightOnly(
             _frac(f"{arch}.weight_only.mma_relative", wo["mma_relative"]),
             int(wo["rows_per_pass"]), float(wo["dequant_flops_per_weight"])))
@@ -288,11 +303,12 @@ def _triton_reread(arch: str, t: dict[str, Any] | None) -> float:
     return float(v)
 
 
-def _linear_attention(arch: str, t: dict[str, Any] | None) -> LinearAttentionKernel | None:
-    """`linear_attention` (None where the architecture has no entry)."""
+def _linear_attention(arch: str, t: dict[str, Any] | None,
+                      key: str = "linear_attention") -> LinearAttentionKernel | None:
+    """`linear_attention` or `mamba2` (None where the architecture has no entry)."""
     if t is None:
         return None
-    return LinearAttentionKernel(*(_non_negative(f"{arch}.linear_attention.{k}", t.get(k))
+    return LinearAttentionKernel(*(_non_negative(f"{arch}.{key}.{k}", t.get(k))
                                    for k in ("call_s", "token_s", "token_head_s")))
 
 

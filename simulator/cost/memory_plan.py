@@ -255,7 +255,7 @@ def routed_expert_params_per_gpu(model: ModelSpec, sh: ShardPlan) -> list[float]
     (ep = 1), or num_experts/ep whole experts (ep = tp), over the stage's MoE layers."""
     if not model.is_moe:
         return [0.0] * sh.pp
-    per_expert = (3 if model.gated_mlp else 2) * model.hidden_size * sh.ffn
+    per_expert = (3 if model.gated_mlp else 2) * model.expert_width * sh.ffn
     experts = model.num_experts / sh.ep if sh.ep > 1 else model.num_experts
     return [stage_layer_split(model, sh.layers_per_stage, s)[1] * experts * per_expert
             for s in range(sh.pp)]
@@ -299,8 +299,8 @@ def linear_attention_note(model: ModelSpec, plan: MemoryPlan | None = None) -> s
     besides its KV blocks and what kvpd leaves out, as a sentence; None for other models."""
     if not model.has_linear_attention:
         return None
-    out = (f"{model.num_linear_layers} of {model.num_layers} layers are Gated DeltaNet linear "
-           "attention: a fixed-size recurrent state per request instead of KV per token")
+    out = (f"{model.num_linear_layers} of {model.num_layers} layers are {model.linear_mixer}: "
+           "a fixed-size recurrent state per request instead of KV per token")
     if plan is not None:
         out += (f" ({plan.state_bytes_per_request / 2**20:,.1f} MiB per GPU, "
                 f"{plan.state_blocks_per_request} KV blocks of the pool from its first step "

@@ -77,6 +77,13 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0  # taps of the causal convolution over q, k, v
     linear_state_dtype: str = ""  # the recurrent state's dtype ("": the model's dtype)
+    # the linear layers' kind: "" Gated DeltaNet (rates a, b per value head), "mamba2"
+    # (Nemotron-H's Mamba-2 mixer: a time step per head, a conv bias, a skip D per head)
+    linear_kind: str = ""
+    # ---- layers without an MLP (Nemotron-H: a block is one mixer or one MLP) ----
+    mlp_free_layer_ids: tuple[int, ...] = ()  # layers (attention / linear) with no MLP after
+    # ---- LatentMoE (Nemotron-3 Super, Ultra; 0 = experts on the hidden size) ----
+    moe_latent_size: int = 0  # routed experts run on this width, projected down and up
     attn_output_gate: bool = False  # full attention gates its output (q_proj emits the gate)
     # ---- how the checkpoint is stored (config.json quantization_config; "" = not quantized) ----
     checkpoint_quant_method: str = ""  # a kvpd method (fp8, mxfp4, ...) the release uses
@@ -143,6 +150,39 @@ class ModelSpec:
         return self.num_layers - self.num_linear_layers
 
     @property
+    def num_mlp_free_layers(self) -> int:
+        """Layers with attention (or a linear mixer) and no MLP (Nemotron-H's blocks)."""
+        return len(self.mlp_free_layer_ids)
+
+    @property
+    def num_mlp_layers(self) -> int:
+        """Layers with an MLP (dense or experts)."""
+        return self.num_layers - self.num_mlp_free_layers
+
+    @property
+    def linear_mixer(self) -> str:
+        """What the linear layers are, in words: "Gated DeltaNet linear attention" or
+        "Mamba-2 state-space"."""
+        return "Mamba-2 state-space" if self.linear_kind == "mamba2" else \
+            "Gated DeltaNet linear attention"
+
+    @property
+    def linear_rate_outputs(self) -> int:
+        """Per-token rate outputs of a linear layer's input projection: Gated DeltaNet's decay
+        and write rates (a, b: two per value head), Mamba-2's time step (one per head)."""
+        return self.linear_value_heads * (1 if self.linear_kind == "mamba2" else 2)
+
+    @property
+    def expert_width(self) -> int:
+        """The width the routed experts read and write: LatentMoE's latent, else hidden."""
+        return self.moe_latent_size or self.hidden_size
+
+    @property
+    def latent_proj_params(self) -> int:
+        """LatentMoE's down and up projections between hidden and latent, per MoE layer."""
+        return 2 * self.hidden_size * self.moe_latent_size
+
+    @property
     def linear_conv_dim(self) -> int:
         """Channels of a linear-attention layer's causal convolution: its q, k and v."""
         return (2 * self.linear_key_heads * self.linear_key_head_dim
@@ -150,16 +190,23 @@ class ModelSpec:
 
     @cached_property
     def linear_attn_matrix_params(self) -> int:
-        """Matrices of one linear-attention layer: the input projection to q, k, v, the output
-        gate z and the per-head decay and write rates (a, b), and the output projection."""
+        """Matrices of one linear-attention layer: the input projection to q, k, v (Mamba-2:
+        x, B, C), the output gate z and the per-head rates (`linear_rate_outputs`), and the
+        output projection."""
         d = self.hidden_size
         v = self.linear_value_heads * self.linear_value_head_dim
-        return d * (self.linear_conv_dim + v + 2 * self.linear_value_heads) + v * d
+        return d * (self.linear_conv_dim + v + self.linear_rate_outputs) + v * d
 
     @property
     def linear_layer_small_params(self) -> int:
         """Never-quantized weights of one linear-attention layer: the depthwise convolution,
-        the per-head decay (A_log) and time-step bias, and the gated RMSNorm."""
+        the per-head decay (A_log) and time-step bias, and the gated RMSNorm (Gated DeltaNet:
+        over one head's values; Mamba-2: over all of them, with a conv bias and a skip D per
+        head)."""
+        if self.linear_kind == "mamba2":
+            return (self.linear_conv_dim * (self.linear_conv_kernel + 1)
+                    + 3 * self.linear_value_heads
+                    + self.linear_value_heads * self.linear_value_head_dim)
         return (self.linear_conv_dim * self.linear_conv_kernel + 2 * self.linear_value_heads
                 + self.linear_value_head_dim)
 
@@ -180,7 +227,7 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is routed experts (0 for a dense model)."""
-        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+        return self.num_mlp_layers - self.num_dense_layers if self.is_moe else 0
 
     @cached_property
     def attn_matrix_params(self) -> int:
@@ -224,11 +271,12 @@ class ModelSpec:
         return (3 if self.gated_mlp else 2) * self.hidden_size * self.dense_ffn_size
 
     def _mlp_params(self, routed: int) -> int:
-        """MLP weights over all layers with `routed` routed experts per MoE layer."""
+        """MLP weights over all layers with `routed` routed experts per MoE layer (and
+        LatentMoE's projections)."""
         if not self.is_moe:
-            return self.num_layers * self.expert_matrix_params
+            return self.num_mlp_layers * self.expert_matrix_params
         return (self.num_moe_layers * (routed * self.expert_matrix_params
-                                       + self.shared_expert_params)
+                                       + self.shared_expert_params + self.latent_proj_params)
                 + self.num_dense_layers * self.dense_mlp_params)
 
     @cached_property
@@ -262,8 +310,9 @@ class ModelSpec:
 
     @cached_property
     def expert_matrix_params(self) -> int:
-        """MLP weights of one expert (the whole MLP for a dense model)."""
-        return (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_size
+        """MLP weights of one expert (the whole MLP for a dense model; LatentMoE's experts on
+        the latent width)."""
+        return (3 if self.gated_mlp else 2) * self.expert_width * self.ffn_size
 
     @cached_property
     def layer_small_params(self) -> int:
@@ -296,10 +345,21 @@ class ModelSpec:
     @cached_property
     def small_params(self) -> int:
         """Biases, norms, routers and gates of all layers (never quantized)."""
-        if not (self.is_moe or self.is_mla or self.qk_norm or self.has_linear_attention):
+        if not (self.is_moe or self.is_mla or self.qk_norm or self.has_linear_attention
+                or self.num_mlp_free_layers):
             return self.num_layers * self.layer_small_params
         base = self._dense_twin().layer_small_params
-        return self.num_layers * base + self.variant_small_params
+        return (self.num_layers * base + self.variant_small_params
+                - self.num_mlp_free_layers * self.mlp_small_params)
+
+    @property
+    def mlp_small_params(self) -> int:
+        """The never-quantized weights a layer's MLP brings: its RMSNorm (or LayerNorm) and
+        biases (a layer without an MLP has neither)."""
+        n = self.hidden_size * (2 if self.norm == "layer" else 1)
+        if self.mlp_bias:
+            n += (2 if self.gated_mlp else 1) * self.ffn_size + self.hidden_size
+        return n
 
     def _dense_twin(self) -> ModelSpec:
         """This shape without experts (for the per-layer biases and norms alone)."""

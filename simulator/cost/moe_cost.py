@@ -58,15 +58,18 @@ def expected_experts_hit(num_experts: float, k: int, experts_total: int, tokens:
 
 def stage_layer_split(model: ModelSpec, layers_per_stage: tuple[int, ...], s: int) -> tuple[int, int]:
     """(dense-MLP layers, MoE layers) of pipeline stage `s`: the dense layers at
-    `model.dense_layer_ids` that fall in the stage (the first ones when no positions are known)."""
+    `model.dense_layer_ids` that fall in the stage (the first ones when no positions are known);
+    a dense model's layers are all dense. Layers with no MLP (`mlp_free_layer_ids`) are
+    neither."""
     start = sum(layers_per_stage[:s])
-    n = layers_per_stage[s]
+    end = start + layers_per_stage[s]
+    n = layers_per_stage[s] - sum(1 for i in model.mlp_free_layer_ids if start <= i < end)
     if not model.is_moe:
         return n, 0
     if model.dense_layer_ids:
-        dense = sum(1 for i in model.dense_layer_ids if start <= i < start + n)
+        dense = sum(1 for i in model.dense_layer_ids if start <= i < end)
     else:
-        dense = max(0, min(model.num_dense_layers, start + n) - start)
+        dense = max(0, min(model.num_dense_layers, end) - start)
     return dense, n - dense
 
 
@@ -95,18 +98,22 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
     `all_to_all`: the EP dispatch and combine run (else no all-to-all bytes)."""
     dwb = wb if dense_wb is None else dense_wb
     d, k, E = model.hidden_size, model.experts_per_token, model.num_experts
+    x = model.expert_width  # the routed experts' width (LatentMoE: its latent)
     n_mats = 3 if model.gated_mlp else 2
     # E/ep experts per rank, each column-split tp/ep ways (ep 1: every expert split tp ways;
     # ep = tp: whole experts); a rank computes 1/ep of the token-expert pairs
     moe_tp = tp // ep
-    w_expert, per_rank, share = n_mats * d * model.ffn_size / moe_tp, E / ep, 1.0 / ep
-    w_shared = model.shared_expert_params / tp
+    w_expert, per_rank, share = n_mats * x * model.ffn_size / moe_tp, E / ep, 1.0 / ep
+    # the shared experts (column-split tp ways) and LatentMoE's projections (replicated, as
+    # vLLM's ReplicatedLinear fc1/fc2_latent_proj)
+    w_shared = model.shared_expert_params / tp + model.latent_proj_params
     w_dense = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params) / tp
     router = d * E
     flops = (moe_layers * 2 * (k * share * w_expert + w_shared + router)
              + dense_layers * 2 * w_dense)
     f_rank = model.ffn_size / moe_tp
-    act = (moe_layers * ((k * share * (2 * d + n_mats * f_rank)
+    latent = 2 * (d + x) if model.moe_latent_size else 0  # the projections' in and out
+    act = (moe_layers * ((k * share * (2 * x + n_mats * f_rank) + latent
                           + (2 * d + n_mats * model.shared_expert_ffn_size / tp
                              if model.shared_expert_ffn_size else 0)) * ab + 2 * d * ab)
            + dense_layers * (2 * d + n_mats * model.dense_ffn_size / tp) * ab)
@@ -115,11 +122,11 @@ def moe_terms(model: ModelSpec, tp: int, ep: int, dense_layers: int, moe_layers:
     # (`moe_sum`: reads k, writes one hidden state) as kernels of their own between the two
     # grouped GEMMs (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl),
     # so, like a dense MLP's SiLU x up, their bytes add to the step, not hide under the GEMMs
-    elementwise = (moe_layers * (k * share * n_mats * f_rank + (k + 1) * d
+    elementwise = (moe_layers * (k * share * n_mats * f_rank + (k + 1) * x
                                  + n_mats * model.shared_expert_ffn_size / tp)
                    + dense_layers * n_mats * model.dense_ffn_size / tp) * ab
     a2a_on = all_to_all and ep > 1
-    a2a = moe_layers * 2 * k * (ep - 1) / ep * d * ab if a2a_on else 0.0
+    a2a = moe_layers * 2 * k * (ep - 1) / ep * x * ab if a2a_on else 0.0
     return MoETerms(
         flops_per_token=flops, expert_bytes=moe_layers * w_expert * wb, experts_per_rank=per_rank,
         fixed_bytes=moe_layers * (router * ab + w_shared * dwb) + dense_layers * w_dense * dwb,

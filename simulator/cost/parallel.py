@@ -56,11 +56,12 @@ class ShardPlan:
         """Attention + MLP weights of stage `s`'s layers on one rank, for MoE (dense first
         layers, shared experts, E/ep whole experts with EP) and MLA models."""
         dense, moe = stage_layer_split(model, self.layers_per_stage, s)
-        d, n_mats = model.hidden_size, 3 if model.gated_mlp else 2
+        n_mats = 3 if model.gated_mlp else 2
         attn = self.attention_params(model)
-        routed = (model.num_experts / self.ep) * n_mats * d * self.ffn
+        routed = (model.num_experts / self.ep) * n_mats * model.expert_width * self.ffn
         dense_mlp = (model.dense_mlp_params if model.is_moe else model.expert_matrix_params)
-        return ((dense + moe) * attn + moe * (routed + model.shared_expert_params / self.tp)
+        fixed = model.shared_expert_params / self.tp + model.latent_proj_params
+        return (self.layers_per_stage[s] * attn + moe * (routed + fixed)
                 + dense * dense_mlp / self.tp)
 
     def stage_weight_bytes(self, model: ModelSpec, dtype: str,
@@ -72,7 +73,8 @@ class ShardPlan:
         hi = 4.0 if dt == "fp32" else 2.0  # norms, biases, embeddings stay in 16 bits
         d = model.hidden_size
         p = model.embed_proj_dim or d
-        variant = model.is_moe or model.is_mla or model.has_linear_attention
+        variant = (model.is_moe or model.is_mla or model.has_linear_attention
+                   or bool(model.mlp_free_layer_ids))
         mb = matrix_weight_bytes(dt) if matrix_bytes is None else matrix_bytes
         per_layer = (self.layer_matrix_params(model) * mb
                      + model.layer_small_params * hi)
@@ -127,8 +129,11 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> Shar
         what = (f"tp / ep = {moe_tp}" if ep > 1 else f"tp={tp}")
         raise ValueError(f"{what} does not divide ffn_size={model.ffn_size} of {name}: each rank "
                          "holds an equal slice of the MLP" + (" (of each expert)" if ep > 1 else ""))
-    for heads, key in ((model.linear_key_heads, "linear_num_key_heads"),
-                       (model.linear_value_heads, "linear_num_value_heads")):
+    mamba = model.linear_kind == "mamba2"  # (vLLM replicates Mamba-2's B/C groups below tp)
+    for heads, key in ((0 if mamba and tp % max(model.linear_key_heads, 1) == 0
+                        else model.linear_key_heads, "n_groups" if mamba else "linear_num_key_heads"),
+                       (model.linear_value_heads,
+                        "mamba_num_heads" if mamba else "linear_num_value_heads")):
         if heads and heads % tp:
             raise ValueError(f"tp={tp} does not divide {key}={heads} of {name}: each rank "
                              f"holds whole linear-attention heads (valid tp: {_divisors(heads)})")

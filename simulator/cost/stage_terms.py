@@ -78,6 +78,7 @@ class StageTerms:
                 LinearCost(lin, L * share, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)])
 
         lin_in, lin_out = self._linear_attention_gemms()
+        Lm = sum(stage_layer_split(m, sh.layers_per_stage, s))  # the layers with an MLP
         out = {
             "qkv_proj": attn_linear(qkv, lin_in),
             "o_proj": attn_linear(o, lin_out),
@@ -85,7 +86,7 @@ class StageTerms:
                                      1.0 / (d_peak * d_eff) if pr.scope != "all" else None,
                                      d_wo is not None) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
-                L, peak, eff, tile, sms, wo, alu, k_half=kh)),
+                Lm, peak, eff, tile, sms, wo, alu, k_half=kh)),
         }
         if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
             pdim = m.embed_proj_dim or d
@@ -105,14 +106,15 @@ class StageTerms:
             return [], []
         v = m.linear_value_heads * m.linear_value_head_dim // tp
         d = m.hidden_size
-        return ([(m.linear_conv_dim // tp + v, d), (2 * m.linear_value_heads // tp, d)],
+        return ([(m.linear_conv_dim // tp + v, d), (m.linear_rate_outputs // tp, d)],
                 [(d, v)])
 
     def _linear_attention_terms(self, raw: dict[str, Any], L: int, dwb: float, ab: float,
                                 rate: dict[str, float]) -> None:
-        """Put the stage's linear-attention layers (Gated DeltaNet) in `raw`: their share of
-        the attention projections (`dwb` bytes per weight), the softmax attention scaled to
-        the other layers, and the `linear_attn` operator (kernels.yaml linear_attention)."""
+        """Put the stage's linear-attention layers (Gated DeltaNet, Mamba-2) in `raw`: their
+        share of the attention projections (`dwb` bytes per weight), the softmax attention
+        scaled to the other layers, and the `linear_attn` operator (kernels.yaml
+        linear_attention, mamba2)."""
         m, tp = self.model, self.tp
         share = m.num_linear_layers / m.num_layers
         Ll = L * share  # (the layers of each kind assumed spread evenly over the stages)
@@ -138,11 +140,18 @@ class StageTerms:
         # recurrent kernel); a prompt chunk's reads and writes are in the measured kernel times
         state = m.linear_state_bytes(self.precision.dtype) / m.num_linear_layers / tp
         dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
-        # FLOPs per prompt token and value head of the chunked algorithm (64-token chunks):
-        # the state's read-out and update (3 x 2 dk dv) and the in-chunk products
-        # (2 x 64 x (2 dk + dv) for K K^T, W, U and the masked Q K^T V)
-        prefill_flops = Ll * heads * (6.0 * dk * dv + 2.0 * 64 * (2 * dk + dv))
-        la = getattr(self.kernels, "linear_attention", None)
+        if m.linear_kind == "mamba2":
+            # Mamba-2's SSD per prompt token and head (128-token chunks): the chunk state
+            # and its read-out (2 x 2 N P) and the in-chunk C B^T and its product with X
+            # (2 x 128 x (N + P)); N = state (dk), P = head dim (dv)
+            kernel, prefill_flops = "mamba2", Ll * heads * (4.0 * dk * dv + 2.0 * 128 * (dk + dv))
+        else:
+            # FLOPs per prompt token and value head of Gated DeltaNet's chunked algorithm
+            # (64-token chunks): the state's read-out and update (3 x 2 dk dv) and the
+            # in-chunk products (2 x 64 x (2 dk + dv) for K K^T, W, U and the masked Q K^T V)
+            kernel = "linear_attention"
+            prefill_flops = Ll * heads * (6.0 * dk * dv + 2.0 * 64 * (2 * dk + dv))
+        la = getattr(self.kernels, kernel, None)
         if la is not None:  # the measured chunked kernels (latency-bound)
             call_s, token_s = Ll * la.call_s, Ll * (la.token_s + la.token_head_s * heads)
         else:  # a roofline of the chunk algorithm's FLOPs
@@ -154,7 +163,7 @@ class StageTerms:
                               "decode_flops": Ll * heads * 4.0 * dk * dv,
                               "decode_bytes": decode_bytes,
                               "decode_s": decode_bytes * rate["attn_m"],
-                              "measured": la is not None}
+                              "measured": la is not None, "kernel": kernel}
 
     def _gemm_rate(self, compute: str) -> tuple[float, float]:
         """(peak FLOP/s, efficiency) of GEMMs multiplying in `compute`: this replica's own
@@ -179,13 +188,15 @@ class StageTerms:
         scope all, the experts' rate)."""
         m, tp, ep = self.model, self.tp, self.ep
         dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
-        d, kx = m.hidden_size, m.experts_per_token
+        d, kx, x = m.hidden_size, m.experts_per_token, m.expert_width
 
-        def mats(ffn: float, copies: float) -> list[tuple[float, float]]:
-            up = [(copies * 2 * ffn, d)] if m.gated_mlp else [(copies * ffn, d)]
-            return up + [(copies * d, ffn)] if ffn else []
+        def mats(ffn: float, copies: float, width: float = d) -> list[tuple[float, float]]:
+            up = [(copies * 2 * ffn, width)] if m.gated_mlp else [(copies * ffn, width)]
+            return up + [(copies * width, ffn)] if ffn else []
 
         rest = [(moe * m.num_experts, d)]
+        if m.moe_latent_size:  # LatentMoE's projections down to the latent and back
+            rest += [(moe * x, d), (moe * d, x)]
         if m.shared_expert_ffn_size:
             rest += mats(m.shared_expert_ffn_size / tp, moe)
         if dense:
@@ -193,7 +204,7 @@ class StageTerms:
         rest = [g for g in rest if g[0] > 0]
         grouped = getattr(self.kernels, "grouped_gemm", None)
         if grouped is None or not moe:
-            routed = [g for g in mats(self.shard.ffn, moe * kx / ep) if g[0] > 0]
+            routed = [g for g in mats(self.shard.ffn, moe * kx / ep, x) if g[0] > 0]
             if dense_rate is None or not rest:  # (scope all: every matrix at the experts' rate)
                 return LinearCost(routed + rest, 1, peak, eff, None, None, wo, alu)
             # the matrices outside the quantization scope at their own rate (no dequantization
@@ -237,9 +248,9 @@ class StageTerms:
         """(N, K) of one routed expert's GEMMs on a rank: gate/up (fused when gated), down;
         its width is the shard's (moe_intermediate / (tp / ep): whole with ep = tp)."""
         m = self.model
-        f_rank = self.shard.ffn
-        up = (2 * f_rank, m.hidden_size) if m.gated_mlp else (f_rank, m.hidden_size)
-        return (up, (m.hidden_size, f_rank))
+        f_rank, x = self.shard.ffn, m.expert_width
+        up = (2 * f_rank, x) if m.gated_mlp else (f_rank, x)
+        return (up, (x, f_rank))
 
     def _fp8_kv_relative(self) -> float:
         """The decode KV-read rate of an FP8 cache over a 16-bit one's per byte, for this
@@ -282,23 +293,26 @@ class StageTerms:
         kv_tok, qo_tok = 2 * hkv * hd * kvb, 2 * hq * hd * ab
         tp = self.tp
         ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves 2 (tp-1)/tp of the message
+        Lm = sum(stage_layer_split(m, sh.layers_per_stage, s))  # the layers with an MLP
         raw = {
             # (flops per token, weight bytes, activation bytes per token), L layers
             "qkv_proj": (L * 2 * w_qkv, L * w_qkv * dwb, L * (d + (hq_q + 2 * hkv) * hd) * ab),
             "o_proj": (L * 2 * w_o, L * w_o * dwb, L * (hq * hd + d) * ab),
-            "mlp": (L * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
-                    L * w_e * wb,  # per expert touched
-                    L * (m.experts_per_token * (2 * d + n_mats * f) * ab
-                         + (2 * d * ab if m.is_moe else 0))),
+            "mlp": (Lm * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
+                    Lm * w_e * wb,  # per expert touched
+                    Lm * (m.experts_per_token * (2 * d + n_mats * f) * ab
+                          + (2 * d * ab if m.is_moe else 0))),
             "router_bytes": L * d * m.num_experts * ab if m.is_moe else 0.0,
             # attention: flops per query-key pair, KV bytes per context token, bytes per new token
             "attn": (L * 4 * hq * hd, L * kv_tok, L * (qo_tok + kv_tok)),
-            "elementwise": (L * (10 * d + 4 * n_mats * f),  # nominal FLOPs, reported only
-                            L * (8 * d + 2 * (hq + hkv) * hd) * ab),  # + the MLP's, below
-            "mlp_elementwise": L * n_mats * f * ab,  # SiLU x up: reads 2f, writes f
-            "allreduce": (L * 2 * ring * d * ab,
-                          L * 2 * (self.link.allreduce_fixed_s(tp) + self._ar_extra)),
-            "allreduce_calls": L * 2,
+            # (the norms and residual adds: 4 d per sublayer, attention's and the MLP's)
+            "elementwise": ((L + Lm) * 5 * d + Lm * 4 * n_mats * f,  # nominal FLOPs, reported only
+                            ((L + Lm) * 4 * d + L * 2 * (hq + hkv) * hd) * ab),  # + the MLP's, below
+            "mlp_elementwise": Lm * n_mats * f * ab,  # SiLU x up: reads 2f, writes f
+            # one all-reduce after each sublayer (attention's, the MLP's)
+            "allreduce": ((L + Lm) * ring * d * ab,
+                          (L + Lm) * (self.link.allreduce_fixed_s(tp) + self._ar_extra)),
+            "allreduce_calls": L + Lm,
             "layers": L,
         }
         raw["attn_decode"] = raw["attn"][:2]
@@ -411,10 +425,10 @@ class StageTerms:
         floor = getattr(k, "layer_floor_s", 0.0)
         if not (floor and p.device is None and p.layer_overhead_s == floor):
             return L * p.layer_overhead_s
-        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s) if m.is_moe else (L, 0)
+        dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
         return (k.kernel_s * (dense * k.layer_kernels(m, False) + moe * k.layer_kernels(m, True))
                 + dense * k.layer_gemm_extra_s(m, False) + moe * k.layer_gemm_extra_s(m, True)
-                + moe * k.moe_call_extra_s())
+                + moe * k.moe_call_extra_s() + (L - dense - moe) * k.mlp_free_layer_s(m))
 
     def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, dwb: float,
                        ab: float, kvb: float, ring: float, rate: dict[str, float]) -> None:

@@ -1,0 +1,118 @@
+"""Nemotron-H's block pattern (`NemotronHForCausalLM`: Nemotron-H, Nemotron-Nano-2, Nemotron-3
+Nano, Super and Ultra) read into `ModelSpec` fields.
+
+A Nemotron-H block is one norm and one mixer: Mamba-2, attention, an MLP or a mixture of
+experts (transformers' `NemotronHBlock`). kvpd prices a layer as a mixer (attention or a
+linear mixer) followed by at most one MLP, so each MLP or MoE block is paired with the mixer
+block before it, and a mixer followed by another mixer becomes a layer with no MLP
+(`mlp_free_layer_ids`). The pairing keeps every block's weights, FLOPs, norms and
+all-reduces; only where a pipeline cut falls can differ by a block.
+
+config.json keys (transformers' `NemotronHConfig`): the pattern as `layers_block_type` (or
+`layer_types`: "mamba" / "linear_attention", "attention" / "full_attention", "mlp", "moe") or
+`hybrid_override_pattern` (M, *, -, E); Mamba-2's `mamba_num_heads` x `mamba_head_dim`,
+`n_groups` x `ssm_state_size` for B and C, `conv_kernel` and `mamba_ssm_cache_dtype`;
+attention's `num_attention_heads`, `num_key_value_heads` and `head_dim` (older releases:
+`attention_head_dim`); the MLP's `intermediate_size` (squared ReLU, not gated); the
+experts' `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+`moe_shared_expert_intermediate_size` (one shared MLP of that width) and, for LatentMoE,
+`moe_latent_size`. The multi-token-prediction layers are not priced (as DeepSeek's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.cost.model_variants import _list, _opt, _req
+
+FAMILY = "nemotron_h"
+PATTERN_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+BLOCK_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+               "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def block_types(cfg: dict[str, Any], where: str) -> list[str]:
+    """The blocks in order, each "mamba", "attention", "mlp" or "moe"."""
+    for key in ("layers_block_type", "layer_types"):
+        if cfg.get(key) is not None:
+            names = _list(cfg, key, where, str)
+            bad = sorted(set(names) - set(BLOCK_NAMES))
+            if bad or not names:
+                raise ValueError(f"{where}: field {key!r} must list the blocks, each one of "
+                                 f"{', '.join(sorted(BLOCK_NAMES))}; got {bad or names!r}")
+            return [BLOCK_NAMES[n] for n in names]
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set(PATTERN_CHARS):
+        raise ValueError(f"{where}: {FAMILY} config needs its block pattern: "
+                         "'layers_block_type' (a list of mamba / attention / mlp / moe) or "
+                         f"'hybrid_override_pattern' (a string of M, *, -, E); got {pattern!r}")
+    return [PATTERN_CHARS[c] for c in pattern]
+
+
+def pair_blocks(blocks: list[str], where: str) -> tuple[int, list[int], list[int], list[int]]:
+    """(layers, indices of the linear (Mamba) layers, of the layers whose MLP is dense, of the
+    layers with no MLP): each MLP / MoE block joins the mixer block before it."""
+    mixers: list[str] = []
+    mlp_of: dict[int, str] = {}
+    for i, b in enumerate(blocks):
+        if b in ("mamba", "attention"):
+            mixers.append(b)
+        elif not mixers or len(mixers) - 1 in mlp_of:
+            raise ValueError(f"{where}: block {i} ({b}) follows no mixer block of its own; kvpd "
+                             "prices a layer as one mixer (mamba / attention) and at most one "
+                             "MLP after it")
+        else:
+            mlp_of[len(mixers) - 1] = b
+    if "attention" not in mixers:
+        raise ValueError(f"{where}: the pattern has no attention block; kvpd needs at least one "
+                         "to hold the KV cache")
+    n = len(mixers)
+    return (n, [i for i in range(n) if mixers[i] == "mamba"],
+            [i for i in range(n) if mlp_of.get(i) == "mlp"],
+            [i for i in range(n) if i not in mlp_of])
+
+
+def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields of a Nemotron-H config (see the module docstring), `num_layers` and
+    the attention shape included."""
+    blocks = block_types(cfg, where)
+    layers, linear, dense, free = pair_blocks(blocks, where)
+    heads = _req(cfg, "num_attention_heads", where, FAMILY)
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim")
+    state = cfg.get("mamba_ssm_cache_dtype")
+    if state is not None and state not in STATE_DTYPES:
+        raise ValueError(f"{where}: field 'mamba_ssm_cache_dtype' must be one of "
+                         f"{', '.join(STATE_DTYPES)}, got {state!r}")
+    out: dict[str, Any] = {
+        "num_layers": layers, "num_heads": heads,
+        "num_kv_heads": _opt(cfg, "num_key_value_heads", where, heads) or heads,
+        "head_dim": (head_dim if isinstance(head_dim, int) and head_dim > 0
+                     else _req(cfg, "hidden_size", where, FAMILY) // heads),
+        "gated_mlp": False,  # squared-ReLU up / down MLPs and experts
+        "mlp_free_layer_ids": tuple(free),
+        "num_linear_layers": len(linear), "linear_kind": "mamba2",
+        "linear_key_heads": _req(cfg, "n_groups", where, FAMILY),
+        "linear_key_head_dim": _req(cfg, "ssm_state_size", where, FAMILY),
+        "linear_value_heads": _req(cfg, "mamba_num_heads", where, FAMILY),
+        "linear_value_head_dim": _req(cfg, "mamba_head_dim", where, FAMILY),
+        "linear_conv_kernel": _req(cfg, "conv_kernel", where, FAMILY),
+        "linear_state_dtype": STATE_DTYPES.get(state or "", ""),
+    }
+    if "moe" not in blocks:
+        out["ffn_size"] = _req(cfg, "intermediate_size", where, FAMILY)
+        return out
+    out.update(num_experts=_req(cfg, "n_routed_experts", where, FAMILY),
+               experts_per_token=_req(cfg, "num_experts_per_tok", where, FAMILY),
+               ffn_size=_req(cfg, "moe_intermediate_size", where, FAMILY),
+               moe_latent_size=_opt(cfg, "moe_latent_size", where))
+    shared = _opt(cfg, "moe_shared_expert_intermediate_size", where)
+    if shared:
+        out.update(num_shared_experts=1, shared_expert_ffn_size=shared)
+    if dense:
+        out.update(dense_layer_ids=tuple(dense), num_dense_layers=len(dense),
+                   dense_ffn_size=_req(cfg, "intermediate_size", where, FAMILY))
+    if out["experts_per_token"] > out["num_experts"]:
+        raise ValueError(f"{where}: num_experts_per_tok={out['experts_per_token']} exceeds the "
+                         f"{out['num_experts']} experts")
+    return out
