@@ -77,6 +77,8 @@ MODEL_NAMES = {
     "zai-org/GLM-4.6": "glm-4.6",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "openai/gpt-oss-20b": "gpt-oss-20b",
+    # Nemotron-H hybrids: NVIDIA's FP8 export keeps the release's config.json shapes
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8": "nemotron-3-nano-30b-a3b",
     # Dense Qwen3 releases (the hub ids of kvpd's catalog entries).
     "Qwen/Qwen3-14B": "qwen3-14b",
     "Qwen/Qwen3-32B": "qwen3-32b",
