@@ -30,6 +30,8 @@ CONFIGS = [  # (label, model, hardware, tp, pp[, ep])
     ("mistral-7b  h100 tp1 window", "mistral-7b", "h100-sxm", 1, 1),
     # three of four layers Gated DeltaNet linear attention: the linear_attn operator
     ("qwen3.5-35b h100 tp1 linear", "qwen3.5-35b-a3b", "h100-sxm", 1, 1),
+    # Mamba-2 blocks, MLP-free layers and LatentMoE experts (Nemotron-3 Super)
+    ("nemotron-3-super b200 tp2", "nemotron-3-super-120b-a12b", "b200", 2, 1),
 ]
 
 
