@@ -329,14 +329,9 @@ def explain_variants(cm, br, num_tokens: int) -> dict:
                                      f"+ {m.indexer_key_bytes} B indexer key {where})")
     if m.has_linear_attention:
         op = ops.get("linear_attn")
-        heads = (f"{m.linear_value_heads} heads of {m.linear_value_head_dim}, "
-                 f"{m.linear_key_heads} groups of state {m.linear_key_head_dim}"
-                 if m.linear_kind == "mamba2" else
-                 f"{m.linear_key_heads} key / {m.linear_value_heads} value heads of "
-                 f"{m.linear_key_head_dim} x {m.linear_value_head_dim}")
         out["linear attention"] = (
-            f"{m.linear_mixer.split(' linear')[0]} on {m.num_linear_layers} of {m.num_layers} "
-            f"layers ({heads}), state "
+            f"{m.linear_mixer_name} on {m.num_linear_layers} of {m.num_layers} "
+            f"layers ({m.linear_heads}), state "
             f"{m.linear_state_dtype or 'in the model dtype'}"
             + (f": {op.time_s * 1e3:.3f} ms" if op is not None else ""))
         out["KV bytes per token"] = (f"{m.kv_bytes_per_token(cm.kv_cache_dtype):,.0f} (the "

@@ -36,13 +36,8 @@ def attention_kind(m) -> str:
     if m.has_linear_attention:
         kind = (f"{kind} on {m.num_full_attention_layers} of {m.num_layers} layers"
                 + (" (output-gated)" if m.attn_output_gate else "")
-                + f"; {m.linear_mixer} on the other {m.num_linear_layers} ("
-                + (f"{m.linear_value_heads} heads of {m.linear_value_head_dim}, "
-                   f"{m.linear_key_heads} groups of state {m.linear_key_head_dim}"
-                   if m.linear_kind == "mamba2" else
-                   f"{m.linear_key_heads} key / {m.linear_value_heads} value heads of "
-                   f"{m.linear_key_head_dim} x {m.linear_value_head_dim}")
-                + ", a fixed state per request)")
+                + f"; {m.linear_mixer} on the other {m.num_linear_layers} "
+                f"({m.linear_heads}, a fixed state per request)")
     return kind
 
 

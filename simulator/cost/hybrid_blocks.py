@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.cost.model_variants import _list, _opt, _req
+from simulator.cost.model_variants import list_field, optional_int, required_int
 
 FAMILY = "nemotron_h"
 PATTERN_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -36,7 +36,7 @@ def block_types(cfg: dict[str, Any], where: str) -> list[str]:
     """The blocks in order, each "mamba", "attention", "mlp" or "moe"."""
     for key in ("layers_block_type", "layer_types"):
         if cfg.get(key) is not None:
-            names = _list(cfg, key, where, str)
+            names = list_field(cfg, key, where, str)
             bad = sorted(set(names) - set(BLOCK_NAMES))
             if bad or not names:
                 raise ValueError(f"{where}: field {key!r} must list the blocks, each one of "
@@ -78,7 +78,7 @@ def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     the attention shape included."""
     blocks = block_types(cfg, where)
     layers, linear, dense, free = pair_blocks(blocks, where)
-    heads = _req(cfg, "num_attention_heads", where, FAMILY)
+    heads = required_int(cfg, "num_attention_heads", where, FAMILY)
     head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim")
     state = cfg.get("mamba_ssm_cache_dtype")
     if state is not None and state not in STATE_DTYPES:
@@ -86,32 +86,32 @@ def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
                          f"{', '.join(STATE_DTYPES)}, got {state!r}")
     out: dict[str, Any] = {
         "num_layers": layers, "num_heads": heads,
-        "num_kv_heads": _opt(cfg, "num_key_value_heads", where, heads) or heads,
+        "num_kv_heads": optional_int(cfg, "num_key_value_heads", where, heads) or heads,
         "head_dim": (head_dim if isinstance(head_dim, int) and head_dim > 0
-                     else _req(cfg, "hidden_size", where, FAMILY) // heads),
+                     else required_int(cfg, "hidden_size", where, FAMILY) // heads),
         "gated_mlp": False,  # squared-ReLU up / down MLPs and experts
         "mlp_free_layer_ids": tuple(free),
         "num_linear_layers": len(linear), "linear_kind": "mamba2",
-        "linear_key_heads": _req(cfg, "n_groups", where, FAMILY),
-        "linear_key_head_dim": _req(cfg, "ssm_state_size", where, FAMILY),
-        "linear_value_heads": _req(cfg, "mamba_num_heads", where, FAMILY),
-        "linear_value_head_dim": _req(cfg, "mamba_head_dim", where, FAMILY),
-        "linear_conv_kernel": _req(cfg, "conv_kernel", where, FAMILY),
+        "linear_key_heads": required_int(cfg, "n_groups", where, FAMILY),
+        "linear_key_head_dim": required_int(cfg, "ssm_state_size", where, FAMILY),
+        "linear_value_heads": required_int(cfg, "mamba_num_heads", where, FAMILY),
+        "linear_value_head_dim": required_int(cfg, "mamba_head_dim", where, FAMILY),
+        "linear_conv_kernel": required_int(cfg, "conv_kernel", where, FAMILY),
         "linear_state_dtype": STATE_DTYPES.get(state or "", ""),
     }
     if "moe" not in blocks:
-        out["ffn_size"] = _req(cfg, "intermediate_size", where, FAMILY)
+        out["ffn_size"] = required_int(cfg, "intermediate_size", where, FAMILY)
         return out
-    out.update(num_experts=_req(cfg, "n_routed_experts", where, FAMILY),
-               experts_per_token=_req(cfg, "num_experts_per_tok", where, FAMILY),
-               ffn_size=_req(cfg, "moe_intermediate_size", where, FAMILY),
-               moe_latent_size=_opt(cfg, "moe_latent_size", where))
-    shared = _opt(cfg, "moe_shared_expert_intermediate_size", where)
+    out.update(num_experts=required_int(cfg, "n_routed_experts", where, FAMILY),
+               experts_per_token=required_int(cfg, "num_experts_per_tok", where, FAMILY),
+               ffn_size=required_int(cfg, "moe_intermediate_size", where, FAMILY),
+               moe_latent_size=optional_int(cfg, "moe_latent_size", where))
+    shared = optional_int(cfg, "moe_shared_expert_intermediate_size", where)
     if shared:
         out.update(num_shared_experts=1, shared_expert_ffn_size=shared)
     if dense:
         out.update(dense_layer_ids=tuple(dense), num_dense_layers=len(dense),
-                   dense_ffn_size=_req(cfg, "intermediate_size", where, FAMILY))
+                   dense_ffn_size=required_int(cfg, "intermediate_size", where, FAMILY))
     if out["experts_per_token"] > out["num_experts"]:
         raise ValueError(f"{where}: num_experts_per_tok={out['experts_per_token']} exceeds the "
                          f"{out['num_experts']} experts")

@@ -73,7 +73,7 @@ LINEAR_ATTENTION_FAMILIES = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 QWEN_SHARED_EXPERT_FAMILIES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe"}
 
 
-def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
+def required_int(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
     value = cfg.get(key)
     if value is None:
         raise ValueError(f"{where}: {fam} config is missing field {key!r} (a positive integer), "
@@ -83,7 +83,7 @@ def _req(cfg: dict[str, Any], key: str, where: str, fam: str) -> int:
     return value
 
 
-def _list(cfg: dict[str, Any], key: str, where: str, item: type = int) -> list[Any]:
+def list_field(cfg: dict[str, Any], key: str, where: str, item: type = int) -> list[Any]:
     """A list-valued field of `item`s (layer indices or flags, layer-type names); [] where
     absent or null."""
     value = cfg.get(key)
@@ -96,7 +96,7 @@ def _list(cfg: dict[str, Any], key: str, where: str, item: type = int) -> list[A
     return value
 
 
-def _opt(cfg: dict[str, Any], key: str, where: str, default: int = 0) -> int:
+def optional_int(cfg: dict[str, Any], key: str, where: str, default: int = 0) -> int:
     value = cfg.get(key)
     if value is None:
         return default
@@ -111,48 +111,48 @@ def moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         return {}
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     if fam in ("mixtral", "gpt_oss", "minimax_m2"):
-        return {"num_experts": _req(cfg, "num_local_experts", where, fam),
-                "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
-                "ffn_size": _req(cfg, "intermediate_size", where, fam)}
+        return {"num_experts": required_int(cfg, "num_local_experts", where, fam),
+                "experts_per_token": required_int(cfg, "num_experts_per_tok", where, fam),
+                "ffn_size": required_int(cfg, "intermediate_size", where, fam)}
     if fam == "llama4":
-        expert = _req(cfg, "intermediate_size", where, fam)
-        step = _opt(cfg, "interleave_moe_layer_step", where, 1) or 1
-        moe = _list(cfg, "moe_layers", where)
+        expert = required_int(cfg, "intermediate_size", where, fam)
+        step = optional_int(cfg, "interleave_moe_layer_step", where, 1) or 1
+        moe = list_field(cfg, "moe_layers", where)
         moe = set(moe) if moe else set(range(step - 1, L, step))
-        return {"num_experts": _req(cfg, "num_local_experts", where, fam),
-                "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
-                "ffn_size": expert, "dense_ffn_size": _req(cfg, "intermediate_size_mlp", where, fam),
+        return {"num_experts": required_int(cfg, "num_local_experts", where, fam),
+                "experts_per_token": required_int(cfg, "num_experts_per_tok", where, fam),
+                "ffn_size": expert, "dense_ffn_size": required_int(cfg, "intermediate_size_mlp", where, fam),
                 "num_shared_experts": 1, "shared_expert_ffn_size": expert,
                 "dense_layer_ids": (dense := tuple(i for i in range(L) if i not in moe)),
                 "num_dense_layers": len(dense)}
     out: dict[str, Any] = {
-        "experts_per_token": _req(cfg, "num_experts_per_tok", where, fam),
-        "ffn_size": _req(cfg, "moe_intermediate_size", where, fam),
+        "experts_per_token": required_int(cfg, "num_experts_per_tok", where, fam),
+        "ffn_size": required_int(cfg, "moe_intermediate_size", where, fam),
     }
     if fam.startswith("qwen"):
-        out["num_experts"] = _req(cfg, "num_experts", where, fam)
-        step = _opt(cfg, "decoder_sparse_step", where, 1) or 1
-        dense_only = set(_list(cfg, "mlp_only_layers", where))
+        out["num_experts"] = required_int(cfg, "num_experts", where, fam)
+        step = optional_int(cfg, "decoder_sparse_step", where, 1) or 1
+        dense_only = set(list_field(cfg, "mlp_only_layers", where))
         out["dense_layer_ids"] = tuple(i for i in range(L) if i in dense_only or (i + 1) % step)
         out["num_dense_layers"] = len(out["dense_layer_ids"])
         if out["num_dense_layers"] or cfg.get("intermediate_size") is not None:
-            out["dense_ffn_size"] = _req(cfg, "intermediate_size", where, fam)
+            out["dense_ffn_size"] = required_int(cfg, "intermediate_size", where, fam)
         if fam in QWEN_SHARED_EXPERT_FAMILIES:
-            out["shared_expert_ffn_size"] = _req(cfg, "shared_expert_intermediate_size", where, fam)
+            out["shared_expert_ffn_size"] = required_int(cfg, "shared_expert_intermediate_size", where, fam)
             out["num_shared_experts"] = 1
             out["shared_expert_gate"] = True
         if fam != "qwen2_moe":
             out["qk_norm"] = True
     else:  # DeepSeek's keys: deepseek_v2 / v3 / v32, glm4_moe, glm_moe_dsa
-        out["dense_ffn_size"] = _req(cfg, "intermediate_size", where, fam)
-        out["num_experts"] = _req(cfg, "n_routed_experts", where, fam)
+        out["dense_ffn_size"] = required_int(cfg, "intermediate_size", where, fam)
+        out["num_experts"] = required_int(cfg, "n_routed_experts", where, fam)
         if fam == "glm4_moe":  # GQA heads wider than hidden / heads: the config says
-            out["head_dim"] = _req(cfg, "head_dim", where, fam)
-        shared = _opt(cfg, "n_shared_experts", where)
+            out["head_dim"] = required_int(cfg, "head_dim", where, fam)
+        shared = optional_int(cfg, "n_shared_experts", where)
         out["num_shared_experts"] = shared
         out["shared_expert_ffn_size"] = shared * out["ffn_size"]
-        freq = _opt(cfg, "moe_layer_freq", where, 1) or 1
-        first = _opt(cfg, "first_k_dense_replace", where)
+        freq = optional_int(cfg, "moe_layer_freq", where, 1) or 1
+        first = optional_int(cfg, "first_k_dense_replace", where)
         out["dense_layer_ids"] = tuple(i for i in range(L) if i < first or i % freq)
         out["num_dense_layers"] = len(out["dense_layer_ids"])
     if out["experts_per_token"] > out["num_experts"]:
@@ -165,12 +165,12 @@ def mla_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """ModelSpec fields of multi-head latent attention (empty for other families)."""
     if fam not in MLA_FAMILIES:
         return {}
-    nope = _req(cfg, "qk_nope_head_dim", where, fam)
-    rope = _req(cfg, "qk_rope_head_dim", where, fam)
-    return {"kv_lora_rank": _req(cfg, "kv_lora_rank", where, fam),
-            "q_lora_rank": _opt(cfg, "q_lora_rank", where),
+    nope = required_int(cfg, "qk_nope_head_dim", where, fam)
+    rope = required_int(cfg, "qk_rope_head_dim", where, fam)
+    return {"kv_lora_rank": required_int(cfg, "kv_lora_rank", where, fam),
+            "q_lora_rank": optional_int(cfg, "q_lora_rank", where),
             "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
-            "v_head_dim": _req(cfg, "v_head_dim", where, fam),
+            "v_head_dim": required_int(cfg, "v_head_dim", where, fam),
             "head_dim": nope + rope}
 
 
@@ -178,9 +178,9 @@ def dsa_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """ModelSpec fields of DeepSeek Sparse Attention's indexer (empty for other families)."""
     if fam not in DSA_FAMILIES:
         return {}
-    out = {"index_topk": _req(cfg, "index_topk", where, fam),
-           "index_n_heads": _req(cfg, "index_n_heads", where, fam),
-           "index_head_dim": _req(cfg, "index_head_dim", where, fam)}
+    out = {"index_topk": required_int(cfg, "index_topk", where, fam),
+           "index_n_heads": required_int(cfg, "index_n_heads", where, fam),
+           "index_head_dim": required_int(cfg, "index_head_dim", where, fam)}
     types = indexer_types(cfg, where) if fam == "glm_moe_dsa" else []
     if "shared" in types:
         out["num_index_layers"] = types.count("full")
@@ -193,15 +193,15 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
     `index_topk_pattern` (a string of F / S or a list), else every `index_topk_freq`-th layer
     from `index_skip_topk_offset` - 1 on (default 1 and 2: every layer runs its own)."""
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
-    types = _list(cfg, "indexer_types", where, str)
+    types = list_field(cfg, "indexer_types", where, str)
     if not types:
         pattern = cfg.get("index_topk_pattern")
         if isinstance(pattern, str) and set(pattern) <= {"F", "S"}:
             types = [{"F": "full", "S": "shared"}[c] for c in pattern]
         elif pattern is not None:
-            types = _list(cfg, "index_topk_pattern", where, str)
+            types = list_field(cfg, "index_topk_pattern", where, str)
         else:
-            freq = max(_opt(cfg, "index_topk_freq", where, 1), 1)
+            freq = max(optional_int(cfg, "index_topk_freq", where, 1), 1)
             offset = cfg.get("index_skip_topk_offset", 2)
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise ValueError(f"{where}: field 'index_skip_topk_offset' must be an integer, "
@@ -237,7 +237,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     types = cfg.get("layer_types")
     if types is not None:
-        types = _list(cfg, "layer_types", where, str)
+        types = list_field(cfg, "layer_types", where, str)
         local = "chunked_attention" if fam == "llama4" else "sliding_attention"
         bad = sorted({t for t in types if t not in (local, "full_attention")})
         if bad or len(types) != L:
@@ -245,18 +245,18 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
                              f"{local!r} / 'full_attention', got {types!r}")
         sliding = sum(t == local for t in types)
     elif fam == "llama4":  # no layer_types: every no_rope_layers 0 entry is global
-        nope = _list(cfg, "no_rope_layers", where)
+        nope = list_field(cfg, "no_rope_layers", where)
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
     elif fam == "gemma2":  # HF: sliding and global alternate, sliding first
         sliding = sum(1 for i in range(L) if (i + 1) % 2)
     elif fam == "gemma3":  # HF: every sliding_window_pattern-th layer is global (default 6)
-        pattern = _opt(cfg, "sliding_window_pattern", where, 6)
+        pattern = optional_int(cfg, "sliding_window_pattern", where, 6)
         if pattern == 0:
             raise ValueError(f"{where}: field 'sliding_window_pattern' must be a positive "
                              "integer, got 0")
         sliding = sum(1 for i in range(L) if (i + 1) % pattern)
     elif fam in ("qwen2", "qwen2_moe"):  # HF: layers from max_window_layers on slide
-        mwl = _opt(cfg, "max_window_layers", where, L)
+        mwl = optional_int(cfg, "max_window_layers", where, L)
         sliding = sum(1 for i in range(L) if i >= mwl) if fam == "qwen2" else \
             sum(1 for i in range(L) if (i + 1) % 2 and i < mwl)
     else:
@@ -271,7 +271,7 @@ def linear_attention_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[s
     if fam not in LINEAR_ATTENTION_FAMILIES:
         return {}
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
-    types = _list(cfg, "layer_types", where, str)
+    types = list_field(cfg, "layer_types", where, str)
     if types:
         bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")})
         if bad or len(types) != L:
@@ -279,7 +279,7 @@ def linear_attention_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[s
                              f"'linear_attention' / 'full_attention', got {types!r}")
         linear = types.count("linear_attention")
     else:
-        interval = _opt(cfg, "full_attention_interval", where, 4)
+        interval = optional_int(cfg, "full_attention_interval", where, 4)
         if interval == 0:
             raise ValueError(f"{where}: field 'full_attention_interval' must be a positive "
                              "integer, got 0")
@@ -295,11 +295,11 @@ def linear_attention_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[s
     if not isinstance(gate, bool):
         raise ValueError(f"{where}: field 'attn_output_gate' must be true or false, got {gate!r}")
     return {"num_linear_layers": linear,
-            "linear_key_heads": _req(cfg, "linear_num_key_heads", where, fam),
-            "linear_value_heads": _req(cfg, "linear_num_value_heads", where, fam),
-            "linear_key_head_dim": _req(cfg, "linear_key_head_dim", where, fam),
-            "linear_value_head_dim": _req(cfg, "linear_value_head_dim", where, fam),
-            "linear_conv_kernel": _req(cfg, "linear_conv_kernel_dim", where, fam),
+            "linear_key_heads": required_int(cfg, "linear_num_key_heads", where, fam),
+            "linear_value_heads": required_int(cfg, "linear_num_value_heads", where, fam),
+            "linear_key_head_dim": required_int(cfg, "linear_key_head_dim", where, fam),
+            "linear_value_head_dim": required_int(cfg, "linear_value_head_dim", where, fam),
+            "linear_conv_kernel": required_int(cfg, "linear_conv_kernel_dim", where, fam),
             "linear_state_dtype": {"float32": "fp32", "bfloat16": "bf16",
                                    "float16": "fp16"}.get(state or "", ""),
             "attn_output_gate": gate}

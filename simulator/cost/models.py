@@ -18,6 +18,9 @@ from simulator.cost.catalog_match import normalize_name, unknown_name_error
 from simulator.cost.dtypes import dtype_bytes, matrix_weight_bytes, normalize_dtype
 from simulator.cost.hf_config import hf_config_fields
 
+# `ModelSpec.linear_kind` -> (name, what it is)
+LINEAR_MIXERS = {"": ("Gated DeltaNet", "linear attention"), "mamba2": ("Mamba-2", "state-space")}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -160,11 +163,25 @@ class ModelSpec:
         return self.num_layers - self.num_mlp_free_layers
 
     @property
+    def linear_mixer_name(self) -> str:
+        """The linear layers' name: "Gated DeltaNet" or "Mamba-2"."""
+        return LINEAR_MIXERS[self.linear_kind][0]
+
+    @property
     def linear_mixer(self) -> str:
         """What the linear layers are, in words: "Gated DeltaNet linear attention" or
         "Mamba-2 state-space"."""
-        return "Mamba-2 state-space" if self.linear_kind == "mamba2" else \
-            "Gated DeltaNet linear attention"
+        return " ".join(LINEAR_MIXERS[self.linear_kind])
+
+    @property
+    def linear_heads(self) -> str:
+        """The linear layers' heads, in words (Mamba-2: heads and B/C groups; Gated DeltaNet:
+        key and value heads)."""
+        if self.linear_kind == "mamba2":
+            return (f"{self.linear_value_heads} heads of {self.linear_value_head_dim}, "
+                    f"{self.linear_key_heads} groups of state {self.linear_key_head_dim}")
+        return (f"{self.linear_key_heads} key / {self.linear_value_heads} value heads of "
+                f"{self.linear_key_head_dim} x {self.linear_value_head_dim}")
 
     @property
     def linear_rate_outputs(self) -> int:

@@ -129,11 +129,14 @@ def shard_model(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> Shar
         what = (f"tp / ep = {moe_tp}" if ep > 1 else f"tp={tp}")
         raise ValueError(f"{what} does not divide ffn_size={model.ffn_size} of {name}: each rank "
                          "holds an equal slice of the MLP" + (" (of each expert)" if ep > 1 else ""))
-    mamba = model.linear_kind == "mamba2"  # (vLLM replicates Mamba-2's B/C groups below tp)
-    for heads, key in ((0 if mamba and tp % max(model.linear_key_heads, 1) == 0
-                        else model.linear_key_heads, "n_groups" if mamba else "linear_num_key_heads"),
-                       (model.linear_value_heads,
-                        "mamba_num_heads" if mamba else "linear_num_value_heads")):
+    if model.linear_kind == "mamba2":  # (vLLM replicates the B/C groups when tp is a multiple)
+        groups = model.linear_key_heads
+        split = ([(groups, "n_groups")] if groups and tp % groups else []) + [
+            (model.linear_value_heads, "mamba_num_heads")]
+    else:
+        split = [(model.linear_key_heads, "linear_num_key_heads"),
+                 (model.linear_value_heads, "linear_num_value_heads")]
+    for heads, key in split:
         if heads and heads % tp:
             raise ValueError(f"tp={tp} does not divide {key}={heads} of {name}: each rank "
                              f"holds whole linear-attention heads (valid tp: {_divisors(heads)})")

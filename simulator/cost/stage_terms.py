@@ -32,9 +32,10 @@ LOGIT_BYTES = 4  # logits are upcast to fp32 before sampling (vLLM LogitsProcess
 class StageTerms:
     """The precomputation half of `CostModel` (see the module docstring)."""
 
-    def _linear_costs(self, s: int, L: int, last: bool) -> dict[str, LinearCost]:
-        """Tensor-core seconds of stage `s`'s linears against their rows (tokens, or
-        requests for the LM head), with the part's kernel shape terms."""
+    def _linear_costs(self, s: int, L: int, Lm: int, last: bool) -> dict[str, LinearCost]:
+        """Tensor-core seconds of stage `s`'s linears (`L` layers, `Lm` of them with an MLP)
+        against their rows (tokens, or requests for the LM head), with the part's kernel
+        shape terms."""
         m, sh, acc, pr, k = self.model, self.shard, self.accelerator, self.precision, self.kernels
         d, hd = m.hidden_size, m.head_dim
         hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
@@ -78,7 +79,6 @@ class StageTerms:
                 LinearCost(lin, L * share, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)])
 
         lin_in, lin_out = self._linear_attention_gemms()
-        Lm = sum(stage_layer_split(m, sh.layers_per_stage, s))  # the layers with an MLP
         out = {
             "qkv_proj": attn_linear(qkv, lin_in),
             "o_proj": attn_linear(o, lin_out),
@@ -323,7 +323,7 @@ class StageTerms:
             self._linear_attention_terms(raw, L, dwb, ab, rate)
         ew_flops, ew_bytes = raw["elementwise"]
         raw["elementwise"] = (ew_flops, ew_bytes + raw.pop("mlp_elementwise"))
-        lin = self._linear_costs(s, L, last)
+        lin = self._linear_costs(s, L, Lm, last)
         raw["layer_floor_s"] = self._layer_floor(s, L)
         if last:
             pdim = m.embed_proj_dim or d
