@@ -178,7 +178,8 @@ def test_swap_preemption_is_refused_for_a_linear_attention_model():
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe",
-                                  "tiny-qwen3.5-mm"])
+                                  "tiny-qwen3.5-mm", "tiny-nemotron-h",
+                                  "tiny-nemotron-h-latent"])
 def test_the_real_engine_accounts_the_state_as_the_simulator_does(name):
     from realexec.engine.configs import builtin_config
     from realexec.engine.llm import LLM

@@ -226,10 +226,11 @@ def test_killed_engine_fails_its_requests_and_is_reported_down():
         client.close()
 
 
-def test_a_linear_attention_model_serves_through_the_engine_process():
-    """Qwen3-Next's Gated DeltaNet states live in the engine process's runner: streamed
-    greedy outputs equal the in-process engine's, and the pool is whole afterwards."""
-    model = "tiny-qwen3-next"
+@pytest.mark.parametrize("model", ["tiny-qwen3-next", "tiny-nemotron-h"])
+def test_a_linear_attention_model_serves_through_the_engine_process(model):
+    """Qwen3-Next's Gated DeltaNet states, and Nemotron-H's Mamba-2 states, live in the engine
+    process's runner: streamed greedy outputs equal the in-process engine's, and the pool is
+    whole afterwards."""
     ps = prompts(3, [6, 19, 33])
     with EngineClient(tiny_config(model=model)) as client:
         reqs = [client.submit(p, {**GREEDY, "max_tokens": 8}) for p in ps]

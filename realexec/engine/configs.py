@@ -73,6 +73,17 @@ _TINY_LINEAR_MOE: dict[str, Any] = {"num_experts": 4, "num_experts_per_tok": 2,
                                     "moe_intermediate_size": 32,
                                     "shared_expert_intermediate_size": 32}
 
+# Nemotron-H hybrids: the tiny shapes with Mamba-2 blocks ("M"), attention ("*"), MLP ("-") and
+# MoE ("E") blocks (`layers_block_type`, the list `hybrid_override_pattern` spells)
+_TINY_NEMOTRON_H: dict[str, Any] = {
+    **{k: v for k, v in _TINY_COMMON.items() if k != "num_hidden_layers"},
+    "head_dim": 16, "pad_token_id": 0,
+    "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp", "linear_attention",
+                          "full_attention", "moe"],
+    "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 16,
+    "conv_kernel": 4, "chunk_size": 8, "mamba_ssm_cache_dtype": "float32", "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 32}
+
 # Tiny models of each supported family, for tests and quick tries (a few hundred thousand
 # parameters; a large initializer_range so greedy argmaxes are never near-ties).
 TINY: dict[str, dict[str, Any]] = {
@@ -164,6 +175,16 @@ TINY: dict[str, dict[str, Any]] = {
     # Qwen3.5 (its text model): tiny-qwen3-next's layout with split linear projections and a
     # multimodal rotary over text positions; dense, and the MoE release's shape (every layer
     # MoE, linear and full layers alternating)
+    # Nemotron-H (Nemotron-3 Nano's layout): blocks of one kind each, in the release's
+    # pattern language "ME*-M*E": Mamba-2 (4 heads of 16, 2 B/C groups of state 16, a 4-tap
+    # convolution, 8-token scan chunks so prompts span several), NoPE softmax attention
+    # (16-dim heads, GQA), a squared-ReLU MLP, and MoE of 4 non-gated experts (top 2, sigmoid
+    # router) plus a shared expert; the Mamba block before the second attention has no MLP
+    # after it, as in the releases
+    "tiny-nemotron-h": {"model_type": "nemotron_h", **_TINY_NEMOTRON_H},
+    # Nemotron-3 Super's LatentMoE: the routed experts run on a 32-wide latent of the 64 hidden
+    "tiny-nemotron-h-latent": {"model_type": "nemotron_h", **_TINY_NEMOTRON_H,
+                               "moe_latent_size": 32},
     "tiny-qwen3.5": {"model_type": "qwen3_5_text", **_TINY_LINEAR},
     "tiny-qwen3.5-moe": {"model_type": "qwen3_5_moe_text", **_TINY_LINEAR, **_TINY_LINEAR_MOE,
                          "layer_types": ["linear_attention", "full_attention"] * 2},

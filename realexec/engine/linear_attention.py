@@ -1,8 +1,9 @@
-"""Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5's text models) in the paged
-engine.
+"""Linear-attention layers in the paged engine: Gated DeltaNet (Qwen3-Next, Qwen3.5's text
+models) and Mamba-2 (Nemotron-H's state-space blocks).
 
 Such a layer keeps no KV per token but a fixed state per request: the last kernel - 1 inputs
-of its causal convolution and the delta rule's key_dim x value_dim matrix per value head. Each
+of its causal convolution and a matrix per head (the delta rule's key_dim x value_dim, Mamba-2's
+head_dim x ssm_state_size). Each
 request's states live in an HF cache of its own (`transformers`' `DynamicCache`, whose
 linear-attention layers hold them); a step runs every linear layer once per request over that
 request's slice of the flat batch, through the layer's own HF module, which reads and updates
@@ -29,25 +30,33 @@ from transformers import DynamicCache, PretrainedConfig
 from realexec.engine.kv_cache import KVCacheSpec
 from simulator.core.request import Request
 
-# model_type values whose layers mix Gated DeltaNet and (output-gated) softmax attention
-LINEAR_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
+# model_type values whose layers mix Gated DeltaNet and (output-gated) softmax attention, and
+# Nemotron-H, whose Mamba-2 blocks HF's `layer_types` also names "linear_attention"
+LINEAR_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h"})
 
 
 def state_blocks(model: Any, kv: KVCacheSpec) -> int:
     """KV blocks (of `kv`'s size) one request's linear-attention state takes, counted as the
-    simulator's memory plan counts it: per linear layer each value head's key_dim x value_dim
-    delta-rule state (in the config's `mamba_ssm_dtype`, else the model's dtype) and the last
-    kernel - 1 convolution inputs; 0 without such layers."""
+    simulator's memory plan counts it: per linear layer each head's state matrix (Gated
+    DeltaNet: key_dim x value_dim per value head, in the config's `mamba_ssm_dtype`; Mamba-2:
+    head_dim x ssm_state_size per head, in `mamba_ssm_cache_dtype`; else the model's dtype) and
+    the last kernel - 1 convolution inputs; 0 without such layers."""
     num_linear = sum(model.linear)
     if not num_linear:
         return 0
     c = model.config
     elem = torch.empty((), dtype=kv.dtype).element_size()
-    ssm = 4 if getattr(c, "mamba_ssm_dtype", None) == "float32" else elem
-    conv_dim = (2 * c.linear_num_key_heads * c.linear_key_head_dim
-                + c.linear_num_value_heads * c.linear_value_head_dim)
-    per_layer = (c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * ssm
-                 + (c.linear_conv_kernel_dim - 1) * conv_dim * elem)
+    if c.model_type == "nemotron_h":  # conv over x, B and C; B and C per group
+        heads, key_dim, value_dim = c.mamba_num_heads, c.ssm_state_size, c.mamba_head_dim
+        conv_dim = heads * value_dim + 2 * c.n_groups * key_dim
+        kernel, state_dtype = c.conv_kernel, c.mamba_ssm_cache_dtype
+    else:  # conv over q, k and v
+        heads, key_dim, value_dim = (c.linear_num_value_heads, c.linear_key_head_dim,
+                                     c.linear_value_head_dim)
+        conv_dim = 2 * c.linear_num_key_heads * key_dim + heads * value_dim
+        kernel, state_dtype = c.linear_conv_kernel_dim, getattr(c, "mamba_ssm_dtype", None)
+    ssm = 4 if state_dtype == "float32" else elem
+    per_layer = heads * key_dim * value_dim * ssm + (kernel - 1) * conv_dim * elem
     return -(-num_linear * per_layer // kv.bytes_per_block)
 
 

@@ -1,6 +1,7 @@
 """Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
 Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 and GLM-5 with sparse
-attention, GLM-4.5, gpt-oss) for the real executor.
+attention, GLM-4.5, gpt-oss, and the hybrids Qwen3-Next, Qwen3.5 (Gated DeltaNet) and
+Nemotron-H (Mamba-2)) for the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -20,6 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from realexec.engine.configs import BUILTIN_CONFIGS, builtin_config
 from realexec.engine.device import resolve_device
+from simulator.cost.hybrid_blocks import block_types
 
 # model_type (config.json) -> family name shown to users.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {
@@ -41,6 +43,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
     "phi3": "Phi-3",
     "qwen3_next": "Qwen3-Next",
+    "nemotron_h": "Nemotron-H",
     "qwen3_5_text": "Qwen3.5 (its text model)",
     "qwen3_5_moe_text": "Qwen3.5-MoE (its text model)",
     # the multimodal Qwen3.5 releases: transformers' causal-LM class builds their text model
@@ -101,6 +104,15 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
                          "num_experts", "num_experts_per_tok",
                          "shared_expert_intermediate_size", *_LINEAR),
 }
+# Nemotron-H: NemotronHConfig's defaults are an 8B-class shape with a 4-block pattern, so every
+# field its blocks are built from is required; each entry names the field and its older name
+_NEMOTRON_H_MIXER = (("num_key_value_heads",), ("head_dim", "attention_head_dim"), ("mamba_num_heads",),
+                     ("mamba_head_dim",), ("ssm_state_size",), ("n_groups", "mamba_n_groups"),
+                     ("conv_kernel", "mamba_d_conv"))
+_NEMOTRON_H_BLOCK = {"mlp": (("intermediate_size",),),
+                     "moe": (("n_routed_experts",), ("num_experts_per_tok",),
+                             ("moe_intermediate_size",),
+                             ("moe_shared_expert_intermediate_size",))}
 # families whose `layer_types` (and `sliding_window`) are checked up front
 _WINDOWED_TYPES = ("gpt_oss", "gemma2", "gemma3_text")
 _LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -212,6 +224,8 @@ def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
     if model_type not in SUPPORTED_MODEL_TYPES:
         check_supported(PretrainedConfig(model_type=model_type), where)  # raises
     check_required_fields(model_type, d, where)
+    if model_type == "nemotron_h" and d.get("head_dim") is None and "attention_head_dim" in d:
+        d["head_dim"] = d["attention_head_dim"]  # Nemotron-H's older name, which HF ignores
     return AutoConfig.for_model(model_type, **d)
 
 
@@ -227,7 +241,11 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
         check_required_fields(TEXT_MODEL_TYPES[model_type], text, f"{where} text_config")
         return
     family = SUPPORTED_MODEL_TYPES[model_type]
-    for key in REQUIRED_FIELDS.get(model_type, ()):
+    keys = [(k,) for k in REQUIRED_FIELDS.get(model_type, ())]
+    if model_type == "nemotron_h":
+        keys = _nemotron_h_fields(d, where)
+    for names in keys:
+        key = next((n for n in names if d.get(n) is not None), names[0])
         value = d.get(key)
         if value is None:
             raise ValueError(f"{where}: {family} config is missing field {key!r} (a positive "
@@ -257,6 +275,17 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
                                or window <= 0):
         raise ValueError(f"{where}: field 'sliding_window' must be a positive integer, "
                          f"got {window!r}")
+
+
+def _nemotron_h_fields(d: dict[str, Any], where: str) -> list[tuple[str, ...]]:
+    """The fields a Nemotron-H config's blocks need (each with its older name), after its block
+    pattern is read (ValueError naming the field when it is missing or malformed)."""
+    blocks = block_types(d, where)
+    keys = [*((k,) for k in _CORE if k != "num_hidden_layers"), *_NEMOTRON_H_MIXER]
+    for kind, fields in _NEMOTRON_H_BLOCK.items():
+        if kind in blocks:
+            keys.extend(fields)
+    return keys
 
 
 def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str]:

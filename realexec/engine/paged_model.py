@@ -72,7 +72,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
                              "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
-                             "qwen3_5_text", "qwen3_5_moe_text"})
+                             "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
@@ -91,7 +91,8 @@ class PagedCausalLM:
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
-    norms across heads, partial rotary)."""
+    norms across heads, partial rotary), or the hybrids Qwen3-Next / Qwen3.5 (Gated DeltaNet)
+    and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         check_supported(hf_model.config, "model")
@@ -109,28 +110,35 @@ class PagedCausalLM:
             self.num_kv_heads = self.num_heads
             self.scales = [blk.attn.scaling for blk in self.layers]
             self.mla = False
-        # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others
+        # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others;
+        # Nemotron-H: Mamba-2 blocks likewise
         self.linear = linear_layers(config)
+        # whether each layer caches KV: its softmax-attention layers (Nemotron-H's MLP and MoE
+        # blocks are layers of their own, with neither KV nor a state)
+        self.kv_layers = ([t == "full_attention" for t in config.layer_types]
+                          if self.family == "nemotron_h" else [not lin for lin in self.linear])
         if self.family != "gpt2":
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
-            self.final_norm = base.norm
+            self.final_norm = base.norm_f if self.family == "nemotron_h" else base.norm
             self.num_heads = config.num_attention_heads
             self.mla = self.family in MLA_MODEL_TYPES
-            first = next(la for la, lin in zip(self.layers, self.linear) if not lin)
+            attns = [(layer.mixer if self.family == "nemotron_h" else layer.self_attn) if kv
+                     else None for layer, kv in zip(self.layers, self.kv_layers)]
+            first_attn = next(a for a in attns if a is not None)
             if self.mla:  # queries/keys of nope + rope dims; the cache holds the latent
                 self.head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
             else:
-                self.head_dim = first.self_attn.head_dim
+                self.head_dim = first_attn.head_dim
             self.num_kv_heads = config.num_key_value_heads
-            self.scales = [None if lin else layer.self_attn.scaling
-                           for layer, lin in zip(self.layers, self.linear)]
+            self.scales = [a.scaling if a is not None else None for a in attns]
+        else:
+            first_attn = self.layers[0].attn
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
-        self.kv_index = [sum(1 for lin in self.linear[:i] if not lin) for i in range(len(self.linear))]
-        self.num_kv_layers = self.linear.count(False)
+        self.kv_index = [sum(self.kv_layers[:i]) for i in range(len(self.kv_layers))]
+        self.num_kv_layers = sum(self.kv_layers)
         self.moe = self.family in MOE_MODEL_TYPES
         # fixed per model, so looked up once rather than per layer and step
-        first_attn = self.layers[0].attn if self.family == "gpt2" else first.self_attn
         # Qwen3-Next, Qwen3.5: q_proj also emits a gate per head dim, sigmoid(gate) x the
         # attention output (HF's gated attention: twice the query features)
         q_proj = getattr(first_attn, "q_proj", None)
@@ -195,6 +203,8 @@ class PagedCausalLM:
         with sdpa_backends(self.device):
             if self.family == "gpt2":
                 return self._forward_gpt2(input_ids, positions, attn)
+            if self.family == "nemotron_h":
+                return self._forward_nemotron_h(input_ids, attn, linear)
             return self._forward_llama(input_ids, positions, attn, linear)
 
     def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:
@@ -276,6 +286,29 @@ class PagedCausalLM:
                 h = h + layer.mlp(x[None])[0][0]
             else:
                 h = h + layer.mlp(x[None])[0]
+        return h
+
+    def _forward_nemotron_h(self, ids: torch.Tensor, attn: AttentionBackend,
+                            linear: tuple[LinearStates, list[Segment]] | None):
+        """Nemotron-H's blocks, each norm -> one mixer -> residual add: Mamba-2 (each request
+        over its own state), softmax attention without positions (NoPE), MLP or MoE."""
+        h = self.base.embeddings(ids)
+        t = ids.shape[0]
+        for i, layer in enumerate(self.layers):
+            x = layer.norm(h)
+            if self.linear[i]:
+                if linear is None:
+                    raise ValueError("a model with Mamba-2 layers needs their states")
+                h = h + linear[0].run(layer.mixer, x, linear[1])
+            elif self.kv_layers[i]:
+                sa = layer.mixer
+                q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
+                k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+                v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+                o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], None)
+                h = h + sa.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            else:  # an MLP or MoE block (HF's take [..., hidden])
+                h = h + layer.mixer(x)
         return h
 
     def _forward_gpt2(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
