@@ -98,6 +98,28 @@ def test_catalog_entries_match_their_model_cards(name, total, active):
     assert m.num_full_attention_layers < m.num_linear_layers  # mostly Mamba-2
 
 
+@pytest.mark.parametrize("name,total", [
+    ("nemotron-h-8b", 8.1e9), ("nemotron-h-56b", 56.3e9),
+    ("nemotron-nano-9b-v2", 8.89e9),  # the model card's 8.89B
+    ("nemotron-nano-12b-v2", 12.31e9),  # the model card's 12.31B
+])
+def test_dense_catalog_entries_count_as_transformers_does(name, total):
+    """The dense releases (squared-ReLU MLPs, no experts): kvpd's count is transformers' own
+    for the catalog's config, and the model card's size."""
+    m = get_model(name)
+    cfg = {k: v for k, v in _catalog_config(name).items() if k != "architectures"}
+    with torch.device("meta"):
+        model = NemotronHForCausalLM(NemotronHConfig(**cfg))
+    assert m.num_params == sum(p.numel() for p in model.parameters())
+    assert abs(m.num_params / total - 1) < 0.005 and not m.is_moe
+    assert m.num_linear_layers > 4 * m.num_full_attention_layers  # mostly Mamba-2
+
+
+def _catalog_config(name: str) -> dict:
+    from simulator.cost.catalog_file import read_catalog
+    return dict(read_catalog("models.yaml")[name]["config"])
+
+
 def test_aliases_name_the_exports():
     nano = get_model("nemotron-3-nano-30b-a3b")
     for alias in ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8",
