@@ -81,8 +81,9 @@ _TINY_NEMOTRON_H: dict[str, Any] = {
     "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp", "linear_attention",
                           "full_attention", "moe"],
     "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 16,
-    "conv_kernel": 4, "chunk_size": 8, "mamba_ssm_cache_dtype": "float32", "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 32}
+    "conv_kernel": 4, "chunk_size": 8, "mamba_ssm_cache_dtype": "float32",
+    "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32}
 
 # Tiny models of each supported family, for tests and quick tries (a few hundred thousand
 # parameters; a large initializer_range so greedy argmaxes are never near-ties).

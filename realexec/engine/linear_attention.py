@@ -2,12 +2,11 @@
 models) and Mamba-2 (Nemotron-H's state-space blocks).
 
 Such a layer keeps no KV per token but a fixed state per request: the last kernel - 1 inputs
-of its causal convolution and a matrix per head (the delta rule's key_dim x value_dim, Mamba-2's
-head_dim x ssm_state_size). Each
-request's states live in an HF cache of its own (`transformers`' `DynamicCache`, whose
-linear-attention layers hold them); a step runs every linear layer once per request over that
-request's slice of the flat batch, through the layer's own HF module, which reads and updates
-the cache: a prompt chunk continues from the state its earlier chunks left (chunked prefill),
+of its causal convolution and a matrix per head (the delta rule's key_dim x value_dim,
+Mamba-2's head_dim x ssm_state_size). Each request's states live in an HF cache of its own
+(`transformers`' `DynamicCache`, whose linear-attention layers hold them); a step runs every
+linear layer once per request over that request's slice of the flat batch, through the
+layer's own HF module, which reads and updates the cache: a prompt chunk continues from the state its earlier chunks left (chunked prefill),
 a decode takes one recurrent step. The core accounts the memory (`CacheConfig.state_blocks`);
 these tensors are kept beside the KV pool, not in it.
 

@@ -138,10 +138,11 @@ class LLM:
     with `hybrid_kv_cache` their sliding layers get block tables of their own instead, which
     hold only the window, as vLLM V1's hybrid KV cache manager does
     (`realexec.engine.kv_groups`); a prefix hit then revives the window's cached blocks.
-    Linear attention (Qwen3-Next's Gated DeltaNet layers, Nemotron-H's Mamba-2 blocks): each request's state is held in
-    blocks of the pool from its first step to its end (`CacheConfig.state_blocks`), prefix
-    caching is off for such a model (the state at a prefix's end is not kept; vLLM V1 turns
-    it off for them too) and swap preemption is refused.
+    Linear attention (Qwen3-Next's Gated DeltaNet layers, Nemotron-H's Mamba-2 blocks): each
+    request's state is held in blocks of the pool from its first step to its end
+    (`CacheConfig.state_blocks`), prefix caching is off for such a model (the state at a
+    prefix's end is not kept; vLLM V1 turns it off for them too) and swap preemption is
+    refused.
     """
 
     def __init__(

@@ -106,9 +106,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 }
 # Nemotron-H: NemotronHConfig's defaults are an 8B-class shape with a 4-block pattern, so every
 # field its blocks are built from is required; each entry names the field and its older name
-_NEMOTRON_H_MIXER = (("num_key_value_heads",), ("head_dim", "attention_head_dim"), ("mamba_num_heads",),
-                     ("mamba_head_dim",), ("ssm_state_size",), ("n_groups", "mamba_n_groups"),
-                     ("conv_kernel", "mamba_d_conv"))
+_NEMOTRON_H_MIXER = (("num_key_value_heads",), ("head_dim", "attention_head_dim"),
+                     ("mamba_num_heads",), ("mamba_head_dim",), ("ssm_state_size",),
+                     ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"))
 _NEMOTRON_H_BLOCK = {"mlp": (("intermediate_size",),),
                      "moe": (("n_routed_experts",), ("num_experts_per_tok",),
                              ("moe_intermediate_size",),

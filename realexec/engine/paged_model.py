@@ -72,7 +72,7 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
                              "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
-                             "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h"})
+                             "qwen3_5_text", "qwen3_5_moe_text"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator) and a
