@@ -68,3 +68,9 @@ def test_a_config_without_its_block_pattern_is_refused():
     cfg["hybrid_override_pattern"] = "M*X"
     with pytest.raises(ValueError, match="string of M, \\*, -, E"):
         load_model(cfg)
+    cfg = builtin_config(NAME)
+    cfg["layers_block_type"][1] = "attn"
+    with pytest.raises(ValueError, match="field 'layers_block_type' must list the blocks.*'attn'"):
+        load_model(cfg)
+    cfg["layers_block_type"] = ["mamba", "moe", "attention", "mlp", "mamba", "attention", "moe"]
+    assert load_model(cfg, seed=0).config.layer_types == builtin_config(NAME)["layers_block_type"]

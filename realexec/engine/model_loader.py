@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+from transformers.configuration_utils import remap_legacy_layer_types
 
 from realexec.engine.configs import BUILTIN_CONFIGS, builtin_config
 from realexec.engine.device import resolve_device
-from simulator.cost.hybrid_blocks import block_types
 
 # model_type (config.json) -> family name shown to users.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {
@@ -109,6 +109,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 _NEMOTRON_H_MIXER = (("num_key_value_heads",), ("head_dim", "attention_head_dim"),
                      ("mamba_num_heads",), ("mamba_head_dim",), ("ssm_state_size",),
                      ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"))
+# the block kinds of `hybrid_override_pattern`'s letters (`layers_block_type` lists them)
+_NEMOTRON_H_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 _NEMOTRON_H_BLOCK = {"mlp": (("intermediate_size",),),
                      "moe": (("n_routed_experts",), ("num_experts_per_tok",),
                              ("moe_intermediate_size",),
@@ -280,7 +282,24 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
 def _nemotron_h_fields(d: dict[str, Any], where: str) -> list[tuple[str, ...]]:
     """The fields a Nemotron-H config's blocks need (each with its older name), after its block
     pattern is read (ValueError naming the field when it is missing or malformed)."""
-    blocks = block_types(d, where)
+    key = "layers_block_type" if d.get("layers_block_type") is not None else "layer_types"
+    blocks = d.get(key)
+    if isinstance(blocks, list):  # (older names, such as "mamba", as transformers reads them)
+        kinds = set(_NEMOTRON_H_PATTERN.values())
+        names = [b for b in blocks if isinstance(b, str)]
+        bad = sorted({str(b) for b in blocks if not isinstance(b, str)}
+                     | (set(remap_legacy_layer_types(names)) - kinds))
+        if bad or not blocks:
+            raise ValueError(f"{where}: field {key!r} must list the blocks, each one of "
+                             f"{', '.join(sorted(kinds))}; got {bad or blocks!r}")
+    else:
+        pattern = d.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern or set(pattern) - set(_NEMOTRON_H_PATTERN):
+            raise ValueError(f"{where}: Nemotron-H config needs its block pattern: "
+                             "'layers_block_type' (a list of linear_attention / full_attention "
+                             "/ mlp / moe) or 'hybrid_override_pattern' (a string of M, *, -, E); "
+                             f"got {pattern!r}")
+        blocks = [_NEMOTRON_H_PATTERN[c] for c in pattern]
     keys = [*((k,) for k in _CORE if k != "num_hidden_layers"), *_NEMOTRON_H_MIXER]
     for kind, fields in _NEMOTRON_H_BLOCK.items():
         if kind in blocks:
