@@ -68,6 +68,9 @@ def test_a_config_without_its_block_pattern_is_refused():
     cfg["hybrid_override_pattern"] = "M*X"
     with pytest.raises(ValueError, match="string of M, \\*, -, E"):
         load_model(cfg)
+
+
+def test_a_block_list_is_checked_name_by_name():
     cfg = builtin_config(NAME)
     cfg["layers_block_type"][1] = "attn"
     with pytest.raises(ValueError, match="field 'layers_block_type' must list the blocks.*'attn'"):

@@ -276,7 +276,7 @@ class LLM:
         do not serve (swap, a PD role)."""
         if not hybrid:
             return None
-        groups = None if any(self.model.linear) else kv_groups(self.model.windows)
+        groups = None if self.model.has_linear else kv_groups(self.model.windows)
         name = self.loaded.config.model_type
         if groups is None:
             raise ValueError(f"hybrid_kv_cache: {name}'s layers do not split into a "
@@ -300,7 +300,7 @@ class LLM:
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
         pos = torch.arange(num_tokens, device=self.device)
         linear = None
-        if any(self.model.linear):  # one request's fresh linear-attention state
+        if self.model.has_linear:  # one request's fresh linear-attention state
             states = LinearStates(self.model.config)
             segments = [Segment(Request("profile", num_prompt_tokens=num_tokens), 0,
                                 num_tokens, 0)]

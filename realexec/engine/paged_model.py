@@ -113,6 +113,7 @@ class PagedCausalLM:
         # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others;
         # Nemotron-H: Mamba-2 blocks likewise
         self.linear = linear_layers(config)
+        self.has_linear = any(self.linear)
         # whether each layer caches KV: its softmax-attention layers (Nemotron-H's MLP and MoE
         # blocks are layers of their own, with neither KV nor a state)
         self.kv_layers = ([t == "full_attention" for t in config.layer_types]
@@ -123,8 +124,10 @@ class PagedCausalLM:
             self.final_norm = base.norm_f if self.family == "nemotron_h" else base.norm
             self.num_heads = config.num_attention_heads
             self.mla = self.family in MLA_MODEL_TYPES
-            attns = [(layer.mixer if self.family == "nemotron_h" else layer.self_attn) if kv
-                     else None for layer, kv in zip(self.layers, self.kv_layers)]
+            # each layer's attention module (Nemotron-H's is its block's mixer), None without
+            attr = "mixer" if self.family == "nemotron_h" else "self_attn"
+            attns = [getattr(layer, attr) if kv else None
+                     for layer, kv in zip(self.layers, self.kv_layers)]
             first_attn = next(a for a in attns if a is not None)
             if self.mla:  # queries/keys of nope + rope dims; the cache holds the latent
                 self.head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
@@ -200,6 +203,8 @@ class PagedCausalLM:
         """Final hidden states `[T, hidden]` (before the last norm) for flat `input_ids` `[T]`;
         `linear`: the requests' linear-attention states and their slices of the batch (a
         model with such layers)."""
+        if linear is None and self.has_linear:
+            raise ValueError("a model with linear-attention layers needs their states")
         with sdpa_backends(self.device):
             if self.family == "gpt2":
                 return self._forward_gpt2(input_ids, positions, attn)
@@ -230,8 +235,6 @@ class PagedCausalLM:
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
             if self.linear[i]:  # Gated DeltaNet: each request over its own state
-                if linear is None:
-                    raise ValueError("a model with linear-attention layers needs their states")
                 h = h + linear[0].run(layer.linear_attn, x, linear[1])
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
                 continue
@@ -297,8 +300,6 @@ class PagedCausalLM:
         for i, layer in enumerate(self.layers):
             x = layer.norm(h)
             if self.linear[i]:
-                if linear is None:
-                    raise ValueError("a model with Mamba-2 layers needs their states")
                 h = h + linear[0].run(layer.mixer, x, linear[1])
             elif self.kv_layers[i]:
                 sa = layer.mixer

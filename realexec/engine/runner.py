@@ -77,7 +77,7 @@ class ModelRunner:
         # every layer slides by one window: gather only its keys (the core frees the rest)
         self.window = uniform_window(model.windows)
         # each running request's linear-attention state (models with such layers)
-        self.linear_states = LinearStates(model.config) if any(model.linear) else None
+        self.linear_states = LinearStates(model.config) if model.has_linear else None
         # KV cache groups (a model mixing sliding and full layers, vLLM V1's layout): each
         # sliding group's block tables, by request, from the core (`window_block_ids`)
         if (groups is None) != (window_tables is None):

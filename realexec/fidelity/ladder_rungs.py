@@ -73,7 +73,7 @@ class SingleRequestRunner:
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
         self.pm = PagedCausalLM(loaded.model)
-        if any(self.pm.linear):  # its rungs keep a KV cache per request, no recurrent state
+        if self.pm.has_linear:  # its rungs keep a KV cache per request, no recurrent state
             raise ValueError(f"the ladder's rungs do not run {loaded.config.model_type}'s "
                              "linear-attention layers; the paged engine (kvpd generate, serve) "
                              "does")
