@@ -462,3 +462,25 @@ def test_a_gemma3_checkpoint_directory_runs_its_own_weights(tmp_path, name):
         prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     for p, out in zip(prompts, outs):
         assert out.token_ids == hf_greedy(src.model, p, 8)
+
+
+@pytest.mark.parametrize("field", REQUIRED_FIELDS["qwen3"])
+def test_a_qwen3_config_missing_a_shape_field_is_refused_naming_it(field):
+    """Qwen3Config would fill it in from an 8B-class release (128-wide heads, 22,016 MLP)."""
+    cfg = {k: v for k, v in builtin_config("tiny-qwen3").items() if k != field}
+    with pytest.raises(ValueError, match=f"Qwen3 config is missing field '{field}'"):
+        load_model(cfg)
+
+
+def test_a_qwen3_checkpoint_directory_runs_its_own_weights(tmp_path):
+    """A saved dense Qwen3 (per-head q/k norms, heads wider than hidden / heads) loads from its
+    directory and decodes as transformers' own `generate` does."""
+    from realexec.engine.hf_reference import hf_greedy
+
+    src = load_model("tiny-qwen3", seed=3)
+    src.model.save_pretrained(tmp_path)
+    prompts = random_prompts(7, [4, 17, 30])
+    outs = LLM(str(tmp_path), block_size=4).generate(
+        prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    for p, out in zip(prompts, outs):
+        assert out.token_ids == hf_greedy(src.model, p, 8)

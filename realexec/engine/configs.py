@@ -91,6 +91,9 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-llama": {"model_type": "llama", **_TINY_COMMON},
     "tiny-mistral": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": None},
     "tiny-qwen2": {"model_type": "qwen2", **_TINY_COMMON},
+    # Qwen3 (dense): Qwen2's layout with per-head q/k RMSNorm and no q/k/v bias; 24-dim heads
+    # wider than hidden / heads (16), as the releases' 128 are (Qwen3-32B: 64 x 128 over 5,120)
+    "tiny-qwen3": {"model_type": "qwen3", **_TINY_COMMON, "head_dim": 24},
     # a sliding window (10 tokens) shorter than most test prompts and not a multiple of the
     # test block size (4), so windows end mid-block
     "tiny-mistral-sw": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": 10},

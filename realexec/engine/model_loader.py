@@ -28,6 +28,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "llama": "Llama",
     "mistral": "Mistral",
     "qwen2": "Qwen2",
+    "qwen3": "Qwen3",
     "gpt2": "GPT-2",
     "mixtral": "Mixtral",
     "qwen2_moe": "Qwen2-MoE",
@@ -92,6 +93,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
     "gemma2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
+    "qwen3": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's
     "phi3": (*_CORE, "intermediate_size"),
     # Qwen3NextConfig's defaults are the 80B release's

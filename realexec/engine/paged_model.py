@@ -49,7 +49,7 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
-    Families with `layer_types` (Qwen2, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only their
+    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only their
     "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer when
     `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). GPT-2 and Llama have no window.
@@ -59,8 +59,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     if config.model_type in ("gpt2", "llama"):
         return [None] * n
     layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and config.model_type in ("qwen2", "qwen2_moe", "gpt_oss",
-                                                         "gemma2", "gemma3_text"):
+    if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
+                                                         "gpt_oss", "gemma2", "gemma3_text"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return [window] * n
