@@ -9,6 +9,9 @@ from simulator.cost.models import ModelSpec, get_model
 
 NEW = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
        "deepseek-v2-lite", "deepseek-v3", "mistral-7b", "glm-4.5-air", "glm-4.6"]
+# and entries whose small parameters are their family's own (gpt-oss's biases and sink logits,
+# MiniMax-M2's q/k norms across the heads)
+COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5"]
 
 
 def _catalog_config(name: str) -> dict:
@@ -16,17 +19,19 @@ def _catalog_config(name: str) -> dict:
     return dict(_catalog()[name]["config"])
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", COUNTED)
 def test_param_count_equals_transformers(name):
     """Built on the meta device (no memory) from the catalog's config: every parameter HF
     creates is counted, and no other."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     cfg = _catalog_config(name)
+    cfg.pop("quantization_config", None)  # counted as parameters, however they are stored
     arch = cfg.pop("architectures")[0]
     model_type = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
                   "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
-                  "MistralForCausalLM": "mistral", "Glm4MoeForCausalLM": "glm4_moe"}[arch]
+                  "MistralForCausalLM": "mistral", "Glm4MoeForCausalLM": "glm4_moe",
+                  "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2"}[arch]
     hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)

@@ -22,6 +22,8 @@ from simulator.cost.model_variants import (
 
 # attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention
 NO_O_BIAS_FAMILIES = {"glm4_moe"}
+# families whose HF config class defaults `attention_bias` to true (GptOssConfig)
+BIASED_BY_DEFAULT = ("gpt_oss",)
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -221,6 +223,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
                    **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
                    **linear_attention_fields(cfg, fam, where)}
+        attention_bias = bool(cfg.get("attention_bias", fam in BIASED_BY_DEFAULT))
         spec = dict(
             name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
@@ -231,16 +234,17 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
-            qkv_bias=fam in ("qwen2", "qwen2_moe") or (bool(cfg.get("attention_bias", False))
+            qkv_bias=fam in ("qwen2", "qwen2_moe") or (attention_bias
                                                       and fam not in ("deepseek_v2", "deepseek_v3",
                                                                       "deepseek_v32",
                                                                       "glm_moe_dsa")),
-            o_bias=bool(cfg.get("attention_bias", False)) and fam not in NO_O_BIAS_FAMILIES,
+            o_bias=attention_bias and fam not in NO_O_BIAS_FAMILIES,
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3", "qwen3_5")
             or bool(cfg.get("use_qk_norm", False)),
             sandwich_norms=fam in ("gemma2", "gemma3"),
-            attention_sinks=fam in SINK_FAMILIES, **variant)
+            qk_norm_across_heads=fam == "minimax_m2",  # HF: q_norm over heads x head_dim
+            attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "

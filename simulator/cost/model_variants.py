@@ -219,10 +219,11 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
 
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """`sliding_window` (tokens) and how many layers use it, by HF's rules per family."""
-    if fam in ("qwen2", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window", False):
+    if fam in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window",
+                                                                          False):
         return {}
-    if fam not in ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4",
-                   "gemma2", "gemma3", "phi3"):
+    if fam not in ("mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss",
+                   "llama4", "gemma2", "gemma3", "phi3"):
         return {}
     window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window")
     if not window:
@@ -255,9 +256,9 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             raise ValueError(f"{where}: field 'sliding_window_pattern' must be a positive "
                              "integer, got 0")
         sliding = sum(1 for i in range(L) if (i + 1) % pattern)
-    elif fam in ("qwen2", "qwen2_moe"):  # HF: layers from max_window_layers on slide
+    elif fam in ("qwen2", "qwen3", "qwen2_moe"):  # HF: layers from max_window_layers on slide
         mwl = optional_int(cfg, "max_window_layers", where, L)
-        sliding = sum(1 for i in range(L) if i >= mwl) if fam == "qwen2" else \
+        sliding = sum(1 for i in range(L) if i >= mwl) if fam != "qwen2_moe" else \
             sum(1 for i in range(L) if (i + 1) % 2 and i < mwl)
     else:
         sliding = L

@@ -44,6 +44,7 @@ class ModelSpec:
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
+    qk_norm_across_heads: bool = False  # MiniMax-M2: one RMSNorm over all q heads, one over k
     sandwich_norms: bool = False  # Gemma 2/3: RMSNorms on the attention and MLP outputs too
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
@@ -70,6 +71,7 @@ class ModelSpec:
     #                            the previous layer's top-k: no indexer weights, keys or scores)
     # ---- sliding-window attention (0 = none) ----
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
+    expert_bias: bool = False  # gpt-oss: biases on every expert's matrices and on the router
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
     num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
     # ---- Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5; 0 = none) ----
@@ -311,19 +313,32 @@ class ModelSpec:
         """Norms and gates of the MoE / MLA / q-k-norm variants, all layers (never quantized):
         routers (and Qwen2-MoE's shared-expert gate) on the MoE layers only (DeepSeek-V3's
         per-expert score bias is a buffer, not a parameter, in HF),
-        MLA's latent (and q LoRA) RMSNorms, Qwen3's per-head q/k norms."""
+        MLA's latent (and q LoRA) RMSNorms, Qwen3's per-head q/k norms (MiniMax-M2's across
+        the heads), gpt-oss's sink logits and expert and router biases."""
         d, n = self.hidden_size, 0
         if self.is_moe:
             per = d * self.num_experts + (d if self.shared_expert_gate else 0)
+            if self.expert_bias:  # the router's and each expert's (gate/up and down) biases
+                per += self.num_experts * (1 + self.expert_bias_params)
             n += self.num_moe_layers * per
         if self.is_mla:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
         if self.is_sparse_attention:  # the indexer's key LayerNorm (weight and bias)
             n += (self.num_index_layers or self.num_layers) * 2 * self.index_head_dim
         if self.qk_norm:
-            n += self.num_full_attention_layers * 2 * self.head_dim
+            width = self.num_heads + self.num_kv_heads if self.qk_norm_across_heads else 2
+            n += self.num_full_attention_layers * width * self.head_dim
+        if self.attention_sinks:
+            n += self.num_full_attention_layers * self.num_heads
         n += self.num_linear_layers * self.linear_layer_small_params
         return n
+
+    @property
+    def expert_bias_params(self) -> int:
+        """Biases of one expert's matrices (gpt-oss; 0 for other families)."""
+        if not self.expert_bias:
+            return 0
+        return (2 if self.gated_mlp else 1) * self.ffn_size + self.hidden_size
 
     @cached_property
     def expert_matrix_params(self) -> int:
@@ -363,7 +378,7 @@ class ModelSpec:
     def small_params(self) -> int:
         """Biases, norms, routers and gates of all layers (never quantized)."""
         if not (self.is_moe or self.is_mla or self.qk_norm or self.has_linear_attention
-                or self.num_mlp_free_layers):
+                or self.num_mlp_free_layers or self.attention_sinks):
             return self.num_layers * self.layer_small_params
         base = self._dense_twin().layer_small_params
         return (self.num_layers * base + self.variant_small_params
@@ -392,8 +407,10 @@ class ModelSpec:
     @cached_property
     def num_active_params(self) -> int:
         """Parameters one token touches (MoE: `experts_per_token` routed + shared experts)."""
+        idle = (self.num_moe_layers * (self.num_experts - self.experts_per_token)
+                * self.expert_bias_params)
         return (self.attention_matrix_params + self.active_mlp_params
-                + self.small_params + self.embedding_params)
+                + self.small_params - idle + self.embedding_params)
 
     def quantizable_params(self) -> int:
         """Weights of the attention and MLP matrices, the part fp8/int4 checkpoints quantize
