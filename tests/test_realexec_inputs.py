@@ -484,3 +484,32 @@ def test_a_qwen3_checkpoint_directory_runs_its_own_weights(tmp_path):
         prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     for p, out in zip(prompts, outs):
         assert out.token_ids == hf_greedy(src.model, p, 8)
+
+
+def test_a_llama4_multimodal_checkpoint_runs_its_text_model(tmp_path):
+    """Scout's and Maverick's config.json is the multimodal `llama4` (the text model's shape
+    under text_config): the loader runs its text model on the checkpoint's own weights, as
+    transformers' `AutoModelForCausalLM` loads it, and decodes as that model's `generate`."""
+    import transformers
+
+    from realexec.engine.hf_reference import hf_greedy
+
+    text = {k: v for k, v in builtin_config("tiny-llama4").items() if k != "model_type"}
+    vision = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "intermediate_size": 64, "image_size": 28, "patch_size": 14,
+              "vision_output_dim": 64, "projector_input_dim": 64, "projector_output_dim": 64}
+    torch.manual_seed(3)
+    cfg = transformers.Llama4Config(text_config=text, vision_config=vision)
+    transformers.Llama4ForConditionalGeneration(cfg).save_pretrained(tmp_path)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    prompts = random_prompts(7, [4, 17, 30])  # past the 8-token chunks
+    outs = LLM(str(tmp_path), block_size=4).generate(
+        prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    for p, out in zip(prompts, outs):
+        assert out.token_ids == hf_greedy(ref, p, 8)
+    del text["intermediate_size_mlp"]
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "llama4", "text_config": text}))
+    with pytest.raises(ValueError, match="text_config: Llama 4 .its text model. config is "
+                                         "missing field 'intermediate_size_mlp'"):
+        load_model(tmp_path / "config.json")

@@ -13,6 +13,8 @@ over its block table:
   (top-left aligned), so it is only used when the request has no cached context; otherwise
   the bottom-right-aligned mask is built explicitly. Sliding-window layers (Mistral, Qwen2,
   gpt-oss) further hide keys at or before `pos - window` (HF: `kv_idx > q_idx - sliding_window`).
+- chunked layers (Llama 4) hide keys outside the query's own chunk of `chunk` positions
+  (HF: `kv_idx // chunk == q_idx // chunk`); the core keeps the last `chunk` positions' blocks.
 - attention sinks (gpt-oss): each head's learned logit joins the softmax denominator
   (`realexec.engine.sinks.sdpa_with_sinks`, still one SDPA call).
 
@@ -66,10 +68,12 @@ class AttentionBackend(Protocol):
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
+        chunk: int | None = None,
     ) -> torch.Tensor:
         """Attention output `[T, heads, d]` for the flat batch (after storing k, v); `sinks`
         (`[heads]`, gpt-oss): one logit per head added to the softmax denominator; `softcap`
-        (Gemma 2): scores capped at cap x tanh(score / cap)."""
+        (Gemma 2): scores capped at cap x tanh(score / cap); `chunk` (Llama 4): each query
+        sees the keys of its own chunk of that many positions only."""
         ...
 
 
@@ -79,7 +83,7 @@ class _Prefill:
     q_len: int
     ctx_before: int  # tokens already in the cache before this chunk
     slots: torch.Tensor | None  # [ctx_before - key_start + q_len] slots; None if ctx_before == 0
-    masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)
+    masks: dict[tuple[int | None, int | None], torch.Tensor | None] = field(default_factory=dict)
     key_start: int = 0  # position of the first gathered key (> 0: a window's keys only)
 
 
@@ -95,22 +99,23 @@ class PagedAttentionMetadata:
     decode_key_pos: torch.Tensor | None  # [1 or B_d, L_max] position of each gathered key
     decode_valid: torch.Tensor | None  # [B_d, L_max] key is in the context
     prefills: list[_Prefill]
-    _decode_masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
+    _decode_masks: dict[tuple[int | None, int | None], torch.Tensor] = field(
+        default_factory=dict)
 
     decode_uniform: bool = False  # every decode row has L_max keys (no padding)
 
-    def decode_mask(self, window: int | None) -> torch.Tensor | None:
-        """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window; None when
-        nothing is masked (SDPA then takes its unmasked fast path)."""
-        if self.decode_uniform and (window is None or window >= self.decode_key_pos.shape[-1]):
+    def decode_mask(self, window: int | None, chunk: int | None = None) -> torch.Tensor | None:
+        """`[B_d, 1, 1, L_max]` boolean mask (True = attend) for a layer's window or chunk;
+        None when nothing is masked (SDPA then takes its unmasked fast path)."""
+        if self.decode_uniform and chunk is None and (
+                window is None or window >= self.decode_key_pos.shape[-1]):
             return None
-        m = self._decode_masks.get(window)
+        m = self._decode_masks.get((window, chunk))
         if m is None:
-            m = self.decode_valid
-            if window is not None:
-                m = m & (self.decode_key_pos > (self.decode_pos[:, None] - window))
+            m = self.decode_valid & in_window_or_chunk(self.decode_key_pos, self.decode_pos[:, None],
+                                             window, chunk)
             m = m[:, None, None, :]
-            self._decode_masks[window] = m
+            self._decode_masks[(window, chunk)] = m
         return m
 
 
@@ -214,18 +219,30 @@ def _check_live(block_ids: list[int], request: int) -> None:
                          "core freed it (outside the sliding window)")
 
 
-def _prefill_mask(p: _Prefill, window: int | None, device: torch.device) -> torch.Tensor | None:
+def in_window_or_chunk(k_pos: torch.Tensor, q_pos: torch.Tensor, window: int | None,
+             chunk: int | None) -> torch.Tensor | bool:
+    """Where a key at `k_pos` lies in the window or chunk of a query at `q_pos` (True for
+    every key of a layer with neither; causality is checked apart)."""
+    m: torch.Tensor | bool = True
+    if window is not None:
+        m = k_pos > q_pos - window
+    if chunk is not None:
+        m = m & (torch.div(k_pos, chunk, rounding_mode="floor")
+                 == torch.div(q_pos, chunk, rounding_mode="floor"))
+    return m
+
+
+def _prefill_mask(p: _Prefill, window: int | None, device: torch.device,
+                  chunk: int | None = None) -> torch.Tensor | None:
     """`[q, ctx_before + q]` mask (True = attend), or None when plain `is_causal` is right."""
-    if p.ctx_before == 0 and window is None:
+    if p.ctx_before == 0 and window is None and chunk is None:
         return None
-    if window in p.masks:
-        return p.masks[window]
+    if (window, chunk) in p.masks:
+        return p.masks[(window, chunk)]
     q_pos = torch.arange(p.ctx_before, p.ctx_before + p.q_len, device=device)[:, None]
     k_pos = torch.arange(p.key_start, p.ctx_before + p.q_len, device=device)[None, :]
-    m = k_pos <= q_pos
-    if window is not None:
-        m = m & (k_pos > q_pos - window)
-    p.masks[window] = m
+    m = (k_pos <= q_pos) & in_window_or_chunk(k_pos, q_pos, window, chunk)
+    p.masks[(window, chunk)] = m
     return m
 
 
@@ -276,6 +293,7 @@ class PagedAttention:
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
+        chunk: int | None = None,
     ) -> torch.Tensor:
         meta = self.meta
         if self.group_metas is not None and self.layer_map is not None:
@@ -285,7 +303,7 @@ class PagedAttention:
         k_cache = self.cache.key_cache(layer)
         v_cache = self.cache.value_cache(layer)
         return self._attend(q, k, v, lambda slots: self.workspace.gather(k_cache, v_cache, slots),
-                            scale, window, sinks, softcap, meta=meta)
+                            scale, window, sinks, softcap, meta=meta, chunk=chunk)
 
     def attend_latent(
         self, layer: int, q: torch.Tensor, latent: torch.Tensor,
@@ -317,12 +335,14 @@ class PagedAttention:
         gather: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], scale: float,
         window: int | None, sinks: torch.Tensor | None = None, softcap: float | None = None,
         select: IndexSelection | None = None, meta: PagedAttentionMetadata | None = None,
+        chunk: int | None = None,
     ) -> torch.Tensor:
         """Attention of the flat batch `q` over the new `k`, `v` and the keys/values `gather`
         returns for cache slots; `sinks` `[heads]` (gpt-oss) join each softmax's denominator;
         `softcap` (Gemma 2) caps the scores (`softcap.softcapped_attention`); `select`
         (DeepSeek-V3.2) narrows each query's keys to its indexer's top-k; `meta` the block
-        table's metadata the layer reads (default: the step's)."""
+        table's metadata the layer reads (default: the step's); `chunk` (Llama 4) hides the
+        keys outside each query's chunk."""
         if meta is None:
             meta = self.meta
         num_heads, head_dim = q.shape[1], q.shape[2]
@@ -342,7 +362,7 @@ class PagedAttention:
                 od = softcapped_attention(qd, kd, vd, meta.decode_mask(window), scale, softcap)
             elif sinks is None:
                 od = F.scaled_dot_product_attention(
-                    qd, kd, vd, attn_mask=meta.decode_mask(window), scale=scale
+                    qd, kd, vd, attn_mask=meta.decode_mask(window, chunk), scale=scale
                 )
             else:  # query rows are (kv head, group member): head kv * group + g
                 od = sdpa_with_sinks(qd, kd, vd, meta.decode_mask(window), scale,
@@ -358,7 +378,7 @@ class PagedAttention:
                 kp, vp = gather(p.slots)
             kp = kp.transpose(0, 1).unsqueeze(0)
             vp = vp.transpose(0, 1).unsqueeze(0)
-            mask = _prefill_mask(p, window, q.device)
+            mask = _prefill_mask(p, window, q.device, chunk)
             if mask is None and (select is not None or softcap or sinks is not None):
                 mask = causal_mask(p.q_len, p.q_len, q.device)  # (no is_causal outside SDPA's)
             if select is not None:

@@ -108,6 +108,16 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-qwen3-moe": {"model_type": "qwen3_moe", **_TINY_COMMON, "head_dim": 16,
                        "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                        "mlp_only_layers": [0], "norm_topk_prob": True},
+    # Llama 4 (its text model): 4 layers, MoE every other one (4 experts, top-1, and a shared
+    # expert; dense MLPs of `intermediate_size_mlp` between), rotary layers chunked by 8 tokens
+    # with L2-normed q/k, every 4th layer NoPE with temperature-tuned queries (floor_scale 8
+    # so the scales move within test prompts)
+    "tiny-llama4": {"model_type": "llama4_text", **_TINY_COMMON, "num_hidden_layers": 4,
+                    "head_dim": 16, "intermediate_size_mlp": 128, "num_local_experts": 4,
+                    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+                    "attention_chunk_size": 8, "no_rope_layer_interval": 4, "use_qk_norm": True,
+                    "attn_temperature_tuning": True, "floor_scale": 8, "attn_scale": 0.1,
+                    "rope_scaling": None},
     # DeepSeek-V3: MLA (latent rank 16 + rope 8 cached per token, q LoRA rank 32), layer 0 dense
     # (`first_k_dense_replace`), layer 1 MoE with 4 routed experts in 2 groups, top-2 from
     # 1 group, plus a shared expert. MLA expands K/V to every head: kv heads = heads.

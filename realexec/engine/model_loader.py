@@ -39,6 +39,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "minimax_m2": "MiniMax-M2",
+    "llama4_text": "Llama 4 (its text model)",
+    "llama4": "Llama 4 (multimodal; its text model)",  # Scout and Maverick's config.json
     "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",
     "gemma3": "Gemma 3 (multimodal; its text model)",  # 4B/12B/27B releases: text_config
@@ -53,7 +55,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 }
 # multimodal model types whose `text_config` holds the text model that runs text prompts
 TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
-                    "qwen3_5_moe": "qwen3_5_moe_text"}
+                    "qwen3_5_moe": "qwen3_5_moe_text", "llama4": "llama4_text"}
 
 # HF attention implementation per family (default "sdpa"). transformers' SDPA path has no
 # attention sinks, so `GptOssForCausalLM` refuses it (`_supports_sdpa = False`), nor logit
@@ -93,6 +95,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
     "gemma2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    # Llama4TextConfig's defaults are Scout's (48 layers, 16 experts of 8,192)
+    "llama4_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
+                    "intermediate_size_mlp", "num_local_experts", "num_experts_per_tok"),
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's

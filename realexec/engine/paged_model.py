@@ -17,6 +17,7 @@ from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
 from realexec.engine.linear_attention import LinearStates, Segment, linear_layers
+from realexec.engine.llama4 import complex_rotary, forward_llama4
 from realexec.engine.mla import (
     MLA_MODEL_TYPES,
     indexer_rotate,
@@ -49,15 +50,19 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
-    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only their
-    "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer when
-    `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
-    `use_sliding_window`). GPT-2 and Llama have no window.
+    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only
+    their "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer
+    when `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
+    `use_sliding_window`). Llama 4's "chunked_attention" layers keep `attention_chunk_size`
+    positions (a query attends within its chunk, `llama4.py`). GPT-2 and Llama have no window.
     """
     n = config.num_hidden_layers
     window = getattr(config, "sliding_window", None) or None  # Qwen2-MoE writes 0 for "none"
     if config.model_type in ("gpt2", "llama"):
         return [None] * n
+    if config.model_type == "llama4_text":  # chunked layers: a query sees its own chunk
+        return [config.attention_chunk_size if t == "chunked_attention" else None
+                for t in config.layer_types[:n]]
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
                                                          "gpt_oss", "gemma2", "gemma3_text"):
@@ -91,7 +96,8 @@ class PagedCausalLM:
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
-    norms across heads, partial rotary), or the hybrids Qwen3-Next / Qwen3.5 (Gated DeltaNet)
+    norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`), or
+    the hybrids Qwen3-Next / Qwen3.5 (Gated DeltaNet)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -160,6 +166,8 @@ class PagedCausalLM:
         self.sinks = self.family in _SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
                           if self.sinks else None)
+        if self.family == "llama4_text":  # complex-pair rotary (`llama4.py`)
+            self.hf_rotate = complex_rotary(first_attn)
         self.mlp_scores = self.family in _MLP_RETURNS_SCORES
         self.sandwich = self.family in _SANDWICH_MODEL_TYPES
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
@@ -210,6 +218,8 @@ class PagedCausalLM:
                 return self._forward_gpt2(input_ids, positions, attn)
             if self.family == "nemotron_h":
                 return self._forward_nemotron_h(input_ids, attn, linear)
+            if self.family == "llama4_text":
+                return forward_llama4(self, input_ids, positions, attn)
             return self._forward_llama(input_ids, positions, attn, linear)
 
     def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from realexec.engine.attention import in_window_or_chunk
 from realexec.engine.sinks import causal_mask, sdpa_with_sinks
 from realexec.engine.softcap import softcapped_attention
 
@@ -37,24 +38,22 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
 
 
 def _window_causal_mask(q_start: int, q_len: int, k_len: int, window: int | None,
-                        device: torch.device) -> torch.Tensor:
+                        device: torch.device, chunk: int | None = None) -> torch.Tensor:
     q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
     k_pos = torch.arange(k_len, device=device)[None, :]
-    m = k_pos <= q_pos
-    if window is not None:
-        m = m & (k_pos > q_pos - window)
-    return m
+    return (k_pos <= q_pos) & in_window_or_chunk(k_pos, q_pos, window, chunk)
 
 
 class NoCacheAttention:
     """Causal attention over one sequence's tokens in this forward (no KV kept)."""
 
     def attend(self, layer: int, q, k, v, scale: float, window: int | None,
-               sinks: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
-        if window is None:
+               sinks: torch.Tensor | None = None, softcap: float | None = None,
+               chunk: int | None = None) -> torch.Tensor:
+        if window is None and chunk is None:
             return _sdpa(q, k, v, scale, None, True, sinks, softcap)
         return _sdpa(q, k, v, scale, _window_causal_mask(0, q.shape[0], k.shape[0], window,
-                                                         q.device), False, sinks, softcap)
+                                                         q.device, chunk), False, sinks, softcap)
 
 
 class ContiguousKVAttention:
@@ -69,7 +68,8 @@ class ContiguousKVAttention:
         self._new = 0
 
     def attend(self, layer: int, q, k, v, scale: float, window: int | None,
-               sinks: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
+               sinks: torch.Tensor | None = None, softcap: float | None = None,
+               chunk: int | None = None) -> torch.Tensor:
         n = q.shape[0]
         start, end = self.length, self.length + n
         if end > self.max_len:
@@ -78,12 +78,12 @@ class ContiguousKVAttention:
         self.kv[layer, 1, start:end] = v
         self._new = n
         kc, vc = self.kv[layer, 0, :end], self.kv[layer, 1, :end]
-        if start == 0 and window is None:
+        if start == 0 and window is None and chunk is None:
             return _sdpa(q, kc, vc, scale, None, True, sinks, softcap)
-        if n == 1 and (window is None or end <= window):
+        if n == 1 and (window is None or end <= window) and (chunk is None or end <= chunk):
             return _sdpa(q, kc, vc, scale, None, False, sinks, softcap)
-        return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device),
-                     False, sinks, softcap)
+        return _sdpa(q, kc, vc, scale, _window_causal_mask(start, n, end, window, q.device,
+                                                           chunk), False, sinks, softcap)
 
     def advance(self) -> None:
         """Commit the tokens of the forward just run."""

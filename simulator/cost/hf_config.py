@@ -64,7 +64,7 @@ SUPPORTED_ARCHITECTURES = {
 TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "qwen3",
                         "qwen3_moe")
 # model_type values (no `architectures`) of a family named otherwise
-MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "qwen3_5_text": "qwen3_5",
+MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
                        "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k25": "deepseek_v3",
                        "kimi_k2": "deepseek_v3", "qwen3_vl": "qwen3", "qwen3_vl_text": "qwen3",
                        "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe"}
@@ -244,6 +244,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             or bool(cfg.get("use_qk_norm", False)),
             sandwich_norms=fam in ("gemma2", "gemma3"),
             qk_norm_across_heads=fam == "minimax_m2",  # HF: q_norm over heads x head_dim
+            qk_norm_weightless=fam == "llama4",  # HF: Llama4TextWeightlessRMSNorm
             attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:

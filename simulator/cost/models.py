@@ -45,6 +45,7 @@ class ModelSpec:
     mlp_bias: bool = False  # biases on the MLP matrices (GPT-2, OPT)
     qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 x head_dim weights
     qk_norm_across_heads: bool = False  # MiniMax-M2: one RMSNorm over all q heads, one over k
+    qk_norm_weightless: bool = False  # Llama 4: an L2 norm per head with no weights
     sandwich_norms: bool = False  # Gemma 2/3: RMSNorms on the attention and MLP outputs too
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
@@ -325,7 +326,7 @@ class ModelSpec:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
         if self.is_sparse_attention:  # the indexer's key LayerNorm (weight and bias)
             n += (self.num_index_layers or self.num_layers) * 2 * self.index_head_dim
-        if self.qk_norm:
+        if self.qk_norm and not self.qk_norm_weightless:
             width = self.num_heads + self.num_kv_heads if self.qk_norm_across_heads else 2
             n += self.num_full_attention_layers * width * self.head_dim
         if self.attention_sinks:
