@@ -359,13 +359,14 @@ class PagedAttention:
                 od = F.scaled_dot_product_attention(qd, kd, vd, scale=scale, attn_mask=(
                     select.decode_mask(meta.decode_idx, meta.decode_slots, meta.decode_valid)))
             elif softcap:  # query rows are (kv head, group member), as for sinks
-                od = softcapped_attention(qd, kd, vd, meta.decode_mask(window), scale, softcap)
+                od = softcapped_attention(qd, kd, vd, meta.decode_mask(window, chunk), scale,
+                                          softcap)
             elif sinks is None:
                 od = F.scaled_dot_product_attention(
                     qd, kd, vd, attn_mask=meta.decode_mask(window, chunk), scale=scale
                 )
             else:  # query rows are (kv head, group member): head kv * group + g
-                od = sdpa_with_sinks(qd, kd, vd, meta.decode_mask(window), scale,
+                od = sdpa_with_sinks(qd, kd, vd, meta.decode_mask(window, chunk), scale,
                                      sinks.view(1, kv_heads, num_heads // kv_heads, 1))
             out.index_copy_(0, meta.decode_idx, od.reshape(b, num_heads, v_dim))
         gqa = kv_heads != num_heads

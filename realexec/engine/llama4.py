@@ -20,13 +20,14 @@ import sys
 from typing import TYPE_CHECKING
 
 import torch
+from transformers import PretrainedConfig
 
 if TYPE_CHECKING:
     from realexec.engine.attention import AttentionBackend
     from realexec.engine.paged_model import PagedCausalLM
 
 
-def temperature_scales(config, pos: torch.Tensor) -> torch.Tensor | None:
+def temperature_scales(config: PretrainedConfig, pos: torch.Tensor) -> torch.Tensor | None:
     """`[T, 1, 1]` fp32 query scales of the NoPE layers at positions `pos`, None when off."""
     if not getattr(config, "attn_temperature_tuning", False):
         return None
