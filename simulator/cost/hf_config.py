@@ -1,5 +1,7 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families and the mixtures of experts and
+(dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families, the dense Granite 3,
+SmolLM3, Seed-OSS, GLM-4-0414, OLMo 2 and 3, EXAONE 4 and Hunyuan models (Llama's layers with
+their own biases, q/k norms, post-sublayer norms and sliding layers), the mixtures of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
 with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, MiniMax-M2, Llama 4, and
 Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), the text models of the
@@ -20,10 +22,19 @@ from simulator.cost.model_variants import (
     window_fields,
 )
 
-# attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention
-NO_O_BIAS_FAMILIES = {"glm4_moe"}
-# families whose HF config class defaults `attention_bias` to true (GptOssConfig)
-BIASED_BY_DEFAULT = ("gpt_oss",)
+# attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention and
+# Glm4Attention
+NO_O_BIAS_FAMILIES = {"glm4_moe", "glm4"}
+# families whose HF config class defaults `attention_bias` to true (GptOssConfig, Glm4Config,
+# SeedOssConfig)
+BIASED_BY_DEFAULT = ("gpt_oss", "glm4", "seed_oss")
+# families whose o_proj bias has a key of its own (SeedOssConfig's `attention_out_bias`)
+O_BIAS_KEY = {"seed_oss": "attention_out_bias"}
+# per-head q/k RMSNorms (Qwen3's kind) and norms across all heads (OLMo 2 / 3's, MiniMax-M2's)
+QK_NORM_FAMILIES = ("qwen3", "gemma3", "qwen3_5", "exaone4", "hunyuan_v1_dense")
+QK_NORM_ACROSS_HEADS = ("minimax_m2", "olmo2", "olmo3")
+# norms on each sublayer's output as well as its input (Gemma 2 / 3, GLM-4's dense models)
+SANDWICH_FAMILIES = ("gemma2", "gemma3", "glm4")
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -45,6 +56,16 @@ SUPPORTED_ARCHITECTURES = {
     "Llama4ForConditionalGeneration": "llama4",  # the text model (text_config) only
     "Llama4ForCausalLM": "llama4",
     "Phi3ForCausalLM": "phi3",  # Phi-3 and Phi-4 (fused projections: the same weights)
+    # dense models of Llama's shape: IBM Granite 3 (its scalar multipliers are no weights),
+    # SmolLM3 (NoPE layers cost as rotary ones)
+    "GraniteForCausalLM": "llama",
+    "SmolLM3ForCausalLM": "llama",
+    "SeedOssForCausalLM": "seed_oss",  # q/k/v biases, o_proj's apart (attention_out_bias)
+    "Glm4ForCausalLM": "glm4",  # GLM-4-0414 dense: q/k/v biases, post-sublayer norms
+    "Olmo2ForCausalLM": "olmo2",  # q/k norms across the heads, norms after each sublayer
+    "Olmo3ForCausalLM": "olmo3",  # OLMo 2's layers, 3 sliding to 1 full
+    "Exaone4ForCausalLM": "exaone4",  # per-head q/k norms, sliding and full layers
+    "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",  # per-head q/k norms
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
@@ -67,7 +88,8 @@ TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_
 MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_5_text": "qwen3_5",
                        "qwen3_5_moe_text": "qwen3_5_moe", "kimi_k25": "deepseek_v3",
                        "kimi_k2": "deepseek_v3", "qwen3_vl": "qwen3", "qwen3_vl_text": "qwen3",
-                       "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe"}
+                       "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe",
+                       "granite": "llama", "smollm3": "llama"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
 TIED_BY_DEFAULT = ("gemma2", "gemma3")
 
@@ -238,12 +260,13 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
                                                       and fam not in ("deepseek_v2", "deepseek_v3",
                                                                       "deepseek_v32",
                                                                       "glm_moe_dsa")),
-            o_bias=attention_bias and fam not in NO_O_BIAS_FAMILIES,
+            o_bias=(bool(cfg.get(O_BIAS_KEY[fam], False)) if fam in O_BIAS_KEY
+                    else attention_bias and fam not in NO_O_BIAS_FAMILIES),
             mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam in ("qwen3", "gemma3", "qwen3_5")
-            or bool(cfg.get("use_qk_norm", False)),
-            sandwich_norms=fam in ("gemma2", "gemma3"),
-            qk_norm_across_heads=fam == "minimax_m2",  # HF: q_norm over heads x head_dim
+            qk_norm=bool(variant.pop("qk_norm", False)) or fam in QK_NORM_FAMILIES
+            or fam in QK_NORM_ACROSS_HEADS or bool(cfg.get("use_qk_norm", False)),
+            sandwich_norms=fam in SANDWICH_FAMILIES,
+            qk_norm_across_heads=fam in QK_NORM_ACROSS_HEADS,  # HF: q_norm over heads x head_dim
             qk_norm_weightless=fam == "llama4",  # HF: Llama4TextWeightlessRMSNorm
             attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in SINK_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))

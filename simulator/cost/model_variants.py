@@ -217,15 +217,20 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
     return types
 
 
+# the window HF's config class gives a family whose config.json does not state one
+WINDOW_DEFAULTS = {"olmo3": 4096, "exaone4": 4096}
+
+
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     """`sliding_window` (tokens) and how many layers use it, by HF's rules per family."""
     if fam in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not cfg.get("use_sliding_window",
                                                                           False):
         return {}
     if fam not in ("mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss",
-                   "llama4", "gemma2", "gemma3", "phi3"):
+                   "llama4", "gemma2", "gemma3", "phi3", "olmo3", "exaone4"):
         return {}
-    window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window")
+    window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window",
+                     WINDOW_DEFAULTS.get(fam))
     if not window:
         return {}
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
@@ -248,6 +253,11 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
     elif fam == "llama4":  # no layer_types: every no_rope_layers 0 entry is global
         nope = list_field(cfg, "no_rope_layers", where)
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
+    elif fam == "olmo3":  # HF: every fourth layer global
+        sliding = sum(1 for i in range(L) if (i + 1) % 4)
+    elif fam == "exaone4":  # HF: every sliding_window_pattern-th layer global (default 4)
+        pattern = optional_int(cfg, "sliding_window_pattern", where, 4)
+        sliding = sum(1 for i in range(L) if (i + 1) % pattern) if pattern else 0
     elif fam == "gemma2":  # HF: sliding and global alternate, sliding first
         sliding = sum(1 for i in range(L) if (i + 1) % 2)
     elif fam == "gemma3":  # HF: every sliding_window_pattern-th layer is global (default 6)

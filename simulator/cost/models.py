@@ -480,7 +480,7 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
-        """Parse a Hugging Face config.json dict (Llama, Mistral, Qwen2, Mixtral, GPT-2, OPT)."""
+        """Parse a Hugging Face config.json dict (the families `hf_config.py` names)."""
         return _parse_hf_config(cfg, name, "config")
 
 

@@ -1,0 +1,50 @@
+"""Dense families a planner brings as a config.json (Granite, SmolLM3, Seed-OSS, GLM-4, OLMo 2
+and 3, EXAONE 4, Hunyuan): the simulator counts the parameters transformers builds for them
+and slides the layers HF's config slides."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cost.models import ModelSpec
+
+TINY = {"hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256,
+        "max_position_embeddings": 16384, "tie_word_embeddings": False, "pad_token_id": 0}
+FAMILIES = {
+    "granite": {}, "smollm3": {}, "seed_oss": {},
+    "seed_oss-out-bias": {"attention_out_bias": True},
+    "glm4": {}, "olmo2": {}, "olmo3": {}, "olmo3-window": {"sliding_window": 512},
+    "exaone4": {}, "exaone4-pattern": {"sliding_window_pattern": 2, "sliding_window": 512},
+    "hunyuan_v1_dense": {},
+}
+
+
+def _hf(model_type: str, cfg: dict):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
+    with torch.device("meta"):
+        return hf_cfg, transformers.AutoModelForCausalLM.from_config(hf_cfg)
+
+
+@pytest.mark.parametrize("case", FAMILIES)
+def test_counts_and_windows_equal_transformers(case):
+    model_type = case.split("-")[0]
+    cfg = {**TINY, **FAMILIES[case]}
+    hf_cfg, hf = _hf(model_type, cfg)
+    spec = ModelSpec.from_hf_config({**cfg, "model_type": model_type})
+    assert spec.num_params == sum(p.numel() for p in hf.parameters())
+    types = getattr(hf_cfg, "layer_types", None) or []
+    window = getattr(hf_cfg, "sliding_window", None)
+    sliding = sum(t == "sliding_attention" for t in types) if window else 0
+    assert spec.num_sliding_layers == sliding
+    assert spec.sliding_window == (window if sliding else 0)
+
+
+def test_a_string_window_pattern_is_refused_naming_the_field():
+    """EXAONE 4's docs spell the pattern "LLLG", which transformers' config cannot use."""
+    with pytest.raises(ValueError, match="field 'sliding_window_pattern' must be a non-negative "
+                                         "integer, got 'LLLG'"):
+        ModelSpec.from_hf_config({**TINY, "model_type": "exaone4",
+                                  "sliding_window": 4096, "sliding_window_pattern": "LLLG"})
