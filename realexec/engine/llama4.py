@@ -17,14 +17,29 @@ Each layer is Llama's, with four differences, each done as HF's `Llama4TextAtten
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 from transformers import PretrainedConfig
 
-if TYPE_CHECKING:
-    from realexec.engine.attention import AttentionBackend
-    from realexec.engine.paged_model import PagedCausalLM
+from realexec.engine.attention import AttentionBackend
+
+
+class PagedWalk(Protocol):
+    """What the walk reads of `paged_model.PagedCausalLM` (typed here: it imports this module)."""
+
+    base: nn.Module
+    layers: list[nn.Module]
+    config: PretrainedConfig
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hf_rotate: Callable[..., Any]
+    kv_index: list[int]
+    scales: list[float | None]
+    windows: list[int | None]
 
 
 def temperature_scales(config: PretrainedConfig, pos: torch.Tensor) -> torch.Tensor | None:
@@ -35,7 +50,7 @@ def temperature_scales(config: PretrainedConfig, pos: torch.Tensor) -> torch.Ten
     return (torch.log1p(steps) * config.attn_scale + 1.0)[:, None, None]
 
 
-def forward_llama4(model: PagedCausalLM, ids: torch.Tensor, pos: torch.Tensor,
+def forward_llama4(model: PagedWalk, ids: torch.Tensor, pos: torch.Tensor,
                    attn: AttentionBackend) -> torch.Tensor:
     """Final hidden states `[T, hidden]` (before the last norm) for flat `ids` at `pos`."""
     base, t = model.base, ids.shape[0]
