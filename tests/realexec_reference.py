@@ -11,7 +11,7 @@ import torch
 from realexec.engine.hf_reference import hf_greedy
 from realexec.engine.model_loader import load_model
 
-FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
+FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-seed-oss", "tiny-smollm3", "tiny-gpt2", "tiny-mistral-sw", "tiny-mixtral",
             "tiny-qwen2-moe", "tiny-qwen3-moe", "tiny-deepseek-v3", "tiny-deepseek-v32",
             "tiny-glm5", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-llama4", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-phi3",
             "tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3.5-mm",

@@ -513,3 +513,9 @@ def test_a_llama4_multimodal_checkpoint_runs_its_text_model(tmp_path):
     with pytest.raises(ValueError, match="text_config: Llama 4 .its text model. config is "
                                          "missing field 'intermediate_size_mlp'"):
         load_model(tmp_path / "config.json")
+
+
+def test_a_smollm3_config_with_a_sliding_window_is_refused():
+    cfg = {**builtin_config("tiny-smollm3"), "use_sliding_window": True, "sliding_window": 8}
+    with pytest.raises(ValueError, match="runs SmolLM3 without a window"):
+        load_model(cfg)

@@ -94,6 +94,12 @@ TINY: dict[str, dict[str, Any]] = {
     # Qwen3 (dense): Qwen2's layout with per-head q/k RMSNorm and no q/k/v bias; 24-dim heads
     # wider than hidden / heads (16), as the releases' 128 are (Qwen3-32B: 64 x 128 over 5,120)
     "tiny-qwen3": {"model_type": "qwen3", **_TINY_COMMON, "head_dim": 24},
+    # Seed-OSS: Llama's layout with q/k/v biases and an o_proj bias (attention_out_bias)
+    "tiny-seed-oss": {"model_type": "seed_oss", **_TINY_COMMON, "head_dim": 16,
+                      "attention_bias": True, "attention_out_bias": True},
+    # SmolLM3: every 4th layer without rotary (NoPE); 4 layers so one is
+    "tiny-smollm3": {"model_type": "smollm3", **_TINY_COMMON, "num_hidden_layers": 4,
+                     "no_rope_layer_interval": 4, "pad_token_id": 0},
     # a sliding window (10 tokens) shorter than most test prompts and not a multiple of the
     # test block size (4), so windows end mid-block
     "tiny-mistral-sw": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": 10},

@@ -29,6 +29,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "mistral": "Mistral",
     "qwen2": "Qwen2",
     "qwen3": "Qwen3",
+    "seed_oss": "Seed-OSS",
+    "smollm3": "SmolLM3",
     "gpt2": "GPT-2",
     "mixtral": "Mixtral",
     "qwen2_moe": "Qwen2-MoE",
@@ -98,6 +100,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # Llama4TextConfig's defaults are Scout's (48 layers, 16 experts of 8,192)
     "llama4_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
                     "intermediate_size_mlp", "num_local_experts", "num_experts_per_tok"),
+    # SeedOssConfig's defaults are the 36B release's; SmolLM3Config's the 3B's
+    "seed_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    "smollm3": (*_CORE, "num_key_value_heads", "intermediate_size"),
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's
@@ -200,6 +205,9 @@ def check_supported(config: PretrainedConfig, where: str) -> None:
         if types[0] != "full":
             raise ValueError(f"{where}: indexer_types must start with 'full' (a 'shared' layer "
                              f"reuses the previous layer's top-k), got {types!r}")
+    if model_type == "smollm3" and getattr(config, "use_sliding_window", False):
+        raise ValueError(f"{where}: use_sliding_window=true: the executor runs SmolLM3 without "
+                         "a window (its releases set false)")
     if model_type in TEXT_MODEL_TYPES:  # a multimodal release: its text model runs, images not
         config = config.get_text_config()
         model_type = config.model_type

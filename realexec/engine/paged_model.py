@@ -92,7 +92,8 @@ _ROTARY_PER_TYPE = frozenset({"gemma3_text"})
 
 
 class PagedCausalLM:
-    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Phi-3 (fused projections) /
+    """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
+    (NoPE layers) / Phi-3 (fused projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
@@ -175,6 +176,9 @@ class PagedCausalLM:
                                              if self.family in _ROTARY_PER_TYPE
                                              else [None] * self.num_layers)
         self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
+        # SmolLM3: every `no_rope_layer_interval`-th layer has no rotary (NoPE), as listed
+        self.rotary = ([bool(r) for r in config.no_rope_layers[:self.num_layers]]
+                       if self.family == "smollm3" else [True] * self.num_layers)
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
@@ -279,7 +283,8 @@ class PagedCausalLM:
                 o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
                                 sinks=sa.sinks)
             else:
-                q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
+                if self.rotary[i]:
+                    q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
                 o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
                                 softcap=self.attn_softcap)
             o = o.reshape(t, self.num_heads * self.head_dim)
