@@ -21,8 +21,10 @@ from tests.realexec_reference import (
 pytestmark = pytest.mark.usefixtures("one_thread")
 # gpt-oss: 2 sliding + 2 full layers (one sliding group); Gemma 2: alternating; Gemma 3: 3
 # sliding + 1 full (three sliding groups of one layer); windows of 10 tokens. Llama 4: 3
-# chunked layers (8-token chunks, kept as a window of 8) + 1 full
-MODELS = ["tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-llama4"]
+# chunked layers (8-token chunks, kept as a window of 8) + 1 full; OLMo 3 and EXAONE 4: 3
+# sliding + 1 full
+MODELS = ["tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-llama4", "tiny-olmo3",
+          "tiny-exaone4"]
 
 
 def _greedy(max_tokens: int, **kw) -> SamplingParams:
@@ -78,9 +80,8 @@ def test_tiny_step_budget_chunks_and_mixes(name):
 @pytest.mark.parametrize("caching", [False, True])
 def test_tiny_pool_forces_preemption(name, caching):
     prompts = random_prompts(4, [10, 14, 9, 12, 11, 13])
-    # (Gemma 3's and Llama 4's three sliding groups each take a prompt's blocks while it is
-    # prefilled)
-    llm = _llm(name, num_gpu_blocks=60 if name in ("tiny-gemma3", "tiny-llama4") else 30,
+    # (three sliding groups of one layer each take a prompt's blocks while it is prefilled)
+    llm = _llm(name, num_gpu_blocks=30 if name in ("tiny-gpt-oss", "tiny-gemma2") else 60,
                enable_prefix_caching=caching)
     outs = _check(name, llm, prompts, [_greedy(20) for _ in prompts])
     assert sum(o.outputs[0].num_preemptions for o in outs) > 0

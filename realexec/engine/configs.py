@@ -100,6 +100,15 @@ TINY: dict[str, dict[str, Any]] = {
     # SmolLM3: every 4th layer without rotary (NoPE); 4 layers so one is
     "tiny-smollm3": {"model_type": "smollm3", **_TINY_COMMON, "num_hidden_layers": 4,
                      "no_rope_layer_interval": 4, "pad_token_id": 0},
+    # OLMo 2: norms after each sublayer, q/k norms across the heads; OLMo 3 adds 3 sliding
+    # layers (10 tokens) to 1 full, each kind with its own rotary
+    "tiny-olmo2": {"model_type": "olmo2", **_TINY_COMMON, "pad_token_id": 0},
+    "tiny-olmo3": {"model_type": "olmo3", **_TINY_COMMON, "num_hidden_layers": 4,
+                   "sliding_window": 10, "pad_token_id": 0},
+    # EXAONE 4: norms after each sublayer, per-head q/k norms, 3 sliding layers (10 tokens) to
+    # 1 full, which has no rotary
+    "tiny-exaone4": {"model_type": "exaone4", **_TINY_COMMON, "num_hidden_layers": 4,
+                     "sliding_window": 10, "sliding_window_pattern": 4, "pad_token_id": 0},
     # a sliding window (10 tokens) shorter than most test prompts and not a multiple of the
     # test block size (4), so windows end mid-block
     "tiny-mistral-sw": {"model_type": "mistral", **_TINY_COMMON, "sliding_window": 10},

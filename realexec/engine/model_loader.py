@@ -31,6 +31,9 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3": "Qwen3",
     "seed_oss": "Seed-OSS",
     "smollm3": "SmolLM3",
+    "olmo2": "OLMo 2",
+    "olmo3": "OLMo 3",
+    "exaone4": "EXAONE 4",
     "gpt2": "GPT-2",
     "mixtral": "Mixtral",
     "qwen2_moe": "Qwen2-MoE",
@@ -103,6 +106,10 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # SeedOssConfig's defaults are the 36B release's; SmolLM3Config's the 3B's
     "seed_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "smollm3": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    # Olmo2Config's and Olmo3Config's defaults are the 7B's, Exaone4Config's a 2.4B-class shape
+    "olmo2": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "olmo3": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "exaone4": (*_CORE, "num_key_value_heads", "intermediate_size"),
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Phi3Config's defaults are Phi-3-mini's

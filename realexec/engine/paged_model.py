@@ -65,7 +65,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
                 for t in config.layer_types[:n]]
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
-                                                         "gpt_oss", "gemma2", "gemma3_text"):
+                                                         "gpt_oss", "gemma2", "gemma3_text",
+                                                         "olmo3", "exaone4"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
     if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return [window] * n
@@ -88,12 +89,15 @@ _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 # pre/post_feedforward_layernorm around the MLP); Gemma 3 also one rotary per attention type
 # (its local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
 _SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text"})
-_ROTARY_PER_TYPE = frozenset({"gemma3_text"})
+_ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
+# OLMo 2 / 3, EXAONE 4: norms on each sublayer's output only (no input norms)
+_POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
 
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
-    (NoPE layers) / Phi-3 (fused projections) /
+    (NoPE layers) / OLMo 2 and 3 and EXAONE 4 (norms after each sublayer) / Phi-3 (fused
+    projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
@@ -171,14 +175,19 @@ class PagedCausalLM:
             self.hf_rotate = complex_rotary(first_attn)
         self.mlp_scores = self.family in _MLP_RETURNS_SCORES
         self.sandwich = self.family in _SANDWICH_MODEL_TYPES
+        self.post_norm = self.family in _POST_NORM_MODEL_TYPES
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in _ROTARY_PER_TYPE
                                              else [None] * self.num_layers)
         self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
         # SmolLM3: every `no_rope_layer_interval`-th layer has no rotary (NoPE), as listed
+        # EXAONE 4 with a window: its full-attention layers likewise
         self.rotary = ([bool(r) for r in config.no_rope_layers[:self.num_layers]]
-                       if self.family == "smollm3" else [True] * self.num_layers)
+                       if self.family == "smollm3" else
+                       [w is not None for w in self.windows]
+                       if self.family == "exaone4" and any(self.windows)
+                       else [True] * self.num_layers)
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
@@ -247,7 +256,7 @@ class PagedCausalLM:
         sparse = (SparseIndexState(self.index_rotate, index_key_dim(self.config))
                   if self.index_rotate else None)
         for i, layer in enumerate(self.layers):
-            x = layer.input_layernorm(h)
+            x = h if self.post_norm else layer.input_layernorm(h)
             if self.linear[i]:  # Gated DeltaNet: each request over its own state
                 h = h + linear[0].run(layer.linear_attn, x, linear[1])
                 h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
@@ -291,6 +300,10 @@ class PagedCausalLM:
             if self.output_gate:
                 o = o * torch.sigmoid(gate.reshape(t, -1))
             o = sa.o_proj(o)
+            if self.post_norm:  # OLMo 2/3, EXAONE 4: norm each sublayer's output alone
+                h = h + layer.post_attention_layernorm(o)
+                h = h + layer.post_feedforward_layernorm(layer.mlp(h))
+                continue
             if self.sandwich:  # Gemma 2/3: norm each sublayer's output before the residual add
                 h = h + layer.post_attention_layernorm(o)
                 mlp = layer.mlp(layer.pre_feedforward_layernorm(h))
