@@ -100,6 +100,13 @@ TINY: dict[str, dict[str, Any]] = {
     # SmolLM3: every 4th layer without rotary (NoPE); 4 layers so one is
     "tiny-smollm3": {"model_type": "smollm3", **_TINY_COMMON, "num_hidden_layers": 4,
                      "no_rope_layer_interval": 4, "pad_token_id": 0},
+    # Granite 3: Llama's layers with scalar multipliers (values of the 8B release's kind)
+    "tiny-granite": {"model_type": "granite", **_TINY_COMMON, "embedding_multiplier": 12.0,
+                     "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
+                     "logits_scaling": 8.0},
+    # GLM-4-0414 (dense): q/k/v biases, four norms a layer, a rotary on half of each head in
+    # interleaved pairs
+    "tiny-glm4": {"model_type": "glm4", **_TINY_COMMON, "head_dim": 16, "pad_token_id": 0},
     # OLMo 2: norms after each sublayer, q/k norms across the heads; OLMo 3 adds 3 sliding
     # layers (10 tokens) to 1 full, each kind with its own rotary
     "tiny-olmo2": {"model_type": "olmo2", **_TINY_COMMON, "pad_token_id": 0},

@@ -31,6 +31,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3": "Qwen3",
     "seed_oss": "Seed-OSS",
     "smollm3": "SmolLM3",
+    "granite": "Granite",
+    "glm4": "GLM-4 (dense)",
     "olmo2": "OLMo 2",
     "olmo3": "OLMo 3",
     "exaone4": "EXAONE 4",
@@ -106,6 +108,10 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # SeedOssConfig's defaults are the 36B release's; SmolLM3Config's the 3B's
     "seed_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "smollm3": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    # GraniteConfig's defaults are a Llama-2-7B shape with every multiplier 1
+    "granite": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    # Glm4Config's defaults are GLM-4-9B's
+    "glm4": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Olmo2Config's and Olmo3Config's defaults are the 7B's, Exaone4Config's a 2.4B-class shape
     "olmo2": (*_CORE, "num_key_value_heads", "intermediate_size"),
     "olmo3": (*_CORE, "num_key_value_heads", "intermediate_size"),

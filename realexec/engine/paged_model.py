@@ -81,14 +81,21 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                              "qwen3_5_text", "qwen3_5_moe_text"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
-# families with attention sinks (a learned logit per head in the softmax denominator) and a
-# rotary of half-width cos/sin applied to the two halves (HF's `apply_rotary_pos_emb` of the
-# family's module, looked up once)
+# families with attention sinks (a learned logit per head in the softmax denominator)
 _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 # Gemma 2 and 3: "sandwich" norms (post_attention_layernorm on the attention output, then
 # pre/post_feedforward_layernorm around the MLP); Gemma 3 also one rotary per attention type
 # (its local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
-_SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text"})
+_SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text", "glm4"})
+# the sandwich's three norms per layer: the attention output's, the MLP input's, its output's
+_SANDWICH_NORMS = {
+    "gemma2": ("post_attention_layernorm", "pre_feedforward_layernorm",
+               "post_feedforward_layernorm"),
+    "glm4": ("post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"),
+}
+# families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
+# halves; GLM-4-0414: interleaved pairs of a partial rotary)
+_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4"})
 _ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
 # OLMo 2 / 3, EXAONE 4: norms on each sublayer's output only (no input norms)
 _POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
@@ -96,7 +103,8 @@ _POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
 
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
-    (NoPE layers) / OLMo 2 and 3 and EXAONE 4 (norms after each sublayer) / Phi-3 (fused
+    (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
+    each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Phi-3 (fused
     projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
@@ -170,12 +178,19 @@ class PagedCausalLM:
         self.index_rotate = indexer_rotate(first_attn) if hasattr(first_attn, "indexer") else None
         self.sinks = self.family in _SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
-                          if self.sinks else None)
+                          if self.family in _HF_ROTARY_MODEL_TYPES else None)
         if self.family == "llama4_text":  # complex-pair rotary (`llama4.py`)
             self.hf_rotate = complex_rotary(first_attn)
         self.mlp_scores = self.family in _MLP_RETURNS_SCORES
         self.sandwich = self.family in _SANDWICH_MODEL_TYPES
+        # each layer's (attention output, MLP input, MLP output) norms of the sandwich
+        names = _SANDWICH_NORMS.get(self.family, _SANDWICH_NORMS["gemma2"])
+        self.sandwich_norms = ([tuple(getattr(layer, n) for n in names) for layer in self.layers]
+                               if self.sandwich else [])
         self.post_norm = self.family in _POST_NORM_MODEL_TYPES
+        # Granite 3: scalar multipliers on the embeddings and each sublayer's output, and a
+        # divisor on the logits (its attention_multiplier is the layers' own `scaling`)
+        self.granite = self.family == "granite"
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in _ROTARY_PER_TYPE
@@ -236,13 +251,13 @@ class PagedCausalLM:
             return self._forward_llama(input_ids, positions, attn, linear)
 
     def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:
-        """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and gpt-oss (`[T, head_dim /
-        2]`), `[T, 1, d]` otherwise."""
+        """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and the families HF's own
+        function rotates (gpt-oss: `[T, head_dim / 2]`; GLM-4), `[T, 1, d]` otherwise."""
         out = {}
         for kind in self._rope_kind_set:
             cos, sin = (self.base.rotary_emb(h, pos[None, :]) if kind is None
                         else self.base.rotary_emb(h, pos[None, :], kind))
-            if self.mla or self.sinks:
+            if self.mla or self.hf_rotate is not None:
                 out[kind] = cos[0], sin[0]
             else:
                 out[kind] = cos[0, :, None, :], sin[0, :, None, :]
@@ -251,6 +266,8 @@ class PagedCausalLM:
     def _forward_llama(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend,
                        linear: tuple[LinearStates, list[Segment]] | None = None):
         h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
+        if self.granite:  # Granite: embeddings x embedding_multiplier
+            h = h * self.config.embedding_multiplier
         rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
         sparse = (SparseIndexState(self.index_rotate, index_key_dim(self.config))
@@ -287,15 +304,12 @@ class PagedCausalLM:
                 v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
             if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
-            if self.sinks:  # gpt-oss: HF's own rotary (cos/sin unsqueezed to [T, 1, d/2])
+            if self.hf_rotate is not None:  # gpt-oss, GLM-4: HF's own (cos/sin [T, 1, d])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
-                o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
-                                sinks=sa.sinks)
-            else:
-                if self.rotary[i]:
-                    q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
-                o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
-                                softcap=self.attn_softcap)
+            elif self.rotary[i]:
+                q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
+            o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
+                            sinks=sa.sinks if self.sinks else None, softcap=self.attn_softcap)
             o = o.reshape(t, self.num_heads * self.head_dim)
             if self.output_gate:
                 o = o * torch.sigmoid(gate.reshape(t, -1))
@@ -304,10 +318,15 @@ class PagedCausalLM:
                 h = h + layer.post_attention_layernorm(o)
                 h = h + layer.post_feedforward_layernorm(layer.mlp(h))
                 continue
-            if self.sandwich:  # Gemma 2/3: norm each sublayer's output before the residual add
-                h = h + layer.post_attention_layernorm(o)
-                mlp = layer.mlp(layer.pre_feedforward_layernorm(h))
-                h = h + layer.post_feedforward_layernorm(mlp)
+            if self.sandwich:  # Gemma 2/3, GLM-4: norm each sublayer's output before the add
+                post_attn, pre_mlp, post_mlp = self.sandwich_norms[i]
+                h = h + post_attn(o)
+                h = h + post_mlp(layer.mlp(pre_mlp(h)))
+                continue
+            if self.granite:  # Granite: each sublayer's output x residual_multiplier
+                h = h + o * self.config.residual_multiplier
+                mlp = layer.mlp(layer.post_attention_layernorm(h))
+                h = h + mlp * self.config.residual_multiplier
                 continue
             h = h + o
             x = layer.post_attention_layernorm(h)
@@ -367,6 +386,8 @@ class PagedCausalLM:
             logits = self.lm_head(self.final_norm(torch.cat([hidden, pad])))[:n]
         else:
             logits = self.lm_head(self.final_norm(hidden))
+        if self.granite:  # Granite's head divides by logits_scaling
+            logits = logits / self.config.logits_scaling
         if self.final_softcap:  # cap x tanh(logits / cap), as HF's CausalLM heads do
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits.float()
