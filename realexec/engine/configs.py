@@ -107,6 +107,12 @@ TINY: dict[str, dict[str, Any]] = {
     # GLM-4-0414 (dense): q/k/v biases, four norms a layer, a rotary on half of each head in
     # interleaved pairs
     "tiny-glm4": {"model_type": "glm4", **_TINY_COMMON, "head_dim": 16, "pad_token_id": 0},
+    # Hunyuan (dense): per-head q/k RMSNorms after the rotary; a dynamic-NTK rotary (alpha 1000,
+    # as the 7B release's)
+    "tiny-hunyuan": {"model_type": "hunyuan_v1_dense", **_TINY_COMMON, "head_dim": 16,
+                     "pad_token_id": 0,
+                     "rope_parameters": {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
+                                         "rope_theta": 10000.0}},
     # OLMo 2: norms after each sublayer, q/k norms across the heads; OLMo 3 adds 3 sliding
     # layers (10 tokens) to 1 full, each kind with its own rotary
     "tiny-olmo2": {"model_type": "olmo2", **_TINY_COMMON, "pad_token_id": 0},

@@ -33,6 +33,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "smollm3": "SmolLM3",
     "granite": "Granite",
     "glm4": "GLM-4 (dense)",
+    "hunyuan_v1_dense": "Hunyuan (dense)",
     "olmo2": "OLMo 2",
     "olmo3": "OLMo 3",
     "exaone4": "EXAONE 4",
@@ -112,6 +113,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "granite": (*_CORE, "num_key_value_heads", "intermediate_size"),
     # Glm4Config's defaults are GLM-4-9B's
     "glm4": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    # HunYuanDenseV1Config's defaults are a Llama-2-7B-class shape
+    "hunyuan_v1_dense": (*_CORE, "num_key_value_heads", "intermediate_size"),
     # Olmo2Config's and Olmo3Config's defaults are the 7B's, Exaone4Config's a 2.4B-class shape
     "olmo2": (*_CORE, "num_key_value_heads", "intermediate_size"),
     "olmo3": (*_CORE, "num_key_value_heads", "intermediate_size"),

@@ -104,7 +104,8 @@ _POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
     (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
-    each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Phi-3 (fused
+    each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Hunyuan dense (q/k
+    norms after the rotary) / Phi-3 (fused
     projections) /
     Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
@@ -172,6 +173,7 @@ class PagedCausalLM:
         self.qk_norm_whole = (q_norm is not None and not self.mla
                               and q_norm.weight.numel() == self.num_heads * self.head_dim)
         self.qk_norm = q_norm is not None and not self.qk_norm_whole
+        self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
@@ -308,6 +310,8 @@ class PagedCausalLM:
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
             elif self.rotary[i]:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
+            if self.qk_norm_after_rotary:  # Hunyuan: per-head RMSNorms on the rotated q, k
+                q, k = sa.query_layernorm(q), sa.key_layernorm(k)
             o = attn.attend(self.kv_index[i], q, k, v, self.scales[i], self.windows[i],
                             sinks=sa.sinks if self.sinks else None, softcap=self.attn_softcap)
             o = o.reshape(t, self.num_heads * self.head_dim)
