@@ -50,8 +50,8 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
-    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3) slide only
-    their "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer
+    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3, OLMo 3,
+    EXAONE 4) slide only their "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer
     when `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). Llama 4's "chunked_attention" layers keep `attention_chunk_size`
     positions (a query attends within its chunk, `llama4.py`). GPT-2 and Llama have no window.
@@ -73,6 +73,17 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     return [None] * n
 
 
+def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[bool]:
+    """Whether each layer rotates q and k: not SmolLM3's NoPE layers (`no_rope_layers` 0),
+    nor EXAONE 4's full-attention layers when it has sliding ones (HF's rules)."""
+    n = config.num_hidden_layers
+    if config.model_type == "smollm3":
+        return [bool(r) for r in config.no_rope_layers[:n]]
+    if config.model_type == "exaone4" and any(windows):
+        return [w is not None for w in windows]
+    return [True] * n
+
+
 # families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
 # `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
 # router and the experts treat every token on its own, so this changes nothing)
@@ -83,9 +94,9 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator)
 _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
-# Gemma 2 and 3: "sandwich" norms (post_attention_layernorm on the attention output, then
-# pre/post_feedforward_layernorm around the MLP); Gemma 3 also one rotary per attention type
-# (its local and global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
+# Gemma 2 and 3, GLM-4-0414: "sandwich" norms (on the attention output, then around the MLP,
+# `_SANDWICH_NORMS`); Gemma 3 and OLMo 3 also one rotary per attention type (their local and
+# global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
 _SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text", "glm4"})
 # the sandwich's three norms per layer: the attention output's, the MLP input's, its output's
 _SANDWICH_NORMS = {
@@ -105,9 +116,8 @@ class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
     (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
     each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Hunyuan dense (q/k
-    norms after the rotary) / Phi-3 (fused
-    projections) /
-    Gemma 2 and 3 (mixed windows, sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
+    norms after the rotary) / Phi-3 (fused projections) / Gemma 2 and 3 (mixed windows,
+    sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
     norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`), or
@@ -198,13 +208,7 @@ class PagedCausalLM:
                                              if self.family in _ROTARY_PER_TYPE
                                              else [None] * self.num_layers)
         self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
-        # SmolLM3: every `no_rope_layer_interval`-th layer has no rotary (NoPE), as listed
-        # EXAONE 4 with a window: its full-attention layers likewise
-        self.rotary = ([bool(r) for r in config.no_rope_layers[:self.num_layers]]
-                       if self.family == "smollm3" else
-                       [w is not None for w in self.windows]
-                       if self.family == "exaone4" and any(self.windows)
-                       else [True] * self.num_layers)
+        self.rotary = rotary_layers(config, self.windows)
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
