@@ -100,6 +100,11 @@ TINY: dict[str, dict[str, Any]] = {
     # SmolLM3: every 4th layer without rotary (NoPE); 4 layers so one is
     "tiny-smollm3": {"model_type": "smollm3", **_TINY_COMMON, "num_hidden_layers": 4,
                      "no_rope_layer_interval": 4, "pad_token_id": 0},
+    # OPT: learned positions, LayerNorms, a ReLU MLP; tiny-opt-350m as the 350m release is
+    # (norms after each sublayer, no final norm, embeddings on a narrower width: 32 -> 64)
+    "tiny-opt": {"model_type": "opt", **_TINY_COMMON, "ffn_dim": 128, "pad_token_id": 0},
+    "tiny-opt-350m": {"model_type": "opt", **_TINY_COMMON, "ffn_dim": 128, "pad_token_id": 0,
+                      "do_layer_norm_before": False, "word_embed_proj_dim": 32},
     # Granite 3: Llama's layers with scalar multipliers (values of the 8B release's kind)
     "tiny-granite": {"model_type": "granite", **_TINY_COMMON, "embedding_multiplier": 12.0,
                      "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,

@@ -38,6 +38,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "olmo3": "OLMo 3",
     "exaone4": "EXAONE 4",
     "gpt2": "GPT-2",
+    "opt": "OPT",
     "mixtral": "Mixtral",
     "qwen2_moe": "Qwen2-MoE",
     "qwen3_moe": "Qwen3-MoE",
@@ -109,6 +110,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # SeedOssConfig's defaults are the 36B release's; SmolLM3Config's the 3B's
     "seed_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     "smollm3": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    # OPTConfig's defaults are the 125m's
+    "opt": (*_CORE, "ffn_dim"),
     # GraniteConfig's defaults are a Llama-2-7B shape with every multiplier 1
     "granite": (*_CORE, "num_key_value_heads", "intermediate_size"),
     # Glm4Config's defaults are GLM-4-9B's

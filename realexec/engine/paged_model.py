@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig
 
@@ -117,7 +118,7 @@ class PagedCausalLM:
     (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
     each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Hunyuan dense (q/k
     norms after the rotary) / Phi-3 (fused projections) / Gemma 2 and 3 (mixed windows,
-    sandwich norms) / GPT-2 causal LM, or the MoE Mixtral /
+    sandwich norms) / GPT-2 / OPT causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
     norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`), or
@@ -140,6 +141,18 @@ class PagedCausalLM:
             self.num_kv_heads = self.num_heads
             self.scales = [blk.attn.scaling for blk in self.layers]
             self.mla = False
+        elif self.family == "opt":  # learned positions, LayerNorms, a ReLU MLP (fc1, fc2)
+            base = hf_model.model.decoder
+            self.layers = list(base.layers)
+            # the final LayerNorm (absent in 350m, which norms after each sublayer) and the
+            # projection back to the embedding width (350m: 1,024 -> 512)
+            self.final_norm = nn.Sequential(*(m for m in (base.final_layer_norm,
+                                                          base.project_out) if m is not None))
+            self.num_heads = config.num_attention_heads
+            self.head_dim = config.hidden_size // self.num_heads
+            self.num_kv_heads = self.num_heads
+            self.scales = [layer.self_attn.scaling for layer in self.layers]
+            self.mla = False
         # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others;
         # Nemotron-H: Mamba-2 blocks likewise
         self.linear = linear_layers(config)
@@ -148,7 +161,7 @@ class PagedCausalLM:
         # blocks are layers of their own, with neither KV nor a state)
         self.kv_layers = ([t == "full_attention" for t in config.layer_types]
                           if self.family == "nemotron_h" else [not lin for lin in self.linear])
-        if self.family != "gpt2":
+        if self.family not in ("gpt2", "opt"):
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
             self.final_norm = base.norm_f if self.family == "nemotron_h" else base.norm
@@ -166,7 +179,7 @@ class PagedCausalLM:
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [a.scaling if a is not None else None for a in attns]
         else:
-            first_attn = self.layers[0].attn
+            first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
         self.kv_index = [sum(self.kv_layers[:i]) for i in range(len(self.kv_layers))]
         self.num_kv_layers = sum(self.kv_layers)
@@ -250,6 +263,8 @@ class PagedCausalLM:
         with sdpa_backends(self.device):
             if self.family == "gpt2":
                 return self._forward_gpt2(input_ids, positions, attn)
+            if self.family == "opt":
+                return self._forward_opt(input_ids, positions, attn)
             if self.family == "nemotron_h":
                 return self._forward_nemotron_h(input_ids, attn, linear)
             if self.family == "llama4_text":
@@ -378,6 +393,30 @@ class PagedCausalLM:
             o = attn.attend(i, q.view(shape), k.view(shape), v.view(shape), self.scales[i], None)
             h = blk.attn.c_proj(o.reshape(t, d)) + h
             h = h + blk.mlp(blk.ln_2(h))
+        return h
+
+    def _forward_opt(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
+        """OPT's decoder: positions looked up 2 rows on (HF's offset); 350m norms after each
+        sublayer (`do_layer_norm_before` false) and embeds on a narrower width."""
+        h = self.base.embed_tokens(ids)
+        if self.base.project_in is not None:
+            h = self.base.project_in(h)
+        positions = self.base.embed_positions
+        h = h + F.embedding(pos + positions.offset, positions.weight)
+        t = ids.shape[0]
+        shape = (t, self.num_heads, self.head_dim)
+        for i, layer in enumerate(self.layers):
+            sa, before = layer.self_attn, layer.do_layer_norm_before
+            x = layer.self_attn_layer_norm(h) if before else h
+            q, k, v = sa.q_proj(x).view(shape), sa.k_proj(x).view(shape), sa.v_proj(x).view(shape)
+            o = attn.attend(i, q, k, v, self.scales[i], None)
+            h = h + sa.out_proj(o.reshape(t, -1))
+            if not before:
+                h = layer.self_attn_layer_norm(h)
+            x = layer.final_layer_norm(h) if before else h
+            h = h + layer.fc2(layer.activation_fn(layer.fc1(x)))
+            if not before:
+                h = layer.final_layer_norm(h)
         return h
 
     @torch.inference_mode()

@@ -227,7 +227,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
             qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm="layer",
             num_learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding offset of 2
-            embed_proj_dim=proj if proj != d else 0)
+            embed_proj_dim=proj if proj != d else 0,
+            final_norm=bool(cfg.get("do_layer_norm_before", True)))
     elif fam == "nemotron_h":  # blocks paired into layers (hybrid_blocks.py)
         hybrid = nemotron_h_fields(cfg, where)
         spec = dict(

@@ -50,6 +50,7 @@ class ModelSpec:
     norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
+    final_norm: bool = True  # a norm before the LM head (OPT-350m, normed per sublayer, has none)
     hf_id: str = ""
     # ---- mixtures of experts beyond Mixtral (model_variants.moe_fields) ----
     num_shared_experts: int = 0  # always-on experts of each MoE layer
@@ -373,7 +374,7 @@ class ModelSpec:
             n += 2 * p * d  # OPT project_in / project_out
         if not self.tie_word_embeddings:
             n += self.vocab_size * p
-        return n + d * (2 if self.norm == "layer" else 1)
+        return n + (d * (2 if self.norm == "layer" else 1) if self.final_norm else 0)
 
     @cached_property
     def small_params(self) -> int:
