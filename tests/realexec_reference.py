@@ -12,8 +12,8 @@ from realexec.engine.hf_reference import hf_greedy
 from realexec.engine.model_loader import load_model
 
 FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-seed-oss",
-            "tiny-smollm3", "tiny-granite", "tiny-glm4", "tiny-hunyuan", "tiny-olmo2",
-            "tiny-olmo3", "tiny-exaone4", "tiny-gpt2", "tiny-opt", "tiny-opt-350m",
+            "tiny-smollm3", "tiny-granite", "tiny-glm4", "tiny-hunyuan", "tiny-ernie4.5",
+            "tiny-olmo2", "tiny-olmo3", "tiny-exaone4", "tiny-gpt2", "tiny-opt", "tiny-opt-350m",
             "tiny-mistral-sw", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
             "tiny-deepseek-v3", "tiny-deepseek-v32", "tiny-glm5", "tiny-glm4-moe",
             "tiny-minimax-m2", "tiny-llama4", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3",

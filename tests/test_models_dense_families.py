@@ -1,6 +1,6 @@
 """Dense families a planner brings as a config.json (Granite, SmolLM3, Seed-OSS, GLM-4, OLMo 2
-and 3, EXAONE 4, Hunyuan): the simulator counts the parameters transformers builds for them
-and slides the layers HF's config slides."""
+and 3, EXAONE 4, Hunyuan, ERNIE-4.5): the simulator counts the parameters transformers builds
+for them and slides the layers HF's config slides, with HF's defaults for what a config omits."""
 
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ FAMILIES = {
     "seed_oss-out-bias": {"attention_out_bias": True},
     "glm4": {}, "olmo2": {}, "olmo3": {}, "olmo3-window": {"sliding_window": 512},
     "exaone4": {}, "exaone4-pattern": {"sliding_window_pattern": 2, "sliding_window": 512},
-    "hunyuan_v1_dense": {},
+    "hunyuan_v1_dense": {}, "ernie4_5": {}, "ernie4_5-biased": {"use_bias": True},
+    "ernie4_5-tied-by-default": {"tie_word_embeddings": None},
 }
+# families whose config class gives a head size other than hidden / heads when none is stated
+HEAD_DIM_DEFAULTS = {"qwen3": {}, "seed_oss": {}, "glm4": {}, "ernie4_5": {}, "gemma2": {},
+                     "gemma3_text": {},
+                     "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2},
+                     "minimax_m2": {"num_local_experts": 4, "num_experts_per_tok": 2}}
 
 
 def _hf(model_type: str, cfg: dict):
@@ -31,7 +37,7 @@ def _hf(model_type: str, cfg: dict):
 @pytest.mark.parametrize("case", FAMILIES)
 def test_counts_and_windows_equal_transformers(case):
     model_type = case.split("-")[0]
-    cfg = {**TINY, **FAMILIES[case]}
+    cfg = {k: v for k, v in {**TINY, **FAMILIES[case]}.items() if v is not None}
     hf_cfg, hf = _hf(model_type, cfg)
     spec = ModelSpec.from_hf_config({**cfg, "model_type": model_type})
     assert spec.num_params == sum(p.numel() for p in hf.parameters())
@@ -40,6 +46,15 @@ def test_counts_and_windows_equal_transformers(case):
     sliding = sum(t == "sliding_attention" for t in types) if window else 0
     assert spec.num_sliding_layers == sliding
     assert spec.sliding_window == (window if sliding else 0)
+
+
+@pytest.mark.parametrize("model_type", HEAD_DIM_DEFAULTS)
+def test_a_config_without_head_dim_gets_the_config_class_default(model_type):
+    cfg = {k: v for k, v in {**TINY, **HEAD_DIM_DEFAULTS[model_type]}.items() if k != "head_dim"}
+    hf_cfg, hf = _hf(model_type, cfg)
+    spec = ModelSpec.from_hf_config({**cfg, "model_type": model_type})
+    assert spec.head_dim == hf_cfg.head_dim != TINY["hidden_size"] // TINY["num_attention_heads"]
+    assert spec.num_params == sum(p.numel() for p in hf.parameters())
 
 
 def test_a_string_window_pattern_is_refused_naming_the_field():

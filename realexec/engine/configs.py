@@ -118,6 +118,9 @@ TINY: dict[str, dict[str, Any]] = {
                      "pad_token_id": 0,
                      "rope_parameters": {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
                                          "rope_theta": 10000.0}},
+    # ERNIE-4.5 (dense): biases on every matrix (`use_bias`), a rotary on interleaved pairs
+    "tiny-ernie4.5": {"model_type": "ernie4_5", **_TINY_COMMON, "head_dim": 16, "use_bias": True,
+                      "pad_token_id": 0},
     # OLMo 2: norms after each sublayer, q/k norms across the heads; OLMo 3 adds 3 sliding
     # layers (10 tokens) to 1 full, each kind with its own rotary
     "tiny-olmo2": {"model_type": "olmo2", **_TINY_COMMON, "pad_token_id": 0},

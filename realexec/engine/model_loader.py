@@ -34,6 +34,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "granite": "Granite",
     "glm4": "GLM-4 (dense)",
     "hunyuan_v1_dense": "Hunyuan (dense)",
+    "ernie4_5": "ERNIE-4.5 (dense)",
     "olmo2": "OLMo 2",
     "olmo3": "OLMo 3",
     "exaone4": "EXAONE 4",
@@ -118,6 +119,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "glm4": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # HunYuanDenseV1Config's defaults are a Llama-2-7B-class shape
     "hunyuan_v1_dense": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    # Ernie4_5Config's defaults are the 0.3B's with 128-wide heads
+    "ernie4_5": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
     # Olmo2Config's and Olmo3Config's defaults are the 7B's, Exaone4Config's a 2.4B-class shape
     "olmo2": (*_CORE, "num_key_value_heads", "intermediate_size"),
     "olmo3": (*_CORE, "num_key_value_heads", "intermediate_size"),

@@ -106,8 +106,8 @@ _SANDWICH_NORMS = {
     "glm4": ("post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"),
 }
 # families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
-# halves; GLM-4-0414: interleaved pairs of a partial rotary)
-_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4"})
+# halves; GLM-4-0414: interleaved pairs of a partial rotary; ERNIE-4.5: interleaved pairs)
+_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "ernie4_5"})
 _ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
 # OLMo 2 / 3, EXAONE 4: norms on each sublayer's output only (no input norms)
 _POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
@@ -117,7 +117,7 @@ class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
     (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
     each sublayer) / GLM-4-0414 (four norms, interleaved partial rotary) / Hunyuan dense (q/k
-    norms after the rotary) / Phi-3 (fused projections) / Gemma 2 and 3 (mixed windows,
+    norms after the rotary) / ERNIE-4.5 dense (interleaved rotary) / Phi-3 (fused projections) / Gemma 2 and 3 (mixed windows,
     sandwich norms) / GPT-2 / OPT causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k

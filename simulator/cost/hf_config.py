@@ -1,7 +1,8 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
 (dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families, the dense Granite 3,
-SmolLM3, Seed-OSS, GLM-4-0414, OLMo 2 and 3, EXAONE 4 and Hunyuan models (Llama's layers with
-their own biases, q/k norms, post-sublayer norms and sliding layers), the mixtures of experts and
+SmolLM3, Seed-OSS, GLM-4-0414, OLMo 2 and 3, EXAONE 4, Hunyuan and ERNIE-4.5 models (Llama's
+layers with their own biases, q/k norms, post-sublayer norms and sliding layers), the mixtures
+of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
 with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, MiniMax-M2, Llama 4, and
 Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), the text models of the
@@ -66,6 +67,7 @@ SUPPORTED_ARCHITECTURES = {
     "Olmo3ForCausalLM": "olmo3",  # OLMo 2's layers, 3 sliding to 1 full
     "Exaone4ForCausalLM": "exaone4",  # per-head q/k norms, sliding and full layers
     "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",  # per-head q/k norms
+    "Ernie4_5ForCausalLM": "ernie4_5",  # biases on every matrix or none (`use_bias`)
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",  # the text model (text_config) only
@@ -91,7 +93,13 @@ MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_
                        "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe",
                        "granite": "llama", "smollm3": "llama"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
-TIED_BY_DEFAULT = ("gemma2", "gemma3")
+TIED_BY_DEFAULT = ("gemma2", "gemma3", "ernie4_5")
+# the head size HF's config class gives a family whose config.json states none (others:
+# hidden_size / num_attention_heads)
+HEAD_DIM_DEFAULTS = {"qwen3": 128, "seed_oss": 128, "glm4": 128, "ernie4_5": 128, "gemma2": 256,
+                     "gemma3": 256, "gpt_oss": 64, "minimax_m2": 128}
+# families whose one `use_bias` switch puts biases on q/k/v, o and the MLP (Ernie4_5Config)
+USE_BIAS_FAMILIES = ("ernie4_5",)
 
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
@@ -246,13 +254,15 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
                    **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
                    **linear_attention_fields(cfg, fam, where)}
-        attention_bias = bool(cfg.get("attention_bias", fam in BIASED_BY_DEFAULT))
+        attention_bias = bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "attention_bias",
+                                      fam in BIASED_BY_DEFAULT))
         spec = dict(
             name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
             num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
             head_dim=variant.pop("head_dim", None) or (
                 _int(cfg, "head_dim", where) if cfg.get("head_dim") is not None
-                else _head_dim(d, heads, where, "hidden_size", "num_attention_heads")),
+                else HEAD_DIM_DEFAULTS.get(fam)
+                or _head_dim(d, heads, where, "hidden_size", "num_attention_heads")),
             ffn_size=variant.pop("ffn_size", None) or _int(cfg, "intermediate_size", where),
             vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
@@ -263,7 +273,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
                                                                       "glm_moe_dsa")),
             o_bias=(bool(cfg.get(O_BIAS_KEY[fam], False)) if fam in O_BIAS_KEY
                     else attention_bias and fam not in NO_O_BIAS_FAMILIES),
-            mlp_bias=bool(cfg.get("mlp_bias", False)), norm="rms",
+            mlp_bias=bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "mlp_bias", False)),
+            norm="rms",
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in QK_NORM_FAMILIES
             or fam in QK_NORM_ACROSS_HEADS or bool(cfg.get("use_qk_norm", False)),
             sandwich_norms=fam in SANDWICH_FAMILIES,
