@@ -112,8 +112,8 @@ class PagedAttentionMetadata:
             return None
         m = self._decode_masks.get((window, chunk))
         if m is None:
-            m = self.decode_valid & in_window_or_chunk(self.decode_key_pos, self.decode_pos[:, None],
-                                             window, chunk)
+            m = self.decode_valid & visible_keys(self.decode_key_pos, self.decode_pos[:, None],
+                                                 window, chunk)
             m = m[:, None, None, :]
             self._decode_masks[(window, chunk)] = m
         return m
@@ -219,13 +219,13 @@ def _check_live(block_ids: list[int], request: int) -> None:
                          "core freed it (outside the sliding window)")
 
 
-def in_window_or_chunk(k_pos: torch.Tensor, q_pos: torch.Tensor, window: int | None,
-             chunk: int | None) -> torch.Tensor | bool:
-    """Where a key at `k_pos` lies in the window or chunk of a query at `q_pos` (True for
-    every key of a layer with neither; causality is checked apart)."""
-    m: torch.Tensor | bool = True
+def visible_keys(k_pos: torch.Tensor, q_pos: torch.Tensor, window: int | None,
+                 chunk: int | None) -> torch.Tensor:
+    """Where a query at `q_pos` sees the key at `k_pos` (broadcast): at or before it, within
+    the layer's window (keys after `pos - window`) and its chunk, if it has them."""
+    m = k_pos <= q_pos
     if window is not None:
-        m = k_pos > q_pos - window
+        m = m & (k_pos > q_pos - window)
     if chunk is not None:
         m = m & (torch.div(k_pos, chunk, rounding_mode="floor")
                  == torch.div(q_pos, chunk, rounding_mode="floor"))
@@ -241,7 +241,7 @@ def _prefill_mask(p: _Prefill, window: int | None, device: torch.device,
         return p.masks[(window, chunk)]
     q_pos = torch.arange(p.ctx_before, p.ctx_before + p.q_len, device=device)[:, None]
     k_pos = torch.arange(p.key_start, p.ctx_before + p.q_len, device=device)[None, :]
-    m = (k_pos <= q_pos) & in_window_or_chunk(k_pos, q_pos, window, chunk)
+    m = visible_keys(k_pos, q_pos, window, chunk)
     p.masks[(window, chunk)] = m
     return m
 

@@ -77,6 +77,10 @@ _HF_ATTN: dict[str, str] = {"gpt_oss": "eager", "gemma2": "eager"}
 # experts of 14336), which would run a different model than the file describes.
 # `sliding_window` is needed when a gpt-oss layer slides.
 _CORE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+# a decoder's grouped-query shape, and with its head size (required where the config class's
+# default differs from hidden / heads)
+_DENSE = (*_CORE, "num_key_value_heads", "intermediate_size")
+_DENSE_HEAD = (*_DENSE, "head_dim")
 _DEEPSEEK_V3 = (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                 "num_experts_per_tok", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim")
@@ -84,14 +88,12 @@ _DEEPSEEK_V32 = (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads", "i
 _LINEAR = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
            "linear_value_head_dim", "linear_conv_kernel_dim")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "gpt_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                "num_local_experts", "num_experts_per_tok"),
+    "gpt_oss": (*_DENSE_HEAD, "num_local_experts", "num_experts_per_tok"),
     # the mixtures of experts: the fields their MoE (and MLA) layers are built from, as the
     # simulator's model_variants.py requires them
     "mixtral": (*_CORE, "intermediate_size", "num_local_experts", "num_experts_per_tok"),
     # MiniMaxM2Config's defaults are the 229B release's
-    "minimax_m2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                   "num_local_experts", "num_experts_per_tok"),
+    "minimax_m2": (*_DENSE_HEAD, "num_local_experts", "num_experts_per_tok"),
     "qwen2_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
                   "num_experts_per_tok", "shared_expert_intermediate_size"),
     "qwen3_moe": (*_CORE, "intermediate_size", "moe_intermediate_size", "num_experts",
@@ -100,41 +102,38 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # and its sparse attention's indexer (DeepseekV32Config's defaults are the 671B release's)
     "deepseek_v32": _DEEPSEEK_V32,
     "glm_moe_dsa": _DEEPSEEK_V32,  # (GlmMoeDsaConfig's defaults are GLM-5's 744B release)
-    "glm4_moe": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                 "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
+    "glm4_moe": (*_DENSE_HEAD, "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
     # Gemma2Config's and Gemma3TextConfig's defaults are 2B-class shapes with 256-wide heads
-    "gemma2": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
-    "gemma3_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    "gemma2": _DENSE_HEAD,
+    "gemma3_text": _DENSE_HEAD,
     # Llama4TextConfig's defaults are Scout's (48 layers, 16 experts of 8,192)
-    "llama4_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                    "intermediate_size_mlp", "num_local_experts", "num_experts_per_tok"),
+    "llama4_text": (*_DENSE_HEAD, "intermediate_size_mlp", "num_local_experts",
+                    "num_experts_per_tok"),
     # SeedOssConfig's defaults are the 36B release's; SmolLM3Config's the 3B's
-    "seed_oss": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
-    "smollm3": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "seed_oss": _DENSE_HEAD,
+    "smollm3": _DENSE,
     # OPTConfig's defaults are the 125m's
     "opt": (*_CORE, "ffn_dim"),
     # GraniteConfig's defaults are a Llama-2-7B shape with every multiplier 1
-    "granite": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "granite": _DENSE,
     # Glm4Config's defaults are GLM-4-9B's
-    "glm4": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    "glm4": _DENSE_HEAD,
     # HunYuanDenseV1Config's defaults are a Llama-2-7B-class shape
-    "hunyuan_v1_dense": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "hunyuan_v1_dense": _DENSE,
     # Ernie4_5Config's defaults are the 0.3B's with 128-wide heads
-    "ernie4_5": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    "ernie4_5": _DENSE_HEAD,
     # Olmo2Config's and Olmo3Config's defaults are the 7B's, Exaone4Config's a 2.4B-class shape
-    "olmo2": (*_CORE, "num_key_value_heads", "intermediate_size"),
-    "olmo3": (*_CORE, "num_key_value_heads", "intermediate_size"),
-    "exaone4": (*_CORE, "num_key_value_heads", "intermediate_size"),
+    "olmo2": _DENSE,
+    "olmo3": _DENSE,
+    "exaone4": _DENSE,
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
-    "qwen3": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size"),
+    "qwen3": _DENSE_HEAD,
     # Phi3Config's defaults are Phi-3-mini's
     "phi3": (*_CORE, "intermediate_size"),
     # Qwen3NextConfig's defaults are the 80B release's
-    "qwen3_next": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                   "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+    "qwen3_next": (*_DENSE_HEAD, "moe_intermediate_size", "num_experts", "num_experts_per_tok",
                    "shared_expert_intermediate_size", *_LINEAR),
-    "qwen3_5_text": (*_CORE, "num_key_value_heads", "head_dim", "intermediate_size",
-                     *_LINEAR),
+    "qwen3_5_text": (*_DENSE_HEAD, *_LINEAR),
     "qwen3_5_moe_text": (*_CORE, "num_key_value_heads", "head_dim", "moe_intermediate_size",
                          "num_experts", "num_experts_per_tok",
                          "shared_expert_intermediate_size", *_LINEAR),

@@ -95,19 +95,19 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator)
 _SINK_MODEL_TYPES = frozenset({"gpt_oss"})
-# Gemma 2 and 3, GLM-4-0414: "sandwich" norms (on the attention output, then around the MLP,
-# `_SANDWICH_NORMS`); Gemma 3 and OLMo 3 also one rotary per attention type (their local and
-# global layers rotate with different bases: `rotary_emb(x, pos, layer_type)`)
-_SANDWICH_MODEL_TYPES = frozenset({"gemma2", "gemma3_text", "glm4"})
-# the sandwich's three norms per layer: the attention output's, the MLP input's, its output's
+# Gemma 2 and 3, GLM-4-0414: "sandwich" norms, three per layer besides the input norm: the
+# attention output's, the MLP input's and the MLP output's
+_GEMMA_SANDWICH = ("post_attention_layernorm", "pre_feedforward_layernorm",
+                   "post_feedforward_layernorm")
 _SANDWICH_NORMS = {
-    "gemma2": ("post_attention_layernorm", "pre_feedforward_layernorm",
-               "post_feedforward_layernorm"),
+    "gemma2": _GEMMA_SANDWICH, "gemma3_text": _GEMMA_SANDWICH,
     "glm4": ("post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"),
 }
 # families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
 # halves; GLM-4-0414: interleaved pairs of a partial rotary; ERNIE-4.5: interleaved pairs)
 _HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "ernie4_5"})
+# Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate
+# with different bases: `rotary_emb(x, pos, layer_type)`)
 _ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
 # OLMo 2 / 3, EXAONE 4: norms on each sublayer's output only (no input norms)
 _POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
@@ -207,15 +207,19 @@ class PagedCausalLM:
         if self.family == "llama4_text":  # complex-pair rotary (`llama4.py`)
             self.hf_rotate = complex_rotary(first_attn)
         self.mlp_scores = self.family in _MLP_RETURNS_SCORES
-        self.sandwich = self.family in _SANDWICH_MODEL_TYPES
+        self.sandwich = self.family in _SANDWICH_NORMS
         # each layer's (attention output, MLP input, MLP output) norms of the sandwich
-        names = _SANDWICH_NORMS.get(self.family, _SANDWICH_NORMS["gemma2"])
-        self.sandwich_norms = ([tuple(getattr(layer, n) for n in names) for layer in self.layers]
-                               if self.sandwich else [])
+        self.sandwich_norms = ([tuple(getattr(layer, n) for n in _SANDWICH_NORMS[self.family])
+                                for layer in self.layers] if self.sandwich else [])
         self.post_norm = self.family in _POST_NORM_MODEL_TYPES
         # Granite 3: scalar multipliers on the embeddings and each sublayer's output, and a
-        # divisor on the logits (its attention_multiplier is the layers' own `scaling`)
+        # divisor on the logits (its attention_multiplier is the layers' own `scaling`), read
+        # from the config once
         self.granite = self.family == "granite"
+        if self.granite:
+            self.embedding_multiplier = float(config.embedding_multiplier)
+            self.residual_multiplier = float(config.residual_multiplier)
+            self.logits_scaling = float(config.logits_scaling)
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in _ROTARY_PER_TYPE
@@ -288,7 +292,7 @@ class PagedCausalLM:
                        linear: tuple[LinearStates, list[Segment]] | None = None):
         h = self.base.embed_tokens(ids)  # (Gemma's module scales by sqrt(hidden) itself)
         if self.granite:  # Granite: embeddings x embedding_multiplier
-            h = h * self.config.embedding_multiplier
+            h = h * self.embedding_multiplier
         rotaries = self._rotaries(h, pos)
         t = ids.shape[0]
         sparse = (SparseIndexState(self.index_rotate, index_key_dim(self.config))
@@ -347,9 +351,8 @@ class PagedCausalLM:
                 h = h + post_mlp(layer.mlp(pre_mlp(h)))
                 continue
             if self.granite:  # Granite: each sublayer's output x residual_multiplier
-                h = h + o * self.config.residual_multiplier
-                mlp = layer.mlp(layer.post_attention_layernorm(h))
-                h = h + mlp * self.config.residual_multiplier
+                h = h + o * self.residual_multiplier
+                h = h + layer.mlp(layer.post_attention_layernorm(h)) * self.residual_multiplier
                 continue
             h = h + o
             x = layer.post_attention_layernorm(h)
@@ -434,7 +437,7 @@ class PagedCausalLM:
         else:
             logits = self.lm_head(self.final_norm(hidden))
         if self.granite:  # Granite's head divides by logits_scaling
-            logits = logits / self.config.logits_scaling
+            logits = logits / self.logits_scaling
         if self.final_softcap:  # cap x tanh(logits / cap), as HF's CausalLM heads do
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits.float()

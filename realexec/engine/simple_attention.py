@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from realexec.engine.attention import in_window_or_chunk
+from realexec.engine.attention import visible_keys
 from realexec.engine.sinks import causal_mask, sdpa_with_sinks
 from realexec.engine.softcap import softcapped_attention
 
@@ -41,7 +41,7 @@ def _window_causal_mask(q_start: int, q_len: int, k_len: int, window: int | None
                         device: torch.device, chunk: int | None = None) -> torch.Tensor:
     q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
     k_pos = torch.arange(k_len, device=device)[None, :]
-    return (k_pos <= q_pos) & in_window_or_chunk(k_pos, q_pos, window, chunk)
+    return visible_keys(k_pos, q_pos, window, chunk)
 
 
 class NoCacheAttention:

@@ -98,6 +98,8 @@ TIED_BY_DEFAULT = ("gemma2", "gemma3", "ernie4_5")
 # hidden_size / num_attention_heads)
 HEAD_DIM_DEFAULTS = {"qwen3": 128, "seed_oss": 128, "glm4": 128, "ernie4_5": 128, "gemma2": 256,
                      "gemma3": 256, "gpt_oss": 64, "minimax_m2": 128}
+# families with biases on every expert's matrices and on the router (gpt-oss's MoE)
+EXPERT_BIAS_FAMILIES = ("gpt_oss",)
 # families whose one `use_bias` switch puts biases on q/k/v, o and the MLP (Ernie4_5Config)
 USE_BIAS_FAMILIES = ("ernie4_5",)
 
@@ -280,7 +282,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             sandwich_norms=fam in SANDWICH_FAMILIES,
             qk_norm_across_heads=fam in QK_NORM_ACROSS_HEADS,  # HF: q_norm over heads x head_dim
             qk_norm_weightless=fam == "llama4",  # HF: Llama4TextWeightlessRMSNorm
-            attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in SINK_FAMILIES, **variant)
+            attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in EXPERT_BIAS_FAMILIES, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "

@@ -321,7 +321,7 @@ class ModelSpec:
         if self.is_moe:
             per = d * self.num_experts + (d if self.shared_expert_gate else 0)
             if self.expert_bias:  # the router's and each expert's (gate/up and down) biases
-                per += self.num_experts * (1 + self.expert_bias_params)
+                per += self.num_experts * (1 + self.mlp_bias_params)
             n += self.num_moe_layers * per
         if self.is_mla:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
@@ -336,10 +336,8 @@ class ModelSpec:
         return n
 
     @property
-    def expert_bias_params(self) -> int:
-        """Biases of one expert's matrices (gpt-oss; 0 for other families)."""
-        if not self.expert_bias:
-            return 0
+    def mlp_bias_params(self) -> int:
+        """Biases of one MLP's (or one expert's) matrices: gate/up, then down."""
         return (2 if self.gated_mlp else 1) * self.ffn_size + self.hidden_size
 
     @cached_property
@@ -358,7 +356,7 @@ class ModelSpec:
         if self.o_bias:
             n += d
         if self.mlp_bias:
-            n += self.num_experts * ((2 if self.gated_mlp else 1) * self.ffn_size + d)
+            n += self.num_experts * self.mlp_bias_params
         n += (4 if self.sandwich_norms else 2) * d * (2 if self.norm == "layer" else 1)
         if self.is_moe:  # the router, averaged over the layers (see variant_small_params)
             n += self.variant_small_params // self.num_layers
@@ -392,7 +390,7 @@ class ModelSpec:
         biases (a layer without an MLP has neither)."""
         n = self.hidden_size * (2 if self.norm == "layer" else 1)
         if self.mlp_bias:
-            n += (2 if self.gated_mlp else 1) * self.ffn_size + self.hidden_size
+            n += self.mlp_bias_params
         return n
 
     def _dense_twin(self) -> ModelSpec:
@@ -410,7 +408,7 @@ class ModelSpec:
     def num_active_params(self) -> int:
         """Parameters one token touches (MoE: `experts_per_token` routed + shared experts)."""
         idle = (self.num_moe_layers * (self.num_experts - self.experts_per_token)
-                * self.expert_bias_params)
+                * self.mlp_bias_params if self.expert_bias else 0)
         return (self.attention_matrix_params + self.active_mlp_params
                 + self.small_params - idle + self.embedding_params)
 
