@@ -11,7 +11,7 @@ NEW = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
        "deepseek-v2-lite", "deepseek-v3", "mistral-7b", "glm-4.5-air", "glm-4.6"]
 # and entries whose small parameters are their family's own (gpt-oss's biases and sink logits,
 # MiniMax-M2's q/k norms across the heads)
-COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5"]
+COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5", "glm-4.7-flash"]
 
 
 def _catalog_config(name: str) -> dict:
@@ -31,7 +31,8 @@ def test_param_count_equals_transformers(name):
     model_type = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
                   "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
                   "MistralForCausalLM": "mistral", "Glm4MoeForCausalLM": "glm4_moe",
-                  "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2"}[arch]
+                  "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
+                  "Glm4MoeLiteForCausalLM": "glm4_moe_lite"}[arch]
     hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)

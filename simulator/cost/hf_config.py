@@ -6,8 +6,10 @@ of experts and
 attention variants whose extra fields `model_variants.py` reads (Qwen2/3-MoE, DeepSeek-V2/V3
 with MLA and V3.2 with sparse attention, GLM-4.5/4.6, GLM-5, gpt-oss, MiniMax-M2, Llama 4, and
 Qwen3-Next and Qwen3.5 with Gated DeltaNet linear attention), the text models of the
-multimodal releases built on them (Kimi-K2.5, Qwen3-VL), and Nemotron-H's Mamba-2 hybrids
-(`hybrid_blocks.py`). Errors name the config and the field."""
+multimodal releases built on them (Kimi-K2.5, Qwen3-VL), the mixtures of experts whose keys
+`moe_families.py` reads (OLMoE, FlexOlmo, Phi-3.5-MoE, Granite MoE, Hunyuan-A13B, ERNIE-4.5 MoE,
+dots.llm1, GLM-4.7-Flash, EXAONE MoE), and Nemotron-H's Mamba-2 hybrids (`hybrid_blocks.py`).
+Errors name the config and the field."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from simulator.cost.model_variants import (
     moe_fields,
     window_fields,
 )
+from simulator.cost.moe_families import more_moe_fields
 
 # attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention and
 # Glm4Attention
@@ -32,8 +35,11 @@ BIASED_BY_DEFAULT = ("gpt_oss", "glm4", "seed_oss")
 # families whose o_proj bias has a key of its own (SeedOssConfig's `attention_out_bias`)
 O_BIAS_KEY = {"seed_oss": "attention_out_bias"}
 # per-head q/k RMSNorms (Qwen3's kind) and norms across all heads (OLMo 2 / 3's, MiniMax-M2's)
-QK_NORM_FAMILIES = ("qwen3", "gemma3", "qwen3_5", "exaone4", "hunyuan_v1_dense")
-QK_NORM_ACROSS_HEADS = ("minimax_m2", "olmo2", "olmo3")
+QK_NORM_FAMILIES = ("qwen3", "gemma3", "qwen3_5", "exaone4", "hunyuan_v1_dense", "hunyuan_v1_moe",
+                    "dots1", "exaone_moe")
+QK_NORM_ACROSS_HEADS = ("minimax_m2", "olmo2", "olmo3", "olmoe", "flex_olmo")
+# LayerNorms (weight and bias) instead of RMSNorms (Phi-3.5-MoE)
+LAYER_NORM_FAMILIES = ("phimoe",)
 # norms on each sublayer's output as well as its input (Gemma 2 / 3, GLM-4's dense models)
 SANDWICH_FAMILIES = ("gemma2", "gemma3", "glm4")
 
@@ -82,6 +88,17 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3VLMoeForConditionalGeneration": "qwen3_moe",
     # Mamba-2 / attention / MLP or MoE blocks (Nemotron-H, Nemotron-Nano-2, Nemotron-3)
     "NemotronHForCausalLM": "nemotron_h",
+    # mixtures of experts whose keys moe_families.py reads
+    "OlmoeForCausalLM": "olmoe",  # OLMoE: q/k norms across the heads
+    "FlexOlmoForCausalLM": "flex_olmo",  # OLMo 2's layers with OLMoE's experts
+    "PhimoeForCausalLM": "phimoe",  # Phi-3.5-MoE: LayerNorms, biases, an LM-head bias
+    "GraniteMoeForCausalLM": "granitemoe",
+    "GraniteMoeSharedForCausalLM": "granitemoeshared",  # and one shared MLP
+    "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",  # Hunyuan-A13B: per-head q/k norms
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",  # ERNIE-4.5-21B-A3B, 300B-A47B
+    "Dots1ForCausalLM": "dots1",  # dots.llm1: DeepSeek's MoE, per-head q/k norms
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",  # GLM-4.7-Flash: DeepSeek's MoE and MLA
+    "ExaoneMoeForCausalLM": "exaone_moe",  # EXAONE 4's attention, DeepSeek's MoE
 }
 # families whose multimodal config.json nests the text model's fields under `text_config`
 TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "qwen3",
@@ -93,7 +110,7 @@ MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_
                        "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe",
                        "granite": "llama", "smollm3": "llama"}
 # families whose config defaults tie the LM head to the embeddings (transformers' configs)
-TIED_BY_DEFAULT = ("gemma2", "gemma3", "ernie4_5")
+TIED_BY_DEFAULT = ("gemma2", "gemma3", "ernie4_5", "ernie4_5_moe")
 # the head size HF's config class gives a family whose config.json states none (others:
 # hidden_size / num_attention_heads)
 HEAD_DIM_DEFAULTS = {"qwen3": 128, "seed_oss": 128, "glm4": 128, "ernie4_5": 128, "gemma2": 256,
@@ -101,7 +118,7 @@ HEAD_DIM_DEFAULTS = {"qwen3": 128, "seed_oss": 128, "glm4": 128, "ernie4_5": 128
 # families with biases on every expert's matrices and on the router (gpt-oss's MoE)
 EXPERT_BIAS_FAMILIES = ("gpt_oss",)
 # families whose one `use_bias` switch puts biases on q/k/v, o and the MLP (Ernie4_5Config)
-USE_BIAS_FAMILIES = ("ernie4_5",)
+USE_BIAS_FAMILIES = ("ernie4_5", "ernie4_5_moe")
 
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
@@ -253,7 +270,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         d = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
         layers = _int(cfg, "num_hidden_layers", where)  # (the variant fields index layers by it)
-        variant = {**moe_fields(cfg, fam, where), **mla_fields(cfg, fam, where),
+        variant = {**moe_fields(cfg, fam, where), **more_moe_fields(cfg, fam, where),
+                   **mla_fields(cfg, fam, where),
                    **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
                    **linear_attention_fields(cfg, fam, where)}
         attention_bias = bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "attention_bias",
@@ -272,11 +290,13 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             qkv_bias=fam in ("qwen2", "qwen2_moe") or (attention_bias
                                                       and fam not in ("deepseek_v2", "deepseek_v3",
                                                                       "deepseek_v32",
-                                                                      "glm_moe_dsa")),
+                                                                      "glm_moe_dsa",
+                                                                      "glm4_moe_lite")),
             o_bias=(bool(cfg.get(O_BIAS_KEY[fam], False)) if fam in O_BIAS_KEY
                     else attention_bias and fam not in NO_O_BIAS_FAMILIES),
             mlp_bias=bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "mlp_bias", False)),
-            norm="rms",
+            norm="layer" if fam in LAYER_NORM_FAMILIES else "rms",
+            lm_head_bias=fam == "phimoe" and bool(cfg.get("lm_head_bias", False)),
             qk_norm=bool(variant.pop("qk_norm", False)) or fam in QK_NORM_FAMILIES
             or fam in QK_NORM_ACROSS_HEADS or bool(cfg.get("use_qk_norm", False)),
             sandwich_norms=fam in SANDWICH_FAMILIES,

@@ -63,7 +63,7 @@ from typing import Any
 MOE_FAMILIES = {"mixtral", "gpt_oss", "minimax_m2", "llama4", "qwen2_moe", "qwen3_moe", "deepseek_v2",
                 "deepseek_v3", "glm4_moe", "deepseek_v32", "glm_moe_dsa", "qwen3_next",
                 "qwen3_5_moe"}
-MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
+MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite"}
 # DeepSeek Sparse Attention: a lightning indexer picks the keys each query attends to
 DSA_FAMILIES = {"deepseek_v32", "glm_moe_dsa"}
 SINK_FAMILIES = {"gpt_oss"}  # architectures with per-head attention sinks
@@ -218,7 +218,7 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
 
 
 # the window HF's config class gives a family whose config.json does not state one
-WINDOW_DEFAULTS = {"olmo3": 4096, "exaone4": 4096}
+WINDOW_DEFAULTS = {"olmo3": 4096, "exaone4": 4096, "exaone_moe": 4096, "dots1": 4096}
 
 
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
@@ -227,7 +227,8 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
                                                                           False):
         return {}
     if fam not in ("mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss",
-                   "llama4", "gemma2", "gemma3", "phi3", "olmo3", "exaone4"):
+                   "llama4", "gemma2", "gemma3", "phi3", "olmo3", "exaone4", "exaone_moe",
+                   "phimoe", "dots1"):
         return {}
     window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window",
                      WINDOW_DEFAULTS.get(fam))
@@ -255,7 +256,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
     elif fam == "olmo3":  # HF: every fourth layer global
         sliding = sum(1 for i in range(L) if (i + 1) % 4)
-    elif fam == "exaone4":  # HF: every sliding_window_pattern-th layer global (default 4)
+    elif fam in ("exaone4", "exaone_moe"):  # HF: every sliding_window_pattern-th layer global
         pattern = optional_int(cfg, "sliding_window_pattern", where, 4)
         sliding = sum(1 for i in range(L) if (i + 1) % pattern) if pattern else 0
     elif fam == "gemma2":  # HF: sliding and global alternate, sliding first
@@ -266,8 +267,8 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
             raise ValueError(f"{where}: field 'sliding_window_pattern' must be a positive "
                              "integer, got 0")
         sliding = sum(1 for i in range(L) if (i + 1) % pattern)
-    elif fam in ("qwen2", "qwen3", "qwen2_moe"):  # HF: layers from max_window_layers on slide
-        mwl = optional_int(cfg, "max_window_layers", where, L)
+    elif fam in ("qwen2", "qwen3", "qwen2_moe", "dots1"):  # HF: from max_window_layers on
+        mwl = optional_int(cfg, "max_window_layers", where, 62 if fam == "dots1" else L)
         sliding = sum(1 for i in range(L) if i >= mwl) if fam != "qwen2_moe" else \
             sum(1 for i in range(L) if (i + 1) % 2 and i < mwl)
     else:

@@ -74,6 +74,8 @@ class ModelSpec:
     # ---- sliding-window attention (0 = none) ----
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): vLLM's kernel choice
     expert_bias: bool = False  # gpt-oss: biases on every expert's matrices and on the router
+    router_bias: bool = False  # ERNIE-4.5 MoE: a score correction per expert, a parameter
+    lm_head_bias: bool = False  # Phi-3.5-MoE: a bias on the LM head's logits
     sliding_window: int = 0  # tokens a sliding layer attends to (keys pos-window+1 .. pos)
     num_sliding_layers: int = 0  # layers that use it (the rest attend to the full context)
     # ---- Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5; 0 = none) ----
@@ -314,7 +316,7 @@ class ModelSpec:
     def variant_small_params(self) -> int:
         """Norms and gates of the MoE / MLA / q-k-norm variants, all layers (never quantized):
         routers (and Qwen2-MoE's shared-expert gate) on the MoE layers only (DeepSeek-V3's
-        per-expert score bias is a buffer, not a parameter, in HF),
+        per-expert score bias is a buffer, not a parameter, in HF; ERNIE-4.5's a parameter),
         MLA's latent (and q LoRA) RMSNorms, Qwen3's per-head q/k norms (MiniMax-M2's across
         the heads), gpt-oss's sink logits and expert and router biases."""
         d, n = self.hidden_size, 0
@@ -322,6 +324,8 @@ class ModelSpec:
             per = d * self.num_experts + (d if self.shared_expert_gate else 0)
             if self.expert_bias:  # the router's and each expert's (gate/up and down) biases
                 per += self.num_experts * (1 + self.mlp_bias_params)
+            elif self.router_bias:
+                per += self.num_experts
             n += self.num_moe_layers * per
         if self.is_mla:
             n += self.num_layers * (self.kv_lora_rank + self.q_lora_rank)
@@ -372,6 +376,8 @@ class ModelSpec:
             n += 2 * p * d  # OPT project_in / project_out
         if not self.tie_word_embeddings:
             n += self.vocab_size * p
+        if self.lm_head_bias:
+            n += self.vocab_size
         return n + (d * (2 if self.norm == "layer" else 1) if self.final_norm else 0)
 
     @cached_property
