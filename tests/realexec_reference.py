@@ -16,7 +16,9 @@ FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-seed
             "tiny-olmo2", "tiny-olmo3", "tiny-exaone4", "tiny-gpt2", "tiny-opt", "tiny-opt-350m",
             "tiny-mistral-sw", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
             "tiny-deepseek-v3", "tiny-deepseek-v32", "tiny-glm5", "tiny-glm4-moe",
-            "tiny-minimax-m2", "tiny-llama4", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3",
+            "tiny-minimax-m2", "tiny-olmoe", "tiny-flex-olmo", "tiny-phimoe", "tiny-granitemoe",
+            "tiny-granitemoe-shared", "tiny-hunyuan-moe", "tiny-ernie4.5-moe", "tiny-dots1",
+            "tiny-glm4-moe-lite", "tiny-exaone-moe", "tiny-llama4", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3",
             "tiny-phi3", "tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3.5-mm",
             "tiny-nemotron-h", "tiny-nemotron-h-latent"]
 # Gated DeltaNet or Mamba-2 layers: a state per request, no KV

@@ -202,6 +202,58 @@ TINY: dict[str, dict[str, Any]] = {
                         "num_experts_per_tok": 2, "rotary_dim": 16, "use_qk_norm": True,
                         "qk_norm_type": "per_layer", "scoring_func": "sigmoid",
                         "use_routing_bias": True},
+    # OLMoE: 4 experts top-2 on every layer, q and k each RMS-normed across all heads, then q, k
+    # and v clamped to +-3 (`clip_qkv`, which OLMo's first releases set)
+    "tiny-olmoe": {"model_type": "olmoe", **_TINY_COMMON, "num_experts": 4,
+                   "num_experts_per_tok": 2, "clip_qkv": 3.0, "pad_token_id": 0},
+    # FlexOlmo: OLMo 2's norms after each sublayer with OLMoE's experts and q/k norms
+    "tiny-flex-olmo": {"model_type": "flex_olmo", **_TINY_COMMON, "num_experts": 4,
+                       "num_experts_per_tok": 2, "pad_token_id": 0},
+    # Phi-3.5-MoE: LayerNorms, q/k/v/o biases and an LM-head bias, 4 experts top-2 routed by
+    # sparsemixer, every layer sliding over 10 tokens
+    "tiny-phimoe": {"model_type": "phimoe", **_TINY_COMMON, "num_local_experts": 4,
+                    "num_experts_per_tok": 2, "attention_bias": True, "lm_head_bias": True,
+                    "sliding_window": 10},
+    # Granite MoE: Granite 3's multipliers, 4 experts top-2; the shared variant adds an
+    # always-on MLP of 48
+    "tiny-granitemoe": {"model_type": "granitemoe", **_TINY_COMMON, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "embedding_multiplier": 2.0,
+                        "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                        "logits_scaling": 4.0, "pad_token_id": 0},
+    "tiny-granitemoe-shared": {"model_type": "granitemoeshared", **_TINY_COMMON,
+                               "num_local_experts": 4, "num_experts_per_tok": 2,
+                               "shared_intermediate_size": 48, "embedding_multiplier": 2.0,
+                               "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                               "logits_scaling": 4.0, "pad_token_id": 0},
+    # Hunyuan MoE (Hunyuan-A13B): per-head q/k norms after the rotary, 4 experts top-2 and the
+    # shared MLP
+    "tiny-hunyuan-moe": {"model_type": "hunyuan_v1_moe", **_TINY_COMMON, "head_dim": 16,
+                         "num_experts": 4, "moe_topk": 2, "pad_token_id": 0},
+    # ERNIE-4.5 MoE: interleaved rotary, layer 0 dense, then 4 experts top-2 (a router score
+    # correction) and 2 shared experts; tied embeddings, as the releases
+    "tiny-ernie4.5-moe": {"model_type": "ernie4_5_moe", **_TINY_COMMON, "num_hidden_layers": 3,
+                          "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32,
+                          "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+                          "tie_word_embeddings": True, "pad_token_id": 0},
+    # dots.llm1: per-head q/k norms, layer 0 dense, then 4 experts top-2 (sigmoid router with a
+    # score correction) and a shared expert
+    "tiny-dots1": {"model_type": "dots1", **_TINY_COMMON, "head_dim": 16, "n_routed_experts": 4,
+                   "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 32,
+                   "first_k_dense_replace": 1, "pad_token_id": 0},
+    # GLM-4.7-Flash: tiny-deepseek-v3's MLA (interleaved rotary) and MoE, one expert group
+    "tiny-glm4-moe-lite": {"model_type": "glm4_moe_lite", **_TINY_COMMON,
+                           "num_key_value_heads": 4, "n_routed_experts": 4,
+                           "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                           "n_shared_experts": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+                           "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+                           "mlp_layer_types": ["dense", "sparse"], "pad_token_id": 0},
+    # EXAONE MoE: EXAONE 4's per-head q/k norms and sliding layers (3 sliding over 10 tokens, 1
+    # full without rotary) with input norms, layer 0 dense, 4 experts top-2 and a shared one
+    "tiny-exaone-moe": {"model_type": "exaone_moe", **_TINY_COMMON, "num_hidden_layers": 4,
+                        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                        "num_shared_experts": 1, "moe_intermediate_size": 32,
+                        "first_k_dense_replace": 1, "sliding_window": 10,
+                        "sliding_window_pattern": 4, "pad_token_id": 0},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

@@ -20,7 +20,7 @@ from torch import nn
 from realexec.engine.attention import AttentionBackend
 from realexec.engine.sparse_index import SparseIndexState, index_key_dim
 
-MLA_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
+MLA_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite"})
 
 
 def mla_cache_dim(config) -> int:

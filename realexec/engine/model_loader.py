@@ -1,7 +1,9 @@
-"""Load HF `transformers` causal LMs (Llama, Mistral, Qwen2, GPT-2 and the mixtures of experts
-Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 and GLM-5 with sparse
-attention, GLM-4.5, gpt-oss, and the hybrids Qwen3-Next, Qwen3.5 (Gated DeltaNet) and
-Nemotron-H (Mamba-2)) for the real executor.
+"""Load HF `transformers` causal LMs (the families `SUPPORTED_MODEL_TYPES` lists: Llama,
+Mistral, Qwen2, GPT-2 and the other dense families; the mixtures of experts Mixtral, Qwen2-MoE,
+Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 and GLM-5 with sparse attention, GLM-4.5,
+gpt-oss, OLMoE, Phi-3.5-MoE, Granite MoE, Hunyuan MoE, ERNIE-4.5 MoE, dots.llm1, GLM-4.7-Flash,
+EXAONE MoE; and the hybrids Qwen3-Next, Qwen3.5 (Gated DeltaNet) and Nemotron-H (Mamba-2)) for
+the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
 (a `config.json` path, a dict with `model_type`, a `PretrainedConfig`, or a built-in name from
@@ -49,6 +51,16 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm4_moe": "GLM-4.5",
     "gpt_oss": "gpt-oss",
     "minimax_m2": "MiniMax-M2",
+    "olmoe": "OLMoE",
+    "flex_olmo": "FlexOlmo",
+    "phimoe": "Phi-3.5-MoE",
+    "granitemoe": "Granite MoE",
+    "granitemoeshared": "Granite MoE (shared expert)",
+    "hunyuan_v1_moe": "Hunyuan MoE",
+    "ernie4_5_moe": "ERNIE-4.5 MoE",
+    "dots1": "dots.llm1",
+    "glm4_moe_lite": "GLM-4.7-Flash",
+    "exaone_moe": "EXAONE MoE",
     "llama4_text": "Llama 4 (its text model)",
     "llama4": "Llama 4 (multimodal; its text model)",  # Scout and Maverick's config.json
     "gemma2": "Gemma 2",
@@ -126,6 +138,21 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "olmo2": _DENSE,
     "olmo3": _DENSE,
     "exaone4": _DENSE,
+    # the mixtures of experts moe_families.py reads: each config class's defaults are a
+    # release's shapes (OlmoeConfig: OLMoE-1B-7B; PhimoeConfig: Phi-3.5-MoE; Ernie4_5_MoeConfig:
+    # 21B-A3B; Dots1Config: dots.llm1; Glm4MoeLiteConfig: GLM-4.7-Flash; ...). transformers
+    # cannot build a Hunyuan MoE without head_dim.
+    "olmoe": (*_DENSE, "num_experts", "num_experts_per_tok"),
+    "flex_olmo": (*_DENSE, "num_experts", "num_experts_per_tok"),
+    "phimoe": (*_DENSE, "num_local_experts", "num_experts_per_tok"),
+    "granitemoe": (*_DENSE, "num_local_experts", "num_experts_per_tok"),
+    "granitemoeshared": (*_DENSE, "num_local_experts", "num_experts_per_tok",
+                         "shared_intermediate_size"),
+    "hunyuan_v1_moe": (*_DENSE_HEAD, "num_experts", "moe_topk"),
+    "ernie4_5_moe": (*_DENSE, "moe_intermediate_size", "moe_num_experts", "moe_k"),
+    "dots1": (*_DENSE, "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
+    "glm4_moe_lite": (*_DEEPSEEK_V3, "num_key_value_heads", "q_lora_rank"),
+    "exaone_moe": (*_DENSE, "moe_intermediate_size", "num_experts", "num_experts_per_tok"),
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": _DENSE_HEAD,
     # Phi3Config's defaults are Phi-3-mini's

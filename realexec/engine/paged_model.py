@@ -52,7 +52,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
     Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3, OLMo 3,
-    EXAONE 4) slide only their "sliding_attention" layers; Mistral, Mixtral, Qwen3-MoE and Phi-3 slide every layer
+    EXAONE 4 and its MoE, dots.llm1) slide only their "sliding_attention" layers; Mistral,
+    Mixtral, Qwen3-MoE, Phi-3 and Phi-3.5-MoE slide every layer
     when `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). Llama 4's "chunked_attention" layers keep `attention_chunk_size`
     positions (a query attends within its chunk, `llama4.py`). GPT-2 and Llama have no window.
@@ -67,20 +68,22 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
                                                          "gpt_oss", "gemma2", "gemma3_text",
-                                                         "olmo3", "exaone4"):
+                                                         "olmo3", "exaone4", "exaone_moe",
+                                                         "dots1"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
-    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
+    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "phimoe"):
         return [window] * n
     return [None] * n
 
 
 def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[bool]:
     """Whether each layer rotates q and k: not SmolLM3's NoPE layers (`no_rope_layers` 0),
-    nor EXAONE 4's full-attention layers when it has sliding ones (HF's rules)."""
+    nor EXAONE 4's (and EXAONE MoE's) full-attention layers when it has sliding ones (HF's
+    rules)."""
     n = config.num_hidden_layers
     if config.model_type == "smollm3":
         return [bool(r) for r in config.no_rope_layers[:n]]
-    if config.model_type == "exaone4" and any(windows):
+    if config.model_type in ("exaone4", "exaone_moe") and any(windows):
         return [w is not None for w in windows]
     return [True] * n
 
@@ -90,7 +93,12 @@ def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[b
 # router and the experts treat every token on its own, so this changes nothing)
 MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
                              "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
-                             "qwen3_5_text", "qwen3_5_moe_text"})
+                             "qwen3_5_text", "qwen3_5_moe_text", "olmoe", "flex_olmo", "phimoe",
+                             "granitemoe", "granitemoeshared", "hunyuan_v1_moe",
+                             "ernie4_5_moe", "dots1", "glm4_moe_lite", "exaone_moe"})
+# Granite 3 and Granite MoE: scalar multipliers on the embeddings, the sublayers' outputs and
+# the logits
+_GRANITE_MODEL_TYPES = frozenset({"granite", "granitemoe", "granitemoeshared"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator)
@@ -105,12 +113,12 @@ _SANDWICH_NORMS = {
 }
 # families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
 # halves; GLM-4-0414: interleaved pairs of a partial rotary; ERNIE-4.5: interleaved pairs)
-_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "ernie4_5"})
+_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "ernie4_5", "ernie4_5_moe"})
 # Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate
 # with different bases: `rotary_emb(x, pos, layer_type)`)
 _ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
-# OLMo 2 / 3, EXAONE 4: norms on each sublayer's output only (no input norms)
-_POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "exaone4"})
+# OLMo 2 / 3, FlexOlmo, EXAONE 4: norms on each sublayer's output only (no input norms)
+_POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "flex_olmo", "exaone4"})
 
 
 class PagedCausalLM:
@@ -121,8 +129,11 @@ class PagedCausalLM:
     sandwich norms) / GPT-2 / OPT causal LM, or the MoE Mixtral /
     Qwen2-MoE / Qwen3-MoE / DeepSeek-V3 (MLA) / DeepSeek-V3.2 and GLM-5 (MLA with sparse
     attention) / GLM-4.5 (partial rotary) / gpt-oss (sinks, mixed windows) / MiniMax-M2 (q/k
-    norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`), or
-    the hybrids Qwen3-Next / Qwen3.5 (Gated DeltaNet)
+    norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`) /
+    OLMoE and FlexOlmo (q/k norms across heads, `clip_qkv`) / Phi-3.5-MoE (LayerNorms, biases) /
+    Granite MoE (multipliers, a shared MLP) / Hunyuan MoE / ERNIE-4.5 MoE / dots.llm1 /
+    GLM-4.7-Flash (MLA) / EXAONE MoE (sliding layers), or the hybrids Qwen3-Next / Qwen3.5
+    (Gated DeltaNet)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -197,6 +208,8 @@ class PagedCausalLM:
                               and q_norm.weight.numel() == self.num_heads * self.head_dim)
         self.qk_norm = q_norm is not None and not self.qk_norm_whole
         self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
+        # OLMoE: q, k and v clamped to +-clip_qkv after the norms (null in the releases)
+        self.clip_qkv = getattr(config, "clip_qkv", None)
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
@@ -215,7 +228,7 @@ class PagedCausalLM:
         # Granite 3: scalar multipliers on the embeddings and each sublayer's output, and a
         # divisor on the logits (its attention_multiplier is the layers' own `scaling`), read
         # from the config once
-        self.granite = self.family == "granite"
+        self.granite = self.family in _GRANITE_MODEL_TYPES
         if self.granite:
             self.embedding_multiplier = float(config.embedding_multiplier)
             self.residual_multiplier = float(config.residual_multiplier)
@@ -301,13 +314,13 @@ class PagedCausalLM:
             x = h if self.post_norm else layer.input_layernorm(h)
             if self.linear[i]:  # Gated DeltaNet: each request over its own state
                 h = h + linear[0].run(layer.linear_attn, x, linear[1])
-                h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
+                h = h + self._mlp(layer, layer.post_attention_layernorm(h))
                 continue
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
             if self.mla:
                 h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, sparse)
-                h = h + layer.mlp(layer.post_attention_layernorm(h)[None])[0]
+                h = h + self._mlp(layer, layer.post_attention_layernorm(h))
                 continue
             if self.fused_qkv:  # Phi-3: [q | k | v] along the output features
                 qd, kd = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -327,6 +340,9 @@ class PagedCausalLM:
                 q = sa.q_proj(x).view(t, self.num_heads, self.head_dim)
                 k = sa.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
                 v = sa.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            if self.clip_qkv is not None:
+                c = self.clip_qkv
+                q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
             if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
             if self.hf_rotate is not None:  # gpt-oss, GLM-4: HF's own (cos/sin [T, 1, d])
@@ -343,26 +359,34 @@ class PagedCausalLM:
             o = sa.o_proj(o)
             if self.post_norm:  # OLMo 2/3, EXAONE 4: norm each sublayer's output alone
                 h = h + layer.post_attention_layernorm(o)
-                h = h + layer.post_feedforward_layernorm(layer.mlp(h))
+                h = h + layer.post_feedforward_layernorm(self._mlp(layer, h))
                 continue
             if self.sandwich:  # Gemma 2/3, GLM-4: norm each sublayer's output before the add
                 post_attn, pre_mlp, post_mlp = self.sandwich_norms[i]
                 h = h + post_attn(o)
-                h = h + post_mlp(layer.mlp(pre_mlp(h)))
+                h = h + post_mlp(self._mlp(layer, pre_mlp(h)))
                 continue
             if self.granite:  # Granite: each sublayer's output x residual_multiplier
                 h = h + o * self.residual_multiplier
-                h = h + layer.mlp(layer.post_attention_layernorm(h)) * self.residual_multiplier
+                h = h + self._mlp(layer, layer.post_attention_layernorm(h)) \
+                    * self.residual_multiplier
                 continue
             h = h + o
-            x = layer.post_attention_layernorm(h)
-            if not self.moe:
-                h = h + layer.mlp(x)
-            elif self.mlp_scores:  # gpt-oss: (hidden [1, T, H], router scores)
-                h = h + layer.mlp(x[None])[0][0]
-            else:
-                h = h + layer.mlp(x[None])[0]
+            h = h + self._mlp(layer, layer.post_attention_layernorm(h))
         return h
+
+    def _mlp(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The layer's MLP or MoE block on the flat batch `x` `[T, hidden]` (HF's MoE blocks
+        take `[batch, seq, hidden]`: the batch goes in as one sequence)."""
+        if not self.moe:
+            return layer.mlp(x)
+        if self.granite:  # Granite MoE: the routed block, plus the shared MLP where there is one
+            out = layer.block_sparse_moe(x[None])[0]
+            shared = getattr(layer, "shared_mlp", None)
+            return out if shared is None else out + shared(x)
+        if self.mlp_scores:  # gpt-oss: (hidden [1, T, H], router scores)
+            return layer.mlp(x[None])[0][0]
+        return layer.mlp(x[None])[0]
 
     def _forward_nemotron_h(self, ids: torch.Tensor, attn: AttentionBackend,
                             linear: tuple[LinearStates, list[Segment]] | None):
