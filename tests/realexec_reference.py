@@ -20,10 +20,12 @@ FAMILIES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-seed
             "tiny-granitemoe-shared", "tiny-hunyuan-moe", "tiny-ernie4.5-moe", "tiny-dots1",
             "tiny-glm4-moe-lite", "tiny-exaone-moe", "tiny-llama4", "tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3",
             "tiny-phi3", "tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3.5-mm",
-            "tiny-nemotron-h", "tiny-nemotron-h-latent"]
+            "tiny-nemotron-h", "tiny-nemotron-h-latent", "tiny-granite4-h",
+            "tiny-granite4-h-dense"]
 # Gated DeltaNet or Mamba-2 layers: a state per request, no KV
 LINEAR_FAMILIES = ["tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3.5-mm",
-                   "tiny-nemotron-h", "tiny-nemotron-h-latent"]
+                   "tiny-nemotron-h", "tiny-nemotron-h-latent", "tiny-granite4-h",
+                   "tiny-granite4-h-dense"]
 VOCAB = 256  # vocab_size of the tiny configs (realexec.engine.configs.TINY)
 
 

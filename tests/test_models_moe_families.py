@@ -1,5 +1,6 @@
 """Mixtures of experts a planner brings as a config.json (OLMoE, FlexOlmo, Phi-3.5-MoE, Granite
-MoE, Hunyuan-A13B, ERNIE-4.5 MoE, dots.llm1, GLM-4.7-Flash, EXAONE MoE): the simulator counts
+MoE, Granite 4.0's Mamba-2 hybrids, Hunyuan-A13B, ERNIE-4.5 MoE, dots.llm1, GLM-4.7-Flash, EXAONE
+MoE): the simulator counts
 the parameters transformers builds, with the experts, shared experts and dense layers where
 transformers puts them, and slides the layers HF's config slides."""
 
@@ -17,6 +18,9 @@ _DEEPSEEK = {"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts"
              "moe_intermediate_size": 32}
 _MLA = {"kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
         "v_head_dim": 16, "head_dim": None}
+_GRANITE_MAMBA = {"shared_intermediate_size": 48, "mamba_n_heads": 8, "mamba_d_state": 16,
+                  "mamba_n_groups": 2, "mamba_d_conv": 4, "mamba_expand": 2,
+                  "layer_types": ["mamba", "mamba", "attention"] * 2}
 FAMILIES = {
     "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},
     "flex_olmo": {"num_experts": 4, "num_experts_per_tok": 2},
@@ -41,6 +45,14 @@ FAMILIES = {
                              "mlp_layer_types": ["dense", "sparse", "dense"] + ["sparse"] * 3},
     "exaone_moe": {"num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1,
                    "moe_intermediate_size": 32, "sliding_window": 512},
+    # Granite 4.0: Mamba-2 and attention layers, each with experts and a shared MLP, or (the
+    # dense releases) the shared MLP alone; legacy and current layer-type names
+    "granitemoehybrid": {**_MIXTRAL, **_GRANITE_MAMBA},
+    "granitemoehybrid-dense": {**_GRANITE_MAMBA, "num_local_experts": 0,
+                               "layer_types": ["linear_attention", "full_attention"] * 3},
+    "granitemoehybrid-attention-only": {**_MIXTRAL, "shared_intermediate_size": 48,
+                                        "layer_types": ["attention"] * 6,
+                                        "position_embedding_type": "rope"},
     "exaone_moe-pattern": {"num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1,
                            "moe_intermediate_size": 32, "sliding_window": 512,
                            "sliding_window_pattern": 2, "first_k_dense_replace": 2},
@@ -65,7 +77,8 @@ def _hf_mlp_layers(hf) -> tuple[int, int]:
     """(MoE layers, dense layers) of a transformers model, from its modules."""
     moe = dense = 0
     for layer in hf.model.layers:
-        block = getattr(layer, "block_sparse_moe", None) or layer.mlp
+        block = (getattr(layer, "block_sparse_moe", None) or getattr(layer, "mlp", None)
+                 or layer.shared_mlp)  # (Granite 4.0's dense releases: the shared MLP alone)
         if hasattr(block, "experts"):
             moe += 1
         else:
@@ -79,8 +92,10 @@ def test_counts_experts_and_windows_equal_transformers(case):
     hf_cfg, hf = _hf(model_type, cfg)
     spec = ModelSpec.from_hf_config({**cfg, "model_type": model_type})
     assert spec.num_params == sum(p.numel() for p in hf.parameters())
-    assert (spec.num_moe_layers, spec.num_dense_layers) == _hf_mlp_layers(hf)
+    dense = spec.num_dense_layers if spec.is_moe else spec.num_layers
+    assert (spec.num_moe_layers, dense) == _hf_mlp_layers(hf)
     types = getattr(hf_cfg, "layer_types", None) or []
+    assert spec.num_linear_layers == sum(t == "linear_attention" for t in types)
     window = getattr(hf_cfg, "sliding_window", None)
     if model_type == "phimoe":  # every layer slides when a window is set
         types = ["sliding_attention"] * cfg["num_hidden_layers"] if window else []
@@ -140,3 +155,15 @@ def test_a_biased_ernie_moe_is_refused_with_the_reason():
     model_type, cfg = _config("ernie4_5_moe")
     with pytest.raises(ValueError, match="field 'use_bias' is true"):
         ModelSpec.from_hf_config({**cfg, "use_bias": True, "model_type": model_type})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"layer_types": ["mamba"] * 6}, "every one of the 6 layers is Mamba-2"),
+    ({"layer_types": ["mamba", "moe"] * 3}, "field 'layer_types' must list 6 entries"),
+    ({"mamba_proj_bias": True}, "field 'mamba_proj_bias' is True"),
+    ({"mamba_d_head": 7}, r"mamba_n_heads \(8\) x mamba_d_head \(7\) must equal"),
+])
+def test_granite_hybrid_configs_kvpd_cannot_price_are_refused(change, message):
+    model_type, cfg = _config("granitemoehybrid")
+    with pytest.raises(ValueError, match=message):
+        ModelSpec.from_hf_config({**cfg, **change, "model_type": model_type})

@@ -47,3 +47,22 @@ def test_the_simulator_slides_the_layers_the_engine_slides(name):
     sliding = [w for w in windows if w]
     assert spec.num_sliding_layers == len(sliding)
     assert {spec.sliding_window} == (set(sliding) or {0})
+
+
+@pytest.mark.parametrize("name", [n for n in TINY if n not in TEXT_ONLY
+                                  and ModelSpec.from_hf_config(builtin_config(n))
+                                  .has_linear_attention])
+def test_the_simulator_sizes_each_requests_recurrent_state_as_the_engine(name):
+    """Gated DeltaNet and Mamba-2 layers: the bytes of one request's state (its state matrices
+    and convolution inputs over all linear layers), fp32 as the engine runs them here."""
+    import torch
+
+    from realexec.engine.kv_cache import KVCacheSpec
+    from realexec.engine.linear_attention import state_blocks
+    from realexec.engine.paged_model import PagedCausalLM
+
+    model = PagedCausalLM(load_model(name, dtype="fp32", device="cpu", seed=0).model)
+    four_bytes = KVCacheSpec(num_layers=1, num_kv_heads=1, head_dim=1, block_size=1,
+                             dtype=torch.float32, num_planes=1)  # a "block" of 4 bytes
+    spec = ModelSpec.from_hf_config(builtin_config(name))
+    assert 4 * state_blocks(model, four_bytes) == spec.linear_state_bytes("fp32") > 0

@@ -254,6 +254,24 @@ TINY: dict[str, dict[str, Any]] = {
                         "num_shared_experts": 1, "moe_intermediate_size": 32,
                         "first_k_dense_replace": 1, "sliding_window": 10,
                         "sliding_window_pattern": 4, "pad_token_id": 0},
+    # Granite 4.0: 4 layers, Mamba-2 (4 heads of 16, 2 groups of state 8, 4 taps) then NoPE
+    # attention, twice; each with 4 experts top-2 beside a shared MLP of 48; Granite's
+    # multipliers. The dense variant keeps the shared MLP alone and rotates its attention.
+    "tiny-granite4-h": {"model_type": "granitemoehybrid", **_TINY_COMMON, "num_hidden_layers": 4,
+                        "layer_types": ["mamba", "attention"] * 2, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "shared_intermediate_size": 48,
+                        "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 2,
+                        "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 1,
+                        "mamba_chunk_size": 8, "embedding_multiplier": 2.0,
+                        "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                        "logits_scaling": 4.0, "pad_token_id": 0},
+    "tiny-granite4-h-dense": {"model_type": "granitemoehybrid", **_TINY_COMMON,
+                              "num_hidden_layers": 4,
+                              "layer_types": ["mamba", "attention"] * 2, "num_local_experts": 0,
+                              "shared_intermediate_size": 96, "mamba_n_heads": 4,
+                              "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 8,
+                              "mamba_d_conv": 4, "mamba_expand": 1, "mamba_chunk_size": 8,
+                              "position_embedding_type": "rope", "pad_token_id": 0},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

@@ -1,5 +1,5 @@
 """Linear-attention layers in the paged engine: Gated DeltaNet (Qwen3-Next, Qwen3.5's text
-models) and Mamba-2 (Nemotron-H's state-space blocks).
+models) and Mamba-2 (Nemotron-H's state-space blocks, Granite 4.0's layers).
 
 Such a layer keeps no KV per token but a fixed state per request: the last kernel - 1 inputs
 of its causal convolution and a matrix per head (the delta rule's key_dim x value_dim,
@@ -30,8 +30,10 @@ from realexec.engine.kv_cache import KVCacheSpec
 from simulator.core.request import Request
 
 # model_type values whose layers mix Gated DeltaNet and (output-gated) softmax attention, and
-# Nemotron-H, whose Mamba-2 blocks HF's `layer_types` also names "linear_attention"
-LINEAR_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h"})
+# Nemotron-H and Granite 4.0, whose Mamba-2 layers HF's `layer_types` also names
+# "linear_attention"
+LINEAR_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
+                                "granitemoehybrid"})
 
 
 def state_blocks(model: Any, kv: KVCacheSpec) -> int:
@@ -49,6 +51,10 @@ def state_blocks(model: Any, kv: KVCacheSpec) -> int:
         heads, key_dim, value_dim = c.mamba_num_heads, c.ssm_state_size, c.mamba_head_dim
         conv_dim = heads * value_dim + 2 * c.n_groups * key_dim
         kernel, state_dtype = c.conv_kernel, c.mamba_ssm_cache_dtype
+    elif c.model_type == "granitemoehybrid":  # as Nemotron-H's, under Granite's keys
+        heads, key_dim, value_dim = c.mamba_n_heads, c.mamba_d_state, c.mamba_d_head
+        conv_dim = heads * value_dim + 2 * c.mamba_n_groups * key_dim
+        kernel, state_dtype = c.mamba_d_conv, None
     else:  # conv over q, k and v
         heads, key_dim, value_dim = (c.linear_num_value_heads, c.linear_key_head_dim,
                                      c.linear_value_head_dim)

@@ -61,6 +61,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "dots1": "dots.llm1",
     "glm4_moe_lite": "GLM-4.7-Flash",
     "exaone_moe": "EXAONE MoE",
+    "granitemoehybrid": "Granite 4.0 (Mamba-2 hybrid)",
     "llama4_text": "Llama 4 (its text model)",
     "llama4": "Llama 4 (multimodal; its text model)",  # Scout and Maverick's config.json
     "gemma2": "Gemma 2",
@@ -310,6 +311,8 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
     keys = [(k,) for k in REQUIRED_FIELDS.get(model_type, ())]
     if model_type == "nemotron_h":
         keys = _nemotron_h_fields(d, where)
+    elif model_type == "granitemoehybrid":
+        keys = _granite_hybrid_fields(d, where)
     for names in keys:
         key = next((n for n in names if d.get(n) is not None), names[0])
         value = d.get(key)
@@ -341,6 +344,29 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
                                or window <= 0):
         raise ValueError(f"{where}: field 'sliding_window' must be a positive integer, "
                          f"got {window!r}")
+
+
+def _granite_hybrid_fields(d: dict[str, Any], where: str) -> list[tuple[str, ...]]:
+    """The fields a Granite 4.0 config needs: its layer kinds (`layer_types`: Mamba-2 or
+    attention, at least one of them attention) and `num_local_experts` (0 for the dense
+    releases), then the shapes those use. GraniteMoeHybridConfig's defaults are a 32-layer
+    all-Mamba model with 8 experts, which would run another model than the file describes."""
+    types, n = d.get("layer_types"), d.get("num_hidden_layers")
+    kinds = (remap_legacy_layer_types(types) if isinstance(types, list)
+             and all(isinstance(t, str) for t in types) else None)
+    if kinds is None or len(kinds) != n or not set(kinds) <= {"linear_attention", "full_attention"} \
+            or "full_attention" not in kinds:
+        raise ValueError(f"{where}: Granite 4.0 config needs 'layer_types': {n} entries of mamba "
+                         f"/ attention (linear_attention / full_attention), at least one attention; "
+                         f"got {types!r}")
+    experts = d.get("num_local_experts")
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
+        raise ValueError(f"{where}: Granite 4.0 config needs 'num_local_experts' (0 for a dense "
+                         f"release), got {experts!r}")
+    keys = [(k,) for k in (*_CORE, "num_key_value_heads", "shared_intermediate_size")]
+    if experts:
+        keys += [("intermediate_size",), ("num_experts_per_tok",)]
+    return keys
 
 
 def _nemotron_h_fields(d: dict[str, Any], where: str) -> list[tuple[str, ...]]:

@@ -78,11 +78,13 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
 
 def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[bool]:
     """Whether each layer rotates q and k: not SmolLM3's NoPE layers (`no_rope_layers` 0),
-    nor EXAONE 4's (and EXAONE MoE's) full-attention layers when it has sliding ones (HF's
-    rules)."""
+    nor EXAONE 4's (and EXAONE MoE's) full-attention layers when it has sliding ones, nor
+    Granite 4.0's without `position_embedding_type` "rope" (HF's rules)."""
     n = config.num_hidden_layers
     if config.model_type == "smollm3":
         return [bool(r) for r in config.no_rope_layers[:n]]
+    if config.model_type == "granitemoehybrid":  # Granite 4.0: NoPE unless it asks for RoPE
+        return [getattr(config, "position_embedding_type", None) == "rope"] * n
     if config.model_type in ("exaone4", "exaone_moe") and any(windows):
         return [w is not None for w in windows]
     return [True] * n
@@ -95,10 +97,11 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                              "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
                              "qwen3_5_text", "qwen3_5_moe_text", "olmoe", "flex_olmo", "phimoe",
                              "granitemoe", "granitemoeshared", "hunyuan_v1_moe",
-                             "ernie4_5_moe", "dots1", "glm4_moe_lite", "exaone_moe"})
+                             "ernie4_5_moe", "dots1", "glm4_moe_lite", "exaone_moe",
+                             "granitemoehybrid"})
 # Granite 3 and Granite MoE: scalar multipliers on the embeddings, the sublayers' outputs and
 # the logits
-_GRANITE_MODEL_TYPES = frozenset({"granite", "granitemoe", "granitemoeshared"})
+_GRANITE_MODEL_TYPES = frozenset({"granite", "granitemoe", "granitemoeshared", "granitemoehybrid"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
 # families with attention sinks (a learned logit per head in the softmax denominator)
@@ -133,7 +136,7 @@ class PagedCausalLM:
     OLMoE and FlexOlmo (q/k norms across heads, `clip_qkv`) / Phi-3.5-MoE (LayerNorms, biases) /
     Granite MoE (multipliers, a shared MLP) / Hunyuan MoE / ERNIE-4.5 MoE / dots.llm1 /
     GLM-4.7-Flash (MLA) / EXAONE MoE (sliding layers), or the hybrids Qwen3-Next / Qwen3.5
-    (Gated DeltaNet)
+    (Gated DeltaNet), Granite 4.0 (Mamba-2 and NoPE attention, MoE and a shared MLP)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -239,6 +242,8 @@ class PagedCausalLM:
                                              else [None] * self.num_layers)
         self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
         self.rotary = rotary_layers(config, self.windows)
+        # each linear layer's mixer module: Granite 4.0's Mamba-2, Qwen3-Next's Gated DeltaNet
+        self.linear_attr = "mamba" if self.family == "granitemoehybrid" else "linear_attn"
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
@@ -291,7 +296,9 @@ class PagedCausalLM:
     def _rotaries(self, h: torch.Tensor, pos: torch.Tensor) -> dict[str | None, tuple]:
         """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and the families HF's own
         function rotates (gpt-oss: `[T, head_dim / 2]`; GLM-4), `[T, 1, d]` otherwise."""
-        out = {}
+        out: dict[str, tuple] = {}
+        if getattr(self.base, "rotary_emb", None) is None:  # no layer rotates (Granite 4.0 NoPE)
+            return {kind: (None, None) for kind in self._rope_kind_set}
         for kind in self._rope_kind_set:
             cos, sin = (self.base.rotary_emb(h, pos[None, :]) if kind is None
                         else self.base.rotary_emb(h, pos[None, :], kind))
@@ -312,9 +319,11 @@ class PagedCausalLM:
                   if self.index_rotate else None)
         for i, layer in enumerate(self.layers):
             x = h if self.post_norm else layer.input_layernorm(h)
-            if self.linear[i]:  # Gated DeltaNet: each request over its own state
-                h = h + linear[0].run(layer.linear_attn, x, linear[1])
-                h = h + self._mlp(layer, layer.post_attention_layernorm(h))
+            if self.linear[i]:  # Gated DeltaNet, Mamba-2: each request over its own state
+                o = linear[0].run(getattr(layer, self.linear_attr), x, linear[1])
+                scale = self.residual_multiplier if self.granite else 1.0  # (Granite 4.0)
+                h = h + o * scale
+                h = h + self._mlp(layer, layer.post_attention_layernorm(h)) * scale
                 continue
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
@@ -378,12 +387,17 @@ class PagedCausalLM:
     def _mlp(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The layer's MLP or MoE block on the flat batch `x` `[T, hidden]` (HF's MoE blocks
         take `[batch, seq, hidden]`: the batch goes in as one sequence)."""
+        if self.granite and not hasattr(layer, "mlp"):
+            # Granite MoE and 4.0: the routed block and the shared MLP, where each is (4.0's
+            # dense releases: the shared MLP alone)
+            block = getattr(layer, "block_sparse_moe", None)
+            shared = getattr(layer, "shared_mlp", None)
+            out = block(x[None])[0] if block is not None else None
+            if shared is not None:
+                out = shared(x) if out is None else out + shared(x)
+            return out
         if not self.moe:
             return layer.mlp(x)
-        if self.granite:  # Granite MoE: the routed block, plus the shared MLP where there is one
-            out = layer.block_sparse_moe(x[None])[0]
-            shared = getattr(layer, "shared_mlp", None)
-            return out if shared is None else out + shared(x)
         if self.mlp_scores:  # gpt-oss: (hidden [1, T, H], router scores)
             return layer.mlp(x[None])[0][0]
         return layer.mlp(x[None])[0]

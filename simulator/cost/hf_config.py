@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.cost.hybrid_blocks import nemotron_h_fields
+from simulator.cost.hybrid_blocks import GRANITE_HYBRID, granite_hybrid_fields, nemotron_h_fields
 from simulator.cost.model_variants import (
     SINK_FAMILIES,
     dsa_fields,
@@ -88,6 +88,9 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3VLMoeForConditionalGeneration": "qwen3_moe",
     # Mamba-2 / attention / MLP or MoE blocks (Nemotron-H, Nemotron-Nano-2, Nemotron-3)
     "NemotronHForCausalLM": "nemotron_h",
+    # IBM Granite 4.0: Mamba-2 and attention layers, each with an MoE and a shared MLP (or that
+    # MLP alone), Granite 3's multipliers (hybrid_blocks.py)
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid",
     # mixtures of experts whose keys moe_families.py reads
     "OlmoeForCausalLM": "olmoe",  # OLMoE: q/k norms across the heads
     "FlexOlmoForCausalLM": "flex_olmo",  # OLMo 2's layers with OLMoE's experts
@@ -273,7 +276,8 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
         variant = {**moe_fields(cfg, fam, where), **more_moe_fields(cfg, fam, where),
                    **mla_fields(cfg, fam, where),
                    **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
-                   **linear_attention_fields(cfg, fam, where)}
+                   **linear_attention_fields(cfg, fam, where),
+                   **(granite_hybrid_fields(cfg, where) if fam == GRANITE_HYBRID else {})}
         attention_bias = bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "attention_bias",
                                       fam in BIASED_BY_DEFAULT))
         spec = dict(

@@ -17,6 +17,15 @@ attention's `num_attention_heads`, `num_key_value_heads` and `head_dim` (older r
 experts' `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
 `moe_shared_expert_intermediate_size` (one shared MLP of that width) and, for LatentMoE,
 `moe_latent_size`. The multi-token-prediction layers are not priced (as DeepSeek's).
+
+IBM Granite 4.0's hybrids (`GraniteMoeHybridForCausalLM`, `granitemoehybrid`) are read here too
+(`granite_hybrid_fields`): each layer is one mixer, Mamba-2 or attention as `layer_types` says
+("mamba" / "linear_attention", "attention" / "full_attention"), then an MLP: `num_local_experts`
+routed experts of `intermediate_size` (top `num_experts_per_tok`) beside one shared MLP of
+`shared_intermediate_size`, or that MLP alone when `num_local_experts` is 0 (the dense
+releases). Mamba-2 is `mamba_n_heads` heads of `mamba_d_head` ("auto": `mamba_expand` x
+hidden / heads) with `mamba_n_groups` x `mamba_d_state` for B and C and a `mamba_d_conv`-tap
+convolution.
 """
 
 from __future__ import annotations
@@ -115,4 +124,55 @@ def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     if out["experts_per_token"] > out["num_experts"]:
         raise ValueError(f"{where}: num_experts_per_tok={out['experts_per_token']} exceeds the "
                          f"{out['num_experts']} experts")
+    return out
+
+
+GRANITE_HYBRID = "granitemoehybrid"
+# transformers' GraniteMoeHybridConfig defaults for the Mamba-2 keys a release may omit
+GRANITE_MAMBA_DEFAULTS = {"mamba_expand": 2, "mamba_n_heads": 128, "mamba_n_groups": 1,
+                          "mamba_d_state": 256, "mamba_d_conv": 4}
+
+
+def granite_hybrid_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields of a Granite 4.0 hybrid's mixers and MLPs (see the module docstring);
+    the attention shape is read as for any decoder."""
+    L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
+    names = list_field(cfg, "layer_types", where, str) or ["mamba"] * L
+    kinds = [BLOCK_NAMES.get(n) for n in names]
+    if len(kinds) != L or not set(kinds) <= {"mamba", "attention"}:
+        raise ValueError(f"{where}: field 'layer_types' must list {L} entries of 'mamba' / "
+                         f"'attention' (or 'linear_attention' / 'full_attention'), got {names!r}")
+    if "attention" not in kinds:
+        raise ValueError(f"{where}: every one of the {L} layers is Mamba-2 ('layer_types' "
+                         "names no attention layer); kvpd needs at least one to hold the KV cache")
+    for key, want in (("mamba_proj_bias", False), ("mamba_conv_bias", True)):
+        if cfg.get(key, want) is not want:
+            raise ValueError(f"{where}: field {key!r} is {cfg.get(key)!r}; kvpd prices Granite "
+                             f"4.0's Mamba-2 layers as released ({key}: {str(want).lower()})")
+    m = {k: optional_int(cfg, k, where, v) for k, v in GRANITE_MAMBA_DEFAULTS.items()}
+    inner = m["mamba_expand"] * required_int(cfg, "hidden_size", where, GRANITE_HYBRID)
+    d_head = cfg.get("mamba_d_head", "auto")
+    if d_head in ("auto", None):
+        d_head = inner // max(m["mamba_n_heads"], 1)
+    if isinstance(d_head, bool) or not isinstance(d_head, int) or \
+            d_head * m["mamba_n_heads"] != inner:
+        raise ValueError(f"{where}: mamba_n_heads ({m['mamba_n_heads']}) x mamba_d_head "
+                         f"({cfg.get('mamba_d_head')!r}) must equal mamba_expand x hidden_size "
+                         f"({inner})")
+    linear = sum(k == "mamba" for k in kinds)
+    out: dict[str, Any] = {}
+    if linear:
+        out.update(num_linear_layers=linear, linear_kind="mamba2",
+                   linear_key_heads=m["mamba_n_groups"], linear_key_head_dim=m["mamba_d_state"],
+                   linear_value_heads=m["mamba_n_heads"], linear_value_head_dim=d_head,
+                   linear_conv_kernel=m["mamba_d_conv"])
+    shared = required_int(cfg, "shared_intermediate_size", where, GRANITE_HYBRID)
+    experts = cfg.get("num_local_experts")
+    if experts == 0:  # a dense release: the shared MLP is each layer's MLP
+        out["ffn_size"] = shared
+        return out
+    out.update(num_experts=required_int(cfg, "num_local_experts", where, GRANITE_HYBRID),
+               experts_per_token=required_int(cfg, "num_experts_per_tok", where, GRANITE_HYBRID),
+               ffn_size=required_int(cfg, "intermediate_size", where, GRANITE_HYBRID),
+               num_shared_experts=1, shared_expert_ffn_size=shared)
     return out
