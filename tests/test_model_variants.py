@@ -11,7 +11,8 @@ NEW = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
        "deepseek-v2-lite", "deepseek-v3", "mistral-7b", "glm-4.5-air", "glm-4.6"]
 # and entries whose small parameters are their family's own (gpt-oss's biases and sink logits,
 # MiniMax-M2's q/k norms across the heads)
-COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5", "glm-4.7-flash"]
+COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5", "glm-4.7-flash",
+           "ernie-4.5-21b-a3b", "phi-3.5-moe"]
 
 
 def _catalog_config(name: str) -> dict:
@@ -32,7 +33,8 @@ def test_param_count_equals_transformers(name):
                   "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
                   "MistralForCausalLM": "mistral", "Glm4MoeForCausalLM": "glm4_moe",
                   "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
-                  "Glm4MoeLiteForCausalLM": "glm4_moe_lite"}[arch]
+                  "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
+                  "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "PhimoeForCausalLM": "phimoe"}[arch]
     hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
