@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.cost.models import ModelSpec
+from tests.hf_meta import hf_on_meta as _hf
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256,
@@ -24,14 +25,6 @@ HEAD_DIM_DEFAULTS = {"qwen3": {}, "seed_oss": {}, "glm4": {}, "ernie4_5": {}, "g
                      "gemma3_text": {},
                      "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2},
                      "minimax_m2": {"num_local_experts": 4, "num_experts_per_tok": 2}}
-
-
-def _hf(model_type: str, cfg: dict):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
-    with torch.device("meta"):
-        return hf_cfg, transformers.AutoModelForCausalLM.from_config(hf_cfg)
 
 
 @pytest.mark.parametrize("case", FAMILIES)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.cost.models import ModelSpec
+from tests.hf_meta import hf_on_meta as _hf
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "vocab_size": 256,
@@ -57,14 +58,6 @@ FAMILIES = {
                            "moe_intermediate_size": 32, "sliding_window": 512,
                            "sliding_window_pattern": 2, "first_k_dense_replace": 2},
 }
-
-
-def _hf(model_type: str, cfg: dict):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
-    with torch.device("meta"):
-        return hf_cfg, transformers.AutoModelForCausalLM.from_config(hf_cfg)
 
 
 def _config(case: str, drop: tuple[str, ...] = ()) -> tuple[str, dict]:
