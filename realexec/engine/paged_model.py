@@ -99,8 +99,8 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                              "granitemoe", "granitemoeshared", "hunyuan_v1_moe",
                              "ernie4_5_moe", "dots1", "glm4_moe_lite", "exaone_moe",
                              "granitemoehybrid"})
-# Granite 3 and Granite MoE: scalar multipliers on the embeddings, the sublayers' outputs and
-# the logits
+# Granite 3, Granite MoE and Granite 4.0: scalar multipliers on the embeddings, the sublayers'
+# outputs and the logits
 _GRANITE_MODEL_TYPES = frozenset({"granite", "granitemoe", "granitemoeshared", "granitemoehybrid"})
 # families whose MoE block returns (hidden, router scores) rather than hidden alone
 _MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
