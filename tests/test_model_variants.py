@@ -12,7 +12,7 @@ NEW = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b",
 # and entries whose small parameters are their family's own (gpt-oss's biases and sink logits,
 # MiniMax-M2's q/k norms across the heads)
 COUNTED = [*NEW, "gpt-oss-120b", "gpt-oss-20b", "minimax-m2.5", "glm-4.7-flash",
-           "ernie-4.5-21b-a3b", "phi-3.5-moe"]
+           "ernie-4.5-21b-a3b", "phi-3.5-moe", "glm-4.5"]
 
 
 def _catalog_config(name: str) -> dict:
