@@ -1,5 +1,7 @@
 """Hugging Face `config.json` -> `ModelSpec` field values, for the Llama, Mistral, Qwen2, Qwen3
-(dense), Phi-3/Phi-4, Gemma 2 and 3, Mixtral, GPT-2 and OPT families, the dense Granite 3,
+(dense), Phi-3/Phi-4, Gemma 1, 2 and 3, Mixtral, GPT-2 and OPT families, StarCoder2, Phi-2,
+StableLM, Cohere's Command R and A, Nemotron-4, GPT-NeoX, OLMo 1, AFM, Helium, GLM-4-9B, the
+dense Granite 3,
 SmolLM3, Seed-OSS, GLM-4-0414, OLMo 2 and 3, EXAONE 4, Hunyuan and ERNIE-4.5 models (Llama's
 layers with their own biases, q/k norms, post-sublayer norms and sliding layers), the mixtures
 of experts and
@@ -16,8 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.cost.hybrid_blocks import GRANITE_HYBRID, granite_hybrid_fields, nemotron_h_fields
+from simulator.cost.layer_traits import (
+    HEAD_DIM_DEFAULTS,
+    NO_GQA_FAMILIES,
+    TIED_BY_DEFAULT,
+    layer_traits,
+)
 from simulator.cost.model_variants import (
-    SINK_FAMILIES,
     dsa_fields,
     linear_attention_fields,
     mla_fields,
@@ -25,23 +32,6 @@ from simulator.cost.model_variants import (
     window_fields,
 )
 from simulator.cost.moe_families import more_moe_fields
-
-# attention_bias covers q/k/v only (o_proj has none): transformers' Glm4MoeAttention and
-# Glm4Attention
-NO_O_BIAS_FAMILIES = {"glm4_moe", "glm4"}
-# families whose HF config class defaults `attention_bias` to true (GptOssConfig, Glm4Config,
-# SeedOssConfig)
-BIASED_BY_DEFAULT = ("gpt_oss", "glm4", "seed_oss")
-# families whose o_proj bias has a key of its own (SeedOssConfig's `attention_out_bias`)
-O_BIAS_KEY = {"seed_oss": "attention_out_bias"}
-# per-head q/k RMSNorms (Qwen3's kind) and norms across all heads (OLMo 2 / 3's, MiniMax-M2's)
-QK_NORM_FAMILIES = ("qwen3", "gemma3", "qwen3_5", "exaone4", "hunyuan_v1_dense", "hunyuan_v1_moe",
-                    "dots1", "exaone_moe")
-QK_NORM_ACROSS_HEADS = ("minimax_m2", "olmo2", "olmo3", "olmoe", "flex_olmo")
-# LayerNorms (weight and bias) instead of RMSNorms (Phi-3.5-MoE)
-LAYER_NORM_FAMILIES = ("phimoe",)
-# norms on each sublayer's output as well as its input (Gemma 2 / 3, GLM-4's dense models)
-SANDWICH_FAMILIES = ("gemma2", "gemma3", "glm4")
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -102,6 +92,19 @@ SUPPORTED_ARCHITECTURES = {
     "Dots1ForCausalLM": "dots1",  # dots.llm1: DeepSeek's MoE, per-head q/k norms
     "Glm4MoeLiteForCausalLM": "glm4_moe_lite",  # GLM-4.7-Flash: DeepSeek's MoE and MLA
     "ExaoneMoeForCausalLM": "exaone_moe",  # EXAONE 4's attention, DeepSeek's MoE
+    # more dense decoders (their norms, biases and MLPs in layer_traits.py)
+    "GemmaForCausalLM": "gemma",  # Gemma 1: GeGLU, 256-wide heads, tied embeddings
+    "Starcoder2ForCausalLM": "starcoder2",  # LayerNorms, biases, a plain MLP, a sliding window
+    "PhiForCausalLM": "phi",  # Phi-1 / 2: one LayerNorm per layer, biases, a plain MLP
+    "StableLmForCausalLM": "stablelm",  # StableLM 2 / 3B: LayerNorms, optional parallel block
+    "CohereForCausalLM": "cohere",  # Command R / R+: one norm per layer
+    "Cohere2ForCausalLM": "cohere2",  # Command R7B / A: one norm per layer, 3 sliding to 1
+    "NemotronForCausalLM": "nemotron",  # Nemotron-4 / Minitron: LayerNorms, squared-ReLU MLP
+    "GPTNeoXForCausalLM": "gpt_neox",  # Pythia, GPT-NeoX-20B: LayerNorms, biases, plain MLP
+    "OlmoForCausalLM": "olmo",  # OLMo 1: LayerNorms without weights
+    "ArceeForCausalLM": "arcee",  # AFM-4.5B: squared-ReLU plain MLP
+    "HeliumForCausalLM": "helium",  # Kyutai Helium: 128-wide heads
+    "GlmForCausalLM": "glm",  # GLM-4-9B: q/k/v biases, 128-wide heads
 }
 # families whose multimodal config.json nests the text model's fields under `text_config`
 TEXT_CONFIG_FAMILIES = ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "qwen3",
@@ -112,16 +115,6 @@ MODEL_TYPE_FAMILIES = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen3_
                        "kimi_k2": "deepseek_v3", "qwen3_vl": "qwen3", "qwen3_vl_text": "qwen3",
                        "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe",
                        "granite": "llama", "smollm3": "llama"}
-# families whose config defaults tie the LM head to the embeddings (transformers' configs)
-TIED_BY_DEFAULT = ("gemma2", "gemma3", "ernie4_5", "ernie4_5_moe")
-# the head size HF's config class gives a family whose config.json states none (others:
-# hidden_size / num_attention_heads)
-HEAD_DIM_DEFAULTS = {"qwen3": 128, "seed_oss": 128, "glm4": 128, "ernie4_5": 128, "gemma2": 256,
-                     "gemma3": 256, "gpt_oss": 64, "minimax_m2": 128}
-# families with biases on every expert's matrices and on the router (gpt-oss's MoE)
-EXPERT_BIAS_FAMILIES = ("gpt_oss",)
-# families whose one `use_bias` switch puts biases on q/k/v, o and the MLP (Ernie4_5Config)
-USE_BIAS_FAMILIES = ("ernie4_5", "ernie4_5_moe")
 
 
 def _family(cfg: dict[str, Any], where: str) -> tuple[str, str]:
@@ -278,11 +271,12 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
                    **dsa_fields(cfg, fam, where), **window_fields(cfg, fam, where),
                    **linear_attention_fields(cfg, fam, where),
                    **(granite_hybrid_fields(cfg, where) if fam == GRANITE_HYBRID else {})}
-        attention_bias = bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "attention_bias",
-                                      fam in BIASED_BY_DEFAULT))
+        traits = layer_traits(cfg, fam, where)
+        traits["qk_norm"] = traits["qk_norm"] or bool(variant.pop("qk_norm", False))
         spec = dict(
             name=name, architecture=arch, num_layers=layers, hidden_size=d, num_heads=heads,
-            num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
+            num_kv_heads=(heads if fam in NO_GQA_FAMILIES
+                          else _int(cfg, "num_key_value_heads", where, heads)),
             head_dim=variant.pop("head_dim", None) or (
                 _int(cfg, "head_dim", where) if cfg.get("head_dim") is not None
                 else HEAD_DIM_DEFAULTS.get(fam)
@@ -291,22 +285,7 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             vocab_size=_int(cfg, "vocab_size", where),
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
-            qkv_bias=fam in ("qwen2", "qwen2_moe") or (attention_bias
-                                                      and fam not in ("deepseek_v2", "deepseek_v3",
-                                                                      "deepseek_v32",
-                                                                      "glm_moe_dsa",
-                                                                      "glm4_moe_lite")),
-            o_bias=(bool(cfg.get(O_BIAS_KEY[fam], False)) if fam in O_BIAS_KEY
-                    else attention_bias and fam not in NO_O_BIAS_FAMILIES),
-            mlp_bias=bool(cfg.get("use_bias" if fam in USE_BIAS_FAMILIES else "mlp_bias", False)),
-            norm="layer" if fam in LAYER_NORM_FAMILIES else "rms",
-            lm_head_bias=fam == "phimoe" and bool(cfg.get("lm_head_bias", False)),
-            qk_norm=bool(variant.pop("qk_norm", False)) or fam in QK_NORM_FAMILIES
-            or fam in QK_NORM_ACROSS_HEADS or bool(cfg.get("use_qk_norm", False)),
-            sandwich_norms=fam in SANDWICH_FAMILIES,
-            qk_norm_across_heads=fam in QK_NORM_ACROSS_HEADS,  # HF: q_norm over heads x head_dim
-            qk_norm_weightless=fam == "llama4",  # HF: Llama4TextWeightlessRMSNorm
-            attention_sinks=fam in SINK_FAMILIES, expert_bias=fam in EXPERT_BIAS_FAMILIES, **variant)
+            **traits, **variant)
     spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "

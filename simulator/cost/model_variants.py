@@ -218,7 +218,8 @@ def indexer_types(cfg: dict[str, Any], where: str) -> list[str]:
 
 
 # the window HF's config class gives a family whose config.json does not state one
-WINDOW_DEFAULTS = {"olmo3": 4096, "exaone4": 4096, "exaone_moe": 4096, "dots1": 4096}
+WINDOW_DEFAULTS = {"olmo3": 4096, "exaone4": 4096, "exaone_moe": 4096, "dots1": 4096,
+                   "cohere2": 4096}
 
 
 def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
@@ -228,7 +229,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         return {}
     if fam not in ("mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss",
                    "llama4", "gemma2", "gemma3", "phi3", "olmo3", "exaone4", "exaone_moe",
-                   "phimoe", "dots1"):
+                   "phimoe", "dots1", "starcoder2", "cohere2"):
         return {}
     window = cfg.get("attention_chunk_size" if fam == "llama4" else "sliding_window",
                      WINDOW_DEFAULTS.get(fam))
@@ -256,7 +257,7 @@ def window_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]:
         sliding = sum(1 for x in nope if x) if nope else L - L // 4
     elif fam == "olmo3":  # HF: every fourth layer global
         sliding = sum(1 for i in range(L) if (i + 1) % 4)
-    elif fam in ("exaone4", "exaone_moe"):  # HF: every sliding_window_pattern-th layer global
+    elif fam in ("exaone4", "exaone_moe", "cohere2"):  # HF: every pattern-th layer global
         pattern = optional_int(cfg, "sliding_window_pattern", where, 4)
         sliding = sum(1 for i in range(L) if (i + 1) % pattern) if pattern else 0
     elif fam == "gemma2":  # HF: sliding and global alternate, sliding first

@@ -18,6 +18,8 @@ from simulator.cost.catalog_match import normalize_name, unknown_name_error
 from simulator.cost.dtypes import dtype_bytes, matrix_weight_bytes, normalize_dtype
 from simulator.cost.hf_config import hf_config_fields
 
+# `ModelSpec.norm` -> weights of one norm per hidden unit
+NORM_WEIGHTS = {"rms": 1, "layer": 2, "none": 0}
 # `ModelSpec.linear_kind` -> (name, what it is)
 LINEAR_MIXERS = {"": ("Gated DeltaNet", "linear attention"), "mamba2": ("Mamba-2", "state-space")}
 
@@ -47,7 +49,10 @@ class ModelSpec:
     qk_norm_across_heads: bool = False  # MiniMax-M2: one RMSNorm over all q heads, one over k
     qk_norm_weightless: bool = False  # Llama 4: an L2 norm per head with no weights
     sandwich_norms: bool = False  # Gemma 2/3: RMSNorms on the attention and MLP outputs too
-    norm: str = "rms"  # "rms" (weight) or "layer" (weight + bias)
+    norm: str = "rms"  # "rms" (weight), "layer" (weight + bias) or "none" (OLMo 1: no weights)
+    # attention and MLP read one norm's output and add to the residual together (Phi-2, Cohere,
+    # StableLM 2 with use_parallel_residual): one norm per layer, not two
+    parallel_block: bool = False
     num_learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT)
     embed_proj_dim: int = 0  # OPT word_embed_proj_dim when it differs from hidden_size
     final_norm: bool = True  # a norm before the LM head (OPT-350m, normed per sublayer, has none)
@@ -340,6 +345,18 @@ class ModelSpec:
         return n
 
     @property
+    def norm_params(self) -> int:
+        """Weights of one norm over the hidden size: RMSNorm's scale, LayerNorm's scale and
+        bias, none for a non-parametric LayerNorm."""
+        return self.hidden_size * NORM_WEIGHTS[self.norm]
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms of one layer: one before each sublayer, one shared by both in a parallel
+        block, and one after each as well with sandwich norms."""
+        return 1 if self.parallel_block else 4 if self.sandwich_norms else 2
+
+    @property
     def mlp_bias_params(self) -> int:
         """Biases of one MLP's (or one expert's) matrices: gate/up, then down."""
         return (2 if self.gated_mlp else 1) * self.ffn_size + self.hidden_size
@@ -361,7 +378,7 @@ class ModelSpec:
             n += d
         if self.mlp_bias:
             n += self.num_experts * self.mlp_bias_params
-        n += (4 if self.sandwich_norms else 2) * d * (2 if self.norm == "layer" else 1)
+        n += self.norms_per_layer * self.norm_params
         if self.is_moe:  # the router, averaged over the layers (see variant_small_params)
             n += self.variant_small_params // self.num_layers
         return n
@@ -378,7 +395,7 @@ class ModelSpec:
             n += self.vocab_size * p
         if self.lm_head_bias:
             n += self.vocab_size
-        return n + (d * (2 if self.norm == "layer" else 1) if self.final_norm else 0)
+        return n + (self.norm_params if self.final_norm else 0)
 
     @cached_property
     def small_params(self) -> int:
@@ -394,7 +411,7 @@ class ModelSpec:
     def mlp_small_params(self) -> int:
         """The never-quantized weights a layer's MLP brings: its RMSNorm (or LayerNorm) and
         biases (a layer without an MLP has neither)."""
-        n = self.hidden_size * (2 if self.norm == "layer" else 1)
+        n = 0 if self.parallel_block else self.norm_params
         if self.mlp_bias:
             n += self.mlp_bias_params
         return n

@@ -80,8 +80,8 @@ class ShardPlan:
                      + model.layer_small_params * hi)
         embed = (self.vocab * p + model.num_learned_positions * d
                  + (2 * p * d if p != d else 0)) * hi
-        norm = d * (2 if model.norm == "layer" else 1) * hi
-        lm_head = self.vocab * p * hi
+        norm = (model.norm_params if model.final_norm else 0) * hi
+        lm_head = (self.vocab * p + (self.vocab if model.lm_head_bias else 0)) * hi
         out = []
         for s, layers in enumerate(self.layers_per_stage):
             b = layers * per_layer
