@@ -202,10 +202,10 @@ def test_llm_returns_log_probabilities_that_match_transformers():
     assert plain[0].outputs[0].logprobs is None
 
 
-# (Granite and Granite MoE: the head divides the logits by logits_scaling, which greedy output
-# cannot show)
+# (Granite and Granite MoE: the head divides the logits by logits_scaling, Command R's
+# multiplies them by logit_scale, which greedy output cannot show)
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral-sw", "tiny-qwen3-moe",
-                                  "tiny-granite", "tiny-granitemoe-shared"])
+                                  "tiny-granite", "tiny-granitemoe-shared", "tiny-cohere"])
 def test_prompt_logprobs_match_transformers_across_chunks_cache_and_preemption(name):
     """`SamplingParams(prompt_logprobs=k)`: None for the first prompt token, then each
     token's log-probability and the k most likely, equal to log_softmax of HF's logits, with

@@ -21,10 +21,10 @@ from tests.realexec_reference import (
 pytestmark = pytest.mark.usefixtures("one_thread")
 # gpt-oss: 2 sliding + 2 full layers (one sliding group); Gemma 2: alternating; Gemma 3: 3
 # sliding + 1 full (three sliding groups of one layer); windows of 10 tokens. Llama 4: 3
-# chunked layers (8-token chunks, kept as a window of 8) + 1 full; OLMo 3, EXAONE 4 and EXAONE
-# MoE: 3 sliding + 1 full
+# chunked layers (8-token chunks, kept as a window of 8) + 1 full; OLMo 3, EXAONE 4 and its
+# MoE, Command A: 3 sliding + 1 full
 MODELS = ["tiny-gpt-oss", "tiny-gemma2", "tiny-gemma3", "tiny-llama4", "tiny-olmo3",
-          "tiny-exaone4", "tiny-exaone-moe"]
+          "tiny-exaone4", "tiny-exaone-moe", "tiny-cohere2"]
 
 
 def _greedy(max_tokens: int, **kw) -> SamplingParams:

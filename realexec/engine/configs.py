@@ -272,6 +272,33 @@ TINY: dict[str, dict[str, Any]] = {
                               "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 8,
                               "mamba_d_conv": 4, "mamba_expand": 1, "mamba_chunk_size": 8,
                               "position_embedding_type": "rope", "pad_token_id": 0},
+    # dense families of Llama's walk: Gemma 1 (GeGLU, (1 + w) RMSNorms, embeddings scaled by
+    # sqrt(hidden), 32-wide heads over a 64-wide hidden size), Helium, AFM (squared-ReLU plain
+    # MLP), GLM-4-9B (q/k/v biases, interleaved partial rotary), Nemotron-4 (LayerNorm1p,
+    # squared-ReLU plain MLP, a rotary over half of each head)
+    "tiny-gemma": {"model_type": "gemma", **_TINY_COMMON, "head_dim": 32, "pad_token_id": 0},
+    "tiny-helium": {"model_type": "helium", **_TINY_COMMON, "head_dim": 16, "pad_token_id": 0},
+    "tiny-arcee": {"model_type": "arcee", **_TINY_COMMON, "pad_token_id": 0},
+    "tiny-glm": {"model_type": "glm", **_TINY_COMMON, "head_dim": 16, "pad_token_id": 0},
+    "tiny-nemotron": {"model_type": "nemotron", **_TINY_COMMON, "partial_rotary_factor": 0.5,
+                      "pad_token_id": 0},
+    # StarCoder2: LayerNorms, biases on every matrix, a plain MLP, every layer sliding over 10
+    # tokens
+    "tiny-starcoder2": {"model_type": "starcoder2", **_TINY_COMMON, "sliding_window": 10,
+                        "pad_token_id": 0},
+    # StableLM 2: LayerNorms, q/k/v biases, a rotary over a quarter of each head, per-head q/k
+    # LayerNorms and the parallel residual (12B's)
+    "tiny-stablelm": {"model_type": "stablelm", **_TINY_COMMON, "use_qkv_bias": True,
+                      "qk_layernorm": True, "use_parallel_residual": True,
+                      "partial_rotary_factor": 0.25, "pad_token_id": 0},
+    # Command R (+): parallel blocks under one weight-only LayerNorm, interleaved rotary, q/k
+    # norms per head (R+'s), tied embeddings, logits x 0.25; Command A / R7B: 3 sliding layers
+    # (10 tokens, rotated) to 1 full (no rotary)
+    "tiny-cohere": {"model_type": "cohere", **_TINY_COMMON, "use_qk_norm": True,
+                    "logit_scale": 0.25, "tie_word_embeddings": True, "pad_token_id": 0},
+    "tiny-cohere2": {"model_type": "cohere2", **_TINY_COMMON, "num_hidden_layers": 4,
+                     "sliding_window": 10, "sliding_window_pattern": 4, "logit_scale": 0.25,
+                     "tie_word_embeddings": True, "pad_token_id": 0},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

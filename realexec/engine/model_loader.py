@@ -62,6 +62,15 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "glm4_moe_lite": "GLM-4.7-Flash",
     "exaone_moe": "EXAONE MoE",
     "granitemoehybrid": "Granite 4.0 (Mamba-2 hybrid)",
+    "gemma": "Gemma 1",
+    "helium": "Helium",
+    "arcee": "AFM (Arcee)",
+    "glm": "GLM-4-9B",
+    "nemotron": "Nemotron-4",
+    "starcoder2": "StarCoder2",
+    "stablelm": "StableLM",
+    "cohere": "Command R",
+    "cohere2": "Command A / R7B",
     "llama4_text": "Llama 4 (its text model)",
     "llama4": "Llama 4 (multimodal; its text model)",  # Scout and Maverick's config.json
     "gemma2": "Gemma 2",
@@ -154,6 +163,19 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "dots1": (*_DENSE, "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok"),
     "glm4_moe_lite": (*_DEEPSEEK_V3, "num_key_value_heads", "q_lora_rank"),
     "exaone_moe": (*_DENSE, "moe_intermediate_size", "num_experts", "num_experts_per_tok"),
+    # more dense families: each config class's defaults are a release's shapes (GemmaConfig:
+    # 7B; HeliumConfig: 2B; ArceeConfig: AFM-4.5B; GlmConfig: GLM-4-9B; NemotronConfig:
+    # Nemotron-4-15B; Starcoder2Config: 7B; StableLmConfig: 3B; CohereConfig: Command R;
+    # Cohere2Config: Command R7B); Gemma, Helium and GLM-4-9B's head size is not hidden / heads
+    "gemma": _DENSE_HEAD,
+    "helium": _DENSE_HEAD,
+    "arcee": _DENSE,
+    "glm": _DENSE_HEAD,
+    "nemotron": _DENSE,
+    "starcoder2": _DENSE,
+    "stablelm": _DENSE,
+    "cohere": _DENSE,
+    "cohere2": _DENSE,
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": _DENSE_HEAD,
     # Phi3Config's defaults are Phi-3-mini's

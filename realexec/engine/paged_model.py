@@ -52,8 +52,8 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     """Sliding window (tokens) of each layer, None for full attention (HF's rules).
 
     Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3, OLMo 3,
-    EXAONE 4 and its MoE, dots.llm1) slide only their "sliding_attention" layers; Mistral,
-    Mixtral, Qwen3-MoE, Phi-3 and Phi-3.5-MoE slide every layer
+    EXAONE 4 and its MoE, dots.llm1, Command A) slide only their "sliding_attention" layers;
+    Mistral, Mixtral, Qwen3-MoE, Phi-3, Phi-3.5-MoE and StarCoder2 slide every layer
     when `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
     `use_sliding_window`). Llama 4's "chunked_attention" layers keep `attention_chunk_size`
     positions (a query attends within its chunk, `llama4.py`). GPT-2 and Llama have no window.
@@ -69,23 +69,24 @@ def layer_windows(config: PretrainedConfig) -> list[int | None]:
     if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
                                                          "gpt_oss", "gemma2", "gemma3_text",
                                                          "olmo3", "exaone4", "exaone_moe",
-                                                         "dots1"):
+                                                         "dots1", "cohere2"):
         return [window if t == "sliding_attention" else None for t in layer_types[:n]]
-    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "phimoe"):
+    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "phimoe", "starcoder2"):
         return [window] * n
     return [None] * n
 
 
 def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[bool]:
     """Whether each layer rotates q and k: not SmolLM3's NoPE layers (`no_rope_layers` 0),
-    nor EXAONE 4's (and EXAONE MoE's) full-attention layers when it has sliding ones, nor
+    nor EXAONE 4's (and EXAONE MoE's, Command A's) full-attention layers when it has sliding
+    ones, nor
     Granite 4.0's without `position_embedding_type` "rope" (HF's rules)."""
     n = config.num_hidden_layers
     if config.model_type == "smollm3":
         return [bool(r) for r in config.no_rope_layers[:n]]
     if config.model_type == "granitemoehybrid":  # Granite 4.0: NoPE unless it asks for RoPE
         return [getattr(config, "position_embedding_type", None) == "rope"] * n
-    if config.model_type in ("exaone4", "exaone_moe") and any(windows):
+    if config.model_type in ("exaone4", "exaone_moe", "cohere2") and any(windows):
         return [w is not None for w in windows]
     return [True] * n
 
@@ -115,8 +116,15 @@ _SANDWICH_NORMS = {
     "glm4": ("post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"),
 }
 # families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
-# halves; GLM-4-0414: interleaved pairs of a partial rotary; ERNIE-4.5: interleaved pairs)
-_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "ernie4_5", "ernie4_5_moe"})
+# halves; GLM-4-0414 and GLM-4-9B: interleaved pairs of a partial rotary; ERNIE-4.5, Command R
+# and A, Helium: interleaved pairs)
+_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "glm", "ernie4_5", "ernie4_5_moe", "cohere",
+                                    "cohere2", "helium"})
+# Command R and A, StableLM with `use_parallel_residual`: attention and MLP both read the input
+# norm's output and add to the residual together
+_PARALLEL_MODEL_TYPES = frozenset({"cohere", "cohere2"})
+# Command R and A: logits x logit_scale
+_LOGIT_SCALE_MODEL_TYPES = frozenset({"cohere", "cohere2"})
 # Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate
 # with different bases: `rotary_emb(x, pos, layer_type)`)
 _ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
@@ -135,7 +143,10 @@ class PagedCausalLM:
     norms across heads, partial rotary) / Llama 4 (chunked and NoPE layers, `llama4.py`) /
     OLMoE and FlexOlmo (q/k norms across heads, `clip_qkv`) / Phi-3.5-MoE (LayerNorms, biases) /
     Granite MoE (multipliers, a shared MLP) / Hunyuan MoE / ERNIE-4.5 MoE / dots.llm1 /
-    GLM-4.7-Flash (MLA) / EXAONE MoE (sliding layers), or the hybrids Qwen3-Next / Qwen3.5
+    GLM-4.7-Flash (MLA) / EXAONE MoE (sliding layers) / Gemma 1 / Helium / AFM (squared-ReLU
+    MLP) / GLM-4-9B / Nemotron-4 (LayerNorm1p, partial rotary) / StarCoder2 (biases, a window) /
+    StableLM (parallel residual, per-head q/k LayerNorms) / Command R and A (parallel blocks,
+    interleaved rotary, logit scale), or the hybrids Qwen3-Next / Qwen3.5
     (Gated DeltaNet), Granite 4.0 (Mamba-2 and NoPE attention, MoE and a shared MLP)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
@@ -207,10 +218,16 @@ class PagedCausalLM:
         q_norm = getattr(first_attn, "q_norm", None)
         # MiniMax-M2: one RMSNorm over all heads' features (its weight spans heads x head_dim),
         # applied before the split into heads; Qwen3(-MoE), Gemma 3: one per head, after it
-        self.qk_norm_whole = (q_norm is not None and not self.mla
+        self.qk_norm_whole = (q_norm is not None and not self.mla and self.family != "cohere"
                               and q_norm.weight.numel() == self.num_heads * self.head_dim)
         self.qk_norm = q_norm is not None and not self.qk_norm_whole
         self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
+        # StableLM 2: one LayerNorm per head (`qk_layernorm`), before the rotary
+        self.qk_layernorm = hasattr(first_attn, "q_layernorm")
+        self.parallel = self.family in _PARALLEL_MODEL_TYPES or (
+            self.family == "stablelm" and bool(getattr(config, "use_parallel_residual", False)))
+        self.logit_scale = (float(config.logit_scale) if self.family in _LOGIT_SCALE_MODEL_TYPES
+                            else None)
         # OLMoE: q, k and v clamped to +-clip_qkv after the norms (null in the releases)
         self.clip_qkv = getattr(config, "clip_qkv", None)
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
@@ -354,9 +371,13 @@ class PagedCausalLM:
                 q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
             if self.qk_norm:  # Qwen3-MoE, Gemma 3: RMSNorm over each head before the rotary
                 q, k = sa.q_norm(q), sa.k_norm(k)
-            if self.hf_rotate is not None:  # gpt-oss, GLM-4: HF's own (cos/sin [T, 1, d])
+            elif self.qk_layernorm:  # StableLM 2 (its modules split [T, heads, d] by head)
+                q, k = sa.q_layernorm(q), sa.k_layernorm(k)
+            if not self.rotary[i]:  # NoPE layers (SmolLM3's, EXAONE 4's and Command A's full)
+                pass
+            elif self.hf_rotate is not None:  # gpt-oss, GLM-4: HF's own (cos/sin [T, 1, d])
                 q, k = self.hf_rotate(q, k, cos, sin, unsqueeze_dim=1)
-            elif self.rotary[i]:
+            else:
                 q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
             if self.qk_norm_after_rotary:  # Hunyuan: per-head RMSNorms on the rotated q, k
                 q, k = sa.query_layernorm(q), sa.key_layernorm(k)
@@ -366,6 +387,9 @@ class PagedCausalLM:
             if self.output_gate:
                 o = o * torch.sigmoid(gate.reshape(t, -1))
             o = sa.o_proj(o)
+            if self.parallel:  # Command R / A, StableLM: both sublayers read the same norm
+                h = h + o + self._mlp(layer, x)
+                continue
             if self.post_norm:  # OLMo 2/3, EXAONE 4: norm each sublayer's output alone
                 h = h + layer.post_attention_layernorm(o)
                 h = h + layer.post_feedforward_layernorm(self._mlp(layer, h))
@@ -476,6 +500,8 @@ class PagedCausalLM:
             logits = self.lm_head(self.final_norm(hidden))
         if self.granite:  # Granite's head divides by logits_scaling
             logits = logits / self.logits_scaling
+        if self.logit_scale is not None:  # Command R / A: x logit_scale
+            logits = logits * self.logit_scale
         if self.final_softcap:  # cap x tanh(logits / cap), as HF's CausalLM heads do
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits.float()
