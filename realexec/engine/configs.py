@@ -299,6 +299,11 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-cohere2": {"model_type": "cohere2", **_TINY_COMMON, "num_hidden_layers": 4,
                      "sliding_window": 10, "sliding_window_pattern": 4, "logit_scale": 0.25,
                      "tie_word_embeddings": True, "pad_token_id": 0},
+    # Phi-2: one LayerNorm per parallel block, biases on every matrix and the LM head, a rotary
+    # over 40% of each head; OLMo 1: LayerNorms without weights, q/k/v clamped to +-3
+    "tiny-phi": {"model_type": "phi", **_TINY_COMMON, "partial_rotary_factor": 0.4,
+                 "pad_token_id": 0},
+    "tiny-olmo": {"model_type": "olmo", **_TINY_COMMON, "clip_qkv": 3.0, "pad_token_id": 0},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

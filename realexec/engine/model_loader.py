@@ -71,6 +71,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "stablelm": "StableLM",
     "cohere": "Command R",
     "cohere2": "Command A / R7B",
+    "phi": "Phi-2",
+    "olmo": "OLMo 1",
     "llama4_text": "Llama 4 (its text model)",
     "llama4": "Llama 4 (multimodal; its text model)",  # Scout and Maverick's config.json
     "gemma2": "Gemma 2",
@@ -176,6 +178,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "stablelm": _DENSE,
     "cohere": _DENSE,
     "cohere2": _DENSE,
+    # PhiConfig's defaults are Phi-2's, OlmoConfig's OLMo-7B's
+    "phi": _DENSE,
+    "olmo": _DENSE,
     # Qwen3Config's defaults are an 8B-class shape (32 layers of 32 heads of 128)
     "qwen3": _DENSE_HEAD,
     # Phi3Config's defaults are Phi-3-mini's

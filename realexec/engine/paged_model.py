@@ -120,9 +120,9 @@ _SANDWICH_NORMS = {
 # and A, Helium: interleaved pairs)
 _HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "glm", "ernie4_5", "ernie4_5_moe", "cohere",
                                     "cohere2", "helium"})
-# Command R and A, StableLM with `use_parallel_residual`: attention and MLP both read the input
-# norm's output and add to the residual together
-_PARALLEL_MODEL_TYPES = frozenset({"cohere", "cohere2"})
+# Command R and A, Phi-2, StableLM with `use_parallel_residual`: attention and MLP both read
+# the input norm's output and add to the residual together
+_PARALLEL_MODEL_TYPES = frozenset({"cohere", "cohere2", "phi"})
 # Command R and A: logits x logit_scale
 _LOGIT_SCALE_MODEL_TYPES = frozenset({"cohere", "cohere2"})
 # Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate
@@ -146,7 +146,8 @@ class PagedCausalLM:
     GLM-4.7-Flash (MLA) / EXAONE MoE (sliding layers) / Gemma 1 / Helium / AFM (squared-ReLU
     MLP) / GLM-4-9B / Nemotron-4 (LayerNorm1p, partial rotary) / StarCoder2 (biases, a window) /
     StableLM (parallel residual, per-head q/k LayerNorms) / Command R and A (parallel blocks,
-    interleaved rotary, logit scale), or the hybrids Qwen3-Next / Qwen3.5
+    interleaved rotary, logit scale) / Phi-2 (a parallel block, partial rotary) / OLMo 1
+    (weightless LayerNorms, `clip_qkv`), or the hybrids Qwen3-Next / Qwen3.5
     (Gated DeltaNet), Granite 4.0 (Mamba-2 and NoPE attention, MoE and a shared MLP)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
@@ -189,7 +190,8 @@ class PagedCausalLM:
         if self.family not in ("gpt2", "opt"):
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
-            self.final_norm = base.norm_f if self.family == "nemotron_h" else base.norm
+            self.final_norm = (base.norm_f if self.family == "nemotron_h"
+                               else base.final_layernorm if self.family == "phi" else base.norm)
             self.num_heads = config.num_attention_heads
             self.mla = self.family in MLA_MODEL_TYPES
             # each layer's attention module (Nemotron-H's is its block's mixer), None without
@@ -386,7 +388,7 @@ class PagedCausalLM:
             o = o.reshape(t, self.num_heads * self.head_dim)
             if self.output_gate:
                 o = o * torch.sigmoid(gate.reshape(t, -1))
-            o = sa.o_proj(o)
+            o = sa.dense(o) if self.family == "phi" else sa.o_proj(o)  # (Phi-2's name)
             if self.parallel:  # Command R / A, StableLM: both sublayers read the same norm
                 h = h + o + self._mlp(layer, x)
                 continue
