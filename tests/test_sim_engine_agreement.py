@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from realexec.engine.configs import TINY, builtin_config
+from realexec.engine.family_rules import layer_windows
 from realexec.engine.model_loader import load_model
-from realexec.engine.paged_model import layer_windows
 from simulator.cost.models import ModelSpec
 
 # Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE slide by their own rules when `use_sliding_window`

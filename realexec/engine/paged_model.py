@@ -14,9 +14,22 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PretrainedConfig
 
 from realexec.engine.attention import AttentionBackend, sdpa_backends
+from realexec.engine.family_rules import (
+    GRANITE_MODEL_TYPES,
+    HF_ROTARY_MODEL_TYPES,
+    LOGIT_SCALE_MODEL_TYPES,
+    MLP_RETURNS_SCORES,
+    MOE_MODEL_TYPES,
+    PARALLEL_MODEL_TYPES,
+    POST_NORM_MODEL_TYPES,
+    ROTARY_PER_TYPE,
+    SANDWICH_NORMS,
+    SINK_MODEL_TYPES,
+    layer_windows,
+    rotary_layers,
+)
 from realexec.engine.linear_attention import LinearStates, Segment, linear_layers
 from realexec.engine.llama4 import complex_rotary, forward_llama4
 from realexec.engine.mla import (
@@ -46,90 +59,6 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
         return x * cos + _rotate_half(x) * sin
     rot = x[..., :d]
     return torch.cat((rot * cos + _rotate_half(rot) * sin, x[..., d:]), dim=-1)
-
-
-def layer_windows(config: PretrainedConfig) -> list[int | None]:
-    """Sliding window (tokens) of each layer, None for full attention (HF's rules).
-
-    Families with `layer_types` (Qwen2, Qwen3, Qwen2-MoE, gpt-oss, Gemma 2 and 3, OLMo 3,
-    EXAONE 4 and its MoE, dots.llm1, Command A) slide only their "sliding_attention" layers;
-    Mistral, Mixtral, Qwen3-MoE, Phi-3, Phi-3.5-MoE and StarCoder2 slide every layer
-    when `sliding_window` is set (Qwen2-MoE/Qwen3-MoE configs clear it unless
-    `use_sliding_window`). Llama 4's "chunked_attention" layers keep `attention_chunk_size`
-    positions (a query attends within its chunk, `llama4.py`). GPT-2 and Llama have no window.
-    """
-    n = config.num_hidden_layers
-    window = getattr(config, "sliding_window", None) or None  # Qwen2-MoE writes 0 for "none"
-    if config.model_type in ("gpt2", "llama"):
-        return [None] * n
-    if config.model_type == "llama4_text":  # chunked layers: a query sees its own chunk
-        return [config.attention_chunk_size if t == "chunked_attention" else None
-                for t in config.layer_types[:n]]
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and config.model_type in ("qwen2", "qwen3", "qwen2_moe",
-                                                         "gpt_oss", "gemma2", "gemma3_text",
-                                                         "olmo3", "exaone4", "exaone_moe",
-                                                         "dots1", "cohere2"):
-        return [window if t == "sliding_attention" else None for t in layer_types[:n]]
-    if config.model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "phimoe", "starcoder2"):
-        return [window] * n
-    return [None] * n
-
-
-def rotary_layers(config: PretrainedConfig, windows: list[int | None]) -> list[bool]:
-    """Whether each layer rotates q and k: not SmolLM3's NoPE layers (`no_rope_layers` 0),
-    nor EXAONE 4's (and EXAONE MoE's, Command A's) full-attention layers when it has sliding
-    ones, nor
-    Granite 4.0's without `position_embedding_type` "rope" (HF's rules)."""
-    n = config.num_hidden_layers
-    if config.model_type == "smollm3":
-        return [bool(r) for r in config.no_rope_layers[:n]]
-    if config.model_type == "granitemoehybrid":  # Granite 4.0: NoPE unless it asks for RoPE
-        return [getattr(config, "position_embedding_type", None) == "rope"] * n
-    if config.model_type in ("exaone4", "exaone_moe", "cohere2") and any(windows):
-        return [w is not None for w in windows]
-    return [True] * n
-
-
-# families whose `layer.mlp` is (in some layers) a sparse MoE block: HF's blocks take
-# `[batch, seq, hidden]`, so the flat batch is passed as one sequence of T tokens (the
-# router and the experts treat every token on its own, so this changes nothing)
-MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v32",
-                             "glm_moe_dsa", "glm4_moe", "gpt_oss", "minimax_m2", "qwen3_next",
-                             "qwen3_5_text", "qwen3_5_moe_text", "olmoe", "flex_olmo", "phimoe",
-                             "granitemoe", "granitemoeshared", "hunyuan_v1_moe",
-                             "ernie4_5_moe", "dots1", "glm4_moe_lite", "exaone_moe",
-                             "granitemoehybrid"})
-# Granite 3, Granite MoE and Granite 4.0: scalar multipliers on the embeddings, the sublayers'
-# outputs and the logits
-_GRANITE_MODEL_TYPES = frozenset({"granite", "granitemoe", "granitemoeshared", "granitemoehybrid"})
-# families whose MoE block returns (hidden, router scores) rather than hidden alone
-_MLP_RETURNS_SCORES = frozenset({"gpt_oss"})
-# families with attention sinks (a learned logit per head in the softmax denominator)
-_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
-# Gemma 2 and 3, GLM-4-0414: "sandwich" norms, three per layer besides the input norm: the
-# attention output's, the MLP input's and the MLP output's
-_GEMMA_SANDWICH = ("post_attention_layernorm", "pre_feedforward_layernorm",
-                   "post_feedforward_layernorm")
-_SANDWICH_NORMS = {
-    "gemma2": _GEMMA_SANDWICH, "gemma3_text": _GEMMA_SANDWICH,
-    "glm4": ("post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"),
-}
-# families rotated by HF's own `apply_rotary_pos_emb` (gpt-oss: half-width cos/sin on the two
-# halves; GLM-4-0414 and GLM-4-9B: interleaved pairs of a partial rotary; ERNIE-4.5, Command R
-# and A, Helium: interleaved pairs)
-_HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "glm", "ernie4_5", "ernie4_5_moe", "cohere",
-                                    "cohere2", "helium"})
-# Command R and A, Phi-2, StableLM with `use_parallel_residual`: attention and MLP both read
-# the input norm's output and add to the residual together
-_PARALLEL_MODEL_TYPES = frozenset({"cohere", "cohere2", "phi"})
-# Command R and A: logits x logit_scale
-_LOGIT_SCALE_MODEL_TYPES = frozenset({"cohere", "cohere2"})
-# Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate
-# with different bases: `rotary_emb(x, pos, layer_type)`)
-_ROTARY_PER_TYPE = frozenset({"gemma3_text", "olmo3"})
-# OLMo 2 / 3, FlexOlmo, EXAONE 4: norms on each sublayer's output only (no input norms)
-_POST_NORM_MODEL_TYPES = frozenset({"olmo2", "olmo3", "flex_olmo", "exaone4"})
 
 
 class PagedCausalLM:
@@ -226,9 +155,9 @@ class PagedCausalLM:
         self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
         # StableLM 2: one LayerNorm per head (`qk_layernorm`), before the rotary
         self.qk_layernorm = hasattr(first_attn, "q_layernorm")
-        self.parallel = self.family in _PARALLEL_MODEL_TYPES or (
+        self.parallel = self.family in PARALLEL_MODEL_TYPES or (
             self.family == "stablelm" and bool(getattr(config, "use_parallel_residual", False)))
-        self.logit_scale = (float(config.logit_scale) if self.family in _LOGIT_SCALE_MODEL_TYPES
+        self.logit_scale = (float(config.logit_scale) if self.family in LOGIT_SCALE_MODEL_TYPES
                             else None)
         # OLMoE: q, k and v clamped to +-clip_qkv after the norms (null in the releases)
         self.clip_qkv = getattr(config, "clip_qkv", None)
@@ -236,28 +165,28 @@ class PagedCausalLM:
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
         self.index_rotate = indexer_rotate(first_attn) if hasattr(first_attn, "indexer") else None
-        self.sinks = self.family in _SINK_MODEL_TYPES
+        self.sinks = self.family in SINK_MODEL_TYPES
         self.hf_rotate = (sys.modules[type(first_attn).__module__].apply_rotary_pos_emb
-                          if self.family in _HF_ROTARY_MODEL_TYPES else None)
+                          if self.family in HF_ROTARY_MODEL_TYPES else None)
         if self.family == "llama4_text":  # complex-pair rotary (`llama4.py`)
             self.hf_rotate = complex_rotary(first_attn)
-        self.mlp_scores = self.family in _MLP_RETURNS_SCORES
-        self.sandwich = self.family in _SANDWICH_NORMS
+        self.mlp_scores = self.family in MLP_RETURNS_SCORES
+        self.sandwich = self.family in SANDWICH_NORMS
         # each layer's (attention output, MLP input, MLP output) norms of the sandwich
-        self.sandwich_norms = ([tuple(getattr(layer, n) for n in _SANDWICH_NORMS[self.family])
+        self.sandwich_norms = ([tuple(getattr(layer, n) for n in SANDWICH_NORMS[self.family])
                                 for layer in self.layers] if self.sandwich else [])
-        self.post_norm = self.family in _POST_NORM_MODEL_TYPES
+        self.post_norm = self.family in POST_NORM_MODEL_TYPES
         # Granite 3: scalar multipliers on the embeddings and each sublayer's output, and a
         # divisor on the logits (its attention_multiplier is the layers' own `scaling`), read
         # from the config once
-        self.granite = self.family in _GRANITE_MODEL_TYPES
+        self.granite = self.family in GRANITE_MODEL_TYPES
         if self.granite:
             self.embedding_multiplier = float(config.embedding_multiplier)
             self.residual_multiplier = float(config.residual_multiplier)
             self.logits_scaling = float(config.logits_scaling)
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
-                                             if self.family in _ROTARY_PER_TYPE
+                                             if self.family in ROTARY_PER_TYPE
                                              else [None] * self.num_layers)
         self._rope_kind_set = tuple(dict.fromkeys(self.rope_kinds))  # each kind once
         self.rotary = rotary_layers(config, self.windows)
