@@ -36,6 +36,16 @@ LINEAR_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"
                                 "granitemoehybrid"})
 
 
+# a Mamba-2 family's config keys: heads, state size, head size, B/C groups, conv taps, and the
+# state's dtype ("": the model's)
+MAMBA2_KEYS = {
+    "nemotron_h": ("mamba_num_heads", "ssm_state_size", "mamba_head_dim", "n_groups",
+                   "conv_kernel", "mamba_ssm_cache_dtype"),
+    "granitemoehybrid": ("mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_n_groups",
+                         "mamba_d_conv", ""),
+}
+
+
 def state_blocks(model: Any, kv: KVCacheSpec) -> int:
     """KV blocks (of `kv`'s size) one request's linear-attention state takes, counted as the
     simulator's memory plan counts it: per linear layer each head's state matrix (Gated
@@ -47,14 +57,10 @@ def state_blocks(model: Any, kv: KVCacheSpec) -> int:
         return 0
     c = model.config
     elem = torch.empty((), dtype=kv.dtype).element_size()
-    if c.model_type == "nemotron_h":  # conv over x, B and C; B and C per group
-        heads, key_dim, value_dim = c.mamba_num_heads, c.ssm_state_size, c.mamba_head_dim
-        conv_dim = heads * value_dim + 2 * c.n_groups * key_dim
-        kernel, state_dtype = c.conv_kernel, c.mamba_ssm_cache_dtype
-    elif c.model_type == "granitemoehybrid":  # as Nemotron-H's, under Granite's keys
-        heads, key_dim, value_dim = c.mamba_n_heads, c.mamba_d_state, c.mamba_d_head
-        conv_dim = heads * value_dim + 2 * c.mamba_n_groups * key_dim
-        kernel, state_dtype = c.mamba_d_conv, None
+    if c.model_type in MAMBA2_KEYS:  # conv over x, B and C; B and C per group
+        heads, key_dim, value_dim, groups, kernel, state_dtype = (
+            getattr(c, key) if key else None for key in MAMBA2_KEYS[c.model_type])
+        conv_dim = heads * value_dim + 2 * groups * key_dim
     else:  # conv over q, k and v
         heads, key_dim, value_dim = (c.linear_num_value_heads, c.linear_key_head_dim,
                                      c.linear_value_head_dim)

@@ -147,9 +147,10 @@ class PagedCausalLM:
         self.output_gate = (not self.mla and q_proj is not None and isinstance(q_proj, nn.Linear)
                             and q_proj.out_features == 2 * self.num_heads * self.head_dim)
         q_norm = getattr(first_attn, "q_norm", None)
-        # MiniMax-M2: one RMSNorm over all heads' features (its weight spans heads x head_dim),
+        # MiniMax-M2: one RMSNorm over all heads' features (a flat weight of heads x head_dim),
         # applied before the split into heads; Qwen3(-MoE), Gemma 3: one per head, after it
-        self.qk_norm_whole = (q_norm is not None and not self.mla and self.family != "cohere"
+        # (Command R's weight per head and dim is `[heads, head_dim]`: per head)
+        self.qk_norm_whole = (q_norm is not None and not self.mla and q_norm.weight.dim() == 1
                               and q_norm.weight.numel() == self.num_heads * self.head_dim)
         self.qk_norm = q_norm is not None and not self.qk_norm_whole
         self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
@@ -162,6 +163,8 @@ class PagedCausalLM:
         # OLMoE: q, k and v clamped to +-clip_qkv after the norms (null in the releases)
         self.clip_qkv = getattr(config, "clip_qkv", None)
         self.fused_qkv = hasattr(first_attn, "qkv_proj")  # Phi-3: one QKV projection
+        # the attention's output projection (Phi-2 names it `dense`)
+        self.o_attr = "o_proj" if hasattr(first_attn, "o_proj") else "dense"
         self.mla_rotate = mla_rotate(first_attn) if self.mla else None
         # DeepSeek-V3.2, GLM-5: each MLA layer attends to the keys its indexer selects
         self.index_rotate = indexer_rotate(first_attn) if hasattr(first_attn, "indexer") else None
@@ -184,6 +187,8 @@ class PagedCausalLM:
             self.embedding_multiplier = float(config.embedding_multiplier)
             self.residual_multiplier = float(config.residual_multiplier)
             self.logits_scaling = float(config.logits_scaling)
+        # Granite MoE and 4.0: a routed block and a shared MLP in place of `mlp`
+        self.granite_blocks = self.granite and not hasattr(self.layers[0], "mlp")
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in ROTARY_PER_TYPE
@@ -192,6 +197,8 @@ class PagedCausalLM:
         self.rotary = rotary_layers(config, self.windows)
         # each linear layer's mixer module: Granite 4.0's Mamba-2, Qwen3-Next's Gated DeltaNet
         self.linear_attr = "mamba" if self.family == "granitemoehybrid" else "linear_attn"
+        # Granite 4.0 without RoPE builds no rotary module: no layer rotates
+        self.has_rotary_emb = getattr(base, "rotary_emb", None) is not None
         self.final_softcap = getattr(config, "final_logit_softcapping", None)
         # Gemma 2: attention scores capped at cap x tanh(score / cap) (`softcap.py`)
         self.attn_softcap = getattr(config, "attn_logit_softcapping", None)
@@ -245,7 +252,7 @@ class PagedCausalLM:
         """(cos, sin) per rotary kind: `[T, rope_dim]` for MLA and the families HF's own
         function rotates (gpt-oss: `[T, head_dim / 2]`; GLM-4), `[T, 1, d]` otherwise."""
         out: dict[str, tuple] = {}
-        if getattr(self.base, "rotary_emb", None) is None:  # no layer rotates (Granite 4.0 NoPE)
+        if not self.has_rotary_emb:  # no layer rotates (Granite 4.0 NoPE)
             return {kind: (None, None) for kind in self._rope_kind_set}
         for kind in self._rope_kind_set:
             cos, sin = (self.base.rotary_emb(h, pos[None, :]) if kind is None
@@ -269,15 +276,13 @@ class PagedCausalLM:
             x = h if self.post_norm else layer.input_layernorm(h)
             if self.linear[i]:  # Gated DeltaNet, Mamba-2: each request over its own state
                 o = linear[0].run(getattr(layer, self.linear_attr), x, linear[1])
-                scale = self.residual_multiplier if self.granite else 1.0  # (Granite 4.0)
-                h = h + o * scale
-                h = h + self._mlp(layer, layer.post_attention_layernorm(h)) * scale
+                h = self._add_sublayers(layer, h, o)
                 continue
             cos, sin = rotaries[self.rope_kinds[i]]
             sa = layer.self_attn
             if self.mla:
-                h = h + mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, sparse)
-                h = h + self._mlp(layer, layer.post_attention_layernorm(h))
+                o = mla_attention(sa, i, x, cos, sin, attn, self.mla_rotate, sparse)
+                h = self._add_sublayers(layer, h, o)
                 continue
             if self.fused_qkv:  # Phi-3: [q | k | v] along the output features
                 qd, kd = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -317,7 +322,7 @@ class PagedCausalLM:
             o = o.reshape(t, self.num_heads * self.head_dim)
             if self.output_gate:
                 o = o * torch.sigmoid(gate.reshape(t, -1))
-            o = sa.dense(o) if self.family == "phi" else sa.o_proj(o)  # (Phi-2's name)
+            o = getattr(sa, self.o_attr)(o)
             if self.parallel:  # Command R / A, StableLM: both sublayers read the same norm
                 h = h + o + self._mlp(layer, x)
                 continue
@@ -330,19 +335,22 @@ class PagedCausalLM:
                 h = h + post_attn(o)
                 h = h + post_mlp(self._mlp(layer, pre_mlp(h)))
                 continue
-            if self.granite:  # Granite: each sublayer's output x residual_multiplier
-                h = h + o * self.residual_multiplier
-                h = h + self._mlp(layer, layer.post_attention_layernorm(h)) \
-                    * self.residual_multiplier
-                continue
-            h = h + o
-            h = h + self._mlp(layer, layer.post_attention_layernorm(h))
+            h = self._add_sublayers(layer, h, o)
         return h
+
+    def _add_sublayers(self, layer: nn.Module, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The residual after a pre-norm layer: the mixer's output `o`, then the MLP on the
+        post-attention norm of the sum (Granite: each sublayer's output x residual_multiplier)."""
+        if self.granite:
+            o = o * self.residual_multiplier
+        h = h + o
+        m = self._mlp(layer, layer.post_attention_layernorm(h))
+        return h + (m * self.residual_multiplier if self.granite else m)
 
     def _mlp(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The layer's MLP or MoE block on the flat batch `x` `[T, hidden]` (HF's MoE blocks
         take `[batch, seq, hidden]`: the batch goes in as one sequence)."""
-        if self.granite and not hasattr(layer, "mlp"):
+        if self.granite_blocks:
             # Granite MoE and 4.0: the routed block and the shared MLP, where each is (4.0's
             # dense releases: the shared MLP alone)
             block = getattr(layer, "block_sparse_moe", None)
