@@ -82,6 +82,17 @@ def pair_blocks(blocks: list[str], where: str) -> tuple[int, list[int], list[int
             [i for i in range(n) if i not in mlp_of])
 
 
+def mamba2_fields(layers: int, heads: int, head_dim: int, groups: int, state: int, kernel: int,
+                  state_dtype: str = "") -> dict[str, Any]:
+    """ModelSpec fields of `layers` Mamba-2 mixers: `heads` of `head_dim` values, `groups` B/C
+    groups of `state` dims, a `kernel`-tap convolution, the state kept in `state_dtype` ("":
+    the model's)."""
+    return {"num_linear_layers": layers, "linear_kind": "mamba2", "linear_key_heads": groups,
+            "linear_key_head_dim": state, "linear_value_heads": heads,
+            "linear_value_head_dim": head_dim, "linear_conv_kernel": kernel,
+            "linear_state_dtype": state_dtype}
+
+
 def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     """ModelSpec fields of a Nemotron-H config (see the module docstring), `num_layers` and
     the attention shape included."""
@@ -100,13 +111,12 @@ def nemotron_h_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
                      else required_int(cfg, "hidden_size", where, FAMILY) // heads),
         "gated_mlp": False,  # squared-ReLU up / down MLPs and experts
         "mlp_free_layer_ids": tuple(free),
-        "num_linear_layers": len(linear), "linear_kind": "mamba2",
-        "linear_key_heads": required_int(cfg, "n_groups", where, FAMILY),
-        "linear_key_head_dim": required_int(cfg, "ssm_state_size", where, FAMILY),
-        "linear_value_heads": required_int(cfg, "mamba_num_heads", where, FAMILY),
-        "linear_value_head_dim": required_int(cfg, "mamba_head_dim", where, FAMILY),
-        "linear_conv_kernel": required_int(cfg, "conv_kernel", where, FAMILY),
-        "linear_state_dtype": STATE_DTYPES.get(state or "", ""),
+        **mamba2_fields(len(linear), required_int(cfg, "mamba_num_heads", where, FAMILY),
+                        required_int(cfg, "mamba_head_dim", where, FAMILY),
+                        required_int(cfg, "n_groups", where, FAMILY),
+                        required_int(cfg, "ssm_state_size", where, FAMILY),
+                        required_int(cfg, "conv_kernel", where, FAMILY),
+                        STATE_DTYPES.get(state or "", "")),
     }
     if "moe" not in blocks:
         out["ffn_size"] = required_int(cfg, "intermediate_size", where, FAMILY)
@@ -134,8 +144,8 @@ GRANITE_MAMBA_DEFAULTS = {"mamba_expand": 2, "mamba_n_heads": 128, "mamba_n_grou
 
 
 def granite_hybrid_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
-    """ModelSpec fields of a Granite 4.0 hybrid's mixers and MLPs (see the module docstring);
-    the attention shape is read as for any decoder."""
+    """ModelSpec fields of a Granite 4.0 hybrid's Mamba-2 mixers (see the module docstring);
+    its experts are read by `moe_families.more_moe_fields`, its attention as any decoder's."""
     L = cfg["num_hidden_layers"]  # (validated by hf_config_fields)
     names = list_field(cfg, "layer_types", where, str) or ["mamba"] * L
     kinds = [BLOCK_NAMES.get(n) for n in names]
@@ -160,19 +170,5 @@ def granite_hybrid_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
                          f"({cfg.get('mamba_d_head')!r}) must equal mamba_expand x hidden_size "
                          f"({inner})")
     linear = sum(k == "mamba" for k in kinds)
-    out: dict[str, Any] = {}
-    if linear:
-        out.update(num_linear_layers=linear, linear_kind="mamba2",
-                   linear_key_heads=m["mamba_n_groups"], linear_key_head_dim=m["mamba_d_state"],
-                   linear_value_heads=m["mamba_n_heads"], linear_value_head_dim=d_head,
-                   linear_conv_kernel=m["mamba_d_conv"])
-    shared = required_int(cfg, "shared_intermediate_size", where, GRANITE_HYBRID)
-    experts = cfg.get("num_local_experts")
-    if experts == 0:  # a dense release: the shared MLP is each layer's MLP
-        out["ffn_size"] = shared
-        return out
-    out.update(num_experts=required_int(cfg, "num_local_experts", where, GRANITE_HYBRID),
-               experts_per_token=required_int(cfg, "num_experts_per_tok", where, GRANITE_HYBRID),
-               ffn_size=required_int(cfg, "intermediate_size", where, GRANITE_HYBRID),
-               num_shared_experts=1, shared_expert_ffn_size=shared)
-    return out
+    return (mamba2_fields(linear, m["mamba_n_heads"], d_head, m["mamba_n_groups"],
+                          m["mamba_d_state"], m["mamba_d_conv"]) if linear else {})

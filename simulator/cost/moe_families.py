@@ -7,7 +7,9 @@ where a release's config.json omits a key):
   `intermediate_size`; every layer MoE, no shared expert.
 - Phi-3.5-MoE (`phimoe`) and IBM Granite MoE (`granitemoe`, `granitemoeshared`): Mixtral's
   keys (`num_local_experts`, `num_experts_per_tok`, `intermediate_size`); Granite's shared
-  variant adds one always-on MLP of `shared_intermediate_size` (0: none).
+  variant adds one always-on MLP of `shared_intermediate_size` (0: none). Granite 4.0
+  (`granitemoehybrid`, whose Mamba-2 layers `hybrid_blocks.py` reads) always has that MLP,
+  alone where `num_local_experts` is 0.
 - Hunyuan MoE (`hunyuan_v1_moe`, Hunyuan-A13B): `num_experts` and `moe_topk`, each an integer
   or one value per layer (all equal: kvpd prices one expert shape); transformers builds every
   routed expert and the one shared MLP of `intermediate_size`.
@@ -37,6 +39,7 @@ _MIXTRAL_KEYS = {
     "phimoe": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
     "granitemoe": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
     "granitemoeshared": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+    "granitemoehybrid": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
     "hunyuan_v1_moe": ("num_experts", "moe_topk", "intermediate_size"),
 }
 # family -> (routed experts key, shared experts key, default of first_k_dense_replace)
@@ -99,6 +102,9 @@ def more_moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]
     read)."""
     if fam not in MORE_MOE_FAMILIES:
         return {}
+    if fam == "granitemoehybrid" and cfg.get("num_local_experts") == 0:
+        # Granite 4.0's dense releases: the shared MLP is each layer's MLP
+        return {"ffn_size": required_int(cfg, "shared_intermediate_size", where, fam)}
     if fam in _MIXTRAL_KEYS:
         experts_key, k_key, ffn_key = _MIXTRAL_KEYS[fam]
         out: dict[str, Any] = {"num_experts": _per_layer_int(cfg, experts_key, where, fam),
@@ -106,7 +112,9 @@ def more_moe_fields(cfg: dict[str, Any], fam: str, where: str) -> dict[str, Any]
                                "ffn_size": required_int(cfg, ffn_key, where, fam)}
         shared = (out["ffn_size"] if fam == "hunyuan_v1_moe"
                   else optional_int(cfg, "shared_intermediate_size", where)
-                  if fam == "granitemoeshared" else 0)
+                  if fam == "granitemoeshared"
+                  else required_int(cfg, "shared_intermediate_size", where, fam)
+                  if fam == "granitemoehybrid" else 0)
         if shared:
             out.update(num_shared_experts=1, shared_expert_ffn_size=shared)
         dense: tuple[int, ...] = ()
