@@ -1,8 +1,5 @@
-"""Load HF `transformers` causal LMs (the families `SUPPORTED_MODEL_TYPES` lists: Llama,
-Mistral, Qwen2, GPT-2 and the other dense families; the mixtures of experts Mixtral, Qwen2-MoE,
-Qwen3-MoE, DeepSeek-V3 with MLA, DeepSeek-V3.2 and GLM-5 with sparse attention, GLM-4.5,
-gpt-oss, OLMoE, Phi-3.5-MoE, Granite MoE, Hunyuan MoE, ERNIE-4.5 MoE, dots.llm1, GLM-4.7-Flash,
-EXAONE MoE; and the hybrids Qwen3-Next, Qwen3.5 (Gated DeltaNet) and Nemotron-H (Mamba-2)) for
+"""Load HF `transformers` causal LMs of the families `SUPPORTED_MODEL_TYPES` lists (dense,
+mixtures of experts, MLA and sparse attention, and the Gated DeltaNet and Mamba-2 hybrids) for
 the real executor.
 
 A model comes from a local directory (`config.json` + `*.safetensors`), from a config alone
