@@ -282,7 +282,16 @@ def test_reduced_precision_runs():
                                           ("tiny-deepseek-v32", "DeepSeek-V3.2"),
                                           ("tiny-glm5", "GLM-5"),
                                           ("tiny-glm4-moe", "GLM-4.5"),
-                                          ("tiny-minimax-m2", "MiniMax-M2")])
+                                          ("tiny-minimax-m2", "MiniMax-M2"),
+                                          ("tiny-olmoe", "OLMoE"),
+                                          ("tiny-flex-olmo", "FlexOlmo"),
+                                          ("tiny-phimoe", "Phi-3.5-MoE"),
+                                          ("tiny-granitemoe", "Granite MoE"),
+                                          ("tiny-hunyuan-moe", "Hunyuan MoE"),
+                                          ("tiny-ernie4.5-moe", "ERNIE-4.5 MoE"),
+                                          ("tiny-dots1", "dots.llm1"),
+                                          ("tiny-glm4-moe-lite", "GLM-4.7-Flash"),
+                                          ("tiny-exaone-moe", "EXAONE MoE")])
 def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family):
     """Issue 34's bad input for the real executor: an MoE config lacking a field its layers are
     built from is refused naming it (transformers would fill in its largest release's value)."""
@@ -292,6 +301,20 @@ def test_every_moe_family_refuses_a_config_missing_an_expert_field(name, family)
         broken = {k: v for k, v in cfg.items() if k != field}
         with pytest.raises(ValueError, match=f"{family} config is missing field '{field}'"):
             load_model(broken)
+
+
+def test_hunyuan_moe_takes_experts_per_token_once_per_layer_as_its_release_gives_them():
+    """Hunyuan-A13B's config.json lists `moe_topk` per layer; a bad entry is refused naming it."""
+    cfg = builtin_config("tiny-hunyuan-moe")
+    layers = cfg["num_hidden_layers"]
+    listed = load_model({**cfg, "moe_topk": [cfg["moe_topk"]] * layers}, dtype="fp32",
+                        device="cpu", seed=0).model
+    plain = load_model(cfg, dtype="fp32", device="cpu", seed=0).model
+    assert sum(p.numel() for p in listed.parameters()) == sum(
+        p.numel() for p in plain.parameters())
+    with pytest.raises(ValueError, match=r"'moe_topk' must be a positive integer \(or a list of "
+                                         r"them, one per layer\), got \[2, 0\]"):
+        load_model({**cfg, "moe_topk": [2, 0]})
 
 
 def test_a_deepseek_v32_indexer_narrower_than_its_rotary_is_refused():

@@ -108,6 +108,9 @@ _DEEPSEEK_V3 = (*_CORE, "intermediate_size", "moe_intermediate_size", "n_routed_
 _DEEPSEEK_V32 = (*_DEEPSEEK_V3, "q_lora_rank", "index_topk", "index_n_heads", "index_head_dim")
 _LINEAR = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
            "linear_value_head_dim", "linear_conv_kernel_dim")
+# required fields a config may give once per layer as a list (Hunyuan-A13B's `moe_topk`, which
+# transformers' HunYuanMoEV1Config takes either way)
+PER_LAYER_FIELDS = frozenset({"moe_topk"})
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt_oss": (*_DENSE_HEAD, "num_local_experts", "num_experts_per_tok"),
     # the mixtures of experts: the fields their MoE (and MLA) layers are built from, as the
@@ -343,8 +346,12 @@ def check_required_fields(model_type: str, d: dict[str, Any], where: str) -> Non
         if value is None:
             raise ValueError(f"{where}: {family} config is missing field {key!r} (a positive "
                              "integer), which the executor needs")
+        if key in PER_LAYER_FIELDS and isinstance(value, list) and value:
+            value = min(value, key=lambda v: v if isinstance(v, int) else -1)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+            raise ValueError(f"{where}: field {key!r} must be a positive integer"
+                             + (" (or a list of them, one per layer)"
+                                if key in PER_LAYER_FIELDS else "") + f", got {d.get(key)!r}")
     if model_type in ("deepseek_v32", "glm_moe_dsa") and \
             d["index_head_dim"] < d["qk_rope_head_dim"]:
         raise ValueError(f"{where}: field 'index_head_dim' ({d['index_head_dim']}) must be at "
