@@ -249,7 +249,7 @@ class QuantizationSpec(_Strict):
 
     method: str | None = None  # fp8, w8a8, awq, gptq, nvfp4, mxfp4 (default: by dtype)
     group_size: int | None = None  # weights per group (awq/gptq; default 128, -1 per channel)
-    scope: str | None = None  # all (default) or experts: the routed MoE experts only
+    scope: str | None = None  # all (default), experts, mlp or mlp_and_o_proj (precision.py)
 
     @field_validator("method")
     @classmethod

@@ -112,8 +112,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group-size", type=int, default=None,
                    help="weights per quantization group of awq/gptq (default 128; -1 per channel)")
     p.add_argument("--quantization-scope", default=None, metavar="SCOPE",
-                   help="matrices the quantization covers: all (default) or experts (the routed "
-                        "MoE experts only, the rest 16-bit: gpt-oss's MXFP4 release)")
+                   help="matrices the quantization covers: all (default), experts (the routed "
+                        "MoE experts only, the rest 16-bit: gpt-oss's MXFP4 release), mlp (every "
+                        "MLP and expert, attention 16-bit) or mlp_and_o_proj (those and the "
+                        "attention output: NVIDIA's DeepSeek FP4-v2 exports)")
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto, bf16, fp16 or fp8 (default auto: the 16-bit activation dtype)")
     p.add_argument("--hybrid-kv-cache", action="store_true",

@@ -84,6 +84,7 @@ def model_dict(m) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.cost.models import get_model, list_models
+    from simulator.cost.precision import SCOPE_WORDS
 
     if args.action == "list":
         models = [get_model(n) for n in list_models()]
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         if k == "checkpoint_quantization":
             v = (f"{v['method']}" + (f" in groups of {v['group_size']}" if v.get("group_size", -1) > 0
                                      else "")
-                 + (" on the routed experts (the rest 16-bit)" if v["scope"] == "experts" else "")
+                 + SCOPE_WORDS.get(v["scope"], "")
                  if v else "none in its config")
         elif k == "kv_cache_groups":
             v = (f"under vLLM V1: 1 full-attention and {v['sliding_groups']} sliding-window "

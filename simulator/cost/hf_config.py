@@ -187,11 +187,50 @@ def _compressed_tensors(q: dict[str, Any]) -> tuple[str, int] | None:
     return ("gptq", -1) if strategy == "channel" else None
 
 
-def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, Any]:
+# NVIDIA ModelOpt's `quant_algo` -> kvpd quantization method (its exports' config.json
+# quantization_config, quant_method "modelopt", or hf_quant_config.json's "quantization")
+MODELOPT_ALGOS = {"nvfp4": "nvfp4", "fp8": "fp8"}
+# the attention projections a left-out module name can name (Llama's, MLA's, fused ones)
+QKV_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "q_b_proj", "kv_a_proj",
+             "kv_b_proj")
+
+
+def _skipped_scope(skipped: list[str], is_moe: bool, has_dense_mlp: bool) -> str:
+    """The quantization scope a checkpoint's left-out module names give (a precision.SCOPES
+    name): nothing of the attention left out, `all`; the q/k/v projections but not the output
+    one, `mlp_and_o_proj`; the whole attention (`self_attn*`), `mlp` for a dense model and for
+    an MoE whose dense MLPs and shared experts stay in; the attention and those (or an MoE with
+    none), `experts`."""
+    attn = [m for m in skipped if "attn" in m or "attention" in m]
+    if not attn:
+        return "all"
+    if all(any(n in m for n in QKV_NAMES) for m in attn):  # named projections, no o_proj
+        return "mlp_and_o_proj"
+    if not is_moe:
+        return "mlp"
+    dense_out = any("shared_expert" in m or ("mlp" in m and "_proj" in m and ".experts" not in m)
+                    for m in skipped)
+    return "experts" if dense_out or not has_dense_mlp else "mlp"
+
+
+def _modelopt(q: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(kvpd method, left-out module names) of a ModelOpt export's quantization config (flat,
+    as config.json carries it, or under `quantization`, as hf_quant_config.json does); None
+    for an algorithm kvpd does not price (W4A8 AWQ, mixed precision)."""
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    method = MODELOPT_ALGOS.get(str(inner.get("quant_algo", "")).strip().lower())
+    if method is None:
+        return None
+    return method, [str(m) for m in inner.get("exclude_modules") or inner.get("ignore") or ()]
+
+
+def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool,
+                            has_dense_mlp: bool = False) -> dict[str, Any]:
     """`checkpoint_quant_method` / `_scope` / `_group_size` from config.json's
-    `quantization_config`: the method when kvpd models it, and scope `experts` when an MoE
-    leaves its attention out (`modules_to_not_convert`, as gpt-oss's MXFP4 release does;
-    compressed-tensors' `ignore`, as Kimi-K2.5's INT4 release does), else `all`."""
+    `quantization_config`: the method when kvpd models it, and the scope its left-out modules
+    give (`_skipped_scope`: `modules_to_not_convert`, as gpt-oss's MXFP4 release names them;
+    compressed-tensors' `ignore`, as Kimi-K2.5's INT4 release; ModelOpt's `exclude_modules`,
+    as NVIDIA's NVFP4 exports). `has_dense_mlp`: the MoE has shared experts or dense layers."""
     q = cfg.get("quantization_config")
     if not isinstance(q, dict):
         return {}
@@ -203,15 +242,18 @@ def checkpoint_quantization(cfg: dict[str, Any], is_moe: bool) -> dict[str, Any]
             return {}
         method, group = found
         skipped = [str(m) for m in q.get("ignore") or ()]
+    elif quant_method == "modelopt" or (not quant_method and "quantization" in q):
+        found_mo = _modelopt(q)
+        if found_mo is None:
+            return {}
+        method, skipped = found_mo
     else:
         method = CHECKPOINT_METHODS.get(quant_method)
         if method is None:
             return {}
         skipped = [str(m) for m in q.get("modules_to_not_convert") or ()]
-    # (self_attn, attn, attention: the attention is left out)
-    experts_only = is_moe and any("attn" in m or "attention" in m for m in skipped)
     return {"checkpoint_quant_method": method,
-            "checkpoint_quant_scope": "experts" if experts_only else "all",
+            "checkpoint_quant_scope": _skipped_scope(skipped, is_moe, has_dense_mlp),
             "checkpoint_quant_group_size": group}
 
 
@@ -286,7 +328,9 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
             max_position_embeddings=_int(cfg, "max_position_embeddings", where, 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fam in TIED_BY_DEFAULT)),
             **traits, **variant)
-    spec.update(checkpoint_quantization(cfg, spec.get("num_experts", 1) > 1))
+    spec.update(checkpoint_quantization(
+        cfg, spec.get("num_experts", 1) > 1,
+        bool(spec.get("shared_expert_ffn_size") or spec.get("num_dense_layers"))))
     if spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError(f"{where}: num_key_value_heads={spec['num_kv_heads']} must divide "
                          f"num_attention_heads={spec['num_heads']}")

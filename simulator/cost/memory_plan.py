@@ -148,10 +148,8 @@ def plan_memory(model: ModelSpec | str, accelerator: Accelerator | str | dict, d
         if pp != 1:
             raise ValueError(f"data-parallel attention runs at pp = 1, got pp={pp}")
         kv_sh = shard_model(model, 1, 1)
-        attn_bytes = (prec.matrix_weight_bytes if prec.scope == "all"
-                      else prec.dense.matrix_weight_bytes)
-        weights += model.num_layers * attn_bytes * (kv_sh.attention_params(model)
-                                                    - sh.attention_params(model))
+        weights += model.num_layers * (attention_weight_bytes(model, kv_sh, prec)
+                                       - attention_weight_bytes(model, sh, prec))
     experts = routed_expert_bytes_per_gpu(model, sh, prec.matrix_weight_bytes)
     where = (f"{model.name} at {dt} on {acc.name} with tp={tp}, pp={pp}"
              + (f", ep={ep}" if ep > 1 else "") + (", dp attention" if dp_attention else "")
@@ -238,11 +236,27 @@ def kv_cache_groups(model: ModelSpec) -> tuple[int, int] | None:
     return group_layout(model.num_full_attention_layers - sliding, sliding)
 
 
+def attention_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> float:
+    """Bytes of one layer's attention weights on one rank under `prec`: the q/k/v and output
+    projections each at their scope's bytes per weight (`Precision.of`)."""
+    qkv, o = sh.attention_split(model)
+    return (qkv * prec.of("qkv").matrix_weight_bytes
+            + o * prec.of("o_proj").matrix_weight_bytes)
+
+
 def stage_weight_bytes(model: ModelSpec, sh: ShardPlan, prec: Precision) -> list[float]:
     """Weight bytes on one GPU of each PP stage under `prec`: with quantization scope
-    `experts`, the routed experts at the method's bytes and every other matrix in 16 bits."""
+    `experts`, the routed experts at the method's bytes and every other matrix in 16 bits;
+    with `mlp` / `mlp_and_o_proj`, every matrix at the method's bytes but the attention
+    projections the scope leaves out."""
     if prec.scope == "all":
         return sh.stage_weight_bytes(model, prec.dtype, prec.matrix_weight_bytes)
+    if prec.scope != "experts":
+        extra = (attention_weight_bytes(model, sh, prec)
+                 - sh.attention_params(model) * prec.matrix_weight_bytes)
+        return [b + layers * extra for b, layers in zip(
+            sh.stage_weight_bytes(model, prec.dtype, prec.matrix_weight_bytes),
+            sh.layers_per_stage, strict=True)]
     dense = prec.dense
     extra = prec.matrix_weight_bytes - dense.matrix_weight_bytes  # per routed-expert weight
     return [b + n * extra for b, n in zip(

@@ -101,7 +101,7 @@ class ModelSpec:
     attn_output_gate: bool = False  # full attention gates its output (q_proj emits the gate)
     # ---- how the checkpoint is stored (config.json quantization_config; "" = not quantized) ----
     checkpoint_quant_method: str = ""  # a kvpd method (fp8, mxfp4, ...) the release uses
-    checkpoint_quant_scope: str = ""  # all, or experts (the rest left out of the quantization)
+    checkpoint_quant_scope: str = ""  # a precision.SCOPES name (what the quantization covers)
     checkpoint_quant_group_size: int = 0  # weights per scale group of a weight-only method
 
     # ---- per-layer parameter counts (elements) ----

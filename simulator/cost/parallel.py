@@ -36,17 +36,25 @@ class ShardPlan:
     def attention_params(self, model: ModelSpec) -> float:
         """Attention weights (QKV and output projections; MLA's latent ones) of one layer on
         one rank."""
+        return sum(self.attention_split(model))
+
+    def attention_split(self, model: ModelSpec) -> tuple[float, float]:
+        """(input projections, output projection) weights of one layer's attention on one
+        rank: q/k/v (MLA's latent ones; a linear-attention layer's q/k/v, gate and rates) and
+        o (a linear-attention layer's out_proj)."""
         if model.is_mla:
             t = mla_terms(model, self.tp)
-            return t.w_qkv + t.w_o
+            return t.w_qkv, t.w_o
         d, hd = model.hidden_size, model.head_dim
         q = self.heads * (2 if model.attn_output_gate else 1)
-        full = d * (q + 2 * self.kv_heads) * hd + self.heads * hd * d
+        qkv, o = d * (q + 2 * self.kv_heads) * hd, self.heads * hd * d
         if not model.has_linear_attention:
-            return full
+            return qkv, o
         # the layers' mean: linear-attention layers assumed spread evenly over the stages
         share = model.num_linear_layers / model.num_layers
-        return full + share * (self.linear_attention_params(model) - full)
+        lin = self.linear_attention_params(model)
+        lin_o = model.linear_value_heads * model.linear_value_head_dim * d / self.tp
+        return (qkv + share * (lin - lin_o - qkv), o + share * (lin_o - o))
 
     def linear_attention_params(self, model: ModelSpec) -> float:
         """Matrices of one linear-attention layer on one rank: its heads split tp ways."""

@@ -15,11 +15,18 @@ The knobs map to vLLM's: `dtype` (activations), `quantization` (the checkpoint's
     mxfp4                 scales in the MMA); weight-only      only kernel (W4A16), as vLLM's
                           (W4A16) on parts without FP4 units   Marlin FP4 path on Hopper/Ampere
 
-`quantization.scope` says which matrices the method covers: `all` (every decoder-layer matrix:
-vLLM's FP8, AWQ and GPTQ checkpoints) or `experts` (the routed MoE experts only, as gpt-oss's
-MXFP4 release: its quantization_config's modules_to_not_convert keeps attention, router,
-embeddings and LM head in BF16); what the scope leaves out is stored and multiplied in the
-activations' 16 bits. The LM head is 16-bit in every scope.
+`quantization.scope` says which matrices the method covers:
+    all             every decoder-layer matrix (vLLM's FP8, AWQ and GPTQ checkpoints)
+    experts         the routed MoE experts only (gpt-oss's MXFP4 release: modules_to_not_convert
+                    keeps attention, router, embeddings and LM head in BF16)
+    mlp             every MLP matrix: dense MLPs, shared and routed experts; attention left out
+                    (NVIDIA's ModelOpt NVFP4 DeepSeek exports: exclude_modules `self_attn*`)
+    mlp_and_o_proj  those and the attention output projection; the q/k/v projections left
+                    out (nvidia/DeepSeek-R1-0528-FP4-v2: "additionally quantizes the wo module
+                    in attention layers", its model card)
+What the scope leaves out is stored and multiplied in the activations' 16 bits. The MoE router
+goes with the dense MLPs (its weights are under 1% of a layer's MLP); the LM head is 16-bit in
+every scope.
 
 A precision the part cannot run, or a method with no cost model, is refused by `resolve`
 naming the part and what it supports.
@@ -38,7 +45,13 @@ QUANT_METHODS = ("fp8", "w8a8", "awq", "gptq", "nvfp4", "mxfp4")
 FP4_METHODS = ("nvfp4", "mxfp4")
 GROUPED_METHODS = ("awq", "gptq")  # weight-only with their own group_size
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
-SCOPES = ("all", "experts")  # which matrices `quantization.method` covers
+SCOPES = ("all", "experts", "mlp", "mlp_and_o_proj")  # the matrices `quantization.method` covers
+# the parts of a decoder layer each scope covers (mlp: dense MLPs, shared experts and the router)
+SCOPE_PARTS = {"all": frozenset({"qkv", "o_proj", "mlp", "experts"}),
+               "experts": frozenset({"experts"}),
+               "mlp": frozenset({"mlp", "experts"}),
+               "mlp_and_o_proj": frozenset({"o_proj", "mlp", "experts"})}
+PARTS = ("qkv", "o_proj", "mlp", "experts")
 # the weight dtype each method stores, and the dtype its GEMMs compute in ("weight-only":
 # 16-bit activations times dequantized weights)
 _METHOD_WEIGHTS = {"fp8": ("fp8",), "w8a8": ("int8",), "awq": ("int4",), "gptq": ("int4", "int8"),
@@ -89,20 +102,31 @@ class Precision:
 
     @property
     def dense(self) -> Precision:
-        """The precision of the matrices the scope leaves out (attention, dense MLPs, shared
-        experts, router): this one for scope `all`, else unquantized in the activations' dtype."""
+        """The precision of the matrices a scope leaves out: this one for scope `all`, else
+        unquantized in the activations' dtype."""
         if self.scope == "all":
             return self
         act = "fp32" if self.dtype == "fp32" else "bf16"
         return Precision(dtype=act, method=None, group_size=0, kv_cache_dtype=self.kv_cache_dtype,
                          compute=act)
 
+    def covers(self, part: str) -> bool:
+        """Whether the scope quantizes `part`: qkv (the q/k/v projections, MLA's latent ones),
+        o_proj, mlp (dense MLPs, shared experts, the router) or experts (the routed ones)."""
+        if part not in PARTS:
+            raise ValueError(f"unknown part {part!r}; expected one of {', '.join(PARTS)}")
+        return part in SCOPE_PARTS[self.scope]
+
+    def of(self, part: str) -> Precision:
+        """The precision `part`'s matrices are stored and multiplied in (`covers`)."""
+        return self if self.covers(part) else self.dense
+
     def label(self) -> str:
         q = f" {self.method}" + (f" g{self.group_size}" if self.method in GROUPED_METHODS else "") \
             if self.method else ""
         if self.method in FP4_METHODS:
             q += " (W4A4)" if self.compute == "fp4" else " (weight-only, W4A16)"
-        where = " on the routed experts (the rest 16-bit)" if self.scope == "experts" else ""
+        where = SCOPE_WORDS.get(self.scope, "")
         return f"{self.dtype}{q} weights{where}, {self.kv_cache_dtype} KV cache"
 
     def quantization(self) -> dict[str, Any] | None:
@@ -117,6 +141,12 @@ class Precision:
         return {"dtype": self.dtype, "quantization": self.method, "group_size": self.group_size,
                 "kv_cache_dtype": self.kv_cache_dtype, "compute": self.compute,
                 "scope": self.scope}
+
+
+# how `Precision.label` and the CLI name a scope other than `all`
+SCOPE_WORDS = {"experts": " on the routed experts (the rest 16-bit)",
+               "mlp": " on the MLPs and experts (attention 16-bit)",
+               "mlp_and_o_proj": " on the MLPs, experts and attention output (q/k/v 16-bit)"}
 
 
 def _one_of(value: Any, allowed: tuple[str, ...], refusal: str) -> str:
@@ -137,7 +167,9 @@ def check_method(method: Any, where: str = "quantization.method") -> str:
 def check_scope(scope: Any, where: str = "quantization.scope") -> str:
     """`scope` if it is one kvpd models, else ValueError listing them."""
     return _one_of(scope, SCOPES, f"{where}: {scope!r} is not a quantization scope; expected one "
-                                  f"of {', '.join(SCOPES)} (experts: the routed MoE experts only)")
+                                  f"of {', '.join(SCOPES)} (experts: the routed MoE experts only; "
+                                  "mlp: every MLP and expert; mlp_and_o_proj: those and the "
+                                  "attention output projection)")
 
 
 def check_kv_cache_dtype(value: Any, where: str = "cache.kv_cache_dtype",
@@ -183,7 +215,7 @@ def resolve(acc: Accelerator, dtype: str = "bf16", quantization: dict[str, Any] 
                        kv_cache_dtype, where)
         if prec.scope == "experts" and not model.is_moe:
             raise ValueError(f"quantization.scope experts: {model.name} is not a mixture of "
-                             "experts (no routed experts to quantize); use scope all")
+                             "experts (no routed experts to quantize); use scope all or mlp")
         return prec
     pre = f"{where}: " if where else ""
     dt = normalize_dtype(dtype)
@@ -263,7 +295,9 @@ def checkpoint_note(model: Any, dtype: str,
     filled = checkpoint_defaults(model, dtype, quantization)
     if filled == quantization or not isinstance(filled, dict):
         return None
-    where = "the routed experts" if filled.get("scope") == "experts" else "every matrix"
+    where = {"experts": "the routed experts", "mlp": "every MLP and expert (attention 16-bit)",
+             "mlp_and_o_proj": "every MLP, expert and attention output projection (q/k/v "
+                               "16-bit)"}.get(filled.get("scope"), "every matrix")
     group = f" in groups of {filled['group_size']}" if filled.get("group_size", -1) > 0 else ""
     return (f"as released: {filled['method']}{group} on {where} (the model's config.json "
             "quantization_config)")

@@ -46,12 +46,16 @@ class StageTerms:
         wo = k.weight_only if pr.weight_only else None
         alu = (acc.fp32_tflops or 0.0) * 1e12
         kh = k.k_half(peak * eff, sms)  # (0 for parts without a kernel profile)
-        # the matrices outside the quantization scope (attention, dense MLPs, router), in the
-        # activations' 16 bits for scope `experts` (else the same as the experts)
-        dp = pr.dense
-        d_peak, d_eff = self._gemm_rate(dp.compute)
-        d_wo = k.weight_only if dp.weight_only else None
-        d_kh = k.k_half(d_peak * d_eff, sms)
+
+        def rate(part: str) -> tuple[float, float, Any, float]:
+            """(peak, efficiency, weight-only terms, short-K term) of `part`'s GEMMs: the
+            replica's own inside the quantization scope, the activations' 16 bits outside it
+            (`Precision.of`)."""
+            if pr.covers(part):
+                return peak, eff, wo, kh
+            dp = pr.of(part)
+            p_, e_ = self._gemm_rate(dp.compute)
+            return p_, e_, k.weight_only if dp.weight_only else None, k.k_half(p_ * e_, sms)
         if m.is_mla:  # q (LoRA) down/up, KV down, latent up; o from the heads' values
             h = m.num_heads // self.tp
             qr, kr, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -67,26 +71,30 @@ class StageTerms:
             qkv = [((hq * (2 if m.attn_output_gate else 1) + 2 * hkv) * hd, d)]
             o = [(d, hq * hd)]
 
-        def attn_linear(mats: list[tuple[int, int]], lin: list[tuple[int, int]]) -> Any:
-            """The attention-side GEMMs of the stage's L layers: with linear-attention layers,
-            the softmax layers' and theirs, each over its share of the layers."""
+        def attn_linear(mats: list[tuple[int, int]], lin: list[tuple[int, int]],
+                        part: str) -> Any:
+            """The attention-side GEMMs of the stage's L layers at `part`'s rate: with
+            linear-attention layers, the softmax layers' and theirs, each over its share of the
+            layers."""
+            a_peak, a_eff, a_wo, a_kh = rate(part)
             if not m.has_linear_attention:
-                return LinearCost(mats, L, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)
+                return LinearCost(mats, L, a_peak, a_eff, tile, sms, a_wo, alu, k_half=a_kh)
             share = m.num_linear_layers / m.num_layers
             return SummedLinearCost([
-                LinearCost(mats, L * (1.0 - share), d_peak, d_eff, tile, sms, d_wo, alu,
-                           k_half=d_kh),
-                LinearCost(lin, L * share, d_peak, d_eff, tile, sms, d_wo, alu, k_half=d_kh)])
+                LinearCost(mats, L * (1.0 - share), a_peak, a_eff, tile, sms, a_wo, alu,
+                           k_half=a_kh),
+                LinearCost(lin, L * share, a_peak, a_eff, tile, sms, a_wo, alu, k_half=a_kh)])
 
         lin_in, lin_out = self._linear_attention_gemms()
+        m_peak, m_eff, m_wo, m_kh = rate("mlp")  # dense MLPs, shared experts, router
         out = {
-            "qkv_proj": attn_linear(qkv, lin_in),
-            "o_proj": attn_linear(o, lin_out),
-            "mlp": (self._moe_linear(s, peak, eff, wo, alu, d_kh,
-                                     1.0 / (d_peak * d_eff) if pr.scope != "all" else None,
-                                     d_wo is not None) if m.is_moe else LinearCost(
+            "qkv_proj": attn_linear(qkv, lin_in, "qkv"),
+            "o_proj": attn_linear(o, lin_out, "o_proj"),
+            "mlp": (self._moe_linear(s, peak, eff, wo, alu, m_kh,
+                                     None if pr.covers("mlp") else 1.0 / (m_peak * m_eff),
+                                     m_wo is not None) if m.is_moe else LinearCost(
                 [(2 * f, d), (d, f)] if m.gated_mlp else [(f, d), (d, f)],
-                Lm, peak, eff, tile, sms, wo, alu, k_half=kh)),
+                Lm, m_peak, m_eff, tile, sms, m_wo, alu, k_half=m_kh)),
         }
         if last:  # the LM head stays 16-bit (vLLM quantizes the decoder layers only)
             pdim = m.embed_proj_dim or d
@@ -109,10 +117,11 @@ class StageTerms:
         return ([(m.linear_conv_dim // tp + v, d), (m.linear_rate_outputs // tp, d)],
                 [(d, v)])
 
-    def _linear_attention_terms(self, raw: dict[str, Any], L: int, dwb: float, ab: float,
-                                rate: dict[str, float]) -> None:
+    def _linear_attention_terms(self, raw: dict[str, Any], L: int, part_wb: tuple[float, float],
+                                ab: float, rate: dict[str, float]) -> None:
         """Put the stage's linear-attention layers (Gated DeltaNet, Mamba-2) in `raw`: their
-        share of the attention projections (`dwb` bytes per weight), the softmax attention
+        share of the attention projections (`part_wb`: bytes per weight of the input and
+        output projections), the softmax attention
         scaled to the other layers, and the `linear_attn` operator (kernels.yaml
         linear_attention, mamba2)."""
         m, tp = self.model, self.tp
@@ -128,8 +137,9 @@ class StageTerms:
             return tuple(f * (1.0 - share) + Ll * g for f, g in zip(softmax, linear, strict=True))
 
         w_in, w_out = (n_in + n_ab) * d, v * d
-        raw["qkv_proj"] = blend(raw["qkv_proj"], (2 * w_in, w_in * dwb, (d + n_in + n_ab) * ab))
-        raw["o_proj"] = blend(raw["o_proj"], (2 * w_out, w_out * dwb, (v + d) * ab))
+        qwb, owb = part_wb
+        raw["qkv_proj"] = blend(raw["qkv_proj"], (2 * w_in, w_in * qwb, (d + n_in + n_ab) * ab))
+        raw["o_proj"] = blend(raw["o_proj"], (2 * w_out, w_out * owb, (v + d) * ab))
         raw["attn"] = blend(raw["attn"], (0.0, 0.0, 0.0))
         raw["attn_decode"] = blend(raw["attn_decode"], (0.0, 0.0))
         # convolution in and out, the gate z and the gated norm, per token
@@ -268,7 +278,9 @@ class StageTerms:
         d, hd = m.hidden_size, m.head_dim
         hq, hkv, f = sh.heads, sh.kv_heads, sh.ffn
         wb = pr.matrix_weight_bytes
-        dwb = pr.dense.matrix_weight_bytes  # outside the quantization scope (attention, ...)
+        # bytes per weight of the q/k/v projections, the output projection and the dense MLPs
+        # (shared experts, router): `wb` inside the quantization scope, 16-bit outside it
+        qwb, owb, mwb = (pr.of(part).matrix_weight_bytes for part in ("qkv", "o_proj", "mlp"))
         ab = pr.activation_bytes  # activations, norms, embeddings
         kvb = dtype_bytes(pr.kv_cache_dtype)
         bw = acc.mem_bw_bytes_per_s
@@ -296,8 +308,8 @@ class StageTerms:
         Lm = sum(stage_layer_split(m, sh.layers_per_stage, s))  # the layers with an MLP
         raw = {
             # (flops per token, weight bytes, activation bytes per token), L layers
-            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * dwb, L * (d + (hq_q + 2 * hkv) * hd) * ab),
-            "o_proj": (L * 2 * w_o, L * w_o * dwb, L * (hq * hd + d) * ab),
+            "qkv_proj": (L * 2 * w_qkv, L * w_qkv * qwb, L * (d + (hq_q + 2 * hkv) * hd) * ab),
+            "o_proj": (L * 2 * w_o, L * w_o * owb, L * (hq * hd + d) * ab),
             "mlp": (Lm * 2 * (m.experts_per_token * w_e + (d * m.num_experts if m.is_moe else 0)),
                     Lm * w_e * wb,  # per expert touched
                     Lm * (m.experts_per_token * (2 * d + n_mats * f) * ab
@@ -318,9 +330,9 @@ class StageTerms:
         raw["attn_decode"] = raw["attn"][:2]
         raw["ep_alltoall"] = (0.0, 0.0)
         if m.is_moe or m.is_mla:
-            self._variant_terms(raw, s, L, wb, dwb, ab, kvb, ring, rate)
+            self._variant_terms(raw, s, L, wb, (qwb, owb, mwb), ab, kvb, ring, rate)
         if m.has_linear_attention:
-            self._linear_attention_terms(raw, L, dwb, ab, rate)
+            self._linear_attention_terms(raw, L, (qwb, owb), ab, rate)
         ew_flops, ew_bytes = raw["elementwise"]
         raw["elementwise"] = (ew_flops, ew_bytes + raw.pop("mlp_elementwise"))
         lin = self._linear_costs(s, L, Lm, last)
@@ -430,24 +442,27 @@ class StageTerms:
                 + dense * k.layer_gemm_extra_s(m, False) + moe * k.layer_gemm_extra_s(m, True)
                 + moe * k.moe_call_extra_s() + (L - dense - moe) * k.mlp_free_layer_s(m))
 
-    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float, dwb: float,
-                       ab: float, kvb: float, ring: float, rate: dict[str, float]) -> None:
+    def _variant_terms(self, raw: dict[str, Any], s: int, L: int, wb: float,
+                       part_wb: tuple[float, float, float], ab: float, kvb: float, ring: float,
+                       rate: dict[str, float]) -> None:
         """Replace the dense terms of stage `s` by those of an MoE and/or MLA model
-        (simulator/cost/moe_cost.py says how each is priced); `wb` / `dwb`: bytes per weight
-        inside / outside the quantization scope."""
+        (simulator/cost/moe_cost.py says how each is priced); `wb`: bytes per routed-expert
+        weight; `part_wb`: those of the q/k/v projections, the output projection and the dense
+        MLPs (each `wb` inside the quantization scope, 16-bit outside it)."""
         m, tp, ep = self.model, self.tp, self.ep
+        qwb, owb, mwb = part_wb
         if m.is_mla:
             t = mla_terms(m, tp)
             h = m.num_heads / tp
-            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * dwb, L * t.qkv_act_bytes_per_token * ab)
-            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * dwb, L * (h * m.v_head_dim + m.hidden_size) * ab)
+            raw["qkv_proj"] = (L * 2 * t.w_qkv, L * t.w_qkv * qwb, L * t.qkv_act_bytes_per_token * ab)
+            raw["o_proj"] = (L * 2 * t.w_o, L * t.w_o * owb, L * (h * m.v_head_dim + m.hidden_size) * ab)
             kv_tok = t.kv_elems_per_token * kvb
             qo_tok = h * (m.head_dim + m.v_head_dim) * ab
             raw["attn"] = (L * t.prefill_flops_per_pair, L * kv_tok, L * (qo_tok + kv_tok))
             raw["attn_decode"] = (L * t.decode_flops_per_pair, L * kv_tok)
         if m.is_moe:
             dense, moe = stage_layer_split(m, self.shard.layers_per_stage, s)
-            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s, dense_wb=dwb,
+            mt = moe_terms(m, tp, ep, dense, moe, wb, ab, self.ep_link.latency_s, dense_wb=mwb,
                            all_to_all=self.all_to_all)
             raw["mlp"] = (mt.flops_per_token, mt.expert_bytes, mt.act_bytes_per_token)
             raw["expert_stream"] = self._expert_stream()
