@@ -68,6 +68,7 @@ MODEL_NAMES = {
     "deepseek-ai/DeepSeek-R1": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
     "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2",  # V3's shapes with sparse attention
+    "nvidia/DeepSeek-R1-0528-FP4-V2": "deepseek-v3",  # NVIDIA's NVFP4 export (InferenceX's spelling)
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",  # the FP8 export of the release
@@ -137,6 +138,10 @@ PRECISIONS = {
     # (config.json quantization_config: quant_method mxfp4, modules_to_not_convert: the
     # attention, router, embeddings and LM head)
     "mxfp4-experts": ("fp4", {"method": "mxfp4", "scope": "experts"}),
+    # NVFP4 on every linear but the attention's q/k/v projections: NVIDIA's ModelOpt -FP4-v2
+    # exports of DeepSeek-R1 (the model card: the v1 export's MLPs and experts, plus "the wo
+    # module in attention layers"; ModelOpt leaves the rest of self_attn out)
+    "nvfp4-mlp-and-o_proj": ("fp4", {"method": "nvfp4", "scope": "mlp_and_o_proj"}),
 }
 
 # Request counts a source leaves out: the harness's own default.
