@@ -68,7 +68,7 @@ MODEL_NAMES = {
     "deepseek-ai/DeepSeek-R1": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
     "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2",  # V3's shapes with sparse attention
-    "nvidia/DeepSeek-R1-0528-FP4-V2": "deepseek-v3",  # NVIDIA's NVFP4 export (InferenceX's spelling)
+    "nvidia/DeepSeek-R1-0528-FP4-V2": "deepseek-r1-fp4-v2",  # (InferenceX's spelling)
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
     "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",  # the FP8 export of the release

@@ -135,3 +135,20 @@ def test_the_scenario_key_the_estimate_flag_and_a_bad_scope(capsys) -> None:
     assert rc == 0 and json.loads(capsys.readouterr().out)["precision"]["scope"] == "mlp"
     with pytest.raises(ValueError, match="expected one of all, experts, mlp, mlp_and_o_proj"):
         CostModel(MODEL, "b200", "fp4", quantization=scoped("attention"))
+
+
+@pytest.mark.parametrize("name, scope", [
+    ("nvidia/DeepSeek-R1-0528-FP4", "mlp"), ("nvidia/DeepSeek-R1-FP4", "mlp"),
+    ("nvidia/DeepSeek-R1-0528-FP4-v2", "mlp_and_o_proj"), ("nvidia/DeepSeek-R1-FP4-v2",
+                                                           "mlp_and_o_proj"),
+])
+def test_nvidias_deepseek_fp4_exports_are_priced_as_released(name, scope) -> None:
+    """The catalog's ModelOpt exports have DeepSeek-V3's shapes and their own checkpoint scope:
+    `dtype: fp4` alone prices them as stored; FP8 weights are the FP8 recipe on every matrix."""
+    m, base = get_model(name), get_model("deepseek-v3")
+    assert (m.num_params, m.kv_bytes_per_token("bf16")) == (base.num_params,
+                                                             base.kv_bytes_per_token("bf16"))
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope) == ("nvfp4", scope)
+    prec = CostModel(name, "b200", "fp4", tp=8).precision
+    assert (prec.method, prec.scope) == ("nvfp4", scope)
+    assert CostModel(name, "b200", "fp8", tp=8).precision.scope == "all"

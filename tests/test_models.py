@@ -225,7 +225,7 @@ def test_release_names_resolve_to_their_architecture_and_no_alias_is_shared():
     assert get_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
     assert get_model("mistralai/Mixtral-8x7B-Instruct-v0.1").name == "mixtral-8x7b"
     # NVIDIA's ModelOpt FP4 exports (the names of NVIDIA's own FP4 benchmark rows)
-    assert get_model("nvidia/DeepSeek-R1-0528-FP4-v2").name == "deepseek-v3"
+    assert get_model("nvidia/DeepSeek-R1-0528-FP4-v2").name == "deepseek-r1-fp4-v2"
     assert get_model("nvidia/Llama-3.3-70B-Instruct-FP4").name == "llama-3.3-70b"
     # an instruct release with another context is its own entry, the base's shapes merged in
     base, instruct = get_model("Qwen/Qwen2.5-72B"), get_model("Qwen/Qwen2.5-72B-Instruct")
