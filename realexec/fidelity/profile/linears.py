@@ -20,8 +20,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from torch import nn
 
 from realexec.engine.device import synchronize
 from realexec.engine.paged_model import PagedCausalLM
@@ -29,40 +31,79 @@ from simulator.calibrate.profile_io import ProfileRow
 from simulator.core.batch_shape import BatchShape
 
 
+def _hidden(model: PagedCausalLM) -> int:
+    """The decoder layers' width: what the layers and the final norm read (OPT-350m's LM head
+    is narrower: its final projection maps the layers' width down to the embeddings')."""
+    return model.config.n_embd if model.family == "gpt2" else model.config.hidden_size
+
+
+def _mixer(model: PagedCausalLM, layer: nn.Module, i: int) -> nn.Module | None:
+    """Layer `i`'s token mixer (softmax attention, MLA, Gated DeltaNet or Mamba-2), whose
+    linears the profile runs; None for Nemotron-H's MLP and MoE blocks, which have none."""
+    if model.family == "nemotron_h":
+        return layer.mixer if (model.kv_layers[i] or model.linear[i]) else None
+    if model.linear[i]:
+        return getattr(layer, model.linear_attr)
+    return getattr(layer, "self_attn", None) or layer.attention  # (GPT-NeoX: `attention`)
+
+
+def _mlp(model: PagedCausalLM, layer: nn.Module, i: int) -> Callable[[torch.Tensor], Any]:
+    """Layer `i`'s MLP or MoE block on flat rows, as the forward calls it."""
+    if model.family == "nemotron_h":
+        return (lambda x: None) if (model.kv_layers[i] or model.linear[i]) else layer.mixer
+    if model.family == "opt":
+        return lambda x: layer.fc2(layer.activation_fn(layer.fc1(x)))
+    if model.family == "llama4_text":  # (its MoE layers return (hidden, router logits))
+        return layer.feed_forward
+    return lambda x: model._mlp(layer, x)
+
+
 def layer_linears(model: PagedCausalLM) -> Callable[[int], None]:
     """A function running every layer's linears, in order, as the forward does, on `rows`
-    random rows. All layers, not one: one layer's weights can stay in a CPU's last-level
-    cache between calls (11.5 MB for llama-50m against 32 MB of L3 here) while a step
-    streams all of them from memory, and the two regimes have different size curves."""
+    random rows: each projection of the layer's mixer (`nn.Linear`s of the attention, MLA,
+    Gated DeltaNet or Mamba-2 module, each on rows of its own input width) and its MLP or MoE
+    block. All layers, not one: one layer's weights can stay in a CPU's last-level cache
+    between calls (11.5 MB for llama-50m against 32 MB of L3 here) while a step streams all
+    of them from memory, and the two regimes have different size curves."""
     dev, dtype = model.device, model.dtype
-    hidden = model.config.hidden_size if model.family != "gpt2" else model.config.n_embd
+    hidden = _hidden(model)
     width_o = model.num_heads * model.head_dim
-    inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    inputs: dict[tuple[int, int], torch.Tensor] = {}
 
-    def run(rows: int) -> None:
-        if rows not in inputs:
-            inputs[rows] = (torch.randn(rows, hidden, device=dev, dtype=dtype),
-                            torch.randn(rows, width_o, device=dev, dtype=dtype))
-        x, o = inputs[rows]
-        for layer in model.layers:
-            if model.family == "gpt2":
+    def rand(rows: int, width: int) -> torch.Tensor:
+        if (rows, width) not in inputs:
+            inputs[rows, width] = torch.randn(rows, width, device=dev, dtype=dtype)
+        return inputs[rows, width]
+
+    if model.family == "gpt2":  # (Conv1D projections, not nn.Linear)
+        def run(rows: int) -> None:
+            x, o = rand(rows, hidden), rand(rows, width_o)
+            for layer in model.layers:
                 layer.attn.c_attn(x)
                 layer.attn.c_proj(o)
                 layer.mlp(x)
-            else:
-                sa = layer.self_attn
-                sa.q_proj(x)
-                sa.k_proj(x)
-                sa.v_proj(x)
-                sa.o_proj(o)
-                layer.mlp(x)
+        return run
+
+    plan = []
+    for i, layer in enumerate(model.layers):
+        mixer = _mixer(model, layer, i)
+        linears = ([m for m in mixer.modules() if isinstance(m, nn.Linear)]
+                   if mixer is not None else [])
+        plan.append((linears, _mlp(model, layer, i)))
+
+    def run(rows: int) -> None:
+        x = rand(rows, hidden)
+        for linears, mlp in plan:
+            for lin in linears:
+                lin(rand(rows, lin.in_features))
+            mlp(x)
 
     return run
 
 
 def lm_head(model: PagedCausalLM) -> Callable[[int], None]:
     """A function computing the logits of `rows` random hidden rows (`compute_logits`)."""
-    hidden = model.lm_head.weight.shape[1]
+    hidden = _hidden(model)
     inputs: dict[int, torch.Tensor] = {}
 
     def run(rows: int) -> None:
