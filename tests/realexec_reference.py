@@ -13,7 +13,7 @@ from realexec.engine.model_loader import load_model
 
 FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-helium", "tiny-arcee", "tiny-glm", "tiny-nemotron",
             "tiny-starcoder2", "tiny-stablelm", "tiny-cohere", "tiny-cohere2", "tiny-phi",
-            "tiny-olmo",
+            "tiny-olmo", "tiny-gpt-neox", "tiny-gpt-neox-sequential",
             "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-seed-oss",
             "tiny-smollm3", "tiny-granite", "tiny-glm4", "tiny-hunyuan", "tiny-ernie4.5",
             "tiny-olmo2", "tiny-olmo3", "tiny-exaone4", "tiny-gpt2", "tiny-opt", "tiny-opt-350m",

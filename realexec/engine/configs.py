@@ -61,6 +61,8 @@ _TINY_COMMON: dict[str, Any] = {
     "eos_token_id": 2,
     "tie_word_embeddings": False,
 }
+# families without grouped-query heads (GPT-NeoX reads no num_key_value_heads)
+_TINY_NO_GQA = {k: v for k, v in _TINY_COMMON.items() if k != "num_key_value_heads"}
 
 # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 4 layers, linear attention of 2 key / 4 value
 # heads of 8 dims and a 4-tap convolution, 16-dim softmax heads with a partial rotary
@@ -304,6 +306,11 @@ TINY: dict[str, dict[str, Any]] = {
     "tiny-phi": {"model_type": "phi", **_TINY_COMMON, "partial_rotary_factor": 0.4,
                  "pad_token_id": 0},
     "tiny-olmo": {"model_type": "olmo", **_TINY_COMMON, "clip_qkv": 3.0, "pad_token_id": 0},
+    # GPT-NeoX / Pythia: a rotary over a quarter of each head (Pythia's rotary_pct), a parallel
+    # residual (the release default); the -sequential variant adds the sublayers in turn
+    "tiny-gpt-neox": {"model_type": "gpt_neox", **_TINY_NO_GQA, "rotary_pct": 0.25},
+    "tiny-gpt-neox-sequential": {"model_type": "gpt_neox", **_TINY_NO_GQA, "rotary_pct": 0.25,
+                                 "use_parallel_residual": False},
     # gpt-oss: attention sinks, q/k/v/o biases, 4 layers alternating sliding (a 10-token window,
     # shorter than most test prompts and not a multiple of the test block size) and full
     # attention, 4 experts top-2 with router bias and clamped SwiGLU, YaRN rope (gpt-oss's

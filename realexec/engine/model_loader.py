@@ -38,6 +38,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "olmo3": "OLMo 3",
     "exaone4": "EXAONE 4",
     "gpt2": "GPT-2",
+    "gpt_neox": "GPT-NeoX (Pythia)",
     "opt": "OPT",
     "mixtral": "Mixtral",
     "qwen2_moe": "Qwen2-MoE",
@@ -138,6 +139,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "smollm3": _DENSE,
     # OPTConfig's defaults are the 125m's
     "opt": (*_CORE, "ffn_dim"),
+    # GPTNeoXConfig's defaults are GPT-NeoX-20B's
+    "gpt_neox": (*_CORE, "intermediate_size"),
     # GraniteConfig's defaults are a Llama-2-7B shape with every multiplier 1
     "granite": _DENSE,
     # Glm4Config's defaults are GLM-4-9B's

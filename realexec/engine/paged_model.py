@@ -42,6 +42,8 @@ from realexec.engine.mla import (
 from realexec.engine.model_loader import SUPPORTED_MODEL_TYPES, check_supported
 from realexec.engine.sparse_index import SparseIndexState, index_key_dim
 
+# families with a walk of their own (the rest share `_forward_llama`'s module names)
+OWN_WALK_FAMILIES = ("gpt2", "opt", "gpt_neox")
 # rows below which CPU GEMMs are padded (see compute_logits)
 _CPU_MIN_GEMM_ROWS = 4
 
@@ -76,7 +78,8 @@ class PagedCausalLM:
     MLP) / GLM-4-9B / Nemotron-4 (LayerNorm1p, partial rotary) / StarCoder2 (biases, a window) /
     StableLM (parallel residual, per-head q/k LayerNorms) / Command R and A (parallel blocks,
     interleaved rotary, logit scale) / Phi-2 (a parallel block, partial rotary) / OLMo 1
-    (weightless LayerNorms, `clip_qkv`), or the hybrids Qwen3-Next / Qwen3.5
+    (weightless LayerNorms, `clip_qkv`) / GPT-NeoX and Pythia (per-head fused QKV, partial
+    rotary, a parallel residual over two norms), or the hybrids Qwen3-Next / Qwen3.5
     (Gated DeltaNet), Granite 4.0 (Mamba-2 and NoPE attention, MoE and a shared MLP)
     and Nemotron-H (Mamba-2, NoPE attention, MLP and MoE blocks)."""
 
@@ -108,6 +111,15 @@ class PagedCausalLM:
             self.num_kv_heads = self.num_heads
             self.scales = [layer.self_attn.scaling for layer in self.layers]
             self.mla = False
+        elif self.family == "gpt_neox":  # (no grouped-query heads)
+            base = hf_model.gpt_neox
+            self.layers = list(base.layers)
+            self.final_norm = base.final_layer_norm
+            self.num_heads = config.num_attention_heads
+            self.head_dim = config.hidden_size // self.num_heads
+            self.num_kv_heads = self.num_heads
+            self.scales = [layer.attention.scaling for layer in self.layers]
+            self.mla = False
         # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others;
         # Nemotron-H: Mamba-2 blocks likewise
         self.linear = linear_layers(config)
@@ -116,7 +128,7 @@ class PagedCausalLM:
         # blocks are layers of their own, with neither KV nor a state)
         self.kv_layers = ([t == "full_attention" for t in config.layer_types]
                           if self.family == "nemotron_h" else [not lin for lin in self.linear])
-        if self.family not in ("gpt2", "opt"):
+        if self.family not in OWN_WALK_FAMILIES:
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
             self.final_norm = (base.norm_f if self.family == "nemotron_h"
@@ -135,7 +147,8 @@ class PagedCausalLM:
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [a.scaling if a is not None else None for a in attns]
         else:
-            first_attn = self.layers[0].attn if self.family == "gpt2" else self.layers[0].self_attn
+            first_attn = {"gpt2": "attn", "gpt_neox": "attention"}.get(self.family, "self_attn")
+            first_attn = getattr(self.layers[0], first_attn)
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
         self.kv_index = [sum(self.kv_layers[:i]) for i in range(len(self.kv_layers))]
         self.num_kv_layers = sum(self.kv_layers)
@@ -242,6 +255,8 @@ class PagedCausalLM:
                 return self._forward_gpt2(input_ids, positions, attn)
             if self.family == "opt":
                 return self._forward_opt(input_ids, positions, attn)
+            if self.family == "gpt_neox":
+                return self._forward_gpt_neox(input_ids, positions, attn)
             if self.family == "nemotron_h":
                 return self._forward_nemotron_h(input_ids, attn, linear)
             if self.family == "llama4_text":
@@ -397,6 +412,29 @@ class PagedCausalLM:
             o = attn.attend(i, q.view(shape), k.view(shape), v.view(shape), self.scales[i], None)
             h = blk.attn.c_proj(o.reshape(t, d)) + h
             h = h + blk.mlp(blk.ln_2(h))
+        return h
+
+    def _forward_gpt_neox(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
+        """GPT-NeoX's layers (Pythia): one projection gives each head its [q | k | v], the
+        rotary turns the first `partial_rotary_factor` of each head; with
+        `use_parallel_residual` the attention and the MLP read their own LayerNorms of the
+        same input and add to it together, else one after the other."""
+        h = self.base.embed_in(ids)
+        cos, sin = self._rotaries(h, pos)[None]
+        t = ids.shape[0]
+        parallel = bool(self.config.use_parallel_residual)
+        for i, layer in enumerate(self.layers):
+            sa = layer.attention
+            qkv = sa.query_key_value(layer.input_layernorm(h))
+            q, k, v = qkv.view(t, self.num_heads, 3 * self.head_dim).chunk(3, dim=-1)
+            q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
+            o = attn.attend(i, q, k, v.contiguous(), self.scales[i], None)
+            o = sa.dense(o.reshape(t, self.num_heads * self.head_dim))
+            if parallel:
+                h = h + o + layer.mlp(layer.post_attention_layernorm(h))
+            else:
+                h = h + o
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
         return h
 
     def _forward_opt(self, ids: torch.Tensor, pos: torch.Tensor, attn: AttentionBackend):
