@@ -72,3 +72,24 @@ def _inside_moe(model, module: nn.Module) -> bool:
                     m is module for m in block.modules()):
                 return True
     return False
+
+
+def test_a_model_with_a_recurrent_state_profiles_and_calibrates(tmp_path, capsys) -> None:
+    """Qwen3-Next's Gated DeltaNet layers keep a state per request: `kvpd profile` computes
+    its prompts for real (a decode step reads the state they built), leaves out the swap
+    points and the PD serving probe, which such a model cannot run, and says so; `kvpd
+    calibrate` takes the profile."""
+    from kvpd.cli import main as kvpd_main
+    from simulator.calibrate.profile_io import read_profile
+
+    out = tmp_path / "profile.csv"
+    assert kvpd_main(["profile", "--model", "tiny-qwen3-next", "--grid", "quick", "--threads",
+                      "1", "--repeats", "2", "--serving-requests", "6", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "swap: skipped (linear-attention layers" in printed
+    assert "serving probe (pd): skipped" in printed and "failed" not in printed
+    kinds = set(read_profile(out).columns["kind"])
+    assert {"prefill", "decode", "mixed", "linear", "lm_head", "kv_transfer"} <= kinds
+    assert not kinds & {"swap_out", "swap_in"}
+    assert kvpd_main(["calibrate", str(out), "--out", str(tmp_path / "cal.yaml"), "--no-plot",
+                      "--accept-noisy"]) == 0

@@ -310,7 +310,9 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not a JSON text file ({exc.reason} at byte {exc.start})") from None
 
 
-def _config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
+def config_from_dict(d: dict[str, Any], where: str) -> PretrainedConfig:
+    """The HF config of a config.json mapping `d` (a supported `model_type` and its required
+    fields); ValueError naming `where` otherwise."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: a model config is a JSON object, got {type(d).__name__}")
     d = dict(d)
@@ -437,23 +439,23 @@ def resolve_config(model: ModelSpec) -> tuple[PretrainedConfig, Path | None, str
         check_supported(model, "config")
         return model, None, "config"
     if isinstance(model, dict):
-        cfg = _config_from_dict(model, "config dict")
+        cfg = config_from_dict(model, "config dict")
         check_supported(cfg, "config dict")
         return cfg, None, "config"
     if isinstance(model, str) and model in BUILTIN_CONFIGS:
-        return _config_from_dict(builtin_config(model), model), None, model
+        return config_from_dict(builtin_config(model), model), None, model
     path = Path(model).expanduser()
     if path.is_file():
         if path.suffix != ".json":
             raise ValueError(f"{path}: expected a model directory or a config.json file")
-        cfg = _config_from_dict(_read_json(path), str(path))
+        cfg = config_from_dict(_read_json(path), str(path))
         check_supported(cfg, str(path))
         return cfg, None, str(path)
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"{path}: model directory has no config.json")
-        cfg = _config_from_dict(_read_json(cfg_path), str(cfg_path))
+        cfg = config_from_dict(_read_json(cfg_path), str(cfg_path))
         check_supported(cfg, str(cfg_path))
         if not any(path.glob("*.safetensors")):
             raise ValueError(

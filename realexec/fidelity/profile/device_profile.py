@@ -63,9 +63,12 @@ def profile_device(out: str | Path, model: str | dict[str, Any] = "llama-50m",
         prof.llm = None  # the probe's engines need the device memory
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        pd = "transfer" in kinds and not prof.recurrent
+        if "transfer" in kinds and prof.recurrent:
+            prof.progress("serving probe (pd): skipped (PD hand-off sends KV blocks, not a "
+                          "request's linear-attention state; such a model runs colocated)")
         probe = serving_probe(prof.config, dtype, device, threads, serving_requests, seed,
-                              ("colocated", "pd") if "transfer" in kinds else ("colocated",),
-                              prof.progress)
+                              ("colocated", "pd") if pd else ("colocated",), prof.progress)
     meta = {
         "device": hardware or catalog_device(dev),
         "model": prof.name,

@@ -148,6 +148,15 @@ class _NoCompute:
         return StepResult(0.0, [3] * len(output.reqs))
 
 
+def _has_recurrent_state(config: dict[str, Any]) -> bool:
+    """Whether the model (an HF config dict) has linear-attention layers (Gated DeltaNet,
+    Mamba-2), whose per-request state the engine keeps outside the paged KV blocks."""
+    from realexec.engine.linear_attention import linear_layers
+    from realexec.engine.model_loader import config_from_dict
+
+    return any(linear_layers(config_from_dict(dict(config), "model").get_text_config()))
+
+
 # ----------------------------------------------------------------------------- profiler
 class Profiler:
     """Runs the grid on one `LLM` built for profiling (large token budget, no prefix cache).
@@ -167,11 +176,14 @@ class Profiler:
         self.rng = random.Random(seed)
         self.progress = progress or (lambda _msg: None)
         g = self.grid
+        # a model with linear-attention layers keeps a recurrent state per request: it cannot
+        # be swapped (realexec preempts it by recompute), so its profile has no swap points
+        self.recurrent = _has_recurrent_state(self.config)
         block = 16
         blocks = -(-g.max_tokens_in_flight() // block) + 8
         blocks = max(blocks, -(-max(g.transfer_tokens, default=0) // block))
         self.llm = LLM(self.config, dtype=dtype, device=device, block_size=block,
-                       num_gpu_blocks=blocks, num_cpu_blocks=max(g.swap_blocks, default=0),
+                       num_gpu_blocks=blocks, num_cpu_blocks=0 if self.recurrent else max(g.swap_blocks, default=0),
                        max_num_seqs=max(g.decode_batches + g.mixed_batches) + 2,
                        max_num_batched_tokens=FULL_BUDGET, enable_prefix_caching=False,
                        model_seed=seed, seed=seed)
@@ -207,9 +219,12 @@ class Profiler:
         sched.config = dataclasses.replace(sched.config, max_num_batched_tokens=tokens)
 
     def _free_run(self, until: Callable[[], bool]) -> None:
-        """Step without computing (zero time) until `until()` holds."""
+        """Step without computing (zero time) until `until()` holds. A model with a recurrent
+        state computes these steps for real: its decode steps read the state its prompt
+        built (a state left empty would send them down the prompt path)."""
         engine = self.llm.engine
-        runner, engine.executor = engine.executor, _NoCompute()
+        runner = engine.executor
+        engine.executor = runner if self.recurrent else _NoCompute()
         try:
             while not until():
                 self.llm.step()
@@ -356,7 +371,10 @@ class Profiler:
             rows += self.steps()
         if "linears" in kinds and (self.grid.linear_tokens or self.grid.lm_head_rows):
             rows += self.linears()
-        if "swap" in kinds and self.grid.swap_blocks:
+        if "swap" in kinds and self.grid.swap_blocks and self.recurrent:
+            self.progress("swap: skipped (linear-attention layers: a request's recurrent state "
+                          "does not move to host memory; the engine preempts by recompute)")
+        elif "swap" in kinds and self.grid.swap_blocks:
             rows += self.swaps()
         if "transfer" in kinds and self.grid.transfer_tokens:
             rows += self.transfers()
