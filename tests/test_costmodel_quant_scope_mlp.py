@@ -152,3 +152,38 @@ def test_nvidias_deepseek_fp4_exports_are_priced_as_released(name, scope) -> Non
     prec = CostModel(name, "b200", "fp4", tp=8).precision
     assert (prec.method, prec.scope) == ("nvfp4", scope)
     assert CostModel(name, "b200", "fp8", tp=8).precision.scope == "all"
+
+
+def test_a_model_folder_with_hf_quant_config_json_is_read_as_released(tmp_path) -> None:
+    """A ModelOpt export keeps its quantization in hf_quant_config.json beside config.json
+    (nested under `quantization`): a model folder is priced with it, as vLLM reads it; a
+    config.json's own quantization_config wins; a broken file is refused naming it."""
+    cfg = yaml.safe_load((CATALOG / "models.yaml").read_text())[MODEL]["config"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert get_model(str(tmp_path)).checkpoint_quant_method == ""
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(_modelopt(V2, nested=True)))
+    m = get_model(str(tmp_path))
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope) == ("nvfp4", "mlp_and_o_proj")
+    assert get_model(str(tmp_path / "config.json")).checkpoint_quant_scope == "mlp_and_o_proj"
+    own = {**cfg, "quantization_config": _modelopt(V1)}
+    (tmp_path / "config.json").write_text(json.dumps(own))
+    assert get_model(str(tmp_path)).checkpoint_quant_scope == "mlp"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "hf_quant_config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="hf_quant_config.json: expected a JSON object"):
+        get_model(str(tmp_path))
+
+
+def test_a_multimodal_release_keeps_the_quantization_config_beside_its_text_config() -> None:
+    """A multimodal release's config.json can carry its quantization_config at the top,
+    beside text_config: it covers the text model kvpd prices."""
+    entry = yaml.safe_load((CATALOG / "models.yaml").read_text())
+    name = next(k for k, v in entry.items() if "text_config" in str(v.get("source", ""))
+                and v["config"].get("architectures", [""])[0].endswith("ConditionalGeneration"))
+    text = dict(entry[name]["config"])
+    arch = text.pop("architectures")
+    cfg = {"architectures": arch, "text_config": text,
+           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    m = get_model(cfg)
+    assert (m.checkpoint_quant_method, m.checkpoint_quant_scope) == ("fp8", "all")
+    assert m.num_params == get_model(name).num_params

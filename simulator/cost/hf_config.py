@@ -265,7 +265,11 @@ def hf_config_fields(cfg: dict[str, Any], name: str | None, where: str) -> dict[
     arch, fam = _family(cfg, where)
     name = name or str(cfg.get("_name_or_path") or fam)
     if fam in TEXT_CONFIG_FAMILIES and isinstance(cfg.get("text_config"), dict):  # multimodal
+        # (a release's quantization_config sits beside text_config, and covers the text model)
+        quant = cfg.get("quantization_config")
         cfg = {**cfg["text_config"], "architectures": [arch]}
+        if quant is not None and "quantization_config" not in cfg:
+            cfg["quantization_config"] = quant
     if fam == "gpt2":
         d = _int(cfg, "n_embd", where)
         heads = _int(cfg, "n_head", where)

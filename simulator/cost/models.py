@@ -568,9 +568,29 @@ def _read_config_file(path: str) -> tuple[dict[str, Any], str, str]:
         raise ValueError(f"{path}: not a JSON text file ({exc.reason} at byte {exc.start})") from None
     # a checkpoint's config.json is named by its folder (HF's layout); any other file by its stem
     base = os.path.basename(path)
+    if base == "config.json" and isinstance(cfg, dict) and "quantization_config" not in cfg:
+        cfg = _with_modelopt_config(cfg, os.path.join(os.path.dirname(path),
+                                                      "hf_quant_config.json"))
     name = (os.path.basename(os.path.dirname(os.path.abspath(path))) if base == "config.json"
             else os.path.splitext(base)[0]) or path
     return cfg, name, path
+
+
+def _with_modelopt_config(cfg: dict[str, Any], path: str) -> dict[str, Any]:
+    """`cfg` with the ModelOpt export's `hf_quant_config.json` at `path` as its
+    quantization_config (quant_method modelopt), as vLLM reads such a checkpoint; `cfg` when
+    there is none. A file that is not a JSON object is refused naming it."""
+    if not os.path.isfile(path):
+        return cfg
+    try:
+        with open(path, encoding="utf-8") as f:
+            quant = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(quant, dict):
+        raise ValueError(f"{path}: expected a JSON object (ModelOpt's hf_quant_config), got "
+                         f"{type(quant).__name__}")
+    return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant}}
 
 
 def merged_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
