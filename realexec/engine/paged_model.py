@@ -63,6 +63,24 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((rot * cos + _rotate_half(rot) * sin, x[..., d:]), dim=-1)
 
 
+def _own_walk_modules(hf_model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, str]:
+    """(base model, decoder layers, final norm, each layer's attention attribute) of a family
+    with a walk of its own: GPT-2, OPT (its final LayerNorm, absent in 350m, which norms after
+    each sublayer, then the projection back to the embedding width: 350m 1,024 -> 512) and
+    GPT-NeoX."""
+    family = hf_model.config.model_type
+    if family == "gpt2":
+        base = hf_model.transformer
+        return base, base.h, base.ln_f, "attn"
+    if family == "opt":  # learned positions, LayerNorms, a ReLU MLP (fc1, fc2)
+        base = hf_model.model.decoder
+        final = nn.Sequential(*(m for m in (base.final_layer_norm, base.project_out)
+                                if m is not None))
+        return base, base.layers, final, "self_attn"
+    base = hf_model.gpt_neox
+    return base, base.layers, base.final_layer_norm, "attention"
+
+
 class PagedCausalLM:
     """A flat-batch forward over an HF Llama / Mistral / Qwen2 / Qwen3 / Seed-OSS / SmolLM3
     (NoPE layers) / Granite 3 (scalar multipliers) / OLMo 2 and 3 and EXAONE 4 (norms after
@@ -90,35 +108,13 @@ class PagedCausalLM:
         self.config = config
         self.family = config.model_type
         self.windows = layer_windows(config)
-        if self.family == "gpt2":
-            base = hf_model.transformer
-            self.layers = list(base.h)
-            self.final_norm = base.ln_f
-            self.num_heads = config.n_head
-            self.head_dim = config.n_embd // config.n_head
-            self.num_kv_heads = self.num_heads
-            self.scales = [blk.attn.scaling for blk in self.layers]
-            self.mla = False
-        elif self.family == "opt":  # learned positions, LayerNorms, a ReLU MLP (fc1, fc2)
-            base = hf_model.model.decoder
-            self.layers = list(base.layers)
-            # the final LayerNorm (absent in 350m, which norms after each sublayer) and the
-            # projection back to the embedding width (350m: 1,024 -> 512)
-            self.final_norm = nn.Sequential(*(m for m in (base.final_layer_norm,
-                                                          base.project_out) if m is not None))
+        if self.family in OWN_WALK_FAMILIES:  # (no grouped-query heads, no MLA)
+            base, layers, self.final_norm, attn_attr = _own_walk_modules(hf_model)
+            self.layers = list(layers)
             self.num_heads = config.num_attention_heads
             self.head_dim = config.hidden_size // self.num_heads
             self.num_kv_heads = self.num_heads
-            self.scales = [layer.self_attn.scaling for layer in self.layers]
-            self.mla = False
-        elif self.family == "gpt_neox":  # (no grouped-query heads)
-            base = hf_model.gpt_neox
-            self.layers = list(base.layers)
-            self.final_norm = base.final_layer_norm
-            self.num_heads = config.num_attention_heads
-            self.head_dim = config.hidden_size // self.num_heads
-            self.num_kv_heads = self.num_heads
-            self.scales = [layer.attention.scaling for layer in self.layers]
+            self.scales = [getattr(layer, attn_attr).scaling for layer in self.layers]
             self.mla = False
         # Qwen3-Next: Gated DeltaNet layers (a state per request, no KV) among the others;
         # Nemotron-H: Mamba-2 blocks likewise
@@ -147,8 +143,7 @@ class PagedCausalLM:
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [a.scaling if a is not None else None for a in attns]
         else:
-            first_attn = {"gpt2": "attn", "gpt_neox": "attention"}.get(self.family, "self_attn")
-            first_attn = getattr(self.layers[0], first_attn)
+            first_attn = getattr(self.layers[0], _own_walk_modules(hf_model)[3])
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
         self.kv_index = [sum(self.kv_layers[:i]) for i in range(len(self.kv_layers))]
         self.num_kv_layers = sum(self.kv_layers)
