@@ -119,6 +119,8 @@ def test_cli_profile_then_calibrate(tmp_path, capsys):
     # which the noisy-fit gate may refuse on a busy machine
     assert kvpd_main(["calibrate", str(out), "--out", str(cal), "--no-plot", "--accept-noisy"]) == 0
     printed = capsys.readouterr().out
+    # the profiled model's HF config rides along, for `kvpd validate` to build it again
+    assert CostParams.load(str(cal)).extra["model_config"] == meta["model_config"]
     assert "link kv_transfer" in printed and "host sharing: memory share" in printed
     assert "size factors, linears by tokens 1-8" in printed
     # the serving probe ran through a real engine and a real 1P1D pair; 6 requests give

@@ -281,7 +281,10 @@ def calibrate(profile: Profile | str | Path, *, hardware: str | None = None,
     cal.params = dataclasses.replace(
         fitted, device=prof.device if hardware is None else acc.name, model=prof.model,
         source=f"kvpd calibrate {where} ({stamp})",
-        extra={"profile": where, "dtype": dtype, "device_facts": prof.meta["device_facts"],
+        # (the profiled model's HF config: `kvpd validate` builds the real engine from it when
+        # a scenario leaves the model out, wherever the model's files were)
+        extra={"profile": where, "dtype": dtype, "model_config": prof.meta["model_config"],
+               "device_facts": prof.meta["device_facts"],
                "fit": {"free": list(free) + (["gemm_row_passes_below"] if free == FREE_FIELDS else []), "held": {f: getattr(fitted, f) for f in HELD_FIELDS},
                        "held_out_fraction": held_out, "seed": seed, **fit_info,
                        **cal.summary(),

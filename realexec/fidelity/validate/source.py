@@ -71,6 +71,9 @@ def _check_model(raw: dict[str, Any], src: str, params: CostParams) -> tuple[dic
     from realexec.fidelity.profile.facts import model_identity
 
     model = raw.get("model", params.model)
+    profiled = params.extra.get("model_config")
+    if "model" not in raw and isinstance(profiled, dict):  # the calibrated model, as profiled
+        model = profiled
     if isinstance(model, str) and not Path(model).is_absolute() and "/" in model:
         model = str(Path(src).parent / model)
     try:
