@@ -79,9 +79,15 @@ SANDWICH_NORMS = {
 # and A, Helium: interleaved pairs)
 HF_ROTARY_MODEL_TYPES = frozenset({"gpt_oss", "glm4", "glm", "ernie4_5", "ernie4_5_moe", "cohere",
                                     "cohere2", "helium"})
-# Command R and A, Phi-2, StableLM with `use_parallel_residual`: attention and MLP both read
-# the input norm's output and add to the residual together
+# Command R and A, Phi-2 (and StableLM with `use_parallel_residual`, `parallel_block`):
+# attention and MLP both read the input norm's output and add to the residual together
 PARALLEL_MODEL_TYPES = frozenset({"cohere", "cohere2", "phi"})
+
+
+def parallel_block(config: PretrainedConfig) -> bool:
+    """Whether the family's layers are parallel blocks (one norm read by both sublayers)."""
+    return config.model_type in PARALLEL_MODEL_TYPES or (
+        config.model_type == "stablelm" and bool(getattr(config, "use_parallel_residual", False)))
 # Command R and A: logits x logit_scale
 LOGIT_SCALE_MODEL_TYPES = frozenset({"cohere", "cohere2"})
 # Gemma 3 and OLMo 3: one rotary per attention type (their local and global layers rotate

@@ -22,12 +22,12 @@ from realexec.engine.family_rules import (
     LOGIT_SCALE_MODEL_TYPES,
     MLP_RETURNS_SCORES,
     MOE_MODEL_TYPES,
-    PARALLEL_MODEL_TYPES,
     POST_NORM_MODEL_TYPES,
     ROTARY_PER_TYPE,
     SANDWICH_NORMS,
     SINK_MODEL_TYPES,
     layer_windows,
+    parallel_block,
     rotary_layers,
 )
 from realexec.engine.linear_attention import LinearStates, Segment, linear_layers
@@ -108,7 +108,8 @@ class PagedCausalLM:
         self.config = config
         self.family = config.model_type
         self.windows = layer_windows(config)
-        if self.family in OWN_WALK_FAMILIES:  # (no grouped-query heads, no MLA)
+        own_walk = self.family in OWN_WALK_FAMILIES
+        if own_walk:  # (no grouped-query heads, no MLA)
             base, layers, self.final_norm, attn_attr = _own_walk_modules(hf_model)
             self.layers = list(layers)
             self.num_heads = config.num_attention_heads
@@ -124,7 +125,7 @@ class PagedCausalLM:
         # blocks are layers of their own, with neither KV nor a state)
         self.kv_layers = ([t == "full_attention" for t in config.layer_types]
                           if self.family == "nemotron_h" else [not lin for lin in self.linear])
-        if self.family not in OWN_WALK_FAMILIES:
+        if not own_walk:
             base = getattr(hf_model.model, "language_model", hf_model.model)
             self.layers = list(base.layers)
             self.final_norm = (base.norm_f if self.family == "nemotron_h"
@@ -143,7 +144,7 @@ class PagedCausalLM:
             self.num_kv_heads = config.num_key_value_heads
             self.scales = [a.scaling if a is not None else None for a in attns]
         else:
-            first_attn = getattr(self.layers[0], _own_walk_modules(hf_model)[3])
+            first_attn = getattr(self.layers[0], attn_attr)
         # the KV pool's layer of each softmax-attention layer (linear ones cache no KV)
         self.kv_index = [sum(self.kv_layers[:i]) for i in range(len(self.kv_layers))]
         self.num_kv_layers = sum(self.kv_layers)
@@ -164,8 +165,7 @@ class PagedCausalLM:
         self.qk_norm_after_rotary = hasattr(first_attn, "query_layernorm")  # Hunyuan
         # StableLM 2: one LayerNorm per head (`qk_layernorm`), before the rotary
         self.qk_layernorm = hasattr(first_attn, "q_layernorm")
-        self.parallel = self.family in PARALLEL_MODEL_TYPES or (
-            self.family == "stablelm" and bool(getattr(config, "use_parallel_residual", False)))
+        self.parallel = parallel_block(config)
         self.logit_scale = (float(config.logit_scale) if self.family in LOGIT_SCALE_MODEL_TYPES
                             else None)
         # OLMoE: q, k and v clamped to +-clip_qkv after the norms (null in the releases)
@@ -195,8 +195,12 @@ class PagedCausalLM:
             self.embedding_multiplier = float(config.embedding_multiplier)
             self.residual_multiplier = float(config.residual_multiplier)
             self.logits_scaling = float(config.logits_scaling)
-        # Granite MoE and 4.0: a routed block and a shared MLP in place of `mlp`
-        self.granite_blocks = self.granite and not hasattr(self.layers[0], "mlp")
+        # Granite MoE and 4.0: a routed block and a shared MLP in place of `mlp`, where each
+        # is (4.0's dense releases: the shared MLP alone), looked up once per layer
+        self.granite_blocks = ({layer: (getattr(layer, "block_sparse_moe", None),
+                                        getattr(layer, "shared_mlp", None))
+                                for layer in self.layers}
+                               if self.granite and not hasattr(self.layers[0], "mlp") else None)
         # per-layer rotary kind (Gemma 3: its layer type; one shared rotary otherwise)
         self.rope_kinds: list[str | None] = (list(config.layer_types[:self.num_layers])
                                              if self.family in ROTARY_PER_TYPE
@@ -360,11 +364,8 @@ class PagedCausalLM:
     def _mlp(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The layer's MLP or MoE block on the flat batch `x` `[T, hidden]` (HF's MoE blocks
         take `[batch, seq, hidden]`: the batch goes in as one sequence)."""
-        if self.granite_blocks:
-            # Granite MoE and 4.0: the routed block and the shared MLP, where each is (4.0's
-            # dense releases: the shared MLP alone)
-            block = getattr(layer, "block_sparse_moe", None)
-            shared = getattr(layer, "shared_mlp", None)
+        if self.granite_blocks is not None:  # Granite MoE and 4.0: the routed block and the
+            block, shared = self.granite_blocks[layer]  # shared MLP
             out = block(x[None])[0] if block is not None else None
             if shared is not None:
                 out = shared(x) if out is None else out + shared(x)

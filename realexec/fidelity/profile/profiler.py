@@ -183,7 +183,8 @@ class Profiler:
         blocks = -(-g.max_tokens_in_flight() // block) + 8
         blocks = max(blocks, -(-max(g.transfer_tokens, default=0) // block))
         self.llm = LLM(self.config, dtype=dtype, device=device, block_size=block,
-                       num_gpu_blocks=blocks, num_cpu_blocks=0 if self.recurrent else max(g.swap_blocks, default=0),
+                       num_gpu_blocks=blocks,
+                       num_cpu_blocks=0 if self.recurrent else max(g.swap_blocks, default=0),
                        max_num_seqs=max(g.decode_batches + g.mixed_batches) + 2,
                        max_num_batched_tokens=FULL_BUDGET, enable_prefix_caching=False,
                        model_seed=seed, seed=seed)
