@@ -7,8 +7,9 @@ slower than the roofline fitted at 4, 8, 12 and 16 (bench/diagnostics/step_error
 profiles; these timings give `kvpd calibrate` the shape of the curve between them
 (`CostParams.linear_token_factors`, `lm_head_row_factors`, simulator/calibrate/linears.py).
 
-- `linear` (rows = tokens): every layer's projections and MLP as `PagedCausalLM.forward`
-  calls them (qkv, o, MLP; GPT-2: c_attn, c_proj, MLP) on `[rows, hidden]`;
+- `linear` (rows = tokens): every layer's mixer projections (attention, MLA, Gated DeltaNet,
+  Mamba-2; each on rows of its own input width) and its MLP or MoE block, as
+  `PagedCausalLM.forward` calls them;
 - `lm_head` (rows = requests): `PagedCausalLM.compute_logits` (final norm, LM head, fp32
   logits; the CPU executor's padding of 2-3 rows included).
 
@@ -24,17 +25,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from realexec.engine.device import synchronize
 from realexec.engine.paged_model import PagedCausalLM
 from simulator.calibrate.profile_io import ProfileRow
 from simulator.core.batch_shape import BatchShape
-
-
-def _hidden(model: PagedCausalLM) -> int:
-    """The decoder layers' width: what the layers and the final norm read (OPT-350m's LM head
-    is narrower: its final projection maps the layers' width down to the embeddings')."""
-    return model.config.n_embd if model.family == "gpt2" else model.config.hidden_size
 
 
 def _mixer(model: PagedCausalLM, layer: nn.Module, i: int) -> nn.Module | None:
@@ -44,7 +40,17 @@ def _mixer(model: PagedCausalLM, layer: nn.Module, i: int) -> nn.Module | None:
         return layer.mixer if (model.kv_layers[i] or model.linear[i]) else None
     if model.linear[i]:
         return getattr(layer, model.linear_attr)
-    return getattr(layer, "self_attn", None) or layer.attention  # (GPT-NeoX: `attention`)
+    # (GPT-2's `attn`, GPT-NeoX's `attention`)
+    return getattr(layer, "self_attn", None) or getattr(layer, "attn", None) or layer.attention
+
+
+def _projections(mixer: nn.Module | None) -> list[tuple[nn.Module, int]]:
+    """(projection, input width) of each `nn.Linear` in `mixer` (and GPT-2's `Conv1D`, whose
+    weight is [in, out])."""
+    if mixer is None:
+        return []
+    return [(m, m.in_features if isinstance(m, nn.Linear) else m.nx) for m in mixer.modules()
+            if isinstance(m, (nn.Linear, Conv1D))]
 
 
 def _mlp(model: PagedCausalLM, layer: nn.Module, i: int) -> Callable[[torch.Tensor], Any]:
@@ -66,8 +72,7 @@ def layer_linears(model: PagedCausalLM) -> Callable[[int], None]:
     between calls (11.5 MB for llama-50m against 32 MB of L3 here) while a step streams all
     of them from memory, and the two regimes have different size curves."""
     dev, dtype = model.device, model.dtype
-    hidden = _hidden(model)
-    width_o = model.num_heads * model.head_dim
+    hidden = model.config.hidden_size
     inputs: dict[tuple[int, int], torch.Tensor] = {}
 
     def rand(rows: int, width: int) -> torch.Tensor:
@@ -75,35 +80,23 @@ def layer_linears(model: PagedCausalLM) -> Callable[[int], None]:
             inputs[rows, width] = torch.randn(rows, width, device=dev, dtype=dtype)
         return inputs[rows, width]
 
-    if model.family == "gpt2":  # (Conv1D projections, not nn.Linear)
-        def run(rows: int) -> None:
-            x, o = rand(rows, hidden), rand(rows, width_o)
-            for layer in model.layers:
-                layer.attn.c_attn(x)
-                layer.attn.c_proj(o)
-                layer.mlp(x)
-        return run
-
-    plan = []
-    for i, layer in enumerate(model.layers):
-        mixer = _mixer(model, layer, i)
-        linears = ([m for m in mixer.modules() if isinstance(m, nn.Linear)]
-                   if mixer is not None else [])
-        plan.append((linears, _mlp(model, layer, i)))
+    plan = [(_projections(_mixer(model, layer, i)), _mlp(model, layer, i))
+            for i, layer in enumerate(model.layers)]
 
     def run(rows: int) -> None:
         x = rand(rows, hidden)
-        for linears, mlp in plan:
-            for lin in linears:
-                lin(rand(rows, lin.in_features))
+        for projections, mlp in plan:
+            for proj, width in projections:
+                proj(rand(rows, width))
             mlp(x)
 
     return run
 
 
 def lm_head(model: PagedCausalLM) -> Callable[[int], None]:
-    """A function computing the logits of `rows` random hidden rows (`compute_logits`)."""
-    hidden = _hidden(model)
+    """A function computing the logits of `rows` random hidden rows (`compute_logits`; they
+    have the layers' width, which OPT-350m's final projection maps down to its LM head's)."""
+    hidden = model.config.hidden_size
     inputs: dict[int, torch.Tensor] = {}
 
     def run(rows: int) -> None:
